@@ -1,0 +1,106 @@
+"""The edit contract's invariants, as code. Each has an id listed in schemas/meta.json.
+
+Spec invariants run on every load and every edit; TeX invariants run on generated
+figures. `dtgen contract --check` verifies this registry and meta.json agree.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import Issue
+from .palette import PALETTE_NAMES
+from .texsafe import LabelError, render_label
+
+FLOWS = ("data", "grad", "weight")
+
+
+@dataclass(frozen=True)
+class Invariant:
+    id: str
+    applies_to: str  # "spec" or "tex"
+    description: str
+    check: Callable
+
+
+def _distinct_flow_colors(spec):
+    colors = spec.figure.colors
+    seen: dict[str, str] = {}
+    for flow in FLOWS:
+        if colors[flow] in seen:
+            yield (("figure", "colors", flow),
+                   f"flows must keep distinct colours: '{flow}' and '{seen[colors[flow]]}' are both {colors[flow]}")
+        seen.setdefault(colors[flow], flow)
+
+
+def _palette_names_only(spec):
+    for key, value in spec.figure.colors.items():
+        if value not in PALETTE_NAMES:
+            yield ("figure", "colors", key), f"{value!r} is not a palette name ({', '.join(PALETTE_NAMES)})"
+
+
+def _all_workers_synchronise(spec):
+    # Every worker drawn must take part in synchronisation: ids are dense (w1..wN) and
+    # nothing refers to a worker outside the group.
+    ids = set(spec.topology.workers.ids)
+    for table in ("slowdown", "labels"):
+        for worker_id in getattr(spec.topology.workers, table):
+            if worker_id not in ids:
+                yield ("topology", "workers", table, worker_id), f"'{worker_id}' is not one of the synchronising workers w1..w{len(ids)}"
+
+
+def labelled_fields(spec):
+    """Every user label with its spec path (what the templates will print)."""
+    t, f = spec.topology, spec.figure
+    yield ("title",), spec.title
+    yield ("topology", "data", "label"), t.data_label
+    yield ("topology", "workers", "label"), t.workers.label
+    for worker_id, text in t.workers.labels.items():
+        yield ("topology", "workers", "labels", worker_id), text
+    yield ("topology", "servers", "label"), t.servers.label
+    for key, text in f.labels.items():
+        yield ("figure", "labels", key), text
+
+
+def _labels_safe(spec):
+    for path, text in labelled_fields(spec):
+        try:
+            render_label(text)
+        except LabelError as exc:
+            yield path, str(exc)
+
+
+_HEX = re.compile(r"\{HTML\}|#[0-9A-Fa-f]{6}\b|\\definecolor\{(?!ot)")
+_STOCK = re.compile(r"(?<![A-Za-z])(red|green|blue|cyan|magenta|yellow|black|white|gray|orange|purple|teal|brown|lime|olive|pink|violet|darkgray|lightgray)(?=[!,\]} ]|$)")
+
+
+def tex_palette_only(tex: str) -> list[str]:
+    """TeX invariant: colours only through palette names (no hex outside the palette block, no stock names)."""
+    problems = []
+    body = tex.split("%% end palette", 1)[-1]
+    if _HEX.search(body):
+        problems.append("hex colour outside the palette block")
+    for line_no, line in enumerate(body.splitlines(), 1):
+        code = line.split("%", 1)[0]
+        for match in _STOCK.finditer(code):
+            problems.append(f"stock colour name '{match.group(1)}' in generated TeX line {line_no}")
+    return problems
+
+
+SPEC_INVARIANTS = [
+    Invariant("distinct-flow-colors", "spec", "data, gradient and weight flows keep distinct palette colours", _distinct_flow_colors),
+    Invariant("all-workers-synchronise", "spec", "every worker in the layout takes part in synchronisation (ids w1..wN, dense, no references outside)", _all_workers_synchronise),
+    Invariant("palette-names-only", "spec", "colours only through palette names, never hex or stock names", _palette_names_only),
+    Invariant("labels-safe", "spec", "every label is escaped text or allow-listed math", _labels_safe),
+]
+
+
+def check_spec_invariants(spec) -> list[Issue]:
+    issues = []
+    for invariant in SPEC_INVARIANTS:
+        for path, message in invariant.check(spec):
+            issues.append(spec.located.issue(path, f"{message} [invariant {invariant.id}]"))
+    return issues

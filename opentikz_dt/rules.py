@@ -1,0 +1,112 @@
+"""Cross-field rules: what the schema alone cannot say (async needs a server, ...).
+
+Each rule returns Issues located at the key a user should change. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import Issue
+from .spec import Spec
+
+NEEDS_SERVERS = {"parameter-server": (1, None), "central-storage": (1, 1)}
+
+
+def check_rules(spec: Spec) -> list[Issue]:
+    issues: list[Issue] = []
+    for rule in (_sync_rule, _server_rule, _worker_rule, _host_rule, _pipeline_rule, _gossip_rule,
+                 _dataset_rule, _fault_rule):
+        issues += [spec.located.issue(path, message) for path, message in rule(spec)]
+    return issues
+
+
+def _sync_rule(spec: Spec):
+    s = spec.strategy
+    if s.sync == "async" and s.kind != "parameter-server":
+        yield ("strategy", "sync"), f"async updates need a parameter server; strategy.kind is '{s.kind}' (use kind: parameter-server or sync: sync)"
+    if s.algorithm != "native" and s.kind != "allreduce":
+        yield ("strategy", "algorithm"), f"algorithm '{s.algorithm}' applies to kind: allreduce only, not '{s.kind}'"
+
+
+def _server_rule(spec: Spec):
+    kind, count = spec.strategy.kind, spec.topology.servers.count
+    path = ("topology", "servers", "count")
+    if kind in NEEDS_SERVERS:
+        low, high = NEEDS_SERVERS[kind]
+        if count < low:
+            yield path, f"{kind} needs at least {low} server, got {count}"
+        if high is not None and count > high:
+            yield path, f"{kind} keeps the variables on one host: servers.count must be {high}, got {count}"
+        tensors = len(spec.training.param_tensors)
+        if kind == "parameter-server" and count > tensors:
+            yield path, f"{count} shards for {tensors} parameter tensors: each shard owns whole tensors, so at most {tensors}"
+    elif count != 0:
+        yield path, f"{kind} has no parameter server: servers.count must be 0, got {count}"
+
+
+def _worker_rule(spec: Spec):
+    w, kind = spec.topology.workers, spec.strategy.kind
+    if kind == "single" and w.count != 1:
+        yield ("topology", "workers", "count"), f"single trains on one device: workers.count must be 1, got {w.count}"
+    if kind in ("allreduce", "gossip", "pipeline") and w.count < 2:
+        yield ("topology", "workers", "count"), f"{kind} needs at least 2 workers, got {w.count}"
+    for table in ("slowdown", "labels"):
+        for worker_id in getattr(w, table):
+            if int(worker_id[1:]) > w.count:
+                yield (("topology", "workers", table, worker_id),
+                       f"no worker '{worker_id}': the workers are w1..w{w.count}")
+
+
+def _host_rule(spec: Spec):
+    hosts, count = spec.topology.hosts, spec.topology.workers.count
+    if hosts > count:
+        yield ("topology", "hosts"), f"{hosts} hosts for {count} workers: every host needs a worker"
+    elif count % hosts:
+        yield ("topology", "hosts"), f"{count} workers do not spread evenly over {hosts} hosts"
+    if spec.strategy.algorithm == "hierarchical" and hosts < 2:
+        yield ("topology", "hosts"), "hierarchical all-reduce needs at least 2 hosts"
+
+
+def _pipeline_rule(spec: Spec):
+    s, t = spec.strategy, spec.training
+    if s.kind != "pipeline":
+        return
+    if s.stages != spec.topology.workers.count:
+        yield ("strategy", "stages"), f"pipeline stages must fit the workers: one stage per worker, so {spec.topology.workers.count}, got {s.stages}"
+    layers = len(t.layers) - 1
+    if s.stages > layers:
+        yield ("training", "model", "layers"), f"{s.stages} pipeline stages need at least {s.stages} layers; the model has {layers}"
+    if t.batch_size % s.microbatches:
+        yield ("strategy", "microbatches"), f"batch_size {t.batch_size} does not split into {s.microbatches} equal microbatches"
+
+
+def _gossip_rule(spec: Spec):
+    if spec.strategy.kind == "gossip" and spec.strategy.peers >= spec.topology.workers.count:
+        yield ("strategy", "peers"), f"each worker can have at most {spec.topology.workers.count - 1} peers"
+
+
+def _dataset_rule(spec: Spec):
+    d, t = spec.training.dataset, spec.training
+    if d["kind"] == "file":
+        if "path" not in d:
+            yield ("training", "dataset"), "a file dataset needs 'path' (a .npz with arrays x and y)"
+        elif spec.located and spec.located.file not in ("<spec>",):
+            target = Path(spec.located.file).parent / d["path"]
+            if not target.is_file():
+                yield ("training", "dataset", "path"), f"no such file: {target}"
+        return
+    data_parallel = 1 if spec.strategy.kind == "pipeline" else spec.topology.workers.count
+    if d["samples"] < t.batch_size * data_parallel:
+        yield ("training", "dataset", "samples"), f"{d['samples']} samples are fewer than one global batch ({t.batch_size} x {data_parallel})"
+
+
+def _fault_rule(spec: Spec):
+    fault = spec.runtime.fault
+    if fault is None:
+        return
+    world = spec.topology.workers.count + spec.topology.servers.count
+    if fault["rank"] >= world:
+        yield ("runtime", "fault", "rank"), f"rank {fault['rank']} does not exist: the run has ranks 0..{world - 1}"
+    if fault["at_step"] >= spec.training.steps:
+        yield ("runtime", "fault", "at_step"), f"step {fault['at_step']} is past the last step ({spec.training.steps - 1})"

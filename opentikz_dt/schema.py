@@ -1,0 +1,103 @@
+"""Check spec data against the JSON Schema and fill in its defaults.
+
+Messages are rewritten for people: one line per problem, at the offending key, with
+"did you mean" for misspelt keys and values.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+
+from jsonschema import Draft202012Validator
+
+from .errors import Issue
+from .resources import spec_schema
+from .yamlpos import Located
+
+_TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "true or false"}
+
+
+def _validator() -> Draft202012Validator:
+    return Draft202012Validator(spec_schema())
+
+
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _describe(value) -> str:
+    if isinstance(value, (dict, list)):
+        return _TYPE_NAMES["object" if isinstance(value, dict) else "array"]
+    text = repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_schema(located: Located) -> list[Issue]:
+    """Every schema violation in `located.data`, one Issue each."""
+    issues: list[Issue] = []
+    for error in _validator().iter_errors(located.data):
+        issues.extend(_to_issues(error, located))
+    return issues
+
+
+def _to_issues(error, located: Located) -> list[Issue]:
+    path = tuple(error.absolute_path)
+    kind, value, schema = error.validator, error.instance, error.schema
+    if kind == "additionalProperties":
+        allowed = list(schema.get("properties", {}))
+        unknown = [k for k in value if k not in allowed]
+        return [located.issue(path + (k,), f"unknown key '{k}'{_suggest(k, allowed)}", prefer_value=False) for k in unknown]
+    if kind == "propertyNames":
+        return [located.issue(path, error.message)]
+    if kind == "required":
+        missing = error.message.split("'")[1]
+        return [located.issue(path, f"missing required key '{missing}'", prefer_value=False)]
+    if kind == "type":
+        expected = error.validator_value
+        expected = [expected] if isinstance(expected, str) else expected
+        want = " or ".join(_TYPE_NAMES.get(t, t) for t in expected)
+        if not path and not isinstance(value, dict):
+            return [located.issue(path, f"a spec must be a mapping of keys (name, topology, strategy, ...), not {_describe(value) if not isinstance(value, list) else 'a list'}")]
+        return [located.issue(path, f"expected {want}, got {_describe(value)}")]
+    if kind == "enum":
+        options = ", ".join(repr(o) for o in error.validator_value)
+        return [located.issue(path, f"{_describe(value)} is not one of {options}{_suggest(value, error.validator_value)}")]
+    if kind in ("minimum", "exclusiveMinimum"):
+        word = "less than" if kind == "minimum" else "less than or equal to"
+        return [located.issue(path, f"{_describe(value)} is {word} the minimum of {error.validator_value}")]
+    if kind in ("maximum", "exclusiveMaximum"):
+        word = "greater than" if kind == "maximum" else "greater than or equal to"
+        return [located.issue(path, f"{_describe(value)} is {word} the maximum of {error.validator_value}")]
+    if kind == "pattern":
+        return [located.issue(path, f"{_describe(value)} does not match the pattern {error.validator_value} ({schema.get('description', '')})".rstrip(" ()"))]
+    if kind in ("maxLength", "minLength", "minItems", "maxItems"):
+        return [located.issue(path, error.message)]
+    return [located.issue(path, error.message)]
+
+
+def apply_defaults(data: dict) -> dict:
+    """A deep copy of `data` with every schema default filled in (objects recursively)."""
+    schema = spec_schema()
+    return _fill(copy.deepcopy(data), schema, schema)
+
+
+def _fill(value, node: dict, root: dict):
+    if "$ref" in node:
+        node = {**_resolve(node["$ref"], root), **{k: v for k, v in node.items() if k != "$ref"}}
+    if isinstance(value, dict) and "properties" in node:
+        for key, sub in node["properties"].items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                value[key] = _fill(value[key], sub, root)
+    return value
+
+
+def _resolve(ref: str, root: dict) -> dict:
+    node = root
+    for part in ref.lstrip("#/").split("/"):
+        node = node[part]
+    return node

@@ -1,0 +1,208 @@
+"""The Spec: a frozen, fully-defaulted view of one experiment spec, and `load_spec`.
+
+load_spec reads YAML (with positions), applies the JSON Schema, fills defaults, then
+runs the cross-field rules and the edit contract's spec invariants, reporting every
+problem at once. Consumers (figures, runner, contract) only ever see a valid Spec.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SpecError
+from .schema import apply_defaults, check_schema
+from .yamlpos import Located, load_located
+
+STRATEGY_TITLES = {
+    "single": "Single-device training",
+    "parameter-server": "Parameter-server training",
+    "central-storage": "Central-storage training",
+    "allreduce": "All-reduce data-parallel training",
+    "gossip": "Decentralized gossip training",
+    "pipeline": "Pipeline-parallel training",
+}
+
+
+@dataclass(frozen=True)
+class Workers:
+    count: int
+    label: str
+    labels: dict
+    slowdown: dict
+
+    @property
+    def ids(self) -> list[str]:
+        return [f"w{i}" for i in range(1, self.count + 1)]
+
+    def label_of(self, worker_id: str) -> str:
+        """The worker's label: its override, else the pattern with {i} filled in."""
+        return self.labels.get(worker_id) or self.label.replace("{i}", worker_id[1:])
+
+    def slowdown_of(self, worker_id: str) -> float:
+        return float(self.slowdown.get(worker_id, 1.0))
+
+
+@dataclass(frozen=True)
+class Servers:
+    count: int
+    label: str
+
+    @property
+    def ids(self) -> list[str]:
+        if self.count == 1:
+            return ["ps"]
+        return [f"ps{i}" for i in range(1, self.count + 1)]
+
+    def label_of(self, server_id: str) -> str:
+        return self.label if server_id == "ps" else f"{self.label} {server_id[2:]}"
+
+
+@dataclass(frozen=True)
+class Topology:
+    data_label: str
+    workers: Workers
+    servers: Servers
+    hosts: int
+
+    def host_of(self, worker_id: str) -> int:
+        """1-based host index of a worker: workers are spread evenly, in order."""
+        per_host = self.workers.count // self.hosts
+        return (int(worker_id[1:]) - 1) // per_host + 1
+
+
+@dataclass(frozen=True)
+class Strategy:
+    kind: str
+    sync: str
+    algorithm: str
+    microbatches: int
+    schedule: str
+    stages: int
+    peers: int
+
+
+@dataclass(frozen=True)
+class Training:
+    layers: tuple
+    dataset: dict
+    batch_size: int
+    steps: int
+    lr: float
+    momentum: float
+    seed: int
+
+    @property
+    def param_tensors(self) -> list[str]:
+        """Names of the model's parameter tensors, in order (what PS shards own)."""
+        names = []
+        for i in range(len(self.layers) - 1):
+            names += [f"layers.{i}.weight", f"layers.{i}.bias"]
+        return names
+
+
+@dataclass(frozen=True)
+class Runtime:
+    backend: str
+    device: str
+    timeout_s: float
+    restarts: int
+    checkpoint_every: int
+    fault: dict | None
+    trace: dict
+
+
+@dataclass(frozen=True)
+class FigureStyle:
+    palette: str
+    colsep: float
+    rowsep: float
+    labels: dict
+    colors: dict
+    icons: dict
+    max_workers_drawn: int
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    title: str
+    topology: Topology
+    strategy: Strategy
+    training: Training
+    runtime: Runtime
+    figure: FigureStyle
+    data: dict = field(repr=False)  # the resolved (defaulted) spec as plain data
+    located: Located | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def source(self) -> str:
+        return self.located.file if self.located else "<spec>"
+
+
+def resolve(data: dict, source_name: str = "spec") -> dict:
+    """Schema defaults plus the defaults that depend on the strategy."""
+    data = apply_defaults(data)
+    kind = data["strategy"]["kind"]
+    workers = data["topology"]["workers"]
+    workers.setdefault("count", 1 if kind == "single" else 3)
+    servers = data["topology"]["servers"]
+    servers.setdefault("count", 1 if kind in ("parameter-server", "central-storage") else 0)
+    servers.setdefault("label", "Central storage" if kind == "central-storage" else "Parameter server")
+    data["strategy"].setdefault("stages", workers["count"])
+    stem = re.sub(r"[^a-z0-9-]+", "-", Path(source_name).stem.lower()).strip("-") or "spec"
+    data.setdefault("name", stem[:63])
+    data.setdefault("title", STRATEGY_TITLES[kind] + (" (asynchronous)" if data["strategy"]["sync"] == "async" else ""))
+    return data
+
+
+def build_spec(data: dict, located: Located | None = None) -> Spec:
+    """Construct the Spec from resolved, schema-valid data (no checks here)."""
+    t, s, tr, rt, fg = (data[k] for k in ("topology", "strategy", "training", "runtime", "figure"))
+    return Spec(
+        name=data["name"],
+        title=data["title"],
+        topology=Topology(
+            data_label=t["data"]["label"],
+            workers=Workers(t["workers"]["count"], t["workers"]["label"], dict(t["workers"]["labels"]), dict(t["workers"]["slowdown"])),
+            servers=Servers(t["servers"]["count"], t["servers"]["label"]),
+            hosts=t["hosts"],
+        ),
+        strategy=Strategy(s["kind"], s["sync"], s["algorithm"], s["microbatches"], s["schedule"], s["stages"], s["peers"]),
+        training=Training(tuple(tr["model"]["layers"]), dict(tr["dataset"]), tr["batch_size"], tr["steps"],
+                          float(tr["optimizer"]["lr"]), float(tr["optimizer"]["momentum"]), tr["seed"]),
+        runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
+                        dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
+        figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),
+                           dict(fg["colors"]), dict(fg["icons"]), fg["max_workers_drawn"]),
+        data=data,
+        located=located,
+    )
+
+
+def spec_from_located(located: Located) -> Spec:
+    """Schema, defaults, rules and invariants on parsed YAML; raise SpecError with all issues."""
+    issues = check_schema(located)
+    if issues:
+        raise SpecError(issues)
+    spec = build_spec(resolve(located.data, located.file), located)
+    # Imported here: the rules and invariants consult the Spec type defined above.
+    from .invariants import check_spec_invariants
+    from .rules import check_rules
+
+    issues = check_rules(spec) + check_spec_invariants(spec)
+    if issues:
+        raise SpecError(issues)
+    return spec
+
+
+def load_spec(path: str | Path, text: str | None = None) -> Spec:
+    """Read, validate and resolve a spec file. Raises SpecError listing every problem."""
+    return spec_from_located(load_located(path, text))
+
+
+def spec_from_data(data: dict, name: str = "<spec>") -> Spec:
+    """Validate an in-memory spec (tests, edits); positions all point at line 1."""
+    return spec_from_located(Located(name, data))

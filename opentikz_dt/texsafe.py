@@ -1,0 +1,107 @@
+"""Making user strings safe for TeX: escape text, allow-list math.
+
+Labels come from specs, AI edits and runs, so they are untrusted. Text outside `$...$`
+is escaped character by character; text inside `$...$` may use only the commands in
+MATH_COMMANDS. Anything else is refused with a message, never passed through.
+"""
+
+from __future__ import annotations
+
+import re
+
+GREEK = (
+    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
+    "pi varpi rho varrho sigma varsigma tau upsilon phi varphi chi psi omega "
+    "Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega"
+).split()
+MATH_COMMANDS = frozenset(
+    GREEK
+    + (
+        "nabla partial mathbf mathrm mathit mathcal mathsf frac dfrac tfrac cdot times sum prod "
+        "hat bar tilde vec dot ell log exp min max leftarrow rightarrow to gets top infty approx "
+        "leq geq neq in sim propto prime ldots cdots sqrt left right"
+    ).split()
+)
+# Control symbols that only add space or print a brace.
+MATH_SYMBOLS = frozenset(",;:!{}| ")
+MAX_LABEL_CHARS = 120
+
+_TEXT_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "#": r"\#",
+    "$": r"\$",
+    "%": r"\%",
+    "&": r"\&",
+    "_": r"\_",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+# pdflatex with T1 + utf8 typesets Latin-1 and these; anything else would halt the compile.
+_EXTRA_OK = set("–—‘’“”…•€")
+_CONTROL_SEQ = re.compile(r"\\([A-Za-z]+|.)", re.DOTALL)
+_MATH_OK_CHARS = re.compile(r"[A-Za-z0-9\s_^{}()\[\]+\-=*/,.;:'|<>!\\]*")
+
+
+class LabelError(ValueError):
+    """A label that cannot be typeset safely; the message says why, for the user."""
+
+
+def _check_printable(text: str) -> None:
+    for ch in text:
+        if ch in "\n\t":
+            continue
+        code = ord(ch)
+        if code < 32 or 127 <= code < 160:
+            raise LabelError(f"control character U+{code:04X} is not allowed in a label")
+        if code > 255 and ch not in _EXTRA_OK:
+            raise LabelError(f"character {ch!r} (U+{code:04X}) cannot be typeset by pdflatex; use Latin-1 text")
+
+
+def escape_text(text: str) -> str:
+    """Escape plain text so every character prints as itself (newlines become spaces)."""
+    _check_printable(text)
+    text = re.sub(r"\s+", " ", text)
+    return "".join(_TEXT_ESCAPES.get(ch, ch) for ch in text)
+
+
+def check_math(math: str) -> str:
+    """Return `math` unchanged if it uses only allowed commands and characters, else raise."""
+    if "^^" in math:
+        raise LabelError("'^^' (TeX character codes) is not allowed in math")
+    if not _MATH_OK_CHARS.fullmatch(math):
+        bad = sorted({ch for ch in math if not _MATH_OK_CHARS.fullmatch(ch)})
+        raise LabelError(f"character {bad[0]!r} is not allowed in math")
+    for match in _CONTROL_SEQ.finditer(math):
+        name = match.group(1)
+        if len(name) == 1 and not name.isalpha():
+            if name not in MATH_SYMBOLS:
+                raise LabelError(f"control symbol '\\{name}' is not allowed in math")
+        elif name not in MATH_COMMANDS:
+            raise LabelError(f"command '\\{name}' is not allowed in math (allowed: Greek letters, \\nabla, \\partial, \\mathbf, \\frac, ...)")
+    depth = 0
+    for ch in re.sub(r"\\[{}]", "", math):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth < 0:
+            break
+    if depth != 0:
+        raise LabelError("unbalanced braces in math")
+    return math
+
+
+def render_label(label: str) -> str:
+    """TeX for a label: escaped text with `$...$` math segments checked against the allow-list."""
+    if len(label) > MAX_LABEL_CHARS:
+        raise LabelError(f"label is {len(label)} characters long; the maximum is {MAX_LABEL_CHARS}")
+    # Unescaped `$` split text from math; `\$` is a literal dollar in text.
+    parts = re.split(r"(?<!\\)\$", label)
+    if len(parts) % 2 == 0:
+        raise LabelError("unmatched '$' (write '\\$' for a literal dollar sign)")
+    out = []
+    for index, part in enumerate(parts):
+        if index % 2:
+            out.append("$" + check_math(part) + "$")
+        else:
+            out.append(escape_text(part.replace("\\$", "$")))
+    return "".join(out)
