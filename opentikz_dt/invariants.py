@@ -49,7 +49,7 @@ def _all_workers_synchronise(spec):
     for table in ("slowdown", "labels"):
         for worker_id in getattr(spec.topology.workers, table):
             if worker_id not in ids:
-                yield ("topology", "workers", table, worker_id), f"'{worker_id}' is not one of the synchronising workers w1..w{len(ids)}"
+                yield ("topology", "workers", table, worker_id), f"no worker '{worker_id}': the synchronising workers are w1..w{len(ids)}"
 
 
 def labelled_fields(spec):

@@ -37,3 +37,8 @@ def spec_schema() -> dict:
 
 def contract_meta() -> dict:
     return load_json_resource("meta.json")
+
+
+def skill_text() -> str:
+    """The AI-agent skill document shipped with the package."""
+    return (_PACKAGE_DIR / "SKILL.md").read_text(encoding="utf-8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 
 from jsonschema import Draft202012Validator
 
@@ -61,7 +62,10 @@ def _to_issues(error, located: Located) -> list[Issue]:
         want = " or ".join(_TYPE_NAMES.get(t, t) for t in expected)
         if not path and not isinstance(value, dict):
             return [located.issue(path, f"a spec must be a mapping of keys (name, topology, strategy, ...), not {_describe(value) if not isinstance(value, list) else 'a list'}")]
-        return [located.issue(path, f"expected {want}, got {_describe(value)}")]
+        hint = ""
+        if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+[eE][-+]?[0-9]+", value):
+            hint = f" (YAML reads {value} as text: write it with a decimal point, e.g. {value.lower().replace('e', '.0e', 1)})"
+        return [located.issue(path, f"expected {want}, got {_describe(value)}{hint}")]
     if kind == "enum":
         options = ", ".join(repr(o) for o in error.validator_value)
         return [located.issue(path, f"{_describe(value)} is not one of {options}{_suggest(value, error.validator_value)}")]
@@ -72,7 +76,8 @@ def _to_issues(error, located: Located) -> list[Issue]:
         word = "greater than" if kind == "maximum" else "greater than or equal to"
         return [located.issue(path, f"{_describe(value)} is {word} the maximum of {error.validator_value}")]
     if kind == "pattern":
-        return [located.issue(path, f"{_describe(value)} does not match the pattern {error.validator_value} ({schema.get('description', '')})".rstrip(" ()"))]
+        why = f" ({schema['description']})" if schema.get("description") else ""
+        return [located.issue(path, f"{_describe(value)} does not match the pattern {error.validator_value}{why}")]
     if kind in ("maxLength", "minLength", "minItems", "maxItems"):
         return [located.issue(path, error.message)]
     return [located.issue(path, error.message)]

@@ -92,6 +92,9 @@ def load_located(path: str | Path, text: str | None = None) -> Located:
         mark = exc.problem_mark or exc.context_mark
         line, col = _pos(mark) if mark else (1, 1)
         problem = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.context_mark and exc.problem and exc.context_mark is not mark:
+            start_line, start_col = _pos(exc.context_mark)
+            problem += f" ({exc.context} at line {start_line}, column {start_col})"
         raise SpecError([Issue(name, line, col, "", f"YAML syntax error: {problem}")]) from None
     except yaml.YAMLError as exc:  # e.g. more than one document
         raise SpecError([Issue(name, 1, 1, "", f"YAML error: {exc}")]) from None
@@ -110,7 +113,7 @@ def _build(node, path, located, budget, issues):
     budget[0] -= 1
     if budget[0] < 0:
         if budget[0] == -1:
-            issues.append(Issue(located.file, *_pos(node.start_mark), dotted(path),
+            issues.append(Issue(located.file, *_pos(node.start_mark), "",
                                 f"document expands to more than {MAX_NODES} nodes (alias bomb?)"))
         return None
     located.value_pos.setdefault(path, _pos(node.start_mark))

@@ -1,0 +1,76 @@
+"""The names the figure templates define: TikZ styles, parameter macros, node names.
+
+One list, in code, so `dtgen contract --check` and the tests can verify that the
+contract (schemas/meta.json) and the templates agree. Must not import torch.
+
+Node naming (fixed, as the seed template's edit contract):
+  data                the training-data source
+  w1..wN              workers, top to bottom (1-based; pipeline: the worker running stage i)
+  ps | ps1..psS       the parameter server, or its S shards (central storage: ps)
+  h1..hH              hosts (boxes grouping their workers)
+  s1..sS              pipeline stages (the stage box drawn above worker w_i)
+  ar                  the collective of a native all-reduce (the bar the workers meet in)
+  workers             the brace tip standing for all workers when they are elided
+  title               the figure title
+  <name>-label        the text label of node <name> (w1-label, ps-label, ...)
+Timeline figures name their lane labels <panel>-<lane>-label (sync-w1-label) so a
+sync and an async panel can share one picture.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Styles every topology picture defines (the flows keep the seed's names).
+TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "peer", "hostbox", "psbox",
+                   "stagebox", "elide", "brace", "ttl")
+# Styles of the timeline picture: one per box kind of the trace vocabulary
+# (docs/dev/runner-interface.md), plus lanes, axis and panel titles.
+BOX_KINDS = ("fetch", "forward", "backward", "slowdown", "optimizer", "update", "push",
+             "allreduce", "gossip", "send", "recv", "wait")
+TIMELINE_STYLES = ("slbl", "ttl", "lane", "axis", "tick", "panel") + tuple(f"tl-{kind}" for kind in BOX_KINDS)
+STYLES = tuple(dict.fromkeys(TOPOLOGY_STYLES + TIMELINE_STYLES))
+
+# Parameter macros (\def\colsep{...}) the topology template defines, as the seed's contract.
+PARAMETERS = ("colsep", "rowsep", "datalabel", "pslabel", "batchlabel", "gradlabel", "weightlabel", "titlelabel")
+# Worker label macros follow the seed: \workeronelabel, \workertwolabel, ... (one per drawn worker).
+WORKER_LABEL_MACRO = re.compile(r"^worker[a-z]+label$")
+# Icon macros, each taking one palette colour name as its argument.
+ICON_MACROS = {"gpu": "gpupic", "cpu": "cpupic", "server": "serverpic", "dataset": "datasetpic",
+               "database": "databasepic", "none": "nonepic"}
+
+NODE_PATTERNS = {
+    "data": r"data",
+    "worker": r"w[1-9][0-9]*",
+    "server": r"ps|ps[1-9][0-9]*",
+    "host": r"h[1-9][0-9]*",
+    "stage": r"s[1-9][0-9]*",
+    "collective": r"ar",
+    "workers": r"workers",
+    "title": r"title",
+}
+_NODE_RE = re.compile(r"^(?:%s)(?:-label)?$" % "|".join(f"(?:{p})" for p in NODE_PATTERNS.values()))
+
+_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def number_word(n: int) -> str:
+    """English words for 0 <= n < 10000 without spaces (TeX macro names take letters only)."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + (_ONES[n % 10] if n % 10 else "")
+    if n < 1000:
+        return _ONES[n // 100] + "hundred" + (number_word(n % 100) if n % 100 else "")
+    return number_word(n // 1000) + "thousand" + (number_word(n % 1000) if n % 1000 else "")
+
+
+def worker_label_macro(worker_id: str) -> str:
+    """The label macro of a worker, as the seed: w1 -> workeronelabel."""
+    return f"worker{number_word(int(worker_id[1:]))}label"
+
+
+def is_node_name(name: str) -> bool:
+    """True when `name` follows the node naming scheme above."""
+    return bool(_NODE_RE.match(name))

@@ -1,0 +1,97 @@
+"""`dtgen init`: a commented starter spec that editors can check as the user types.
+
+The first line is the YAML language server's `$schema` comment, pointing at the schema
+shipped with this installation, so VS Code / Neovim autocomplete keys and flag errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import DtgenError
+from .resources import schemas_dir
+
+STRATEGY_BLOCKS = {
+    "single": """\
+strategy:
+  kind: single                # one process, no communication: the baseline""",
+    "parameter-server": """\
+strategy:
+  kind: parameter-server      # workers push gradients, servers update and send weights back
+  sync: sync                  # sync: wait for every worker | async: apply each push at once""",
+    "central-storage": """\
+strategy:
+  kind: central-storage       # variables on one host, compute replicated, sync updates""",
+    "allreduce": """\
+strategy:
+  kind: allreduce             # every worker averages gradients with every other
+  algorithm: ring             # native (PyTorch's collective) | ring | tree | hierarchical""",
+    "gossip": """\
+strategy:
+  kind: gossip                # decentralized: each worker averages parameters with its peers
+  peers: 2                    # ring neighbours per step""",
+    "pipeline": """\
+strategy:
+  kind: pipeline              # model parallelism: one stage per worker
+  microbatches: 4             # microbatches per step (fewer -> bigger pipeline bubble)
+  schedule: 1f1b              # gpipe | 1f1b""",
+}
+
+
+def render_starter(kind: str) -> str:
+    """The starter spec text for a strategy."""
+    schema = (schemas_dir() / "spec.schema.json").resolve().as_uri()
+    workers = 1 if kind == "single" else 3
+    servers = 1 if kind in ("parameter-server", "central-storage") else 0
+    slowdown = "" if kind == "single" else "\n    slowdown: {}              # stragglers, e.g. {w3: 2.0} = w3 computes twice as slowly"
+    return f"""\
+# yaml-language-server: $schema={schema}
+# dtgen experiment spec. Check it:   dtgen validate THIS_FILE
+# Draw it:   dtgen figure THIS_FILE --format pdf      Run it:   dtgen run THIS_FILE
+# Every key below is optional except strategy.kind; the values shown are the defaults.
+name: my-{kind}                 # lowercase letters, digits, dashes; names output files
+title: My {kind.replace('-', ' ')} experiment
+
+topology:
+  data: {{label: Training data}}
+  workers:
+    count: {workers}                  # w1..wN, one process each
+    label: "Worker {{i}}"         # {{i}} = 1-based index{slowdown}
+  servers: {{count: {servers}}}         # parameter-server shards ps / ps1..psS (0: none)
+  hosts: 1                      # machines; workers spread evenly over them
+
+{STRATEGY_BLOCKS[kind]}
+
+training:
+  model: {{kind: mlp, layers: [32, 128, 128, 10]}}   # input width first, classes last
+  dataset: {{kind: synthetic, samples: 16384, seed: 0}}
+  batch_size: 256               # per worker per step
+  steps: 200
+  optimizer: {{kind: sgd, lr: 0.05}}
+  seed: 0
+
+runtime: {{backend: auto, device: auto, timeout_s: 120}}   # auto: NCCL on GPUs, else gloo on CPU
+
+figure:
+  palette: light                # light | dark
+  colsep: 4.6                   # cm between data, workers and server
+  rowsep: 2.5                   # cm between workers
+  # Single quotes for TeX: in double quotes "\\nabla" would become a newline.
+  labels: {{batch: batch, grad: '$\\nabla\\theta$', weight: '$\\theta$'}}
+  colors: {{data: otgray, grad: otpurple, weight: otteal}}   # palette names only
+  icons: {{data: dataset, worker: gpu, server: server}}
+"""
+
+
+def write_starter(kind: str, path: Path | None, force: bool = False) -> str:
+    """Render the starter; write it to `path` unless None. Refuses to overwrite without force."""
+    text = render_starter(kind)
+    if path is not None:
+        if path.exists() and not force:
+            raise DtgenError(f"{path} exists; use --force to overwrite it")
+        if path.is_dir():
+            raise DtgenError(f"{path} is a directory")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return text

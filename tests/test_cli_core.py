@@ -1,0 +1,91 @@
+"""validate / contract / init from the command line, as a user types them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from opentikz_dt.cli import main
+from opentikz_dt.spec import load_spec
+
+CASES = Path(__file__).parent / "cases"
+
+
+def run_cli(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_validate_reports_all_files_at_once():
+    bad = [CASES / "bad" / "unknown-keys.yaml", CASES / "bad" / "misspelt-value.yaml"]
+    result = run_cli("validate", *map(str, bad), str(CASES / "good" / "minimal-allreduce.yaml"))
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[-1] == "4 problem(s) in 2 file(s)"
+    assert any("did you mean 'algorithm'" in line for line in lines)
+    assert any("did you mean 'async'" in line for line in lines)
+
+
+def test_validate_ok_prints_each_file():
+    good = CASES / "good" / "minimal-allreduce.yaml"
+    result = run_cli("validate", str(good))
+    assert result.exit_code == 0
+    assert result.output == f"{good}: ok\n"
+
+
+def test_missing_file_and_directory(tmp_path):
+    result = run_cli("validate", str(tmp_path / "nope.yaml"), str(tmp_path))
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'nope.yaml'}:1:1: no such file" in result.output
+    assert f"{tmp_path}:1:1: is a directory, not a spec file" in result.output
+
+
+def test_debug_shows_traceback_only_when_asked(tmp_path):
+    target = tmp_path / "exists.yaml"
+    target.write_text("x: 1\n")
+    plain = subprocess.run([sys.executable, "-m", "opentikz_dt", "init", str(target)], capture_output=True, text=True)
+    assert plain.returncode == 2
+    assert plain.stderr == f"dtgen: error: {target} exists; use --force to overwrite it\n"
+    debug = subprocess.run([sys.executable, "-m", "opentikz_dt", "--debug", "init", str(target)], capture_output=True, text=True)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+@pytest.mark.parametrize("kind", ["single", "parameter-server", "central-storage", "allreduce", "gossip", "pipeline"])
+def test_init_writes_a_valid_commented_spec(tmp_path, kind):
+    target = tmp_path / "spec.yaml"
+    result = run_cli("init", "--strategy", kind, str(target))
+    assert result.exit_code == 0, result.output
+    text = target.read_text()
+    first = text.splitlines()[0]
+    assert first.startswith("# yaml-language-server: $schema=file://")
+    schema_path = Path(first.split("file://", 1)[1])
+    assert json.loads(schema_path.read_text())["title"] == "dtgen experiment spec"
+    assert load_spec(target).strategy.kind == kind
+
+
+def test_init_to_stdout_and_refuses_overwrite(tmp_path):
+    result = run_cli("init", "--strategy", "gossip")
+    assert "kind: gossip" in result.output
+    target = tmp_path / "spec.yaml"
+    target.write_text("keep me\n")
+    result = run_cli("init", str(target))
+    assert result.exit_code == 2
+    assert target.read_text() == "keep me\n"
+
+
+def test_contract_prints_meta_json():
+    result = run_cli("contract")
+    assert result.exit_code == 0
+    meta = json.loads(result.output)
+    contract = meta["edit_contract"]
+    assert meta["type"] == "template"
+    assert {"parameters", "node_naming", "styles", "operations", "invariants"} <= set(contract)
+    assert {"rename-node", "add-worker", "change-spacing", "swap-icon", "recolor"} <= set(contract["operations"])
+    for param in contract["parameters"]:
+        assert param["path"] and param["type"], param
+    for invariant in contract["invariants"]:
+        assert invariant["id"] and invariant["check"], invariant
