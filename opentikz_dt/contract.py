@@ -42,14 +42,17 @@ def _template_text() -> str:
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(templates_dir().rglob("*")) if p.is_file())
 
 
-def check_contract() -> list[str]:
+def check_contract(meta: dict | None = None, templates: str | None = None) -> list[str]:
     """Every disagreement between meta.json, the spec schema, the templates and the code."""
-    contract = load_contract()["edit_contract"]
-    templates = _template_text()
+    contract = (meta or load_contract())["edit_contract"]
+    templates = _template_text() if templates is None else templates
     problems: list[str] = []
     for param in contract["parameters"]:
-        if _schema_node(param["path"]) is None:
+        node = _schema_node(param["path"])
+        if node is None:
             problems.append(f"parameter {param['name']}: spec path {param['path']} is not in the schema")
+            continue
+        problems += _compare_bounds(param, node)
         macro = param.get("macro")
         if macro and not re.search(r"\\def" + re.escape(macro) + r"(?![A-Za-z])", templates):
             problems.append(f"parameter {param['name']}: macro {macro} is not defined in templates/")
@@ -59,6 +62,17 @@ def check_contract() -> list[str]:
     problems += _check_operations(contract["operations"])
     problems += _check_invariants(contract["invariants"])
     problems += _check_rendered_node_names(contract["node_naming"]["patterns"])
+    return problems
+
+
+def _compare_bounds(param: dict, node: dict) -> list[str]:
+    """The contract's type bounds must be the schema's, so neither can drift."""
+    if "$ref" in node:
+        node = {**spec_schema()["$defs"][node["$ref"].rsplit("/", 1)[-1]], **node}
+    problems = []
+    for key in ("minimum", "maximum", "enum", "default"):
+        if key in param and key in node and param[key] != node[key]:
+            problems.append(f"parameter {param['name']}: {key} {param[key]!r} differs from the schema's {node[key]!r}")
     return problems
 
 

@@ -12,6 +12,8 @@ Node naming (fixed, as the seed template's edit contract):
   ar                  the collective of a native all-reduce (the bar the workers meet in)
   workers             the brace tip standing for all workers when they are elided
   title               the figure title
+  w-more, ps-more,... the ellipsis standing for the elided workers / shards / hosts / stages
+  psgroup             the box around the shards ps1..psS
   <name>-label        the text label of node <name> (w1-label, ps-label, ...)
 Timeline figures name their lane labels <panel>-<lane>-label (sync-w1-label) so a
 sync and an async panel can share one picture.
@@ -48,8 +50,11 @@ NODE_PATTERNS = {
     "collective": r"ar",
     "workers": r"workers",
     "title": r"title",
+    "elided": r"(?:w|ps|h|s)-more",
+    "group": r"psgroup",
 }
-_NODE_RE = re.compile(r"^(?:%s)(?:-label)?$" % "|".join(f"(?:{p})" for p in NODE_PATTERNS.values()))
+# Labels: <node>-label; edge labels: <src>-<dst>-<style>-label.
+_NODE_RE = re.compile(r"^(?:%s)(?:-(?:%s)-[a-z]+)?(?:-label)?$" % (("|".join(f"(?:{p})" for p in NODE_PATTERNS.values()),) * 2))
 
 _ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()

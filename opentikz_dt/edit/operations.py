@@ -1,0 +1,224 @@
+"""The edit contract's operations: each changes one spec document in place.
+
+An operation gets an EditContext (the round-trip document plus the resolved values of
+the spec before the edit) and the arguments its schema in schemas/meta.json allows. It
+only states intent; whether the result is acceptable is decided afterwards by the same
+schema, rules and invariants as `dtgen validate`. An operation refuses by itself only
+where it can say something more useful than a rule would (removing the last worker).
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spec import STRATEGY_TITLES
+from .yamldoc import YamlDoc
+
+WORKERS = ("topology", "workers")
+SERVERS = ("topology", "servers")
+STRATEGY = ("strategy",)
+MIN_WORKERS = {"allreduce": 2, "gossip": 2, "pipeline": 2}
+# Strategy keys that only one kind reads; set-strategy removes them from the others.
+KIND_KEYS = {"algorithm": "allreduce", "microbatches": "pipeline", "schedule": "pipeline",
+             "stages": "pipeline", "peers": "gossip"}
+DEFAULT_WORKERS = 3
+
+
+class OperationRefused(Exception):
+    """An operation that cannot apply to this spec; `path` is the key to change instead."""
+
+    def __init__(self, path: tuple, message: str):
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+@dataclass
+class EditContext:
+    doc: YamlDoc
+    data: dict  # the spec before the edit, resolved (every default filled in)
+
+    @property
+    def kind(self) -> str:
+        return self.data["strategy"]["kind"]
+
+    @property
+    def workers(self) -> int:
+        return self.data["topology"]["workers"]["count"]
+
+    @property
+    def servers(self) -> int:
+        return self.data["topology"]["servers"]["count"]
+
+
+def _title(kind: str, sync: str) -> str:
+    """The title a spec without one gets (spec.resolve's rule)."""
+    return STRATEGY_TITLES[kind] + (" (asynchronous)" if sync == "async" else "")
+
+
+def _retitle(ctx: EditContext, kind: str, sync: str) -> None:
+    # A title the user copied from the default follows the strategy; their own stays.
+    old = ctx.doc.get(("title",))
+    if old is not None and old == _title(ctx.kind, ctx.data["strategy"]["sync"]):
+        ctx.doc.set(("title",), _title(kind, sync))
+
+
+def rename_node(ctx: EditContext, node: str, label: str) -> None:
+    if node == "data":
+        ctx.doc.set(("topology", "data", "label"), label)
+    elif node == "title":
+        ctx.doc.set(("title",), label)
+    elif node.startswith("w"):
+        if int(node[1:]) > ctx.workers:
+            raise OperationRefused(WORKERS + ("count",), f"no node '{node}': the workers are w1..w{ctx.workers}")
+        ctx.doc.set(WORKERS + ("labels", node), label)
+    else:
+        _rename_server(ctx, node, label)
+
+
+def _rename_server(ctx: EditContext, node: str, label: str) -> None:
+    count = ctx.servers
+    if count == 0:
+        raise OperationRefused(("strategy", "kind"), f"no node '{node}': strategy '{ctx.kind}' has no server")
+    if node != "ps":
+        if count == 1:
+            raise OperationRefused(SERVERS + ("count",), f"no node '{node}': the one server is 'ps'")
+        if int(node[2:]) > count:
+            raise OperationRefused(SERVERS + ("count",), f"no node '{node}': the shards are ps1..ps{count}")
+        raise OperationRefused(SERVERS + ("label",), f"shards are labelled '<label> i' from one label; rename them all with --node ps (shard {node} is '{ctx.data['topology']['servers']['label']} {node[2:]}')")
+    ctx.doc.set(SERVERS + ("label",), label)
+
+
+def add_worker(ctx: EditContext, label: str | None = None) -> None:
+    new = ctx.workers + 1
+    ctx.doc.set(WORKERS + ("count",), new)
+    if label is not None:
+        ctx.doc.set(WORKERS + ("labels", f"w{new}"), label)
+    # Pipeline stages default to the worker count; an explicit value must follow it.
+    if ctx.kind == "pipeline" and ctx.doc.has(STRATEGY + ("stages",)):
+        ctx.doc.set(STRATEGY + ("stages",), new)
+
+
+def remove_worker(ctx: EditContext) -> None:
+    count, low = ctx.workers, MIN_WORKERS.get(ctx.kind, 1)
+    if count - 1 < low:
+        need = f"{ctx.kind} needs at least {low} workers" if low > 1 else "a spec needs at least one worker"
+        raise OperationRefused(WORKERS + ("count",), f"cannot remove w{count}: {need}")
+    ctx.doc.set(WORKERS + ("count",), count - 1)
+    for table in ("labels", "slowdown"):
+        ctx.doc.delete(WORKERS + (table, f"w{count}"))
+    if ctx.kind == "pipeline" and ctx.doc.has(STRATEGY + ("stages",)):
+        ctx.doc.set(STRATEGY + ("stages",), count - 1)
+
+
+def _need_sharded_servers(ctx: EditContext, verb: str) -> None:
+    if ctx.kind == "central-storage":
+        raise OperationRefused(("strategy", "kind"), f"cannot {verb} a server: central-storage keeps the variables on exactly one host (set-strategy --kind parameter-server for shards)")
+    if ctx.kind != "parameter-server":
+        raise OperationRefused(("strategy", "kind"), f"cannot {verb} a server: strategy '{ctx.kind}' has no parameter server (set-strategy --kind parameter-server first)")
+
+
+def add_server(ctx: EditContext) -> None:
+    _need_sharded_servers(ctx, "add")
+    ctx.doc.set(SERVERS + ("count",), ctx.servers + 1)
+
+
+def remove_server(ctx: EditContext) -> None:
+    _need_sharded_servers(ctx, "remove")
+    if ctx.servers <= 1:
+        raise OperationRefused(SERVERS + ("count",), "cannot remove ps: parameter-server needs at least one server")
+    ctx.doc.set(SERVERS + ("count",), ctx.servers - 1)
+
+
+def change_spacing(ctx: EditContext, colsep: float | None = None, rowsep: float | None = None) -> None:
+    for key, value in (("colsep", colsep), ("rowsep", rowsep)):
+        if value is not None:
+            ctx.doc.set(("figure", key), value)
+
+
+def swap_icon(ctx: EditContext, role: str, icon: str) -> None:
+    ctx.doc.set(("figure", "icons", role), icon)
+
+
+def recolor(ctx: EditContext, flow: str, color: str) -> None:
+    ctx.doc.set(("figure", "colors", flow), color)
+
+
+def set_sync(ctx: EditContext, mode: str) -> None:
+    ctx.doc.set(STRATEGY + ("sync",), mode)
+    _retitle(ctx, ctx.kind, mode)
+
+
+def set_label(ctx: EditContext, which: str, text: str) -> None:
+    ctx.doc.set(("title",) if which == "title" else ("figure", "labels", which), text)
+
+
+def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, schedule: str | None = None) -> None:
+    for option, value, owner in (("algorithm", algorithm, "allreduce"), ("schedule", schedule, "pipeline")):
+        if value is not None and kind != owner:
+            raise OperationRefused(STRATEGY + (option,), f"--{option} applies to kind {owner} only, not '{kind}'")
+    doc = ctx.doc
+    doc.set(STRATEGY + ("kind",), kind)
+    sync = ctx.data["strategy"]["sync"]
+    if kind != "parameter-server" and sync == "async":
+        doc.set(STRATEGY + ("sync",), "sync")
+        sync = "sync"
+    for key, owner in KIND_KEYS.items():
+        if kind != owner:
+            doc.delete(STRATEGY + (key,))
+    workers = _fit_workers(ctx, kind)
+    _fit_servers(ctx, kind)
+    if algorithm is not None:
+        doc.set(STRATEGY + ("algorithm",), algorithm)
+        if algorithm == "hierarchical" and ctx.data["topology"]["hosts"] < 2:
+            doc.set(("topology", "hosts"), 2)
+    if schedule is not None:
+        doc.set(STRATEGY + ("schedule",), schedule)
+    if kind == "gossip" and ctx.data["strategy"]["peers"] >= workers:
+        doc.set(STRATEGY + ("peers",), workers - 1)
+    _retitle(ctx, kind, sync)
+
+
+def _fit_workers(ctx: EditContext, kind: str) -> int:
+    """Set the worker count the new strategy needs; return it."""
+    count = ctx.workers
+    if kind == "single" and count != 1:
+        ctx.doc.set(WORKERS + ("count",), 1)
+        for table in ("labels", "slowdown"):
+            for worker_id in list(ctx.data["topology"]["workers"][table]):
+                if worker_id != "w1":
+                    ctx.doc.delete(WORKERS + (table, worker_id))
+        if ctx.data["topology"]["hosts"] != 1:
+            ctx.doc.set(("topology", "hosts"), 1)
+        return 1
+    if count < MIN_WORKERS.get(kind, 1):
+        layers = len(ctx.data["training"]["model"]["layers"]) - 1
+        count = max(2, min(DEFAULT_WORKERS, layers)) if kind == "pipeline" else DEFAULT_WORKERS
+        ctx.doc.set(WORKERS + ("count",), count)
+    return count
+
+
+def _fit_servers(ctx: EditContext, kind: str) -> None:
+    # Without an explicit count the default already follows the kind (spec.resolve).
+    if not ctx.doc.has(SERVERS + ("count",)):
+        return
+    current = ctx.servers
+    target = {"parameter-server": max(current, 1), "central-storage": 1}.get(kind, 0)
+    if target != current:
+        ctx.doc.set(SERVERS + ("count",), target)
+
+
+OPERATIONS = {
+    "rename-node": rename_node,
+    "add-worker": add_worker,
+    "remove-worker": remove_worker,
+    "add-server": add_server,
+    "remove-server": remove_server,
+    "change-spacing": change_spacing,
+    "swap-icon": swap_icon,
+    "recolor": recolor,
+    "set-sync": set_sync,
+    "set-strategy": set_strategy,
+    "set-label": set_label,
+}

@@ -1,0 +1,114 @@
+"""Parent-side merge of what the ranks left: trace.json, metrics.json, model.pt.
+
+Works on partial output too (a crashed run): torn last lines are skipped, missing
+ranks are simply absent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _rank_files(directory: Path, suffix: str) -> dict[int, Path]:
+    out = {}
+    for p in directory.glob(f"rank*{suffix}"):
+        num = p.name[4:-len(suffix)]
+        if num.isdigit():
+            out[int(num)] = p
+    return dict(sorted(out.items()))
+
+
+def merge_trace(run_dir: Path, roles, metadata: dict) -> dict:
+    """Concatenate trace/rank<r>.jsonl into the Chrome trace trace.json; returns counts."""
+    run_dir = Path(run_dir)
+    events, torn = [], 0
+    for rank, (role, ident) in enumerate(roles):
+        events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"{ident} (rank {rank})"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+        events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 0, "args": {"name": "compute"}})
+        events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 1, "args": {"name": "comm"}})
+    spans = 0
+    for rank, path in _rank_files(run_dir / "trace", ".jsonl").items():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    torn += 1
+                    continue
+                events.append(event)
+                spans += event.get("ph") == "X"
+    trace = {"traceEvents": events, "displayTimeUnit": "ms", "metadata": dict(metadata, torn_lines=torn)}
+    (run_dir / "trace.json").write_text(json.dumps(trace, separators=(",", ":")), encoding="utf-8")
+    return {"spans": spans, "torn_lines": torn}
+
+
+def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
+    run_dir = Path(run_dir)
+    per_rank = {r: m for r, p in _rank_files(run_dir / "metrics", ".json").items() if (m := _read_json(p))}
+    losses: dict[int, list[float]] = {}
+    ends: dict[int, float] = {}
+    for m in per_rank.values():
+        for s, v in m["loss"].items():
+            losses.setdefault(int(s), []).append(v)
+        for s, t in m["step_end"].items():
+            ends[int(s)] = max(ends.get(int(s), t), t)
+    last = max(list(losses) + list(ends), default=-1)
+    loss = [round(mean(losses[s]), 7) if s in losses else None for s in range(last + 1)]
+    wall = [round(ends[s], 6) if s in ends else None for s in range(last + 1)]
+    starts = [m["first_start"] for m in per_rank.values() if m.get("first_start") is not None]
+    span = (max(ends.values()) - min(starts)) if ends and starts else 0.0
+    stages = [m for m in per_rank.values() if m["role"] == "stage"]
+    workers = [m for m in per_rank.values() if m["role"] == "worker"]
+    total = max((m["samples"] for m in stages), default=0) if stages else sum(m["samples"] for m in workers)
+    per_worker, step_time = {}, {}
+    for m in workers + stages:
+        if m["step_time"]:
+            step_time[m["id"]] = round(mean(m["step_time"].values()), 6)
+            own = max(m["step_end"].values()) - m["first_start"] if m.get("first_start") is not None else 0
+            per_worker[m["id"]] = round(m["samples"] / own, 2) if own > 0 else 0.0
+    metrics = {
+        "steps": steps,
+        "steps_done": last + 1,
+        "loss": loss,
+        "wall_s": wall,
+        "samples_per_s": round(total / span, 2) if span > 0 else 0.0,
+        "step_time_s": step_time,
+        "bytes": {str(r): {"sent": m["sent"], "recv": m["recv"]} for r, m in per_rank.items()},
+        "staleness": [v for m in per_rank.values() for v in m["staleness"]],
+        "per_worker_samples_per_s": per_worker,
+    }
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
+    return metrics
+
+
+def merge_model(run_dir: Path) -> list[str]:
+    """Union of every rank's saved parameters into model.pt; returns the keys."""
+    import torch
+
+    run_dir = Path(run_dir)
+    state = {}
+    for rank, path in _rank_files(run_dir / "model_parts", ".pt").items():
+        part = torch.load(path, weights_only=True)
+        for k, v in part.items():
+            if k in state and not torch.equal(state[k], v):
+                raise ValueError(f"model_parts/rank{rank}.pt: {k} differs from another rank's copy")
+            state[k] = v
+    if state:
+        ordered = dict(sorted(state.items(), key=lambda kv: _key_order(kv[0])))
+        torch.save(ordered, run_dir / "model.pt")
+    return list(state)
+
+
+def _key_order(name: str):
+    parts = name.split(".")
+    return [int(p) if p.isdigit() else p for p in parts]

@@ -1,0 +1,91 @@
+"""Per-rank metrics (loss per step, samples, step times, bytes, staleness) and progress.
+
+Each rank writes metrics/rank<r>.json at the end or on failure, and a small
+progress/rank<r>.json at most every PROGRESS_S seconds that the parent tails for the
+live progress line and for hang detection. The parent merges (see merge.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+PROGRESS_S = 0.5
+
+
+def write_json_atomic(path: Path, data) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class Metrics:
+    def __init__(self, run_dir: Path, rank: int, ident: str, role: str, clock):
+        self.run_dir, self.rank, self.ident, self.role = Path(run_dir), rank, ident, role
+        self.clock = clock  # () -> seconds on the run's clock
+        self.loss: dict[int, float] = {}
+        self.step_time: dict[int, float] = {}
+        self.step_end: dict[int, float] = {}
+        self.samples = 0
+        self.sent = 0
+        self.recv = 0
+        self.staleness_values: list[float] = []
+        self.current_step = -1
+        self.started_step = -1
+        self.first_start: float | None = None
+        self._last_progress = 0.0
+        self.on_step = None  # set by the worker: flush the tracer now and then
+
+    # --- recording -------------------------------------------------------------------
+    def step_done(self, step: int, loss: float | None, samples: int, seconds: float) -> None:
+        now = self.clock()
+        if self.first_start is None:
+            self.first_start = now - seconds
+        if loss is not None:
+            self.loss[step] = float(loss)
+        self.step_time[step] = float(seconds)
+        self.step_end[step] = now
+        self.samples += int(samples)
+        self.current_step = max(self.current_step, step)
+        if time.monotonic() - self._last_progress >= PROGRESS_S:
+            self.write_progress()
+        if self.on_step is not None:
+            self.on_step()
+
+    def staleness(self, value: float) -> None:
+        self.staleness_values.append(float(value))
+
+    def add_bytes(self, sent: int = 0, recv: int = 0) -> None:
+        self.sent += sent
+        self.recv += recv
+
+    # --- snapshots (checkpoints) and files ---------------------------------------------
+    def snapshot(self) -> dict:
+        return {"loss": dict(self.loss), "step_time": dict(self.step_time), "step_end": dict(self.step_end),
+                "samples": self.samples, "sent": self.sent, "recv": self.recv,
+                "staleness": list(self.staleness_values), "first_start": self.first_start}
+
+    def restore(self, snap: dict) -> None:
+        self.loss = {int(k): v for k, v in snap["loss"].items()}
+        self.step_time = {int(k): v for k, v in snap["step_time"].items()}
+        self.step_end = {int(k): v for k, v in snap["step_end"].items()}
+        self.samples, self.sent, self.recv = snap["samples"], snap["sent"], snap["recv"]
+        self.staleness_values = list(snap["staleness"])
+        self.first_start = snap["first_start"]
+        self.current_step = max(self.step_end, default=-1)
+
+    def write_progress(self) -> None:
+        self._last_progress = time.monotonic()
+        last = max(self.loss, default=None)
+        write_json_atomic(self.run_dir / "progress" / f"rank{self.rank}.json", {
+            "rank": self.rank, "id": self.ident, "role": self.role, "step": self.current_step, "started": self.started_step,
+            "loss": self.loss[last] if last is not None else None, "samples": self.samples,
+            "first_start": self.first_start, "now": self.clock(), "wall": time.time()})
+
+    def write(self) -> None:
+        data = self.snapshot()
+        data.update(rank=self.rank, id=self.ident, role=self.role)
+        write_json_atomic(self.run_dir / "metrics" / f"rank{self.rank}.json", data)
+        self.write_progress()

@@ -1,0 +1,126 @@
+"""Wire format and push inbox of the server strategies (parameter server, central storage).
+
+- Weights travel as one flat byte buffer per shard: the shard's float tensors in model
+  order, then a float64 header (server version, server's run-clock time in µs when it
+  sent). One message per fetch: the version and send time ride along for free, so a
+  worker can split its blocked time into `wait` (server not done yet) and `fetch`.
+- Gradients travel as one flat float buffer per shard, no header.
+- `Inbox` returns whichever worker's push landed first *without* any-source receive
+  (NCCL has none): one pending receive per worker. A gloo receive reports completion
+  only from `wait()` (measured: `is_completed()` stays False), so on gloo a waiter thread
+  per pending receive blocks in `wait()` and queues the worker; on NCCL the main thread
+  polls `is_completed()` (a CUDA event query), then calls `wait()`.
+Imports torch; used only by runner strategies.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import torch
+
+from ..errors import RunError
+
+HEADER = 2  # float64 values after the weights: version, sender time (µs, run clock)
+_HEADER_BYTES = 8 * HEADER
+
+
+def flat_numel(tensors) -> int:
+    return sum(t.numel() for t in tensors)
+
+
+def weights_buffer(tensors) -> torch.Tensor:
+    """An empty receive buffer for `pack_weights(tensors, ...)`."""
+    size = flat_numel(tensors) * tensors[0].element_size() + _HEADER_BYTES
+    return torch.empty(size, dtype=torch.uint8, device=tensors[0].device)
+
+
+def pack_weights(tensors, version: int, now_us: float) -> torch.Tensor:
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    header = torch.tensor([float(version), float(now_us)], dtype=torch.float64, device=flat.device)
+    return torch.cat([flat.view(torch.uint8), header.view(torch.uint8)])
+
+
+def unpack_weights(buf: torch.Tensor, tensors) -> tuple[int, float]:
+    """Copy the weights into `tensors` in place; return (version, sender time in µs)."""
+    body = buf[:-_HEADER_BYTES].view(tensors[0].dtype)
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(body[offset:offset + t.numel()].view_as(t))
+            offset += t.numel()
+    # clone: the header's byte offset need not be 8-aligned for a float64 view
+    version, sent_us = buf[-_HEADER_BYTES:].clone().view(torch.float64).tolist()
+    return int(version), sent_us
+
+
+def flatten_grads(tensors) -> torch.Tensor:
+    return torch.cat([t.grad.reshape(-1) for t in tensors])
+
+
+def assign_grads(flat: torch.Tensor, tensors) -> None:
+    """Make `flat` (views into it, no copy) the `.grad` of `tensors`."""
+    offset = 0
+    for t in tensors:
+        t.grad = flat[offset:offset + t.numel()].view_as(t)
+        offset += t.numel()
+
+
+class Inbox:
+    """One pending receive per worker; `next()` yields the worker whose receive completed."""
+
+    def __init__(self, backend: str, timeout_s: float):
+        self.poll = backend == "nccl"
+        self.timeout_s = timeout_s
+        self._pending: dict[int, object] = {}
+        self._done: queue.Queue = queue.Queue()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def post(self, worker: int, work) -> None:
+        self._pending[worker] = work
+        if not self.poll:
+            threading.Thread(target=self._wait, args=(worker, work), daemon=True,
+                             name=f"dtgen-inbox-{worker}").start()
+
+    def _wait(self, worker: int, work) -> None:
+        try:
+            work.wait()
+            self._done.put((worker, None))
+        except Exception as exc:  # handed to the main thread, which raises it
+            self._done.put((worker, exc))
+
+    def next(self) -> int:
+        """Block until some worker's pending receive completes; return that worker."""
+        if self.poll:
+            return self._next_polled()
+        try:
+            worker, exc = self._done.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise RunError(f"no push arrived from workers {sorted(self._pending)} "
+                           f"within runtime.timeout_s = {self.timeout_s:g} s") from None
+        if exc is not None:
+            raise exc
+        del self._pending[worker]
+        return worker
+
+    def _next_polled(self) -> int:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            for worker, work in self._pending.items():
+                if work.is_completed():
+                    work.wait()
+                    del self._pending[worker]
+                    return worker
+            if time.monotonic() > deadline:
+                raise RunError(f"no push arrived from workers {sorted(self._pending)} "
+                               f"within runtime.timeout_s = {self.timeout_s:g} s")
+            time.sleep(50e-6)
+
+
+def perf_ns_of(tracer, run_us: float) -> int:
+    """A run-clock time (µs) as this process's perf_counter_ns() value."""
+    return int(tracer.base_ns + (run_us - tracer.offset_us) * 1000)

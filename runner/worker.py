@@ -1,0 +1,145 @@
+"""What every rank runs: redirect its log, join the process group, align clocks, train.
+
+`rank_main` is the launcher's entrypoint (picklable, module level). On any exception it
+records `failure/rank<r>.json` (kind crash | comm | error), flushes its trace and
+metrics, and re-raises so the elastic agent tears the run down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def _redirect_output(run_dir: Path, rank: int) -> None:
+    log = open(run_dir / "logs" / f"rank{rank}.log", "a", buffering=1, encoding="utf-8")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+
+
+def rank_main(run_dir: str, launch: dict) -> None:
+    run_dir = Path(run_dir)
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    _redirect_output(run_dir, rank)
+    print(f"dtgen: rank {rank} attempt {attempt} pid {os.getpid()} host {socket.gethostname()}", flush=True)
+
+    import torch
+
+    torch.set_num_threads(1)
+    from ..spec import spec_from_data
+    from .dist import resolve_backend, setup_process_group, teardown
+    from .strategies import load_strategy
+
+    import yaml
+
+    spec = spec_from_data(yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")), name="spec.yaml")
+    strategy = load_strategy(spec.strategy.kind)
+    roles = strategy.roles(spec)
+    role, ident = roles[rank]
+    metrics = tracer = None
+    try:
+        backend, kind = resolve_backend(spec)
+        _write_rank_info(run_dir, rank, role, ident, f"cuda:{local_rank}" if kind == "cuda" else "cpu", backend, attempt)
+        backend, device, control = setup_process_group(spec, rank, world, local_rank)
+        ctx = _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt)
+        tracer, metrics = ctx.tracer, ctx.metrics
+        if ctx.start_step:
+            ctx.log(f"dtgen: resuming from the checkpoint after step {ctx.start_step - 1}")
+        strategy.train(ctx)
+        tracer.flush()
+        metrics.write()
+        import torch.distributed as dist
+
+        dist.barrier(group=control)  # nobody leaves while a peer may still talk to it
+    except BaseException as exc:
+        from .faults import classify
+
+        kind = classify(exc)
+        _write_failure(run_dir, rank, role, ident, kind, exc, metrics)
+        print(f"dtgen: rank {rank} ({role} {ident}) failed ({kind}): {exc}", flush=True)
+        traceback.print_exc()
+        for component in (tracer, metrics):
+            try:
+                if component is not None:
+                    component.flush() if component is tracer else component.write()
+            except Exception:
+                pass
+        raise
+    finally:
+        if tracer is not None:
+            tracer.close()
+    teardown()
+
+
+def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt):
+    import torch
+    import torch.distributed as dist
+
+    from . import checkpoint
+    from .comm import Comm
+    from .context import RankContext
+    from .data import Data
+    from .metrics import Metrics
+    from .trace import Tracer
+
+    role, ident = roles[rank]
+    tcfg = spec.runtime.trace
+    tracer = Tracer(run_dir / "trace" / f"rank{rank}.jsonl", rank, ident, enabled=bool(tcfg.get("enabled", True)),
+                    max_events=int(tcfg.get("max_events", 200_000)), sample_every=int(tcfg.get("sample_every", 1)),
+                    world_size=world)
+    data = Data(spec, device, launch.get("dataset_path"))
+    # Start barrier: every rank maps its perf counter to the run clock at the same instant;
+    # rank 0 tells everyone its wall clock and the step to resume from.
+    resume = checkpoint.latest_complete(run_dir, world) if rank == 0 else None
+    dist.barrier(group=control)
+    base_ns = time.perf_counter_ns()
+    info = torch.tensor([time.time_ns(), -1 if resume is None else resume], dtype=torch.int64)
+    dist.broadcast(info, 0, group=control)
+    offset_us = (int(info[0]) - int(launch["epoch_ns"])) / 1000
+    tracer.set_clock(base_ns, offset_us)
+    resume = None if int(info[1]) < 0 else int(info[1])
+
+    def clock() -> float:
+        return tracer.now_us() / 1e6
+
+    metrics = Metrics(run_dir, rank, ident, role, clock)
+    metrics.on_step = tracer.maybe_flush
+    comm = Comm(metrics, control_group=control, device=device)
+    start_step = 0
+    if resume is not None:
+        snap = checkpoint.load(run_dir, resume, rank)
+        metrics.restore(snap["metrics"])
+        start_step = resume + 1
+    return RankContext(spec=spec, run_dir=run_dir, rank=rank, world_size=world, local_rank=local_rank, roles=roles,
+                       backend=backend, device=device, control_group=control, tracer=tracer, metrics=metrics,
+                       comm=comm, data=data, attempt=attempt, start_step=start_step, resume_step=resume,
+                       dataset_path=launch.get("dataset_path"))
+
+
+def _write_rank_info(run_dir, rank, role, ident, device, backend, attempt) -> None:
+    from .metrics import write_json_atomic
+
+    write_json_atomic(run_dir / "ranks" / f"rank{rank}.json", {
+        "rank": rank, "role": role, "id": ident, "host": socket.gethostname(), "pid": os.getpid(),
+        "device": str(device), "backend": backend, "attempt": attempt})
+
+
+def _write_failure(run_dir, rank, role, ident, kind, exc, metrics) -> None:
+    try:
+        step = metrics.started_step if metrics is not None else -1
+        (run_dir / "failure" / f"rank{rank}.json").write_text(json.dumps({
+            "rank": rank, "role": role, "id": ident, "kind": kind, "step": step,
+            "error": f"{type(exc).__name__}: {exc}"[:2000], "wall": time.time()}), encoding="utf-8")
+    except OSError:
+        pass

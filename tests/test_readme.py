@@ -1,0 +1,22 @@
+"""The README is generated where it can drift: the spec reference and the CI command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from opentikz_dt.reference import BEGIN, END, render_reference
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_readme_spec_reference_matches_schema():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    start, end = readme.index(BEGIN), readme.index(END) + len(END)
+    assert readme[start:end] == render_reference(), "regenerate: python -m opentikz_dt.reference"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "make test " in readme and "make demo " in readme
+    assert ci.strip().splitlines()[-1] == "make test"

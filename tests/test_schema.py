@@ -1,0 +1,37 @@
+"""The JSON Schema is a valid Draft 2020-12 schema with a description on every field."""
+
+from __future__ import annotations
+
+from jsonschema import Draft202012Validator
+
+from opentikz_dt.resources import spec_schema
+from opentikz_dt.spec import spec_from_data
+
+
+def _fields(node, path=""):
+    for key, sub in node.get("properties", {}).items():
+        yield f"{path}.{key}".lstrip("."), sub
+        yield from _fields(sub, f"{path}.{key}")
+
+
+def test_schema_is_valid_draft_2020_12():
+    schema = spec_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(schema)
+
+
+def test_every_field_has_a_description():
+    missing = [path for path, sub in _fields(spec_schema()) if not sub.get("description")]
+    assert missing == []
+
+
+def test_defaults_make_a_short_spec_complete():
+    spec = spec_from_data({"strategy": {"kind": "allreduce"}, "topology": {"workers": {"count": 4}}})
+    assert spec.topology.workers.ids == ["w1", "w2", "w3", "w4"]
+    assert spec.topology.servers.count == 0
+    assert spec.training.layers == (32, 128, 128, 10)
+    assert spec.figure.colors == {"data": "otgray", "grad": "otpurple", "weight": "otteal", "worker": "otteal", "server": "otblue"}
+    ps = spec_from_data({"strategy": {"kind": "parameter-server"}, "topology": {"servers": {"count": 2}}})
+    assert ps.topology.servers.ids == ["ps1", "ps2"]
+    assert ps.topology.workers.count == 3
+    assert spec_from_data({"strategy": {"kind": "parameter-server"}}).topology.servers.ids == ["ps"]
