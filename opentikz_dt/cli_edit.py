@@ -1,12 +1,72 @@
-"""`dtgen edit` (owned by the edit-contract work; placeholder until then)."""
+"""`dtgen edit SPEC OP [--name value ...]`: one edit-contract operation on a spec file.
+
+The operation's options are not click options: they come from its argument schema in
+schemas/meta.json (edit/args.py parses and checks them), so a new operation in the
+contract needs no CLI change. Exit codes: 0 applied (or nothing to change), 1 refused
+(the file is unchanged), 2 bad arguments or an unreadable spec.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
 
 import click
 
 from .errors import DtgenError
 
 
-@click.command()
-@click.argument("spec")
-def edit(spec):
-    """Apply one edit-contract operation (in progress)."""
-    raise DtgenError("dtgen edit is not built yet")
+class _EditCommand(click.Command):
+    """Lists the operations and their options (from the contract) under --help."""
+
+    def format_epilog(self, ctx, formatter):
+        from .edit.args import operations_contract, usage
+
+        with formatter.section("Operations (dtgen contract has the full argument schemas)"):
+            formatter.write_dl([(usage(name), op["description"]) for name, op in operations_contract().items()])
+
+
+@click.command(cls=_EditCommand, context_settings={"ignore_unknown_options": True})
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("operation")
+@click.argument("words", nargs=-1, type=click.UNPROCESSED)
+@click.option("--dry-run", is_flag=True, help="Print the unified diff; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result (for agents).")
+@click.option("--no-compile", is_flag=True,
+              help="Skip the invariants that need pdflatex (figure-compiles, no-overlaps); faster, weaker.")
+def edit(spec, operation, words, dry_run, as_json, no_compile):
+    """Apply one edit-contract OPERATION to SPEC in place, if every invariant still holds.
+
+    Comments, key order and formatting of SPEC are kept. On refusal nothing changes and
+    the message names the rule or [invariant id] that refused and why.
+    """
+    from .edit import EditRefusal, edit_file, error_result, parse_words
+
+    try:
+        result = edit_file(spec, operation, parse_words(operation, words), dry_run=dry_run, compile=not no_compile)
+        code = 0
+    except EditRefusal as exc:
+        result, code = exc.result, exc.exit_code
+        if not as_json:
+            if dry_run:  # the refused proposal, which the issues' line:col point into
+                click.echo(result.diff, nl=False)
+            raise
+    except DtgenError as exc:  # bad arguments, unreadable spec, missing toolchain
+        if not as_json:
+            raise
+        result, code = error_result(exc, operation, spec, dry_run), exc.exit_code
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        sys.exit(code)
+    _report(result)
+
+
+def _report(result) -> None:
+    held = "every invariant holds" + (f" (not checked: {', '.join(result.skipped)})" if result.skipped else "")
+    if result.dry_run:
+        click.echo(result.diff, nl=False)
+        click.echo(f"dry run: {result.file} not written ({'would change' if result.changed else 'nothing to change'}; {held})", err=True)
+    elif result.written:
+        click.echo(f"{result.file}: {result.operation} applied; {held}")
+    else:
+        click.echo(f"{result.file}: {result.operation}: nothing to change; {held}")

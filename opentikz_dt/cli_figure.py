@@ -1,4 +1,6 @@
-"""`dtgen figure` and `dtgen compare` (owned by the figures work; placeholder until then)."""
+"""`dtgen figure` (spec -> topology and timeline figures; run directory -> measured figures) and `dtgen compare`."""
+
+from pathlib import Path
 
 import click
 
@@ -6,14 +8,43 @@ from .errors import DtgenError
 
 
 @click.command()
-@click.argument("target")
-def figure(target):
-    """Render figures (in progress)."""
-    raise DtgenError("dtgen figure is not built yet")
+@click.argument("spec", type=click.Path(exists=True, path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default: figures/<spec name>/).")
+@click.option("--kind", type=click.Choice(["topology", "timeline", "all"]), default="all", show_default=True,
+              help="Which figure: the topology diagram, the expected timeline, or both.")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
+              help="Output format; repeat for several. The .tex is always written. Default: tex.")
+@click.option("--body-only", is_flag=True, help="Write the bare tikzpicture (for \\input into a paper) as the .tex.")
+@click.option("--steps", default=None, metavar="FIRST:LAST",
+              help="Run directories only: the steps the measured timeline shows, both included "
+                   "(default: a representative window after warm-up).")
+def figure(spec, out_dir, kind, formats, body_only, steps):
+    """Render SPEC's figures (or a run directory's measured ones) as standalone TeX (and PDF/SVG/PNG)."""
+    if spec.is_dir():  # a run directory: its resolved spec.yaml and trace.json (measured figures)
+        from .measured.figures import figure_run_command
+
+        paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps)
+    else:
+        from .figures.write import figure_command
+
+        paths = figure_command(spec, out_dir, kind, formats, body_only)
+    for path in paths:
+        click.echo(f"wrote {path}")
 
 
 @click.command()
-@click.argument("runs", nargs=-1)
-def compare(runs):
-    """Compare runs (in progress)."""
-    raise DtgenError("dtgen compare is not built yet")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", default="compare", show_default=True, type=click.Path(path_type=Path),
+              help="Folder for the plots and the table.")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
+              help="Output format; repeat for several. The .tex is always written. Default: tex.")
+@click.option("--loss", type=float, default=None,
+              help="Target loss for 'time to loss' (default: the lowest loss every run reached).")
+@click.option("--body-only", is_flag=True, help="Write bare pictures/tables for \\input into a paper.")
+def compare(runs, out_dir, formats, loss, body_only):
+    """Overlay RUN_DIRs in one set of plots and write a booktabs table of their summary metrics."""
+    from .measured.compare import compare_runs
+
+    for path in compare_runs(list(runs), out_dir, tuple(formats) or ("tex",), loss, body_only):
+        click.echo(f"wrote {path}")

@@ -1,12 +1,28 @@
-"""`dtgen run` (owned by the runner work; placeholder until then)."""
+"""`dtgen run`: launch a real torch.distributed run of a spec.
+
+Thin: parses options and calls opentikz_dt.runner.launch.launch_run. torch is imported
+only inside the command body, so `dtgen --help` and the other commands stay fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
-from .errors import DtgenError
-
 
 @click.command()
-@click.argument("spec")
-def run(spec):
-    """Launch a real torch.distributed run (in progress)."""
-    raise DtgenError("dtgen run is not built yet")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              help="Run directory (default runs/<name>-<timestamp>/).")
+@click.option("--steps", type=click.IntRange(min=1), help="Override training.steps.")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes (machines).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This node's rank (0..nnodes-1).")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous endpoint, the same on every node.")
+@click.option("--force", is_flag=True, help="Reuse a non-empty run directory (its previous run outputs are removed).")
+def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, force):
+    """Run SPEC with one process per rank (gloo on CPU, NCCL on GPUs); write trace and metrics."""
+    from .runner.launch import launch_run
+
+    launch_run(spec, out=out, steps=steps, nnodes=nnodes, node_rank=node_rank,
+               rdzv_endpoint=rdzv_endpoint, force=force, echo=lambda line: click.echo(line, err=True))

@@ -72,6 +72,8 @@ def _pipeline_rule(spec: Spec):
     layers = len(t.layers) - 1
     if s.stages > layers:
         yield ("training", "model", "layers"), f"{s.stages} pipeline stages need at least {s.stages} layers; the model has {layers}"
+    if s.schedule == "1f1b" and s.microbatches < s.stages:
+        yield ("strategy", "microbatches"), f"1f1b needs at least as many microbatches as stages ({s.stages}), got {s.microbatches}"
     if t.batch_size % s.microbatches:
         yield ("strategy", "microbatches"), f"batch_size {t.batch_size} does not split into {s.microbatches} equal microbatches"
 

@@ -91,8 +91,9 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
     return metrics
 
 
-def merge_model(run_dir: Path) -> list[str]:
-    """Union of every rank's saved parameters into model.pt; returns the keys."""
+def merge_model(run_dir: Path, order=()) -> list[str]:
+    """Union of every rank's saved parameters into model.pt (keys in `order` first, in
+    that order, then the rest as found); returns the keys."""
     import torch
 
     run_dir = Path(run_dir)
@@ -104,11 +105,7 @@ def merge_model(run_dir: Path) -> list[str]:
                 raise ValueError(f"model_parts/rank{rank}.pt: {k} differs from another rank's copy")
             state[k] = v
     if state:
-        ordered = dict(sorted(state.items(), key=lambda kv: _key_order(kv[0])))
-        torch.save(ordered, run_dir / "model.pt")
+        rank_of = {k: i for i, k in enumerate(order)}
+        state = dict(sorted(state.items(), key=lambda kv: rank_of.get(kv[0], len(rank_of))))
+        torch.save(state, run_dir / "model.pt")
     return list(state)
-
-
-def _key_order(name: str):
-    parts = name.split(".")
-    return [int(p) if p.isdigit() else p for p in parts]

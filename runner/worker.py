@@ -32,6 +32,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     _redirect_output(run_dir, rank)
+    (run_dir / "failure" / f"rank{rank}.json").unlink(missing_ok=True)  # from an earlier attempt
     print(f"dtgen: rank {rank} attempt {attempt} pid {os.getpid()} host {socket.gethostname()}", flush=True)
 
     import torch
@@ -50,6 +51,8 @@ def rank_main(run_dir: str, launch: dict) -> None:
     metrics = tracer = None
     try:
         backend, kind = resolve_backend(spec)
+        if backend == "nccl" and spec.strategy.kind == "allreduce" and spec.strategy.algorithm in ("ring", "tree"):
+            os.environ["NCCL_ALGO"] = spec.strategy.algorithm.capitalize()  # see strategies/allreduce.py
         _write_rank_info(run_dir, rank, role, ident, f"cuda:{local_rank}" if kind == "cuda" else "cpu", backend, attempt)
         backend, device, control = setup_process_group(spec, rank, world, local_rank)
         ctx = _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt)
@@ -104,9 +107,10 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
     resume = checkpoint.latest_complete(run_dir, world) if rank == 0 else None
     dist.barrier(group=control)
     base_ns = time.perf_counter_ns()
-    info = torch.tensor([time.time_ns(), -1 if resume is None else resume], dtype=torch.int64)
+    # The run's epoch is node 0's launch time, so nodes with their own launchers agree.
+    info = torch.tensor([time.time_ns(), -1 if resume is None else resume, int(launch["epoch_ns"])], dtype=torch.int64)
     dist.broadcast(info, 0, group=control)
-    offset_us = (int(info[0]) - int(launch["epoch_ns"])) / 1000
+    offset_us = (int(info[0]) - int(info[2])) / 1000
     tracer.set_clock(base_ns, offset_us)
     resume = None if int(info[1]) < 0 else int(info[1])
 

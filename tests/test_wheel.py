@@ -36,6 +36,13 @@ def test_wheel_has_resources_and_runs_without_torch(installed, tmp_path):
                             "(p / 'runner' / '__init__.py').is_file(), u.find_spec('torch') is None)"],
                            capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert check.stdout.split() == ["True", "True", "True", "True"], check.stderr
+    # Every source package (opentikz_dt/** and runner/**) made it into the wheel.
+    expected = sorted({str(p.parent.relative_to(REPO / "opentikz_dt")) for p in (REPO / "opentikz_dt").rglob("__init__.py")}
+                      | {str(Path("runner") / p.parent.relative_to(REPO / "runner")) for p in (REPO / "runner").rglob("__init__.py")})
+    listing = subprocess.run([str(python), "-c", "import opentikz_dt, pathlib; p = pathlib.Path(opentikz_dt.__file__).parent; "
+                              "print('\\n'.join(sorted(str(i.parent.relative_to(p)) for i in p.rglob('__init__.py'))))"],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert sorted(listing.stdout.split()) == sorted(e.replace("runner/.", "runner") for e in expected)
     spec = REPO / "examples" / "ps-sync.yaml"
     result = subprocess.run([str(dtgen), "validate", str(spec)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr

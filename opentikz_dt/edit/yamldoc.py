@@ -27,16 +27,12 @@ class YamlDoc:
     """One parsed spec file; `text()` dumps it back with every untouched byte as it was."""
 
     def __init__(self, text: str):
-        self.original = text
         self.newline = "\r\n" if "\r\n" in text else "\n"
         text = text.replace("\r\n", "\n")
-        _, indent, block_seq_indent = load_yaml_guess_indent(text)
         self._yaml = YAML(typ="rt")
         self._yaml.preserve_quotes = True
         self._yaml.width = WIDTH
-        indent = indent or 2
-        offset = block_seq_indent or 0
-        self._yaml.indent(mapping=indent, sequence=indent + offset, offset=offset)
+        self._yaml.indent(**_guess_indents(text))
         self._yaml.explicit_start = text.lstrip().startswith("---")
         self.root = self._yaml.load(text)
         if not isinstance(self.root, CommentedMap):
@@ -74,7 +70,7 @@ class YamlDoc:
             _append(node, key, new)
 
     def delete(self, path) -> None:
-        """Remove `path` if present; comment lines that introduce the next key stay."""
+        """Remove `path` if present; the blank lines and comments introducing what follows stay."""
         parent = self.get(path[:-1])
         key = path[-1]
         if not isinstance(parent, CommentedMap) or key not in parent:
@@ -83,11 +79,36 @@ class YamlDoc:
         index = keys.index(key)
         tail = _take_tail(parent, key)
         del parent[key]
-        if tail:
-            if index > 0:
-                _give_tail(parent, keys[index - 1], tail)
-            elif len(keys) > 1:
-                _set_before(parent, keys[1], tail)
+        if not tail:
+            return
+        if index > 0:
+            _give_tail(parent, keys[index - 1], tail)
+        elif len(parent):
+            _put_before(parent, list(parent)[0], tail)
+        else:
+            self._put_before_next(path[:-1], tail)
+
+    def _put_before_next(self, path, tail: str) -> None:
+        # The mapping at `path` is now empty: the tail goes before the next key in document order.
+        for depth in range(len(path) - 1, -1, -1):
+            mapping = self.get(path[:depth])
+            keys = list(mapping)
+            position = keys.index(path[depth]) + 1
+            if position < len(keys):
+                _put_before(mapping, keys[position], tail)
+                return
+        # Nothing follows: the tail was trailing comments at the end of the file; they go.
+
+
+def _guess_indents(text: str) -> dict:
+    """The file's own indentation, so new and re-emitted lines match it."""
+    mapping = min((len(line) - len(line.lstrip(" ")) for line in text.splitlines()
+                   if line.startswith(" ") and line.strip() and line.lstrip()[0] not in "#-"), default=2)
+    _, sequence, offset = load_yaml_guess_indent(text)
+    if offset is None:  # no block sequence to learn from
+        return {"mapping": mapping, "sequence": mapping, "offset": 0}
+    return {"mapping": mapping, "sequence": sequence, "offset": offset}
+
 
 def _is_flow(node) -> bool:
     return isinstance(node, (CommentedMap, CommentedSeq)) and node.fa.flow_style()
@@ -135,11 +156,17 @@ def _last_comment_slot(mapping: CommentedMap, key):
     return container, slot
 
 
+def _eol_index(container) -> int:
+    # ruamel keeps a mapping value's end-of-line comment at [2], a sequence item's at [0].
+    return 0 if isinstance(container, CommentedSeq) else 2
+
+
 def _take_tail(mapping: CommentedMap, key) -> str:
     """Cut and return the lines after `key`'s own end-of-line comment (they belong below)."""
     container, slot = _last_comment_slot(mapping, key)
     entry = container.ca.items.get(slot)
-    token = entry[2] if entry and len(entry) > 2 else None
+    index = _eol_index(container)
+    token = entry[index] if entry and len(entry) > index else None
     if token is None or "\n" not in token.value:
         return ""
     own, tail = token.value.split("\n", 1)
@@ -150,27 +177,20 @@ def _take_tail(mapping: CommentedMap, key) -> str:
 def _give_tail(mapping: CommentedMap, key, tail: str) -> None:
     """Put `tail` (blank lines, comment lines) right after `key`'s value."""
     container, slot = _last_comment_slot(mapping, key)
+    index = _eol_index(container)
     entry = container.ca.items.setdefault(slot, [None, None, None, None])
-    while len(entry) < 3:
+    while len(entry) <= index:
         entry.append(None)
-    if entry[2] is None:
-        entry[2] = CommentToken("\n" + tail, CommentMark(0), None)
+    if entry[index] is None:
+        entry[index] = CommentToken("\n" + tail, CommentMark(0), None)
     else:
-        entry[2].value = entry[2].value.rstrip("\n") + "\n" + tail
+        entry[index].value = entry[index].value.rstrip("\n") + "\n" + tail
 
 
-def _set_before(mapping: CommentedMap, key, tail: str) -> None:
-    lines = [line.strip() for line in tail.splitlines()]
-    text = "\n".join(line[1:].lstrip() if line.startswith("#") else line for line in lines).strip("\n")
-    if text:
-        mapping.yaml_set_comment_before_after_key(key, before=text, indent=_indent_of(mapping))
-
-
-def _indent_of(mapping: CommentedMap) -> int:
-    try:
-        return mapping.lc.col
-    except (AttributeError, TypeError):
-        return 0
+def _put_before(mapping: CommentedMap, key, tail: str) -> None:
+    """Put `tail` (already indented comment lines, blank lines) just above `key`."""
+    entry = mapping.ca.items.setdefault(key, [None, None, None, None])
+    entry[1] = [CommentToken(tail, CommentMark(0), None)] + list(entry[1] or [])
 
 
 def _append(mapping: CommentedMap, key, value) -> None:

@@ -32,6 +32,7 @@ class Node:
     label_side: str = "below"
     style: str = ""  # box style (names.STYLES)
     rel: str = ""  # relative placement, e.g. "above=4pt of w1"
+    min_height: float = 0.0  # cm, boxes only
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Port:
     anchor: str = "center"
     dx: float = 0.0  # pt
     dy: float = 0.0  # pt
+    level: str = ""  # another node's anchor: the port is (level -| node.anchor), level with it
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,16 @@ class Edge:
     src: Port
     dst: Port
     style: str  # data | grad | wts | act | ring | peer
-    route: str = "line"  # line | bend | loop | ortho
+    route: str = "line"  # line | bend | loop | ortho | arch
     bend: int = 0  # degrees for bend; out/in angle base for loop
-    dx: float = 0.0  # cm: the side offset of an ortho route
+    dx: float = 0.0  # cm: the side offset of an ortho route, the height of an arch
     both: bool = False  # arrow heads at both ends
     elided: bool = False  # dotted: stands for elided members
     label: Tex = Tex("")
     label_side: str = "above"
     label_pos: float = 0.5
     label_color: str = ""  # palette tint of the label text (the flow's colour)
+    sloped: bool = True  # label follows the edge's slope (line and bend routes only)
 
     @property
     def name(self) -> str:
@@ -111,6 +114,7 @@ class Layout:
             if edge.label:
                 out.append(f"{edge.name}-label")
         for group in self.groups:
+            out.append(group.name)
             if group.label:
                 out.append(f"{group.name}-label")
         for brace in self.braces:
@@ -136,15 +140,6 @@ def split_even(count: int, parts: int) -> list[tuple[int, int]]:
         runs.append((start, start + size))
         start += size
     return runs
-
-
-def shard_tensors(param_tensors: list[str], shards: int) -> list[list[str]]:
-    """The tensors each server shard owns: contiguous runs of whole tensors, in model order.
-
-    The figure's assumption (documented in docs/figures.md); the runner's assignment
-    should use the same rule so the picture tells the truth.
-    """
-    return [param_tensors[a:b] for a, b in split_even(len(param_tensors), shards)]
 
 
 def stage_layers(layer_count: int, stages: int) -> list[tuple[int, int]]:

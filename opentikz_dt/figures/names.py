@@ -12,11 +12,15 @@ Node naming (fixed, as the seed template's edit contract):
   ar                  the collective of a native all-reduce (the bar the workers meet in)
   workers             the brace tip standing for all workers when they are elided
   title               the figure title
-  w-more, ps-more,... the ellipsis standing for the elided workers / shards / hosts / stages
+  w4-more, ps3-more   the ellipsis standing for elided workers / shards / hosts, named
+                      after the first member it hides (w4-more: w4..w(N-1))
   psgroup             the box around the shards ps1..psS
   <name>-label        the text label of node <name> (w1-label, ps-label, ...)
-Timeline figures name their lane labels <panel>-<lane>-label (sync-w1-label) so a
-sync and an async panel can share one picture.
+Timeline figures name their lane labels <lane>-<panel>-label (w1-sync-label) so a
+sync and an async panel can share one picture; panel titles panel-<panel>, the legend
+legend-<kind>, the axis title axis-label. Auxiliary names (AUX_NODES): ar (the native
+all-reduce), workers (all workers: brace tip or group box), psgroup (box around the
+shards), title, note, legend, axis, panel. Coordinates h1-top / h1-bottom pad host boxes.
 """
 
 from __future__ import annotations
@@ -41,20 +45,19 @@ WORKER_LABEL_MACRO = re.compile(r"^worker[a-z]+label$")
 ICON_MACROS = {"gpu": "gpupic", "cpu": "cpupic", "server": "serverpic", "dataset": "datasetpic",
                "database": "databasepic", "none": "nonepic"}
 
+# Semantic nodes: the contract's node_naming patterns (schemas/meta.json).
 NODE_PATTERNS = {
     "data": r"data",
     "worker": r"w[1-9][0-9]*",
     "server": r"ps|ps[1-9][0-9]*",
     "host": r"h[1-9][0-9]*",
     "stage": r"s[1-9][0-9]*",
-    "collective": r"ar",
-    "workers": r"workers",
-    "title": r"title",
-    "elided": r"(?:w|ps|h|s)-more",
-    "group": r"psgroup",
 }
-# Labels: <node>-label; edge labels: <src>-<dst>-<style>-label.
-_NODE_RE = re.compile(r"^(?:%s)(?:-(?:%s)-[a-z]+)?(?:-label)?$" % (("|".join(f"(?:{p})" for p in NODE_PATTERNS.values()),) * 2))
+# Auxiliary nodes: the all-reduce collective, group boxes and annotations.
+AUX_NODES = ("ar", "workers", "psgroup", "title", "note", "legend", "axis", "panel")
+_BASE = re.compile(r"^(?:%s)$" % "|".join([f"(?:{p})" for p in NODE_PATTERNS.values()] + list(AUX_NODES)))
+_SUFFIX = re.compile(r"^(?:-[a-z0-9]+)*$")
+
 
 _ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
@@ -77,5 +80,7 @@ def worker_label_macro(worker_id: str) -> str:
 
 
 def is_node_name(name: str) -> bool:
-    """True when `name` follows the node naming scheme above."""
-    return bool(_NODE_RE.match(name))
+    """True when `name` is a semantic or auxiliary base name plus optional -suffixes
+    (w1, w1-label, w4-more, w1-ps-grad-label, w1-sync-label, legend-fetch)."""
+    base, _, rest = name.partition("-")
+    return bool(_BASE.match(base)) and bool(_SUFFIX.match("-" + rest if rest else ""))

@@ -1,0 +1,158 @@
+"""`edit_file`: apply one contract operation to a spec file, check everything, write or refuse.
+
+The order is the contract's promise: arguments against the operation's schema; under
+the file's edit lock, re-read the file, apply the operation to the round-trip document,
+validate the new text exactly as `dtgen validate` would (schema, cross-field rules,
+spec invariants, every issue at once), render the figure and run the TeX invariants;
+only when all hold is the new text written, atomically. A refusal changes nothing.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ruamel.yaml.error import YAMLError
+
+from ..errors import DtgenError, EditRefused, Issue, SpecError
+from ..schema import check_schema
+from ..spec import load_spec, resolve
+from ..yamlpos import load_located, read_text
+from .args import EditArgumentError, check_args
+from .operations import OPERATIONS, EditContext, OperationRefused
+from .safefile import locked, write_atomic
+from .texcheck import COMPILE_INVARIANTS, check_tex_invariants
+from .yamldoc import YamlDoc
+
+_INVARIANT_TAG = re.compile(r"\[invariant ([a-z0-9-]+)\]")
+
+
+@dataclass
+class EditResult:
+    """What an edit did or would do; `to_json()` is the `--json` output."""
+
+    ok: bool
+    operation: str
+    args: dict
+    file: str
+    changed: bool = False
+    written: bool = False
+    dry_run: bool = False
+    diff: str = ""
+    issues: list = field(default_factory=list)
+    invariant: str | None = None  # the first contract invariant that refused the edit
+    refused_by: str | None = None  # arguments | spec-before-edit | operation | schema | rule | invariant
+    skipped: list = field(default_factory=list)  # invariants not checked (--no-compile)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["issues"] = [asdict(issue) for issue in self.issues]
+        return out
+
+
+class EditRefusal(EditRefused):
+    """The edit would break the spec or a contract invariant; the file is unchanged."""
+
+    exit_code = 1
+
+    def __init__(self, result: EditResult, headline: str):
+        self.result = result
+        lines = [headline] + [str(issue) for issue in result.issues]
+        super().__init__("\n".join(lines))
+
+
+def error_result(exc: DtgenError, operation: str, file: str, dry_run: bool = False) -> EditResult:
+    """The --json result for an edit that could not start (bad arguments, unreadable spec)."""
+    if isinstance(exc, SpecError):
+        kind, issues = "spec-before-edit", list(exc.issues)
+    else:
+        kind = "arguments" if isinstance(exc, EditArgumentError) else "error"
+        issues = [Issue(file, 1, 1, "", str(exc))]
+    return EditResult(ok=False, operation=operation, args={}, file=file, dry_run=dry_run, issues=issues, refused_by=kind)
+
+
+def edit_file(path, operation: str, args: dict | None = None, *, dry_run: bool = False,
+              compile: bool = True) -> EditResult:
+    """Apply `operation` to the spec at `path`; write it unless `dry_run`. Raises EditRefusal."""
+    args = dict(args or {})
+    check_args(operation, args)
+    name = str(path)
+    target = Path(path).resolve()  # write through a symlink, do not replace it
+    text = read_text(path)  # a missing or unreadable spec is reported before any lock file appears
+    if dry_run:
+        return _propose(name, text, operation, args, compile, dry_run=True)[0]
+    if not os.access(target, os.W_OK):  # a rename could replace it anyway; respect the mode
+        raise DtgenError(f"{name}: the file is read-only; nothing changed")
+    try:
+        with locked(target):
+            # Re-read under the lock: a concurrent edit may have landed since we looked.
+            text = read_text(target)
+            result, new_text = _propose(name, text, operation, args, compile, dry_run=False)
+            if result.changed:
+                write_atomic(target, new_text.encode("utf-8"))
+                result.written = True
+    except OSError as exc:
+        raise DtgenError(f"{name}: cannot write the edit: {exc.strerror or exc}") from None
+    return result
+
+
+def _apply(name: str, text: str, operation: str, args: dict, result: EditResult) -> str:
+    headline = f"{name}: {operation} refused: the spec has problems before the edit; fix them first (dtgen validate)"
+    try:
+        located = load_located(name, text)
+    except SpecError as exc:
+        _refuse(result, "spec-before-edit", exc.issues, headline)
+    before = check_schema(located)
+    if before:
+        _refuse(result, "spec-before-edit", before, headline)
+    try:
+        doc = YamlDoc(text)
+    except YAMLError as exc:  # ruamel is stricter than the loader in a few corners
+        _refuse(result, "spec-before-edit", [Issue(name, 1, 1, "", f"cannot edit this YAML: {exc}")], headline)
+    context = EditContext(doc, resolve(located.data, name))
+    try:
+        OPERATIONS[operation](context, **args)
+    except OperationRefused as exc:
+        _refuse(result, "operation", [located.issue(exc.path, exc.message)], f"{name}: {operation} refused; nothing changed")
+    return doc.text()
+
+
+def _propose(name: str, text: str, operation: str, args: dict, compile: bool, *,
+             dry_run: bool) -> tuple[EditResult, str]:
+    result = EditResult(ok=False, operation=operation, args=args, file=name, dry_run=dry_run,
+                        skipped=[] if compile else sorted(COMPILE_INVARIANTS))
+    new_text = _apply(name, text, operation, args, result)
+    result.changed = new_text != text
+    result.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                               fromfile=f"a/{name}", tofile=f"b/{name}"))
+    headline = f"{name}: {operation} refused; nothing changed (line:col below point into the edited text, see --dry-run)"
+    try:
+        spec = load_spec(name, text=new_text)
+    except SpecError as exc:
+        try:
+            kind = "schema" if check_schema(load_located(name, new_text)) else "rule"
+        except SpecError:
+            kind = "schema"
+        _refuse(result, kind, exc.issues, headline)
+    problems = check_tex_invariants(spec, compile=compile)
+    if problems:
+        issues = [Issue(name, 1, 1, "", f"{message} [invariant {invariant}]") for invariant, message in problems]
+        _refuse(result, "invariant", issues, headline)
+    result.ok = True
+    return result, new_text
+
+
+def _refuse(result: EditResult, kind: str, issues: list, headline: str) -> None:
+    result.issues = sorted(issues)
+    result.refused_by = kind
+    for issue in result.issues:
+        match = _INVARIANT_TAG.search(issue.message)
+        if match:
+            result.invariant = match.group(1)
+            result.refused_by = "invariant" if kind == "rule" else kind
+            break
+    raise EditRefusal(result, headline)

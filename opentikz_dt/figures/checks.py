@@ -1,0 +1,74 @@
+"""TeX-level invariants of generated figures, as functions returning problems (empty = ok).
+
+Used by the tests and by the edit-contract engine: a figure must compile, its named
+nodes and labels must not overlap, and it may use palette colours only.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import combinations
+
+from ..errors import DtgenError
+from ..invariants import tex_palette_only
+from .bbox import BBox, parse_bboxes
+
+
+def check_figure_compiles(tex: str) -> list[str]:
+    """Problems compiling `tex` with pdflatex under the safe settings (empty when it compiles)."""
+    from .compile import compile_pdf
+
+    try:
+        compile_pdf(tex)
+    except DtgenError as exc:
+        return [str(exc)]
+    return []
+
+
+# Boxes drawn around other nodes on purpose: hosts, the shard group, all workers, the
+# all-reduce bar, timeline panels and lanes.
+CONTAINERS = re.compile(r"^(h[1-9][0-9]*|psgroup|workers|[a-z]+-panel|[a-z]+-lanes)$")
+
+
+def check_no_overlaps(bboxes: list[BBox]) -> list[str]:
+    """Pairs of named boxes that overlap. A node inside a container (a worker in its host box) is fine."""
+    problems = []
+    boxes = [b for b in bboxes if b.width > 0.5 and b.height > 0.5]
+    for a, b in combinations(boxes, 2):
+        if (CONTAINERS.match(a.name) and a.contains(b)) or (CONTAINERS.match(b.name) and b.contains(a)):
+            continue
+        area = a.overlap(b)
+        if area:
+            problems.append(f"'{a.name}' and '{b.name}' overlap ({area:.1f} pt^2)")
+    return problems
+
+
+def check_figure_geometry(log: str) -> list[str]:
+    """Overlap problems from a compiled figure's log (the geometry probe's lines)."""
+    boxes = parse_bboxes(log)
+    if not boxes:
+        return ["no geometry probe lines (BBOX ...) in the log"]
+    return check_no_overlaps(boxes)
+
+
+def check_palette_only(tex: str) -> list[str]:
+    """Colours only through palette names after the palette block (the contract's TeX invariant)."""
+    return tex_palette_only(tex)
+
+
+_NODE_DEF = re.compile(r"\\(?:node|coordinate)\b[^;]*?\(([A-Za-z][\w-]*)\)\s*(?:at\b|\{|;)")
+
+
+def check_node_ids(tex: str) -> list[str]:
+    """Every named node is defined once and follows the naming scheme (names.is_node_name)."""
+    from .names import is_node_name
+
+    problems, seen = [], set()
+    for name in _NODE_DEF.findall(tex):
+        if name in seen:
+            problems.append(f"node ({name}) is defined twice")
+        seen.add(name)
+        if not is_node_name(name):
+            problems.append(f"node ({name}) does not follow the node naming scheme")
+    return problems

@@ -1,0 +1,140 @@
+"""TeX -> PDF / SVG / PNG with the safe settings of FIGURES.md. Side effects: temp dirs, files.
+
+pdflatex runs with -no-shell-escape -halt-on-error -interaction=nonstopmode in a fresh
+temporary directory, with openin_any=p (no reading outside it), SOURCE_DATE_EPOCH and
+FORCE_SOURCE_DATE=1 (byte-identical PDFs) and a timeout. A failure quotes the first
+'!' line of the log; a missing program names the Debian package that provides it.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CompileError, ToolMissingError
+
+DEBIAN_PACKAGES = {
+    "pdflatex": "texlive-latex-base (with texlive-latex-extra, texlive-pictures)",
+    "latex": "texlive-latex-base (with texlive-latex-extra, texlive-pictures)",
+    "dvisvgm": "dvisvgm",
+    "pdftocairo": "poppler-utils",
+    "pdftoppm": "poppler-utils",
+    "pdftotext": "poppler-utils",
+}
+TIMEOUT_S = 60.0
+EPOCH = "1700000000"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    pdf: bytes
+    log: str
+
+
+def tool(name: str) -> str:
+    """Absolute path of an external program, or ToolMissingError naming its Debian package."""
+    path = shutil.which(name)
+    if path is None:
+        raise ToolMissingError(f"'{name}' is not installed; on Debian/Ubuntu: sudo apt-get install {DEBIAN_PACKAGES[name]}")
+    return path
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(openin_any="p", openout_any="p", shell_escape="f", SOURCE_DATE_EPOCH=EPOCH, FORCE_SOURCE_DATE="1",
+               TEXMFOUTPUT="", max_print_line="10000")
+    return env
+
+
+def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, cwd=cwd, env=_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(f"{what} did not finish within {timeout:g} s") from exc
+
+
+def first_error(log: str) -> str:
+    """The first '!' line of a TeX log (with the line number that follows, when there is one)."""
+    lines = log.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("!"):
+            where = next((l for l in lines[index + 1:index + 8] if l.startswith("l.")), "")
+            return f"{line} {where.split(' ', 1)[0]}".strip()
+    return "no '!' line in the log"
+
+
+def compile_pdf(tex: str, timeout: float = TIMEOUT_S, keep_log: Path | None = None, engine: str = "pdflatex") -> Compiled:
+    """Compile standalone TeX in a temporary directory; return the PDF bytes and the log."""
+    program = tool(engine)
+    with tempfile.TemporaryDirectory(prefix="dtgen-tex-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "figure.tex").write_text(tex, encoding="utf-8")
+        argv = [program, "-no-shell-escape", "-interaction=nonstopmode", "-halt-on-error", "figure.tex"]
+        proc = _run(argv, cwd, timeout, engine)
+        log_path = cwd / "figure.log"
+        log = log_path.read_text(encoding="latin-1") if log_path.exists() else proc.stdout.decode("latin-1")
+        out = cwd / ("figure.pdf" if engine == "pdflatex" else "figure.dvi")
+        if proc.returncode != 0 or not out.exists():
+            where = ""
+            if keep_log is not None:
+                keep_log.write_text(log, encoding="latin-1")
+                where = f" (log: {keep_log})"
+            raise CompileError(f"{engine} failed: {first_error(log)}{where}")
+        if keep_log is not None:
+            keep_log.write_text(log, encoding="latin-1")
+        return Compiled(out.read_bytes(), log)
+
+
+def pdf_to_png(pdf: bytes, dpi: int = 300, timeout: float = TIMEOUT_S) -> bytes:
+    program = tool("pdftoppm")
+    with tempfile.TemporaryDirectory(prefix="dtgen-png-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "figure.pdf").write_bytes(pdf)
+        proc = _run([program, "-png", "-r", str(dpi), "-singlefile", "figure.pdf", "figure"], cwd, timeout, "pdftoppm")
+        if proc.returncode != 0:
+            raise CompileError(f"pdftoppm failed: {proc.stderr.decode(errors='replace').strip()}")
+        return (cwd / "figure.png").read_bytes()
+
+
+def tex_to_svg(tex: str, timeout: float = TIMEOUT_S) -> bytes:
+    """SVG through latex -> DVI -> dvisvgm (fonts as paths), or pdftocairo when dvisvgm is missing."""
+    if shutil.which("dvisvgm") is None:
+        return pdf_to_svg(compile_pdf(tex, timeout).pdf, timeout)
+    program = tool("dvisvgm")
+    with tempfile.TemporaryDirectory(prefix="dtgen-svg-") as tmp:
+        cwd = Path(tmp)
+        dvi = compile_pdf(tex, timeout, engine="latex").pdf
+        (cwd / "figure.dvi").write_bytes(dvi)
+        proc = _run([program, "--no-fonts", "--bbox=min", "--optimize", "-o", "figure.svg", "figure.dvi"], cwd, timeout, "dvisvgm")
+        if proc.returncode != 0 or not (cwd / "figure.svg").exists():
+            raise CompileError(f"dvisvgm failed: {proc.stderr.decode(errors='replace').strip()[:300]}")
+        return (cwd / "figure.svg").read_bytes()
+
+
+def pdf_to_svg(pdf: bytes, timeout: float = TIMEOUT_S) -> bytes:
+    program = tool("pdftocairo")
+    with tempfile.TemporaryDirectory(prefix="dtgen-svg-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "figure.pdf").write_bytes(pdf)
+        proc = _run([program, "-svg", "figure.pdf", "figure.svg"], cwd, timeout, "pdftocairo")
+        if proc.returncode != 0:
+            raise CompileError(f"pdftocairo failed: {proc.stderr.decode(errors='replace').strip()}")
+        return (cwd / "figure.svg").read_bytes()
+
+
+def pdf_text(pdf: bytes, timeout: float = TIMEOUT_S) -> str:
+    """The text of a PDF (pdftotext), to check labels print literally."""
+    program = tool("pdftotext")
+    with tempfile.TemporaryDirectory(prefix="dtgen-txt-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "figure.pdf").write_bytes(pdf)
+        proc = _run([program, "-layout", "figure.pdf", "figure.txt"], cwd, timeout, "pdftotext")
+        if proc.returncode != 0:
+            raise CompileError(f"pdftotext failed: {proc.stderr.decode(errors='replace').strip()}")
+        return (cwd / "figure.txt").read_text(encoding="utf-8", errors="replace")

@@ -1,0 +1,139 @@
+"""Pure rendering: Spec (or a Timeline) -> the text of a standalone .tex file. No I/O.
+
+The Jinja environment uses delimiters that leave TeX's braces alone (blocks <% %>,
+values << >>, comments <# #>) and StrictUndefined. Escaping is on by default: every
+value printed is finalised by `_finalize`, which lets through only `Tex` (safe TeX
+built by code from validated values), numbers (formatted here), and short tokens made
+of letters, digits and `.,=!-` (names, palette tints, TikZ keys); any other string is
+escaped as text. User labels reach templates only through texsafe.render_label.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import jinja2
+
+from .. import __version__
+from ..errors import DtgenError
+from ..palette import PALETTE_NAMES, render_palette
+from ..resources import templates_dir
+from ..texsafe import LabelError, escape_text
+from .model import Layout, Node, Port, Tex
+from .names import WORKER_LABEL_MACRO
+from .topology import build_layout
+
+LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing"
+_TOKEN = re.compile(r"[A-Za-z0-9 .,=!\-]*")
+
+
+class RenderError(DtgenError):
+    """A value that cannot be written into a template safely."""
+
+
+def fmt(value: float) -> str:
+    """A TeX number: fixed point, at most 3 decimals, no exponent, no '-0'."""
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _finalize(value):
+    if isinstance(value, Tex):
+        return value
+    if isinstance(value, jinja2.Undefined):
+        return str(value)  # StrictUndefined raises here, naming the missing variable
+    if isinstance(value, bool) or value is None:
+        raise RenderError(f"refusing to print {value!r} into TeX")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return fmt(value)
+    if isinstance(value, str):
+        if _TOKEN.fullmatch(value):
+            return value
+        try:
+            return escape_text(value)
+        except LabelError as exc:
+            raise RenderError(str(exc)) from exc
+    raise RenderError(f"refusing to print a {type(value).__name__} into TeX")
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        block_start_string="<%", block_end_string="%>",
+        variable_start_string="<<", variable_end_string=">>",
+        comment_start_string="<#", comment_end_string="#>",
+        undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+    )
+
+
+def _palette_colors(spec) -> dict:
+    colors = dict(spec.figure.colors)
+    for role, name in colors.items():
+        if name not in PALETTE_NAMES:
+            raise RenderError(f"figure.colors.{role}: {name!r} is not a palette name")
+    return colors
+
+
+def base_context(spec, kind: str, body_only: bool, names: list[str], source: str | None = None) -> dict:
+    """What every template needs: header facts, palette, colours, probe switch."""
+    variant = spec.figure.palette
+    return {
+        "version": __version__,
+        "source": Tex(escape_text(source or spec.source)),
+        "kind": kind,
+        "variant": variant,
+        "palette": Tex(render_palette(variant)),
+        "libraries": Tex(LIBRARIES),
+        "body_only": body_only,
+        "probe": not body_only,
+        "colors": _palette_colors(spec),
+        "names": names,
+        "icons": (),  # icon macros the picture uses (topology sets them)
+        "node_list": Tex(" ".join(names)),
+    }
+
+
+def _at(layout: Layout):
+    def at(node: Node) -> Tex:
+        return Tex(f"({{{fmt(node.x / layout.colsep)}*\\colsep}},{{{fmt(node.y / layout.rowsep)}*\\rowsep}})")
+    return at
+
+
+def _port(port: Port) -> Tex:
+    anchor = "" if port.anchor == "center" else f".{port.anchor}"
+    if port.level:
+        return Tex(f"({port.level} -| {port.node}{anchor})")
+    if port.dx or port.dy:
+        return Tex(f"([xshift={fmt(port.dx)}pt, yshift={fmt(port.dy)}pt]{port.node}{anchor})")
+    return Tex(f"({port.node}{anchor})")
+
+
+def render_topology(spec, body_only: bool = False, layout: Layout | None = None) -> str:
+    """The topology figure of a spec as standalone TeX (or the bare picture)."""
+    layout = layout or build_layout(spec)
+    context = base_context(spec, "topology", body_only, layout.names())
+    context.update(
+        colsep=layout.colsep, rowsep=layout.rowsep, labels=layout.macros,
+        worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
+        nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
+        at=_at(layout), port=_port, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+    )
+    return environment().get_template("topology.tex.j2").render(context)
+
+
+def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
+    """The timeline figure: the expected schedule from the spec, or a given (measured) Timeline."""
+    from .schedule import expected_timeline
+    from .timeline import draw_timeline
+
+    timeline = timeline if timeline is not None else expected_timeline(spec)
+    drawing = draw_timeline(timeline)
+    context = base_context(spec, "timeline", body_only, drawing.names())
+    context.update(d=drawing, title=drawing.title)
+    return environment().get_template("timeline.tex.j2").render(context)

@@ -1,0 +1,325 @@
+"""The expected schedule: a Timeline built from the spec alone ("what to expect").
+
+A small cost model (CostModel: compute rate, link bandwidth and latency) turns the
+model size, batch and worker slowdowns into durations; a per-strategy simulation
+orders the spans as the runner will (parameter server sync and async, central storage,
+all-reduce phases per algorithm, gossip with ring neighbours, GPipe / 1F1B pipelines,
+single device). Absolute times are illustrative; relative sizes, waits and bubbles
+are the point. The measured timeline (from trace.json) uses the same Timeline model,
+so both figures share one template and one ms axis.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..errors import DtgenError
+from .model import elide, stage_layers
+from .timeline import Box, Lane, Panel, Timeline, limit_boxes, window
+
+STEPS = 2
+
+
+@dataclass(frozen=True)
+class CostModel:
+    flops_per_ms: float = 2.0e6  # 2 GFLOP/s per worker (a CPU core running the MLP)
+    bytes_per_ms: float = 1.0e5  # 100 MB/s per link (gloo over a network)
+    intra_host_factor: float = 10.0  # links inside a host are this much faster
+    latency_ms: float = 0.3
+    min_ms: float = 0.4  # shortest span (server update, optimizer step)
+
+
+def _params(widths) -> int:
+    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
+class _Sim:
+    """Boxes per lane id, plus helpers shared by the strategies."""
+
+    def __init__(self, spec, cost: CostModel):
+        self.spec, self.cost = spec, cost
+        self.boxes: dict[str, list[Box]] = defaultdict(list)
+        t = spec.training
+        self.params = _params(t.layers)
+        self.bytes = 4 * self.params
+
+    def add(self, lane, start, end, kind, label=""):
+        if end > start:
+            self.boxes[lane].append(Box(start, end, kind, label))
+        return end
+
+    def compute(self, worker_id, start, samples=None, params=None) -> float:
+        """forward, backward and the straggler delay of one step; returns the end time."""
+        samples = samples or self.spec.training.batch_size
+        params = params or self.params
+        fwd = 2 * samples * params / self.cost.flops_per_ms
+        bwd = 2 * fwd
+        t = self.add(worker_id, start, start + fwd, "forward", "fwd")
+        t = self.add(worker_id, t, t + bwd, "backward", "bwd")
+        extra = (self.spec.topology.workers.slowdown_of(worker_id) - 1.0) * (fwd + bwd)
+        return self.add(worker_id, t, t + max(0.0, extra), "slowdown", "slow")
+
+    def link(self, nbytes, share=1.0, factor=1.0) -> float:
+        return self.cost.latency_ms + nbytes * share / (self.cost.bytes_per_ms * factor)
+
+
+# ---------------------------------------------------------------- strategies
+
+
+def _server_ids(spec):
+    return spec.topology.servers.ids
+
+
+def _ps_sync(spec, cost) -> tuple[_Sim, float]:
+    sim = _Sim(spec, cost)
+    workers, servers = spec.topology.workers.ids, _server_ids(spec)
+    n, s = len(workers), len(servers)
+    comm = sim.link(sim.bytes / s, share=n)  # every worker shares each shard's link
+    update = max(cost.min_ms, (n + 1) * sim.params / s / cost.flops_per_ms)
+    t = 0.0
+    for _ in range(STEPS):
+        ends = {}
+        for w in workers:
+            end = sim.add(w, t, t + comm, "fetch", "F")
+            end = sim.compute(w, end)
+            ends[w] = sim.add(w, end, end + comm, "push", "P")
+        start = max(ends.values())
+        for ps in servers:
+            sim.add(ps, start, start + update, "update", "Update")
+        for w in workers:
+            sim.add(w, ends[w], start + update, "wait")
+        t = start + update
+    return sim, t
+
+
+def _ps_async(spec, cost, until: float) -> _Sim:
+    sim = _Sim(spec, cost)
+    workers, servers = spec.topology.workers.ids, _server_ids(spec)
+    s = len(servers)
+    comm = sim.link(sim.bytes / s)
+    update = max(cost.min_ms, 2 * sim.params / s / cost.flops_per_ms)
+    heap = []
+
+    def iteration(w, t):
+        end = sim.add(w, t, t + comm, "fetch", "F")
+        end = sim.compute(w, end)
+        end = sim.add(w, end, end + comm, "push", "P")
+        heapq.heappush(heap, (end, int(w[1:]), w))
+
+    for w in workers:
+        iteration(w, 0.0)
+    server_free = 0.0
+    while heap:
+        arrived, _, w = heapq.heappop(heap)
+        start = max(arrived, server_free)
+        for ps in servers:
+            sim.add(ps, start, start + update, "update", "U")
+        server_free = start + update
+        sim.add(w, arrived, server_free, "wait")
+        if server_free < until:
+            iteration(w, server_free)
+    return sim
+
+
+def _allreduce_phases(spec, sim) -> list[tuple[str, float, bool]]:
+    """(label, duration, leaders only) of each all-reduce phase, per the algorithm."""
+    n, b, lat = spec.topology.workers.count, sim.bytes, sim.cost.latency_ms
+    algorithm = spec.strategy.algorithm
+    if algorithm == "ring":
+        step = (n - 1) * sim.link(b / n) if n > 1 else 0.0
+        return [("reduce-scatter", step, False), ("all-gather", step, False)]
+    if algorithm == "tree":
+        levels = math.ceil(math.log2(n))
+        return [("reduce", levels * sim.link(b), False), ("broadcast", levels * sim.link(b), False)]
+    if algorithm == "hierarchical":
+        hosts = spec.topology.hosts
+        per_host = n // hosts
+        intra = math.ceil(math.log2(max(per_host, 2))) * sim.link(b, factor=sim.cost.intra_host_factor)
+        inter = 2 * (hosts - 1) * sim.link(b / hosts)
+        return [("intra", intra, False), ("inter", inter, True), ("bcast", intra, False)]
+    ring = 2 * (n - 1) / n * b / sim.cost.bytes_per_ms + 2 * math.ceil(math.log2(n)) * lat
+    return [("all-reduce", ring, False)]
+
+
+def _allreduce(spec, cost) -> tuple[_Sim, float]:
+    sim = _Sim(spec, cost)
+    workers = spec.topology.workers.ids
+    phases = _allreduce_phases(spec, sim)
+    per_host = len(workers) // spec.topology.hosts
+    opt = max(cost.min_ms, 2 * sim.params / cost.flops_per_ms)
+    t = 0.0
+    for _ in range(STEPS):
+        ends = {w: sim.compute(w, t) for w in workers}
+        barrier = max(ends.values())
+        for w in workers:
+            sim.add(w, ends[w], barrier, "wait")
+        for label, duration, leaders_only in phases:
+            for w in workers:
+                leader = (int(w[1:]) - 1) % per_host == 0
+                kind = "allreduce" if (leader or not leaders_only) else "wait"
+                sim.add(w, barrier, barrier + duration, kind, label if kind == "allreduce" else "")
+            barrier += duration
+        for w in workers:
+            sim.add(w, barrier, barrier + opt, "optimizer", "opt")
+        t = barrier + opt
+    return sim, t
+
+
+def _gossip(spec, cost) -> tuple[_Sim, float]:
+    sim = _Sim(spec, cost)
+    workers = spec.topology.workers.ids
+    n, peers = len(workers), spec.strategy.peers
+    offsets = []
+    for hop in range(1, n):
+        for sign in (1, -1):
+            if len(offsets) < peers and (sign * hop) % n not in [o % n for o in offsets]:
+                offsets.append(sign * hop)
+    exchange = sim.link(sim.bytes * len(offsets))
+    opt = max(cost.min_ms, 2 * sim.params / cost.flops_per_ms)
+    start = {w: 0.0 for w in workers}
+    for _ in range(STEPS):
+        ready = {}
+        for w in workers:
+            end = sim.compute(w, start[w])
+            ready[w] = sim.add(w, end, end + opt, "optimizer", "opt")
+        for k, w in enumerate(workers):
+            begin = max([ready[w]] + [ready[workers[(k + o) % n]] for o in offsets])
+            sim.add(w, ready[w], begin, "wait")
+            start[w] = sim.add(w, begin, begin + exchange, "gossip", "gossip")
+    return sim, max(start.values())
+
+
+def _pipeline_ops(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
+    """The op order of one stage (0-based): GPipe all forwards then all backwards, or 1F1B."""
+    if schedule == "gpipe":
+        return [("F", m) for m in range(micro)] + [("B", m) for m in range(micro)]
+    warmup = min(stages - stage - 1, micro)
+    ops = [("F", m) for m in range(warmup)]
+    for i in range(micro - warmup):
+        ops += [("F", warmup + i), ("B", i)]
+    ops += [("B", m) for m in range(micro - warmup, micro)]
+    return ops
+
+
+def _pipeline(spec, cost) -> tuple[_Sim, float]:
+    sim = _Sim(spec, cost)
+    s, workers = spec.strategy, spec.topology.workers
+    stages, micro = s.stages, s.microbatches
+    widths = spec.training.layers
+    samples = spec.training.batch_size // micro
+    spans = stage_layers(len(widths) - 1, stages)
+    fwd, comm = [], []
+    for k, (first, last) in enumerate(spans):
+        params = _params(widths[first - 1:last + 1])
+        fwd.append(2 * samples * params / cost.flops_per_ms * workers.slowdown_of(f"w{k + 1}"))
+        comm.append(sim.link(4 * samples * widths[last]))
+    ops = [_pipeline_ops(s.schedule, k, stages, micro) for k in range(stages)]
+    done: dict[tuple, float] = {}
+    free = [0.0] * stages
+    nxt = [0] * stages
+    remaining = sum(len(o) for o in ops)
+    while remaining:
+        progressed = False
+        for k in range(stages):
+            if nxt[k] >= len(ops[k]):
+                continue
+            op, m = ops[k][nxt[k]]
+            if op == "F":
+                deps = [done.get(("F", k - 1, m), None) if k else 0.0]
+                deps = [d + comm[k - 1] if (d is not None and k) else d for d in deps]
+            else:
+                deps = [done.get(("F", k, m))]
+                if k < stages - 1:
+                    d = done.get(("B", k + 1, m))
+                    deps.append(None if d is None else d + comm[k])
+            if any(d is None for d in deps):
+                continue
+            begin = max([free[k]] + deps)
+            length = fwd[k] if op == "F" else 2 * fwd[k]
+            lane = f"w{k + 1}"
+            sim.add(lane, free[k], begin, "wait", "bubble" if free[k] == 0.0 else "")
+            free[k] = sim.add(lane, begin, begin + length, "forward" if op == "F" else "backward", str(m + 1))
+            done[(op, k, m)] = free[k]
+            nxt[k] += 1
+            remaining -= 1
+            progressed = True
+        if not progressed:  # cannot happen for GPipe/1F1B; guards against an endless loop
+            raise DtgenError(f"pipeline schedule '{s.schedule}' deadlocked")
+    end = max(free)
+    opt = max(cost.min_ms, 2 * sim.params / stages / cost.flops_per_ms)
+    for k in range(stages):
+        lane = f"w{k + 1}"
+        sim.add(lane, free[k], end, "wait", "bubble")
+        sim.add(lane, end, end + opt, "optimizer", "opt")
+    return sim, end + opt
+
+
+def _single(spec, cost) -> tuple[_Sim, float]:
+    sim = _Sim(spec, cost)
+    opt = max(cost.min_ms, 2 * sim.params / cost.flops_per_ms)
+    t = 0.0
+    for _ in range(STEPS + 1):
+        t = sim.compute("w1", t)
+        t = sim.add("w1", t, t + opt, "optimizer", "opt")
+    return sim, t
+
+
+# ---------------------------------------------------------------- assembling lanes
+
+
+def _lanes(spec, sim: _Sim, with_servers: bool, prefix_label: str = "") -> tuple:
+    lanes = []
+    if with_servers:
+        for ps in spec.topology.servers.ids:
+            lanes.append(Lane(ps, spec.topology.servers.label_of(ps), tuple(sim.boxes[ps]), role="server"))
+    workers = spec.topology.workers
+    drawn = elide(workers.count, spec.figure.max_workers_drawn)
+    for k, index in enumerate(drawn):
+        if index is None:
+            hidden = workers.count - (len(drawn) - 1)
+            lanes.append(Lane(f"w{drawn[k - 1] + 1}-more", f"{hidden:,} more", (), role="gap"))
+            continue
+        w = f"w{index}"
+        label = workers.label_of(w)
+        if spec.strategy.kind == "pipeline":
+            label = f"Stage {index}"
+        lanes.append(Lane(w, label, tuple(sim.boxes[w]), role="stage" if spec.strategy.kind == "pipeline" else "worker"))
+    return tuple(lanes)
+
+
+def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
+    """What each worker (and server) is expected to do over the first steps, from the spec alone."""
+    cost = cost or CostModel()
+    kind = spec.strategy.kind
+    note = "expected from the spec (illustrative cost model; the measured timeline comes from a run)"
+    if kind == "parameter-server":
+        sync_sim, end = _ps_sync(spec, cost)
+        async_sim = _ps_async(spec, cost, until=end)
+        mine = spec.strategy.sync
+        panels = (
+            Panel("sync", "(a) synchronous: one update after every push", _lanes(spec, sync_sim, True),
+                  note="this spec" if mine == "sync" else ""),
+            Panel("async", "(b) asynchronous: an update per push", _lanes(spec, async_sim, True),
+                  note="this spec" if mine == "async" else ""),
+        )
+        timeline = Timeline(spec.title, panels, 0.0, end, note)
+        timeline = window(timeline, 0.0, end, note)
+    elif kind == "central-storage":
+        sim, end = _ps_sync(spec, cost)
+        timeline = Timeline(spec.title, (Panel("sync", "synchronous: variables on the central storage",
+                                               _lanes(spec, sim, True)),), 0.0, end, note)
+    else:
+        builder, title = {
+            "allreduce": (_allreduce, f"{spec.strategy.algorithm} all-reduce: compute, wait for all, reduce, step"),
+            "gossip": (_gossip, f"gossip: average with {spec.strategy.peers} ring neighbours, no global barrier"),
+            "pipeline": (_pipeline, f"{'GPipe' if spec.strategy.schedule == 'gpipe' else '1F1B'}: "
+                                    f"{spec.strategy.microbatches} microbatches, forward and backward per stage"),
+            "single": (_single, "single device: forward, backward, optimizer step"),
+        }[kind]
+        sim, end = builder(spec, cost)
+        timeline = Timeline(spec.title, (Panel("main", title, _lanes(spec, sim, False)),), 0.0, end, note)
+    return limit_boxes(timeline)

@@ -1,0 +1,83 @@
+"""`dtgen figure`: render a spec's figures and write them (and compiled formats) to a folder.
+
+render_figures is the one entry point: Spec -> files. It takes an optional Timeline so
+`dtgen figure RUN_DIR` can pass the measured timeline (built from trace.json) and get
+the same template, axis and files as the expected one. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import DtgenError
+from .compile import compile_pdf, pdf_to_png, tex_to_svg
+from .render import render_timeline, render_topology
+
+KINDS = ("topology", "timeline")
+FORMATS = ("tex", "pdf", "svg", "png")
+
+
+def default_out_dir(spec) -> Path:
+    """figures/<spec name>/ under the current directory."""
+    return Path("figures") / spec.name
+
+
+def render_texts(spec, kinds=KINDS, body_only: bool = False, timeline=None) -> dict[str, str]:
+    """kind -> TeX, pure (no files, no compile)."""
+    texts = {}
+    for kind in kinds:
+        if kind == "topology":
+            texts[kind] = render_topology(spec, body_only=body_only)
+        elif kind == "timeline":
+            texts[kind] = render_timeline(spec, timeline=timeline, body_only=body_only)
+        else:
+            raise DtgenError(f"unknown figure kind {kind!r} (one of {', '.join(KINDS)})")
+    return texts
+
+
+def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,
+                   timeline=None, dpi: int = 300) -> list[Path]:
+    """Write <name>-<kind>.tex (always) plus the requested formats; return the paths written.
+
+    With body_only the .tex files hold the bare picture for \\input into a paper; PDF,
+    SVG and PNG are still compiled from the standalone document.
+    """
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise DtgenError(f"unknown format {unknown[0]!r} (one of {', '.join(FORMATS)})")
+    out = Path(out_dir) if out_dir is not None else default_out_dir(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind, tex in render_texts(spec, kinds, body_only=False, timeline=timeline).items():
+        stem = out / f"{spec.name}-{kind}"
+        body = render_texts(spec, (kind,), body_only=True, timeline=timeline)[kind] if body_only else tex
+        written.append(_write(stem.with_suffix(".tex"), body.encode("utf-8")))
+        pdf = None
+        if "pdf" in formats or "png" in formats:
+            pdf = compile_pdf(tex, keep_log=None).pdf
+        if "pdf" in formats:
+            written.append(_write(stem.with_suffix(".pdf"), pdf))
+        if "svg" in formats:
+            written.append(_write(stem.with_suffix(".svg"), tex_to_svg(tex)))
+        if "png" in formats:
+            written.append(_write(stem.with_suffix(".png"), pdf_to_png(pdf, dpi=dpi)))
+    return written
+
+
+def _write(path: Path, data: bytes) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool) -> list[Path]:
+    """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them."""
+    from ..spec import load_spec
+
+    target = Path(target)
+    if target.is_dir():
+        raise DtgenError(f"{target} is a directory; give a spec file (measured timelines of run directories come later)")
+    spec = load_spec(target)
+    kinds = KINDS if kind == "all" else (kind,)
+    return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only)

@@ -1,0 +1,47 @@
+"""Writing one rendered figure in the requested formats (tex, pdf, png, svg). Side effects: files.
+
+Compiles through opentikz_dt.figures.compile (safe pdflatex settings); the .tex is
+always written first so a failed compile leaves something to look at. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import DtgenError
+from ..figures.compile import compile_pdf, pdf_to_png, pdf_to_svg
+
+FORMATS = ("tex", "pdf", "png", "svg")
+
+
+def parse_formats(text: str) -> tuple:
+    """'pdf,png' -> ('tex', 'pdf', 'png'): the .tex always comes along."""
+    wanted = [f.strip().lower() for f in text.split(",") if f.strip()]
+    bad = [f for f in wanted if f not in FORMATS]
+    if bad or not wanted:
+        raise DtgenError(f"--format {text!r}: expected a comma-separated list of {', '.join(FORMATS)}")
+    return tuple(f for f in FORMATS if f in wanted or f == "tex")
+
+
+def write_outputs(tex: str, out_dir: Path, stem: str, formats: tuple, dpi: int = 300, body: str | None = None) -> list:
+    """Write stem.tex (`body`, the bare picture, when given) and the formats compiled from `tex`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tex_path = out_dir / f"{stem}.tex"
+    tex_path.write_text(body if body is not None else tex, encoding="utf-8")
+    written = [tex_path]
+    if not set(formats) - {"tex"}:
+        return written
+    log = out_dir / f"{stem}.log"
+    compiled = compile_pdf(tex, keep_log=log)  # a failed compile leaves its log here and names it
+    log.unlink(missing_ok=True)
+    if "pdf" in formats:
+        (out_dir / f"{stem}.pdf").write_bytes(compiled.pdf)
+        written.append(out_dir / f"{stem}.pdf")
+    if "png" in formats:
+        (out_dir / f"{stem}.png").write_bytes(pdf_to_png(compiled.pdf, dpi=dpi))
+        written.append(out_dir / f"{stem}.png")
+    if "svg" in formats:
+        (out_dir / f"{stem}.svg").write_bytes(pdf_to_svg(compiled.pdf))
+        written.append(out_dir / f"{stem}.svg")
+    return written

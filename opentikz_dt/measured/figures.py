@@ -1,0 +1,65 @@
+"""Every figure of one run directory: `dtgen figure RUN_DIR` calls write_run_figures.
+
+measured-timeline (the trace in a window of steps), measured-topology (the spec's
+diagram annotated with what was measured), plot-loss, plot-throughput,
+plot-staleness (async runs) and table-summary. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..figures.render import render_timeline
+from .annotate import render_annotated_topology
+from .compare import default_loss_target, render_summary_table, summarize
+from .export import write_outputs
+from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
+from .run import Run, load_run
+from .timeline import measured_timeline
+from .window import parse_steps
+
+
+def render_run_figures(run: Run, steps: str | None = None, body_only: bool = False, only: tuple = ()) -> dict:
+    """stem -> TeX of every figure of the run (or of those named in `only`)."""
+    window = parse_steps(steps)
+    makers = {
+        "measured-timeline": lambda: render_timeline(
+            run.spec, measured_timeline(run.spec, run.trace, window).timeline, body_only=body_only),
+        "measured-topology": lambda: render_annotated_topology(run, body_only),
+    }
+    if run.metrics["loss"]:
+        makers["plot-loss"] = lambda: render_loss_plot([run], body_only)
+    if run.metrics["per_worker_samples_per_s"]:
+        makers["plot-throughput"] = lambda: render_throughput_plot([run], body_only)
+    if run.metrics["staleness"]:
+        makers["plot-staleness"] = lambda: render_staleness_plot([run], body_only)
+    target = default_loss_target([run])
+    makers["table-summary"] = lambda: render_summary_table([summarize(run, target)], target, run.spec, body_only,
+                                                           str(run.path))
+    return {stem: make() for stem, make in makers.items() if not only or stem in only}
+
+
+KIND_STEMS = {"timeline": ("measured-timeline",), "topology": ("measured-topology",),
+              "plots": ("plot-loss", "plot-throughput", "plot-staleness", "table-summary"), "all": ()}
+
+
+def write_run_figures(run_dir: str | Path, out_dir: str | Path | None = None, formats: tuple = ("tex",),
+                      steps: str | None = None, body_only: bool = False, only: tuple = ()) -> list:
+    """Render and write the figures of a run directory (default into RUN_DIR/figures).
+
+    With body_only the .tex files hold the bare picture for \\input; the compiled
+    formats still come from the standalone document.
+    """
+    run = load_run(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run.path / "figures"
+    written = []
+    texts = render_run_figures(run, steps, False, only)
+    bodies = render_run_figures(run, steps, True, only) if body_only else {}
+    for stem, tex in texts.items():
+        written += write_outputs(tex, out_dir, stem, formats, body=bodies.get(stem))
+    return written
+
+
+def figure_run_command(run_dir, out_dir, kind: str, formats, body_only: bool, steps: str | None = None) -> list:
+    """What `dtgen figure RUN_DIR` does: the measured figures of the run, in the asked formats."""
+    return write_run_figures(run_dir, out_dir, tuple(formats) or ("tex",), steps, body_only, KIND_STEMS[kind])

@@ -1,0 +1,224 @@
+"""Result plots of measured runs with pgfplots, in the shared palette: pure, Run(s) -> TeX text.
+
+Loss against step and against wall time, throughput per worker (the straggler
+highlighted), and the async staleness histogram; each takes one run or several (one
+series per run, for `dtgen compare`). Series are thinned to MAX_POINTS so a long run
+stays a small file. Numbers reach the template formatted here; labels only through
+texsafe. Must not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from ..figures.model import Tex
+from ..figures.render import base_context, environment
+from ..texsafe import escape_text, render_label
+from .run import Run
+
+MAX_POINTS = 400
+MAX_BARS = 32
+MAX_STALENESS_BIN = 30
+COLORS = ("otblue", "otorange", "otteal", "otpurple", "otgray")
+DASHES = ("solid", "dashed", "densely dotted", "dashdotted", "loosely dashed")
+MARKS = ("*", "square*", "triangle*", "diamond*", "o")
+STRAGGLER_RATIO = 1.25  # a worker this much slower than the median is highlighted
+
+
+def num(value: float) -> str:
+    """A number for pgfplots: up to 6 significant digits (pgfplots reads 1.5e-05)."""
+    return f"{value:.6g}"
+
+
+def thin(points: list, limit: int = MAX_POINTS) -> list:
+    """Every k-th point and the last, so at most about `limit` remain."""
+    if len(points) <= limit:
+        return points
+    stride = math.ceil(len(points) / limit)
+    out = points[::stride]
+    if out[-1] != points[-1]:
+        out.append(points[-1])
+    return out
+
+
+def coordinates(points: list) -> Tex:
+    return Tex(" ".join(f"({num(x)},{num(y)})" for x, y in points if math.isfinite(x) and math.isfinite(y)))
+
+
+def run_label(run: Run) -> Tex:
+    return Tex(escape_text(run.name))
+
+
+@dataclass(frozen=True)
+class LossSeries:
+    label: Tex
+    color: str
+    dash: str
+    mark: str
+    marks: bool
+    by_step: Tex
+    by_wall: Tex
+
+
+def _nice_max(value: float) -> float:
+    if value <= 0 or not math.isfinite(value):
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    for factor in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if factor * power >= value * 1.02:
+            return factor * power
+    return 10 * power
+
+
+def _nice_min(low: float, high: float) -> float:
+    """A round lower limit a little under `low` (0 when the data come close to 0)."""
+    if not math.isfinite(low) or low <= 0 or low < 0.2 * high:
+        return 0.0
+    span = high - low or abs(high) or 1.0
+    power = 10 ** math.floor(math.log10(span))
+    return math.floor((low - 0.05 * span) / power * 2) * power / 2
+
+
+def _notes(runs: list) -> list:
+    notes = []
+    for run in runs:
+        if run.failed:
+            steps = run.metrics["steps"]
+            notes.append(Tex(escape_text(f"{run.name}: run ended early, after {steps} completed steps")))
+    return notes
+
+
+def render_loss_plot(runs: list, body_only: bool = False) -> str:
+    """Loss against step (left) and against wall time (right); one line per run."""
+    series, ymin, ymax, wall_max, step_max, finite = [], math.inf, 0.0, 0.0, 1, []
+    for index, run in enumerate(runs):
+        loss, wall = run.metrics["loss"], run.metrics["wall_s"]
+        by_step = thin([(float(step), value) for step, value in enumerate(loss)])
+        # Wall time counts from the end of step 0: process start-up is not training time.
+        by_wall = thin([(w - wall[0], value) for w, value in zip(wall, loss)]) if wall else []
+        values = [v for v in loss if math.isfinite(v)]
+        finite += values
+        ymax = max([ymax] + values)
+        ymin = min([ymin] + values)
+        wall_max = max([wall_max] + [w - wall[0] for w in wall if math.isfinite(w)])
+        step_max = max(step_max, len(loss) - 1)
+        series.append(LossSeries(run_label(run), COLORS[index % 5], DASHES[index % 5], MARKS[index % 5],
+                                 len(by_step) <= 40, coordinates(by_step), coordinates(by_wall)))
+    context = base_context(runs[0].spec, "loss plot", body_only, [], source=_source(runs))
+    context.update(series=series, legend=len(runs) > 1, legend_columns=min(len(runs), 4),
+                   ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
+                   ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
+                   notes=_notes(runs))
+    return environment().get_template("plot-loss.tex.j2").render(context)
+
+
+@dataclass(frozen=True)
+class BarSeries:
+    label: Tex
+    color: str
+    points: Tex
+    shift: float | None
+    legend: bool
+
+
+def stragglers(step_time: dict) -> list:
+    """Workers whose mean step time is STRAGGLER_RATIO above the median of all workers."""
+    if len(step_time) < 2:
+        return []
+    median = statistics.median(step_time.values())
+    return [w for w, t in step_time.items() if median > 0 and t > median * STRAGGLER_RATIO]
+
+
+def _worker_order(ids) -> list:
+    return sorted(ids, key=lambda w: (len(w), w))
+
+
+def render_throughput_plot(runs: list, body_only: bool = False) -> str:
+    """Samples/s of each worker; the straggler's bar in orange (one run) or one series per run."""
+    workers = _worker_order({w for run in runs for w in run.metrics["per_worker_samples_per_s"]})
+    drawn = workers if len(workers) <= MAX_BARS else workers[:MAX_BARS - 1] + workers[-1:]
+    xs = {w: i for i, w in enumerate(drawn)}
+    series, top, mean = [], 0.0, None
+    if len(runs) == 1:
+        run = runs[0]
+        rates = run.metrics["per_worker_samples_per_s"]
+        slow = set(stragglers(run.metrics["step_time_s"]))
+        normal = [(xs[w], rates[w]) for w in drawn if w in rates and w not in slow]
+        flagged = [(xs[w], rates[w]) for w in drawn if w in rates and w in slow]
+        series.append(BarSeries(Tex("worker"), "otblue", coordinates(normal), 0.0, False))
+        if flagged:
+            series.append(BarSeries(Tex("straggler"), "otorange", coordinates(flagged), 0.0, True))
+            series[0] = BarSeries(Tex("worker"), "otblue", series[0].points, 0.0, True)
+        top = max(rates.values(), default=1.0)
+        if rates:
+            mean = statistics.fmean(rates.values())
+    else:
+        count = len(runs)
+        bar = 10 if count <= 3 else 6
+        for index, run in enumerate(runs):
+            rates = run.metrics["per_worker_samples_per_s"]
+            points = [(xs[w], rates[w]) for w in drawn if w in rates]
+            shift = (index - (count - 1) / 2) * (bar + 1)
+            series.append(BarSeries(run_label(run), COLORS[index % 5], coordinates(points), shift, True))
+            top = max([top] + list(rates.values()))
+    labels = ",".join("{%s}" % _worker_label(runs[0], w) for w in drawn)
+    context = _bar_context(runs, "throughput plot", body_only, series, len(drawn), labels, _nice_max(top))
+    context.update(xlabel=Tex("worker"), ylabel=Tex("samples/s"),
+                   mean=mean, mean_label=Tex(f"mean {mean:,.0f}".replace(",", "\\,")) if mean is not None else Tex(""))
+    return environment().get_template("plot-bars.tex.j2").render(context)
+
+
+def _worker_label(run: Run, worker: str) -> str:
+    try:
+        return render_label(run.spec.topology.workers.label_of(worker)) if worker[1:].isdigit() else escape_text(worker)
+    except ValueError:
+        return escape_text(worker)
+
+
+def staleness_counts(values: list) -> dict:
+    """Histogram of staleness: integer bins 0..MAX_STALENESS_BIN (the last holds the rest)."""
+    counts: dict = {}
+    for value in values:
+        if math.isfinite(value):
+            key = min(MAX_STALENESS_BIN, max(0, int(round(value))))
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def render_staleness_plot(runs: list, body_only: bool = False) -> str:
+    """How many versions behind each async update was; one series per run that has staleness."""
+    runs = [run for run in runs if run.metrics["staleness"]] or runs[:1]
+    hists = [staleness_counts(run.metrics["staleness"]) for run in runs]
+    last = max([0] + [k for h in hists for k in h])
+    series, top = [], 1
+    count = len(runs)
+    bar = max(3, min(14, 160 // max(1, (last + 1) * count)))
+    for index, (run, hist) in enumerate(zip(runs, hists)):
+        points = [(float(k), float(v)) for k, v in sorted(hist.items())]
+        shift = (index - (count - 1) / 2) * (bar + 1) if count > 1 else None
+        series.append(BarSeries(run_label(run), COLORS[index % 5], coordinates(points), shift, count > 1))
+        top = max([top] + list(hist.values()))
+    labels = ",".join(f"{{{k}}}" if k < MAX_STALENESS_BIN else f"{{$\\geq${k}}}" for k in range(last + 1))
+    context = _bar_context(runs, "staleness histogram", body_only, series, last + 1, labels, _nice_max(top))
+    context.update(xlabel=Tex("staleness (versions behind)"), ylabel=Tex("updates"), mean=None, mean_label=Tex(""),
+                   bar_width=bar)
+    if not any(run.metrics["staleness"] for run in runs):
+        context["notes"] = [Tex("no asynchronous updates: every update was current (staleness 0)")]
+    return environment().get_template("plot-bars.tex.j2").render(context)
+
+
+def _bar_context(runs, kind, body_only, series, slots, labels, ymax) -> dict:
+    context = base_context(runs[0].spec, kind, body_only, [], source=_source(runs))
+    per_slot = 18 if len(runs) == 1 else 12 * len(runs) + 6
+    context.update(series=series, width=max(5.5, min(14.0, 1.2 + slots * per_slot / 28.45)),
+                   bar_width=12 if len(runs) == 1 else (10 if len(runs) <= 3 else 6),
+                   ymax=ymax, xmin=-0.6, xmax=slots - 0.4, xticks=Tex(",".join(str(i) for i in range(slots))),
+                   xticklabels=Tex(labels), rotate=slots > 8, title=Tex(""),
+                   legend=len(runs) > 1, legend_columns=max(2, min(len(runs), 4)), notes=_notes(runs))
+    return context
+
+
+def _source(runs: list) -> str:
+    return ", ".join(str(run.path) for run in runs)[:300]

@@ -1,0 +1,116 @@
+"""A run directory as the measured figures see it: resolved spec, run.json, metrics.json, trace.
+
+The layout is fixed by docs/dev/runner-interface.md. The trace is loaded only when a
+figure needs it (plots and tables read metrics.json alone). Must not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SpecError, TraceError
+from ..spec import Spec, load_spec
+from .trace import Trace, load_trace
+
+
+@dataclass
+class Run:
+    path: Path
+    spec: Spec
+    info: dict  # run.json ({} when missing)
+    metrics: dict  # metrics.json, checked and with missing keys defaulted
+    _trace: Trace | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def trace(self) -> Trace:
+        if self._trace is None:
+            self._trace = load_trace(self.path)
+        return self._trace
+
+    @property
+    def failed(self) -> bool:
+        return self.info.get("status") == "failed"
+
+
+def is_run_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / "spec.yaml").is_file() and (
+        (path / "run.json").is_file() or (path / "trace.json").is_file() or (path / "metrics.json").is_file())
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run directory; TraceError when it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise TraceError(f"{path}: not a run directory")
+    if not (path / "spec.yaml").is_file():
+        raise TraceError(f"{path}: not a run directory (no spec.yaml)")
+    try:
+        spec = load_spec(path / "spec.yaml")
+    except SpecError as exc:
+        raise TraceError(f"{path / 'spec.yaml'}: the run's resolved spec does not load:\n{exc}") from None
+    info = _read_json(path / "run.json", required=False)
+    metrics = check_metrics(_read_json(path / "metrics.json", required=False), path / "metrics.json")
+    return Run(path, spec, info, metrics)
+
+
+def _read_json(path: Path, required: bool) -> dict:
+    if not path.is_file():
+        if required:
+            raise TraceError(f"{path}: missing")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise TraceError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}: expected a JSON object")
+    return data
+
+
+def _numbers(values, where: Path, key: str) -> list:
+    if not isinstance(values, list):
+        raise TraceError(f"{where}: {key}: expected a list of numbers")
+    out = []
+    for value in values:
+        if value is None:
+            out.append(math.nan)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(float(value))
+        else:
+            raise TraceError(f"{where}: {key}: {value!r} is not a number")
+    return out
+
+
+def _mapping(values, where: Path, key: str) -> dict:
+    if not isinstance(values, dict):
+        raise TraceError(f"{where}: {key}: expected an object")
+    return values
+
+
+def check_metrics(data: dict, where: Path) -> dict:
+    """metrics.json with every key of the interface present and typed (missing ones empty)."""
+    out = {
+        "steps": int(data.get("steps", 0) or 0),
+        "loss": _numbers(data.get("loss", []), where, "loss"),
+        "wall_s": _numbers(data.get("wall_s", []), where, "wall_s"),
+        "samples_per_s": float(data.get("samples_per_s", 0.0) or 0.0),
+        "step_time_s": {str(k): float(v) for k, v in _mapping(data.get("step_time_s", {}), where, "step_time_s").items()
+                        if isinstance(v, (int, float))},
+        "bytes": {},
+        "staleness": _numbers(data.get("staleness", []), where, "staleness"),
+        "per_worker_samples_per_s": {str(k): float(v) for k, v in
+                                     _mapping(data.get("per_worker_samples_per_s", {}), where,
+                                              "per_worker_samples_per_s").items() if isinstance(v, (int, float))},
+    }
+    for rank, value in _mapping(data.get("bytes", {}), where, "bytes").items():
+        if isinstance(value, dict):
+            out["bytes"][int(rank)] = {"sent": int(value.get("sent", 0) or 0), "recv": int(value.get("recv", 0) or 0)}
+    return out

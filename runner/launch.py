@@ -1,0 +1,218 @@
+"""`dtgen run` in the parent process: prepare the run directory, launch one process per
+rank through torch's elastic launcher, watch progress, and merge what the ranks leave.
+
+`launch_run` is the one function the CLI calls. It returns a RunResult or raises
+RunError naming the failed rank, its role and its log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from .. import __version__
+from ..errors import RunError
+from ..spec import load_spec, spec_from_data
+from .monitor import Monitor, describe_failure
+from .strategies import load_strategy
+
+SUBDIRS = ("logs", "trace", "metrics", "progress", "failure", "ranks", "model_parts", "checkpoints")
+OUTPUTS = ("spec.yaml", "run.json", "metrics.json", "model.pt", "trace.json", "launch.json")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    metrics: dict
+    run: dict
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 0) -> Path:
+    if out is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = Path("runs") / f"{spec.name}-{stamp}"
+        n = 1
+        while run_dir.exists():
+            n += 1
+            run_dir = Path("runs") / f"{spec.name}-{stamp}-{n}"
+    else:
+        run_dir = Path(out)
+    if run_dir.exists() and node_rank == 0:  # other nodes share node 0's directory
+        if not run_dir.is_dir():
+            raise RunError(f"{run_dir}: exists and is not a directory")
+        if any(run_dir.iterdir()):
+            if not force:
+                raise RunError(f"{run_dir}: directory exists and is not empty (use --force to overwrite)")
+            # Remove only what a run writes, so `--out . --force` cannot wipe a project.
+            for name in SUBDIRS:
+                shutil.rmtree(run_dir / name, ignore_errors=True)
+            for name in OUTPUTS:
+                (run_dir / name).unlink(missing_ok=True)
+    for name in SUBDIRS:
+        (run_dir / name).mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def resolve_spec(spec_path, steps: int | None):
+    spec = load_spec(spec_path)
+    data = json.loads(json.dumps(spec.data))
+    if steps is not None:
+        data["training"]["steps"] = steps
+    return spec_from_data(data, name=str(spec_path)), data
+
+
+def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, node_rank: int = 0,
+               rdzv_endpoint: str | None = None, force: bool = False, echo=None, progress: bool = True) -> RunResult:
+    """Run a spec for real; write the run directory; return its metrics or raise RunError."""
+    echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+    spec, data = resolve_spec(spec_path, steps)
+    roles = load_strategy(spec.strategy.kind).roles(spec)
+    world = len(roles)
+    if nnodes < 1 or world % nnodes:
+        raise RunError(f"{world} ranks do not split evenly over {nnodes} nodes")
+    if nnodes > 1 and not rdzv_endpoint:
+        raise RunError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+    run_dir = prepare_run_dir(spec, out, force, node_rank)
+    dataset_path = None
+    if spec.training.dataset.get("kind") == "file":
+        dataset_path = str((Path(spec_path).resolve().parent / spec.training.dataset["path"]).resolve())
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    epoch_ns = time.time_ns()
+    launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path)}
+    (run_dir / "launch.json").write_text(json.dumps(launch), encoding="utf-8")
+    start = _now_iso()
+    monitor = Monitor(run_dir, spec, roles, echo=echo if progress else None)
+    failure = None
+    try:
+        with _env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1"):
+            _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor)
+    except _Failed as exc:
+        failure = describe_failure(run_dir, roles, exc.failures, monitor)
+    except KeyboardInterrupt:
+        monitor.stop()
+        failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None, "message": "interrupted"}
+    finally:
+        monitor.stop()
+    return _finish(run_dir, spec, roles, start, failure, node_rank, echo)
+
+
+class _Failed(Exception):
+    def __init__(self, failures: dict):
+        self.failures = failures  # global rank -> exit code
+
+
+def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor) -> None:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from .worker import rank_main
+
+    config = LaunchConfig(
+        min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
+        run_id=f"dtgen-{spec.name}-{launch['epoch_ns']}" if nnodes == 1 else f"dtgen-{spec.name}",
+        rdzv_backend="c10d", rdzv_endpoint=endpoint or "localhost:0",
+        rdzv_configs={"rank": node_rank} if nnodes > 1 else {},
+        max_restarts=spec.runtime.restarts, monitor_interval=0.2, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs" / "elastic"), redirects=Std.NONE),
+        shutdown_timeout=3,
+    )
+    monitor.start()
+    # The launcher logs every failure at length; dtgen reports failures itself.
+    quiet = logging.getLogger("torch.distributed.elastic")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        elastic_launch(config, rank_main)(str(run_dir.resolve()), launch)
+    except ChildFailedError as exc:
+        raise _Failed({int(r): f.exitcode for r, f in exc.failures.items()}) from None
+    finally:
+        quiet.setLevel(level)
+
+
+class _env:
+    """Set environment variables for the launch and restore them afterwards."""
+
+    def __init__(self, **values):
+        self.values, self.saved = values, {}
+
+    def __enter__(self):
+        for k, v in self.values.items():
+            self.saved[k] = os.environ.get(k)
+            os.environ[k] = v
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _finish(run_dir, spec, roles, start, failure, node_rank, echo) -> RunResult:
+    import torch
+
+    if node_rank > 0:  # node 0 merges (the run directory should be on a shared filesystem)
+        if failure is not None:
+            raise RunError(f"{failure['message']}\nrun directory: {run_dir}")
+        echo(f"node {node_rank} done; node 0 merges the results into {run_dir}")
+        return RunResult(run_dir, {}, {})
+
+    from .merge import merge_metrics, merge_model, merge_trace
+    from .summary import render_summary
+
+    ended_early = failure is not None
+    trace_info = merge_trace(run_dir, roles, {"spec": spec.name, "strategy": spec.strategy.kind,
+                                               "sync": spec.strategy.sync, "algorithm": spec.strategy.algorithm,
+                                               "ended_early": ended_early})
+    metrics = merge_metrics(run_dir, roles, spec.training.steps)
+    if not ended_early:
+        try:
+            merge_model(run_dir, spec.training.param_tensors)
+        except ValueError as exc:
+            failure = {"rank": None, "role": None, "id": None, "exit_code": None, "log": None, "message": str(exc)}
+    ranks = []
+    for rank, (role, ident) in enumerate(roles):
+        info = {}
+        try:
+            info = json.loads((run_dir / "ranks" / f"rank{rank}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        status = 0 if failure is None else (failure.get("exit_codes", {}).get(rank, "terminated"))
+        ranks.append({"rank": rank, "role": role, "id": ident, "host": info.get("host"), "pid": info.get("pid"),
+                      "device": info.get("device"), "backend": info.get("backend"), "exit_status": status})
+    run = {"dtgen": __version__, "torch": torch.__version__, "backend": ranks[0]["backend"],
+           "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
+           "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
+           "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
+           "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info}
+    (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
+    if failure is not None:
+        raise RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
+    echo(render_summary(spec, roles, metrics, run, run_dir))
+    return RunResult(run_dir, metrics, run)
+
+
+def _attempts(run_dir) -> int:
+    attempts = set()
+    for p in (Path(run_dir) / "ranks").glob("rank*.json"):
+        try:
+            attempts.add(json.loads(p.read_text(encoding="utf-8"))["attempt"])
+        except (OSError, ValueError, KeyError):
+            pass
+    return max(attempts, default=0) + 1

@@ -1,0 +1,171 @@
+"""The parent's view of a running job: the live progress line, the hang watchdog, and
+the explanation of a failure (which rank, its role, its log).
+
+Ranks write progress/rank<r>.json every half second while they make steps. If no rank
+has reported for `runtime.timeout_s` + GRACE_S seconds (a hang that no peer can time
+out on, e.g. a one-rank run), the watchdog kills the ranks' processes (their pids come
+from ranks/rank<r>.json, written by the ranks themselves) so the launcher ends the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+GRACE_S = 5.0
+STARTUP_S = 120.0
+
+
+def _read(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Monitor:
+    def __init__(self, run_dir: Path, spec, roles, echo=None, interval: float = 0.5):
+        self.run_dir, self.spec, self.roles, self.echo = Path(run_dir), spec, roles, echo
+        self.interval = interval
+        self.limit = spec.runtime.timeout_s + GRACE_S
+        self.stalled: dict | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dtgen-monitor", daemon=True)
+        self._tty = sys.stderr.isatty()
+        self._last_print = 0.0
+        self._printed = False
+        self._deadline = time.time() + STARTUP_S
+        self._seen: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(timeout=5)
+            if self._tty and self._printed and self.echo:
+                sys.stderr.write("\n")
+                sys.stderr.flush()
+
+    def progress(self) -> dict[int, dict]:
+        out = {}
+        for p in (self.run_dir / "progress").glob("rank*.json"):
+            if p.name[4:-5].isdigit() and (d := _read(p)):
+                out[int(p.name[4:-5])] = d
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                prog = self.progress()
+                self._watch(prog)
+                if self.echo:
+                    self._show(prog)
+            except Exception as exc:  # the monitor must never take the run down
+                print(f"dtgen: monitor: {exc}", file=sys.stderr)
+
+    def _watch(self, prog) -> None:
+        """Stalled = no new progress report for `limit` seconds after the last one (or
+        STARTUP_S after a rank (re)started and before it reported)."""
+        now = time.time()
+        for p in (self.run_dir / "ranks").glob("rank*.json"):
+            key = f"start:{p.stat().st_mtime}:{p.name}"
+            if key not in self._seen:
+                self._seen[key] = now
+                self._deadline = max(self._deadline, now + STARTUP_S)
+        fresh = [d["wall"] for r, d in prog.items() if f"{r}:{d.get('wall')}" not in self._seen and d.get("wall")]
+        for r, d in prog.items():
+            self._seen[f"{r}:{d.get('wall')}"] = now
+        if fresh:
+            self._deadline = max(fresh) + self.limit
+        if now > self._deadline:
+            self.stalled = {"seconds": round(now - self._deadline + self.limit, 1), "progress": prog}
+            self._kill_ranks()
+            self._deadline = now + STARTUP_S
+
+    def _kill_ranks(self) -> None:
+        for p in (self.run_dir / "ranks").glob("rank*.json"):
+            info = _read(p)
+            if info and info.get("pid") and info.get("host") == os.uname().nodename:
+                try:
+                    os.kill(int(info["pid"]), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _show(self, prog) -> None:
+        reporting = [d for r, d in prog.items() if self.roles[r][0] in ("worker", "stage") and d.get("step", -1) >= 0]
+        if not reporting:
+            return
+        steps = self.spec.training.steps
+        done = min(d["step"] for d in reporting) + 1
+        losses = [d["loss"] for d in reporting if d.get("loss") is not None]
+        starts = [d["first_start"] for d in reporting if d.get("first_start") is not None]
+        elapsed = max(d["now"] for d in reporting) - min(starts) if starts else 0.0
+        stages = [d for d in reporting if self.roles[d["rank"]][0] == "stage"]
+        samples = max(d["samples"] for d in stages) if stages else sum(d["samples"] for d in reporting)
+        rate = samples / elapsed if elapsed > 0 else 0.0
+        eta = elapsed / done * (steps - done) if done else 0.0
+        loss = f"{sum(losses) / len(losses):.4f}" if losses else "-"
+        line = f"step {done}/{steps}  loss {loss}  {rate:,.0f} samples/s  ETA {_fmt_time(eta)}"
+        now = time.monotonic()
+        if self._tty:
+            sys.stderr.write("\r" + line.ljust(70))
+            sys.stderr.flush()
+            self._printed = True
+        elif now - self._last_print >= 10:
+            self.echo(line)
+            self._last_print = now
+
+
+def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | None) -> dict:
+    """Which rank brought the run down, and a one-paragraph message naming it and its log."""
+    run_dir = Path(run_dir)
+    spec_timeout = monitor.spec.runtime.timeout_s if monitor else None
+    reports = {}
+    for p in (run_dir / "failure").glob("rank*.json"):
+        if p.name[4:-5].isdigit() and (d := _read(p)):
+            reports[int(p.name[4:-5])] = d
+    prog = monitor.progress() if monitor else {}
+
+    def started(rank):
+        d = prog.get(rank) or {}
+        return d.get("started", d.get("step", -1))
+
+    own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error"))
+    if own:
+        rank = own[0][1]
+        d = reports[rank]
+        what = "crashed" if d["kind"] == "crash" else "failed"
+        detail = f"{what} at step {d['step']}: {d['error']}"
+    elif monitor is not None and monitor.stalled is not None:
+        rank = min(range(len(roles)), key=lambda r: (started(r), r))
+        detail = (f"hung: no rank made progress for {monitor.stalled['seconds']:.0f} s "
+                  f"(runtime.timeout_s = {spec_timeout:g}); the run was stopped")
+    elif reports:
+        silent = [r for r in range(len(roles)) if r not in reports]
+        pool = silent or list(reports)
+        rank = min(pool, key=lambda r: (started(r), r))
+        first = reports[min(reports)]["error"].splitlines()[0][:200]
+        detail = (f"stopped responding at step {max(started(rank), 0)}: its peers gave up after "
+                  f"runtime.timeout_s = {spec_timeout:g} s ({first})")
+    elif exit_codes:
+        rank = min(exit_codes)
+        detail = f"exited with code {exit_codes[rank]}"
+    else:
+        rank, detail = 0, "failed"
+    role, ident = roles[rank] if rank is not None and rank < len(roles) else (None, None)
+    log = run_dir / "logs" / f"rank{rank}.log"
+    message = f"rank {rank} ({role} {ident}) {detail}\nlog: {log}"
+    return {"rank": rank, "role": role, "id": ident, "exit_code": exit_codes.get(rank), "log": str(log),
+            "message": message, "exit_codes": exit_codes}

@@ -1,0 +1,140 @@
+"""`allreduce`: data-parallel workers that average gradients every step.
+
+algorithm native = DDP (PyTorch's collective); ring / tree / hierarchical = ours
+(collectives.py). On NCCL, ring and tree run NCCL's own Ring / Tree algorithm
+(NCCL_ALGO, set in worker.py before the communicator exists): NCCL's kernels beat
+point-to-point emulation on GPUs, and the spans then cover the whole collective.
+"""
+
+from __future__ import annotations
+
+import time
+from time import perf_counter_ns
+
+import torch
+
+from . import collectives
+
+
+def roles(spec):
+    return [("worker", w) for w in spec.topology.workers.ids]
+
+
+def train(ctx) -> None:
+    algorithm = ctx.spec.strategy.algorithm
+    if algorithm == "native":
+        _train_ddp(ctx)
+    else:
+        _train_manual(ctx, algorithm)
+
+
+def _resume(ctx, model, opt):
+    state = ctx.load_checkpoint()
+    if state:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+
+
+def _grad_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _train_manual(ctx, algorithm: str) -> None:
+    model = ctx.build_model()
+    opt = ctx.build_optimizer(model.parameters())
+    _resume(ctx, model, opt)
+    params = list(model.parameters())
+    workers = list(range(ctx.world_size))
+    n = len(workers)
+    # Gradients live as views of one flat buffer, so the all-reduce needs no copies.
+    flat = torch.zeros(sum(p.numel() for p in params), device=ctx.device)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    reduce = _reducer(ctx, algorithm, workers)
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        t0 = time.perf_counter()
+        x, y = ctx.batch(step, ctx.rank)
+        with ctx.tracer.span("forward", step=step):
+            loss = ctx.loss_fn(model(x), y)
+        with ctx.tracer.span("backward", step=step):
+            flat.zero_()
+            loss.backward()
+        ctx.straggle(step, time.perf_counter() - t0)
+        reduce(flat, step)
+        flat.div_(n)
+        with ctx.tracer.span("optimizer", step=step):
+            opt.step()
+        ctx.metrics.step_done(step, loss.item(), len(x), time.perf_counter() - t0)
+        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
+    if ctx.rank == 0:
+        ctx.save_model(model.state_dict())
+
+
+def _reducer(ctx, algorithm: str, workers: list[int]):
+    if ctx.backend == "nccl" and algorithm in ("ring", "tree"):
+        def nccl(flat, step):  # NCCL_ALGO selects NCCL's own ring or tree
+            with ctx.tracer.span("allreduce", tid="comm", step=step, algorithm=algorithm, phase="nccl", chunk=0):
+                ctx.comm.all_reduce(flat)
+        return nccl
+    if algorithm == "ring":
+        return lambda flat, step: collectives.ring_all_reduce(ctx, flat, workers, step)
+    if algorithm == "tree":
+        return lambda flat, step: collectives.tree_all_reduce(ctx, flat, workers, step)
+    groups = collectives.host_groups(ctx, workers)
+    return lambda flat, step: collectives.hierarchical_all_reduce(ctx, flat, groups, step)
+
+
+def _train_ddp(ctx) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = ctx.build_model()
+    opt = ctx.build_optimizer(model.parameters())
+    _resume(ctx, model, opt)
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    state = {"step": 0}
+    if ctx.spec.runtime.trace.get("enabled", True):
+        ddp.register_comm_hook(state, _traced_allreduce_hook(ctx))
+    n = ctx.world_size
+    moved = _grad_bytes(model) * 2 * (n - 1) // n
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        state["step"] = step
+        t0 = time.perf_counter()
+        x, y = ctx.batch(step, ctx.rank)
+        with ctx.tracer.span("forward", step=step):
+            loss = ctx.loss_fn(ddp(x), y)
+        # DDP overlaps its bucket all-reduces with backward: they show on the comm thread.
+        with ctx.tracer.span("backward", step=step):
+            opt.zero_grad()
+            loss.backward()
+        ctx.metrics.add_bytes(sent=moved, recv=moved)
+        ctx.straggle(step, time.perf_counter() - t0)
+        with ctx.tracer.span("optimizer", step=step):
+            opt.step()
+        ctx.metrics.step_done(step, loss.item(), len(x), time.perf_counter() - t0)
+        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
+    if ctx.rank == 0:
+        ctx.save_model(model.state_dict())
+
+
+def _traced_allreduce_hook(ctx):
+    import torch.distributed as dist
+
+    n = ctx.world_size
+
+    def hook(state, bucket):
+        step, t0 = state["step"], perf_counter_ns()
+        buf = bucket.buffer().div_(n)
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+
+        def done(f):
+            ctx.tracer.add_span("allreduce", t0, perf_counter_ns(), step, tid="comm",
+                                algorithm="native", phase="bucket", chunk=bucket.index())
+            return f.value()[0]
+
+        return fut.then(done)
+
+    return hook

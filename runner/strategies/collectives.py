@@ -1,0 +1,110 @@
+"""Our all-reduce algorithms over point-to-point ops, traced per chunk.
+
+Each function sums `flat` (a contiguous 1-D tensor) in place over the global ranks in
+`ranks`, the calling rank being one of them. Spans go on the comm thread as
+`allreduce` with args algorithm, phase and chunk (runner-interface.md).
+Receives are always posted before sends are waited on (gloo sends block until the
+matching receive exists).
+"""
+
+from __future__ import annotations
+
+import torch
+
+CHUNK_ELEMS = 1 << 18  # tree pipelining granularity: 1 MiB of float32
+MAX_CHUNKS = 64
+_BCAST_TAG = 1 << 20
+
+
+def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> None:
+    """Reduce-scatter then all-gather around the ring, one chunk (1/n of flat) per hop."""
+    n = len(ranks)
+    if n == 1:
+        return
+    me = ranks.index(ctx.rank)
+    nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]
+    segs = list(torch.tensor_split(flat, n))
+    tmp = torch.empty(max(s.numel() for s in segs), dtype=flat.dtype, device=flat.device)
+    comm, tracer = ctx.comm, ctx.tracer
+    for s in range(n - 1):
+        send_i, recv_i = (me - s) % n, (me - s - 1) % n
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="ring", phase="reduce-scatter", chunk=s):
+            buf = tmp[:segs[recv_i].numel()]
+            r = comm.irecv(buf, prv, tag=s)
+            w = comm.isend(segs[send_i], nxt, tag=s)
+            r.wait()
+            segs[recv_i].add_(buf)
+            w.wait()
+    for s in range(n - 1):
+        send_i, recv_i = (me + 1 - s) % n, (me - s) % n
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="ring", phase="all-gather", chunk=s):
+            r = comm.irecv(segs[recv_i], prv, tag=n + s)
+            w = comm.isend(segs[send_i], nxt, tag=n + s)
+            r.wait()
+            w.wait()
+
+
+def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> None:
+    """Binary-tree reduce to ranks[0], then broadcast back, pipelined over chunks."""
+    n = len(ranks)
+    if n == 1:
+        return
+    me = ranks.index(ctx.rank)
+    parent = ranks[(me - 1) // 2] if me else None
+    children = [ranks[c] for c in (2 * me + 1, 2 * me + 2) if c < n]
+    nchunks = max(1, min(MAX_CHUNKS, -(-flat.numel() // CHUNK_ELEMS)))
+    chunks = list(torch.tensor_split(flat, nchunks))
+    comm, tracer = ctx.comm, ctx.tracer
+    # Reduce: all receives from the children up front, then add and forward chunk by chunk.
+    bufs = {c: torch.empty_like(flat) for c in children}
+    parts = {c: list(torch.tensor_split(bufs[c], nchunks)) for c in children}
+    recvs = {c: [comm.irecv(parts[c][k], c, tag=k) for k in range(nchunks)] for c in children}
+    sends = []
+    for k in range(nchunks):
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="tree", phase="reduce", chunk=k):
+            for c in children:
+                recvs[c][k].wait()
+                chunks[k].add_(parts[c][k])
+            if parent is not None:
+                sends.append(comm.isend(chunks[k], parent, tag=k))
+    # Broadcast: receive each chunk from the parent and pass it down at once.
+    down = [comm.irecv(chunks[k], parent, tag=_BCAST_TAG + k) for k in range(nchunks)] if parent is not None else []
+    for k in range(nchunks):
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="tree", phase="broadcast", chunk=k):
+            if down:
+                down[k].wait()
+            sends += [comm.isend(chunks[k], c, tag=_BCAST_TAG + k) for c in children]
+    for w in sends:
+        w.wait()
+
+
+def hierarchical_all_reduce(ctx, flat: torch.Tensor, groups, step: int) -> None:
+    """Reduce within the host to its leader, all-reduce across leaders, broadcast back."""
+    intra, leaders, leader = groups["intra"], groups["leaders"], groups["leader"]
+    comm, tracer = ctx.comm, ctx.tracer
+    if intra is not None:
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="hierarchical", phase="intra", chunk=0):
+            comm.reduce(flat, leader, group=intra)
+    if ctx.rank == leader and leaders is not None:
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="hierarchical", phase="inter", chunk=0):
+            comm.all_reduce(flat, group=leaders)
+    if intra is not None:
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="hierarchical", phase="broadcast", chunk=0):
+            comm.broadcast(flat, leader, group=intra)
+
+
+def host_groups(ctx, workers: list[int]) -> dict:
+    """Subgroups for hierarchical all-reduce, from topology.hosts (every rank creates every group)."""
+    topo = ctx.spec.topology
+    by_host: dict[int, list[int]] = {}
+    for r in workers:
+        by_host.setdefault(topo.host_of(ctx.roles[r][1]), []).append(r)
+    intra = None
+    for host in sorted(by_host):
+        members = by_host[host]
+        group = ctx.new_group(members) if len(members) > 1 else None
+        if ctx.rank in members:
+            intra, leader = group, members[0]
+    heads = [by_host[h][0] for h in sorted(by_host)]
+    leaders = ctx.new_group(heads) if len(heads) > 1 else None
+    return {"intra": intra, "leaders": leaders if ctx.rank in heads else None, "leader": leader}

@@ -1,0 +1,79 @@
+"""`gossip`: every worker takes a local step, then averages its parameters with its
+ring neighbours (strategy.peers of them: +1, -1, +2, -2, ...). No global barrier; the
+final model is the average over all workers (one all-reduce at the end).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def roles(spec):
+    return [("worker", w) for w in spec.topology.workers.ids]
+
+
+def neighbours(rank: int, n: int, peers: int) -> tuple[list[int], list[int]]:
+    """(send to, receive from): offsets +1, -1, +2, -2, ... cut to `peers`."""
+    offsets = []
+    k = 1
+    while len(offsets) < peers:
+        offsets.append(k)
+        if len(offsets) < peers:
+            offsets.append(-k)
+        k += 1
+    return [(rank + o) % n for o in offsets], [(rank - o) % n for o in offsets]
+
+
+def train(ctx) -> None:
+    model = ctx.build_model()
+    opt = ctx.build_optimizer(model.parameters())
+    state = ctx.load_checkpoint()
+    if state:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+    params = list(model.parameters())
+    n = ctx.world_size
+    to, frm = neighbours(ctx.rank, n, ctx.spec.strategy.peers)
+    flat = torch.empty(sum(p.numel() for p in params), device=ctx.device)
+    inbox = [torch.empty_like(flat) for _ in frm]
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        t0 = time.perf_counter()
+        x, y = ctx.batch(step, ctx.rank)
+        with ctx.tracer.span("forward", step=step):
+            loss = ctx.loss_fn(model(x), y)
+        with ctx.tracer.span("backward", step=step):
+            opt.zero_grad()
+            loss.backward()
+        ctx.straggle(step, time.perf_counter() - t0)
+        with ctx.tracer.span("optimizer", step=step):
+            opt.step()
+        with ctx.tracer.span("gossip", tid="comm", step=step, peers=[ctx.roles[r][1] for r in frm]):
+            with torch.no_grad():
+                torch.cat([p.reshape(-1) for p in params], out=flat)
+                works = [ctx.comm.irecv(buf, src, tag=i) for i, (buf, src) in enumerate(zip(inbox, frm))]
+                works += [ctx.comm.isend(flat, dst, tag=i) for i, dst in enumerate(to)]
+                for w in works:
+                    w.wait()
+                mixed = flat.clone()
+                for buf in inbox:
+                    mixed.add_(buf)
+                mixed.div_(len(inbox) + 1)
+                _unflatten_into(params, mixed)
+        ctx.metrics.step_done(step, loss.item(), len(x), time.perf_counter() - t0)
+        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
+    with torch.no_grad():
+        torch.cat([p.reshape(-1) for p in params], out=flat)
+        ctx.comm.all_reduce(flat)
+        _unflatten_into(params, flat.div_(n))
+    if ctx.rank == 0:
+        ctx.save_model(model.state_dict())
+
+
+def _unflatten_into(params, flat) -> None:
+    offset = 0
+    for p in params:
+        p.copy_(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()

@@ -1,0 +1,219 @@
+"""`parameter-server`: N workers (ranks 0..N-1) push gradients to S server shards (ranks N..).
+
+Each shard owns whole parameter tensors (`opentikz_dt.shards.shard_assignment`, the same
+function the figures draw from). Per pair (worker, shard) the messages strictly
+alternate weights -> gradients -> weights ..., so FIFO order alone matches them: no
+tags, no any-source receive (NCCL has neither).
+
+Worker, every step: finish the posted fetch of every shard's weights (`wait` until the
+shard sent, then `fetch`), forward, backward, injected slowdown, `push` each shard its
+gradients while already posting the next fetch (a gloo send completes only once the
+peer posted its receive, so receives go first).
+
+Server shard, sync: receive all N pushes (`wait`), average them and take one SGD step
+(the same math as `single` on the global batch), send every worker the new weights.
+Server shard, async: whichever push lands first (`Inbox`) is applied alone at once and
+only that worker gets fresh weights; staleness = versions applied since that worker's
+weights were sent (recorded per update in metrics and in the `update` span).
+Only the servers hold authoritative weights; each saves its shard at the end.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter, perf_counter_ns
+
+from ...shards import shard_assignment
+from ..ps_wire import (Inbox, assign_grads, flatten_grads, pack_weights, perf_ns_of, settle, unpack_weights,
+                       weights_buffer)
+
+
+def roles(spec):
+    workers = [("worker", w) for w in spec.topology.workers.ids]
+    return workers + [("server", s) for s in spec.topology.servers.ids]
+
+
+def shards(spec) -> list[tuple[int, str, list[str]]]:
+    """(server rank, server id, tensor names) of every shard, in rank order."""
+    n = spec.topology.workers.count
+    return [(n + j, sid, names) for j, (sid, names) in enumerate(shard_assignment(spec).items())]
+
+
+def train(ctx) -> None:
+    if ctx.role == "worker":
+        run_worker(ctx, shards(ctx.spec))
+    elif ctx.spec.strategy.sync == "async":
+        run_async_server(ctx)
+    else:
+        run_sync_server(ctx)
+
+
+# --- worker -----------------------------------------------------------------------------
+
+def run_worker(ctx, shard_list) -> None:
+    n, k = ctx.spec.topology.workers.count, ctx.rank
+    sync = ctx.spec.strategy.sync == "sync"
+    model = ctx.build_model()
+    params = dict(model.named_parameters())
+    owned = [[params[name] for name in names] for _, _, names in shard_list]
+    bufs = [weights_buffer(tensors) for tensors in owned]
+    posted, fetches = perf_counter_ns(), []
+    if ctx.start_step < ctx.steps:
+        fetches = [ctx.comm.irecv(buf, src=rank) for buf, (rank, _, _) in zip(bufs, shard_list)]
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        t0 = perf_counter()
+        _finish_fetch(ctx, step, posted, fetches, bufs, owned)
+        tc = perf_counter()
+        x, y = ctx.batch(step, k, n)
+        with ctx.tracer.span("forward", step=step):
+            loss = ctx.loss_fn(model(x), y)
+            settle(ctx.device)
+        with ctx.tracer.span("backward", step=step):
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            settle(ctx.device)
+        ctx.straggle(step, perf_counter() - tc)
+        loss_value = loss.item()
+        grads = [flatten_grads(tensors) for tensors in owned]
+        with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list]):
+            sends = [ctx.comm.isend(g, dst=rank) for g, (rank, _, _) in zip(grads, shard_list)]
+            if step + 1 < ctx.steps:
+                fetches = [ctx.comm.irecv(buf, src=rank) for buf, (rank, _, _) in zip(bufs, shard_list)]
+            for work in sends:
+                work.wait()
+            for rank, _, _ in shard_list:
+                ctx.tracer.flow_start(ctx.tracer.flow_id(k, step, rank), step, tid="comm")
+        posted = perf_counter_ns()  # the next fetch's wait starts where the push ends (one comm lane)
+        ctx.metrics.step_done(step, loss_value, len(x), perf_counter() - t0)
+        if sync:
+            ctx.maybe_checkpoint(step, dict)  # weights live on the servers: nothing to keep here
+        ctx.tracer.maybe_flush()
+
+
+def _finish_fetch(ctx, step, posted_ns, fetches, bufs, owned) -> None:
+    """Wait for every shard's weights; trace `wait` (shard not sent yet) then `fetch`."""
+    versions, sent_ns = [], posted_ns
+    for work, buf, tensors in zip(fetches, bufs, owned):
+        work.wait()
+        version, sent_us = unpack_weights(buf, tensors)
+        versions.append(version)
+        sent_ns = max(sent_ns, perf_ns_of(ctx.tracer, sent_us))
+    arrived = perf_counter_ns()
+    sent_ns = min(sent_ns, arrived)
+    if sent_ns > posted_ns:
+        ctx.tracer.add_span("wait", posted_ns, sent_ns, step, tid="comm")
+    ctx.tracer.add_span("fetch", sent_ns, arrived, step, tid="comm", version=min(versions))
+
+
+# --- servers ------------------------------------------------------------------------------
+
+class _Shard:
+    """One server's tensors, optimizer, version and receive buffers."""
+
+    def __init__(self, ctx):
+        n = ctx.spec.topology.workers.count
+        names = {sid: owned for _, sid, owned in shards(ctx.spec)}[ctx.id]
+        params = dict(ctx.build_model().named_parameters())
+        self.names = names
+        self.tensors = [params[name] for name in names]
+        self.opt = ctx.build_optimizer(self.tensors)
+        self.version = 0
+        size = sum(t.numel() for t in self.tensors)
+        self.grads = [self.tensors[0].new_empty(size) for _ in range(n)]
+        state = ctx.load_checkpoint()
+        if state:
+            self.restore(state)
+
+    def weights(self, ctx):
+        return pack_weights(self.tensors, self.version, ctx.tracer.now_us())
+
+    def state(self) -> dict:
+        return {"params": {n: t.detach().clone() for n, t in zip(self.names, self.tensors)},
+                "opt": self.opt.state_dict(), "version": self.version}
+
+    def restore(self, state) -> None:
+        for name, t in zip(self.names, self.tensors):
+            t.data.copy_(state["params"][name])
+        self.opt.load_state_dict(state["opt"])
+        self.version = state["version"]
+
+    def save(self, ctx) -> None:
+        ctx.save_model(dict(zip(self.names, self.tensors)))
+
+
+def run_sync_server(ctx) -> None:
+    n = ctx.spec.topology.workers.count
+    shard = _Shard(ctx)
+    sends = []
+    if ctx.start_step < ctx.steps:
+        weights = shard.weights(ctx)
+        sends = [ctx.comm.isend(weights, dst=k) for k in range(n)]
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        recvs = [ctx.comm.irecv(shard.grads[k], src=k) for k in range(n)]
+        with ctx.tracer.span("wait", tid="comm", step=step):
+            for work in recvs + sends:
+                work.wait()
+        flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
+        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=shard.version + 1,
+                             staleness=0):
+            for fid in flows[1:]:
+                ctx.tracer.flow_finish(fid, step)
+            total = shard.grads[0].clone()
+            for g in shard.grads[1:]:
+                total += g
+            assign_grads(total.div_(n), shard.tensors)
+            shard.opt.step()
+            shard.version += 1
+        sends = []
+        if step + 1 < ctx.steps:
+            weights = shard.weights(ctx)
+            sends = [ctx.comm.isend(weights, dst=k) for k in range(n)]
+        ctx.maybe_checkpoint(step, shard.state)
+        ctx.tracer.maybe_flush()
+    shard.save(ctx)
+
+
+def run_async_server(ctx) -> None:
+    """Apply each push alone as it lands; reply to that worker only.
+
+    Async runs do not checkpoint (steps are not aligned across ranks); a restart
+    starts over.
+    """
+    n, steps = ctx.spec.topology.workers.count, ctx.steps
+    worker_ids = ctx.spec.topology.workers.ids
+    shard = _Shard(ctx)
+    inbox = Inbox(ctx.backend, ctx.spec.runtime.timeout_s)
+    pushes = [0] * n          # pushes applied per worker = that worker's next step
+    sent_version = [0] * n    # version of the weights each worker computes on
+    outgoing: dict[int, object] = {}
+    if steps > 0:
+        weights = shard.weights(ctx)
+        for k in range(n):
+            outgoing[k] = (ctx.comm.isend(weights, dst=k), weights)
+            inbox.post(k, ctx.comm.irecv(shard.grads[k], src=k))
+    while len(inbox):
+        t_wait = perf_counter_ns()
+        k = inbox.next()
+        step = pushes[k]
+        ctx.tracer.add_span("wait", t_wait, perf_counter_ns(), step, tid="comm")
+        ctx.fault_check(step)
+        staleness = shard.version - sent_version[k]
+        with ctx.tracer.span("update", step=step, flow_in=ctx.tracer.flow_id(k, step, ctx.rank),
+                             worker=worker_ids[k], version=shard.version + 1, staleness=staleness):
+            assign_grads(shard.grads[k], shard.tensors)
+            shard.opt.step()
+            shard.version += 1
+        ctx.metrics.staleness(staleness)
+        pushes[k] += 1
+        outgoing.pop(k)[0].wait()  # long done: the worker received it before it pushed
+        if pushes[k] < steps:
+            weights = shard.weights(ctx)
+            sent_version[k] = shard.version
+            outgoing[k] = (ctx.comm.isend(weights, dst=k), weights)
+            inbox.post(k, ctx.comm.irecv(shard.grads[k], src=k))
+        ctx.tracer.maybe_flush()
+    for work, _ in outgoing.values():
+        work.wait()
+    shard.save(ctx)
+

@@ -1,0 +1,167 @@
+"""`pipeline`: the MLP's Linear(+ReLU) layers split over the workers, one stage per rank,
+run by torch.distributed.pipelining (PipelineStage + ScheduleGPipe / Schedule1F1B).
+
+Split: L layers over P stages in order, the first `L mod P` stages one layer more
+(`stage_bounds`). Stage i keeps the full model's layers under their own names, so the
+stages' state dicts together are exactly `single`'s. Not data-parallel: every step
+is the whole batch of `batch_size` rows in `strategy.microbatches` equal microbatches;
+the last stage computes the mean cross-entropy per microbatch and the schedule scales
+the gradients by 1/microbatches, so the update equals `single` on the same batch.
+
+Tracing wraps the stage's chunk methods (private API of torch 2.13: the schedules call
+`get_{fwd,bwd}_{recv,send}_ops(i)` and `{forward,backward}_one_chunk(i)`):
+  `forward` / `backward` (compute, args mb, stage) around each chunk;
+  `recv` (comm) from posting a chunk's receive to its compute start: the wait for the
+  peer's activation or gradient;
+  `send` (comm) the posting of a chunk's send (its completion is folded into the
+  schedule's later waits and is not observable here).
+"""
+
+from __future__ import annotations
+
+from time import perf_counter, perf_counter_ns
+
+import torch
+from torch import nn
+
+from ...errors import RunError
+
+
+def roles(spec):
+    s = spec.strategy
+    if s.schedule == "1f1b" and s.microbatches < s.stages:
+        raise RunError(f"the 1f1b schedule needs at least as many microbatches as stages: "
+                       f"strategy.microbatches is {s.microbatches}, stages {s.stages}")
+    return [("stage", w) for w in spec.topology.workers.ids]
+
+
+def stage_bounds(layers: int, stages: int) -> list[int]:
+    """Layer index boundaries: stage i owns layers bounds[i]..bounds[i+1]-1."""
+    base, extra = divmod(layers, stages)
+    bounds = [0]
+    for i in range(stages):
+        bounds.append(bounds[-1] + base + (1 if i < extra else 0))
+    return bounds
+
+
+class StagePart(nn.Module):
+    """Layers lo..hi-1 of the MLP, keeping their names (`layers.{i}.*`) and ReLUs."""
+
+    def __init__(self, model, lo: int, hi: int):
+        super().__init__()
+        self.last_layer = len(model.layers) - 1
+        self.layers = nn.ModuleDict({str(i): model.layers[i] for i in range(lo, hi)})
+
+    def forward(self, x):
+        for name, layer in self.layers.items():
+            x = layer(x)
+            if int(name) < self.last_layer:
+                x = torch.relu(x)
+        return x
+
+
+def train(ctx) -> None:
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    spec, rank, stages = ctx.spec, ctx.rank, ctx.world_size
+    microbatches = spec.strategy.microbatches
+    bounds = stage_bounds(len(spec.training.layers) - 1, stages)
+    part = StagePart(ctx.build_model(), bounds[rank], bounds[rank + 1])
+    opt = ctx.build_optimizer(part.parameters())
+    state = ctx.load_checkpoint()
+    if state:
+        part.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+    stage = PipelineStage(part, rank, stages, ctx.device, group=ctx.group)
+    hooks = _StageTrace(ctx, stage, rank)
+    schedule_cls = ScheduleGPipe if spec.strategy.schedule == "gpipe" else Schedule1F1B
+    schedule = schedule_cls(stage, microbatches, loss_fn=ctx.loss_fn)
+    # The schedule talks to its neighbours itself, so its traffic is counted here: per step
+    # every row's activation crosses each stage boundary once forward and its gradient back.
+    widths, row_bytes = spec.training.layers, 4 * spec.training.batch_size
+    edges = [bounds[rank]] if rank > 0 else []
+    edges += [bounds[rank + 1]] if rank < stages - 1 else []
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        t0 = perf_counter()
+        x, y = ctx.batch(step, 0, 1)
+        hooks.step = step
+        opt.zero_grad(set_to_none=True)
+        losses: list = []
+        if rank == 0:
+            schedule.step(x)
+        elif rank == stages - 1:
+            schedule.step(target=y, losses=losses)
+        else:
+            schedule.step()
+        with ctx.tracer.span("optimizer", step=step):
+            opt.step()
+        for edge in edges:
+            ctx.metrics.add_bytes(sent=row_bytes * widths[edge], recv=row_bytes * widths[edge])
+        loss = torch.stack(losses).mean().item() if losses else None
+        ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
+        ctx.maybe_checkpoint(step, lambda: {"model": part.state_dict(), "opt": opt.state_dict()})
+        ctx.tracer.maybe_flush()
+    ctx.save_model(part.state_dict())
+
+
+_WRAPPED = ("forward_one_chunk", "backward_one_chunk", "get_fwd_recv_ops", "get_bwd_recv_ops",
+            "get_fwd_send_ops", "get_bwd_send_ops")
+
+
+class _StageTrace:
+    """Wraps one PipelineStage's chunk methods to record per-microbatch spans."""
+
+    def __init__(self, ctx, stage, rank: int):
+        missing = [m for m in _WRAPPED if not callable(getattr(stage, m, None))]
+        if missing:  # private API (checked on torch 2.13): train on, without per-microbatch spans
+            ctx.log(f"dtgen: torch {torch.__version__} PipelineStage lacks {missing}; no per-microbatch spans")
+            return
+        self.tracer, self.stage_no, self.step = ctx.tracer, rank + 1, 0
+        self.device, self.cuda = ctx.device, ctx.device.type == "cuda"
+        self.recv_posted: dict[tuple[str, int], int] = {}
+        self._wrap_compute(stage, "forward_one_chunk", "forward", "fwd", not stage.is_first)
+        self._wrap_compute(stage, "backward_one_chunk", "backward", "bwd", not stage.is_last)
+        self._wrap_recv(stage, "get_fwd_recv_ops", "fwd")
+        self._wrap_recv(stage, "get_bwd_recv_ops", "bwd")
+        self._wrap_send(stage, "get_fwd_send_ops", "fwd", not stage.is_last)
+        self._wrap_send(stage, "get_bwd_send_ops", "bwd", not stage.is_first)
+
+    def _wrap_compute(self, stage, method: str, name: str, direction: str, receives: bool) -> None:
+        original = getattr(stage, method)
+
+        def traced(mb, *args, **kwargs):
+            start = perf_counter_ns()
+            posted = self.recv_posted.pop((direction, mb), None)
+            if receives and posted is not None:
+                self.tracer.add_span("recv", posted, start, self.step, tid="comm", mb=mb, stage=self.stage_no,
+                                     direction=direction)
+            out = original(mb, *args, **kwargs)
+            if self.cuda:
+                torch.cuda.synchronize(self.device)  # host stamps of queued kernels would be launch times
+            self.tracer.add_span(name, start, perf_counter_ns(), self.step, mb=mb, stage=self.stage_no)
+            return out
+
+        setattr(stage, method, traced)
+
+    def _wrap_recv(self, stage, method: str, direction: str) -> None:
+        original = getattr(stage, method)
+
+        def traced(mb, *args, **kwargs):
+            self.recv_posted[(direction, mb)] = perf_counter_ns()
+            return original(mb, *args, **kwargs)
+
+        setattr(stage, method, traced)
+
+    def _wrap_send(self, stage, method: str, direction: str, sends: bool) -> None:
+        original = getattr(stage, method)
+
+        def traced(mb, *args, **kwargs):
+            start = perf_counter_ns()
+            ops = original(mb, *args, **kwargs)
+            if sends:
+                self.tracer.add_span("send", start, perf_counter_ns(), self.step, tid="comm", mb=mb,
+                                     stage=self.stage_no, direction=direction)
+            return ops
+
+        setattr(stage, method, traced)

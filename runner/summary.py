@@ -1,0 +1,30 @@
+"""The end-of-run summary table (plain text)."""
+
+from __future__ import annotations
+
+
+def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
+    rows = [("rank", "id", "role", "step time", "samples/s", "sent MB", "recv MB")]
+    for rank, (role, ident) in enumerate(roles):
+        b = metrics["bytes"].get(str(rank), {"sent": 0, "recv": 0})
+        st = metrics["step_time_s"].get(ident)
+        rate = metrics["per_worker_samples_per_s"].get(ident)
+        rows.append((str(rank), ident, role, f"{st * 1000:.1f} ms" if st else "-",
+                     f"{rate:,.0f}" if rate else "-", f"{b['sent'] / 1e6:.2f}", f"{b['recv'] / 1e6:.2f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    losses = [v for v in metrics["loss"] if v is not None]
+    head = (f"{spec.name}: {spec.strategy.kind}"
+            + (f" ({spec.strategy.algorithm})" if spec.strategy.kind == "allreduce" else "")
+            + (f" ({spec.strategy.sync})" if spec.strategy.kind == "parameter-server" else "")
+            + f", {run['world_size']} rank(s), {run['backend']} on {run['device']}, "
+            + f"{metrics['steps_done']}/{metrics['steps']} steps")
+    tail = [f"loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "loss -",
+            f"throughput {metrics['samples_per_s']:,.0f} samples/s"]
+    if metrics["staleness"]:
+        s = metrics["staleness"]
+        tail.append(f"staleness mean {sum(s) / len(s):.2f} max {max(s):g}")
+    if run.get("attempts", 1) > 1:
+        tail.append(f"{run['attempts']} attempts")
+    return "\n".join([head] + lines + ["; ".join(tail), f"run directory: {run_dir}"])

@@ -1,0 +1,84 @@
+"""Helpers for tests and benchmarks: small specs and cached small runs.
+
+`small_spec_data(kind, **overrides)` builds a spec dict for a few fast steps;
+`run_small(data, tmp_root)` runs it (cached per spec within one Python process, so
+several tests can share one launch) and returns the RunResult.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+from pathlib import Path
+
+import yaml
+
+_CACHE: dict[str, object] = {}
+_COUNT = [0]
+
+
+def deep_update(base: dict, overrides: dict) -> dict:
+    for k, v in overrides.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            deep_update(base[k], v)
+        else:
+            base[k] = copy.deepcopy(v)
+    return base
+
+
+def small_spec_data(kind: str, **overrides) -> dict:
+    """A spec for a quick run: small MLP, 6 steps, batch 32 per worker, 10 s timeout."""
+    data = {
+        "name": f"t-{kind}",
+        "strategy": {"kind": kind},
+        "training": {"model": {"layers": [16, 32, 32, 4]}, "dataset": {"samples": 2048},
+                     "batch_size": 32, "steps": 6, "optimizer": {"lr": 0.2}},
+        "runtime": {"backend": "gloo", "device": "cpu", "timeout_s": 10},
+    }
+    return deep_update(data, overrides)
+
+
+def write_spec(data: dict, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{data.get('name', 'spec')}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_small(data: dict, root: Path | None = None, cache: bool = True, **launch_kwargs):
+    """Launch `data`; identical specs reuse the first result within this process."""
+    from .launch import launch_run
+
+    key = json.dumps(data, sort_keys=True) + json.dumps(launch_kwargs, sort_keys=True, default=str)
+    if cache and key in _CACHE:
+        return _CACHE[key]
+    root = Path(root or tempfile.mkdtemp(prefix="dtgen-test-"))
+    _COUNT[0] += 1
+    spec_path = write_spec(data, root / "specs" / str(_COUNT[0]))
+    out = root / "runs" / f"{data.get('name', 'run')}-{_COUNT[0]}"
+    result = launch_run(spec_path, out=out, progress=False, echo=lambda line: None, **launch_kwargs)
+    if cache:
+        _CACHE[key] = result
+    return result
+
+
+# The data-parallel strategies of the runner, as (kind, overrides, dp) for the tests:
+# dp is the data-parallel width, so `single` at batch_size*dp must reach the same model.
+DP_CASES = {
+    "allreduce-native": ("allreduce", {"topology": {"workers": {"count": 3}}}, 3),
+    "allreduce-ring": ("allreduce", {"topology": {"workers": {"count": 3}}, "strategy": {"algorithm": "ring"}}, 3),
+    "allreduce-tree": ("allreduce", {"topology": {"workers": {"count": 3}}, "strategy": {"algorithm": "tree"}}, 3),
+    "allreduce-hierarchical": ("allreduce", {"topology": {"workers": {"count": 4}, "hosts": 2},
+                                             "strategy": {"algorithm": "hierarchical"}}, 4),
+}
+GOSSIP_CASE = ("gossip", {"topology": {"workers": {"count": 3}}, "strategy": {"peers": 2}}, 3)
+
+
+def single_reference(dp: int, steps: int | None = None, root=None):
+    """`single` on the global batch of a dp-wide run of small_spec_data (cached)."""
+    base = small_spec_data("single")
+    over = {"training": {"batch_size": base["training"]["batch_size"] * dp}}
+    if steps is not None:
+        over["training"]["steps"] = steps
+    return run_small(small_spec_data("single", **over), root)

@@ -1,0 +1,163 @@
+"""Figures through real pdflatex: every example compiles, nothing overlaps, labels print literally."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from opentikz_dt.cli import main
+from opentikz_dt.errors import CompileError, ToolMissingError
+from opentikz_dt.figures.bbox import parse_bboxes
+from opentikz_dt.figures.checks import check_figure_compiles, check_figure_geometry, check_no_overlaps
+from opentikz_dt.figures.compile import compile_pdf, pdf_text, tool
+from opentikz_dt.figures.render import render_timeline, render_topology
+from opentikz_dt.figures.topology import build_layout
+from opentikz_dt.spec import load_spec, spec_from_data
+
+from conftest import EXAMPLES
+
+pytestmark = pytest.mark.latex
+BIG = {"training": {"dataset": {"samples": 2000000}}}
+
+
+def _compiled(tex):
+    result = compile_pdf(tex)
+    return result, parse_bboxes(result.log)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_compiles_without_overlaps(path):
+    spec = load_spec(path)
+    for tex in (render_topology(spec), render_timeline(spec)):
+        result, boxes = _compiled(tex)
+        assert result.pdf.startswith(b"%PDF")
+        names = {b.name for b in boxes}
+        assert "title" in names and len(boxes) >= 5
+        assert check_no_overlaps(boxes) == []
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("parameter-server", {}),
+    ("parameter-server", {"topology": {"servers": {"count": 6}}}),
+    ("allreduce", {"strategy": {"algorithm": "tree"}}),
+    ("allreduce", {"strategy": {"algorithm": "hierarchical"}, "topology": {"hosts": 128}}),
+    ("gossip", {}),
+    ("allreduce", {"strategy": {"algorithm": "ring"}, "figure": {"palette": "dark"}}),
+])
+def test_1024_workers_give_a_clean_figure(kind, extra):
+    data = {"strategy": {"kind": kind, **extra.get("strategy", {})},
+            "topology": {"workers": {"count": 1024}, **extra.get("topology", {})}, **BIG}
+    if "figure" in extra:
+        data["figure"] = extra["figure"]
+    spec = spec_from_data(data)
+    for tex in (render_topology(spec), render_timeline(spec)):
+        assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+def test_pipeline_with_many_stages_and_microbatches_compiles():
+    spec = spec_from_data({"strategy": {"kind": "pipeline", "microbatches": 64},
+                           "topology": {"workers": {"count": 16}},
+                           "training": {"model": {"layers": [8] * 17}, "batch_size": 256}})
+    for tex in (render_topology(spec), render_timeline(spec)):
+        assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+def test_the_probe_catches_an_overlap():
+    spec = spec_from_data({"strategy": {"kind": "parameter-server"}})
+    layout = build_layout(spec)
+    nodes = tuple(dataclasses.replace(n, y=0.0) if n.name == "w1" else n for n in layout.nodes)  # w1 onto w2
+    log = compile_pdf(render_topology(spec, layout=dataclasses.replace(layout, nodes=nodes))).log
+    problems = check_figure_geometry(log)
+    assert "'w1' and 'w2' overlap" in " ".join(problems)
+
+
+@pytest.mark.parametrize("payload", [r"\input{/etc/passwd}", r"}\immediate\write18{x}", r"50% & #1 ~ ^_^ \$5 {x}"])
+def test_injection_payloads_print_literally(payload):
+    spec = spec_from_data({"strategy": {"kind": "parameter-server"}, "title": payload,
+                           "topology": {"data": {"label": payload}}})
+    for tex in (render_topology(spec), render_timeline(spec)):
+        text = pdf_text(compile_pdf(tex).pdf)
+        flat = re.sub(r"\s+", " ", text)
+        assert payload.replace(r"\$", "$") in flat
+        assert "root:" not in text
+
+
+def test_compile_is_byte_identical():
+    tex = render_topology(spec_from_data({"strategy": {"kind": "gossip"}}))
+    assert compile_pdf(tex).pdf == compile_pdf(tex).pdf
+
+
+def test_a_failed_compile_quotes_the_first_error_line(tmp_path):
+    bad = "\\documentclass{standalone}\\begin{document}\\undefinedmacro\\end{document}\n"
+    with pytest.raises(CompileError, match=r"pdflatex failed: ! Undefined control sequence\. l\.1 \(log: .*bad\.log\)"):
+        compile_pdf(bad, keep_log=tmp_path / "bad.log")
+    assert check_figure_compiles(bad)[0].startswith("pdflatex failed: ! Undefined control sequence.")
+    assert check_figure_compiles(render_topology(spec_from_data({"strategy": {"kind": "single"}}))) == []
+
+
+def test_shell_escape_and_reading_files_are_off():
+    escape = "\\documentclass{standalone}\\begin{document}\\immediate\\write18{touch pwned}x\\end{document}\n"
+    result = compile_pdf(escape)
+    assert "runsystem(touch pwned)...disabled" in result.log
+    outside = "\\documentclass{standalone}\\begin{document}\\input{/etc/hostname}\\end{document}\n"
+    with pytest.raises(CompileError, match="pdflatex failed: ! "):
+        compile_pdf(outside)
+
+
+def test_a_missing_tool_names_the_debian_package(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ToolMissingError, match=r"'pdflatex' is not installed; on Debian/Ubuntu: sudo apt-get install texlive-latex-base"):
+        tool("pdflatex")
+    with pytest.raises(ToolMissingError, match="apt-get install poppler-utils"):
+        tool("pdftoppm")
+
+
+def test_cli_writes_tex_pdf_svg_png(tmp_path):
+    spec = EXAMPLES[0]
+    out = tmp_path / "figs"
+    result = CliRunner().invoke(main, ["figure", str(spec), "-o", str(out), "--format", "pdf", "--format", "svg",
+                                       "--format", "png"])
+    assert result.exit_code == 0, result.output
+    name = load_spec(spec).name
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(f"{name}-{kind}.{ext}" for kind in ("topology", "timeline") for ext in ("tex", "pdf", "svg", "png"))
+    assert (out / f"{name}-topology.svg").read_text().lstrip().startswith("<?xml")
+    assert (out / f"{name}-timeline.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_kind_body_only_and_default_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = EXAMPLES[0]
+    result = CliRunner().invoke(main, ["figure", str(spec), "--kind", "topology", "--body-only"])
+    assert result.exit_code == 0, result.output
+    name = load_spec(spec).name
+    assert result.output == f"wrote figures/{name}/{name}-topology.tex\n"
+    body = (tmp_path / "figures" / name / f"{name}-topology.tex").read_text()
+    assert body.count(r"\documentclass") == 0
+    # the body \input into a paper compiles
+    paper = ("\\documentclass{article}\\usepackage[T1]{fontenc}\\usepackage{lmodern}\\usepackage{tikz}\\usetikzlibrary{positioning, "
+             "arrows.meta, calc, fit, backgrounds, decorations.pathreplacing}\\begin{document}\n" + body + "\\end{document}\n")
+    assert compile_pdf(paper).pdf.startswith(b"%PDF")
+
+
+def test_cli_reports_a_bad_spec_without_a_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("strategy: {kind: parameter-server}\ntopology: {workers: {count: 0}}\n")
+    result = CliRunner().invoke(main, ["figure", str(bad), "-o", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "topology.workers.count: 0 is less than the minimum of 1" in result.output
+
+
+def test_every_icon_compiles_in_its_role_colour():
+    spec = spec_from_data({"strategy": {"kind": "parameter-server"},
+                           "figure": {"icons": {"data": "database", "worker": "cpu", "server": "none"},
+                                      "colors": {"worker": "otorange", "server": "otpurple"}}})
+    tex = render_topology(spec)
+    assert r"\databasepic{otorange}" in tex and r"\cpupic{otorange}" in tex and r"\nonepic{otpurple}" in tex
+    assert r"\newcommand{\gpupic}" not in tex  # only the icons drawn are defined
+    assert check_figure_geometry(compile_pdf(tex).log) == []
+    gpu = render_topology(spec_from_data({"strategy": {"kind": "gossip"}, "figure": {"icons": {"worker": "server"}}}))
+    assert check_figure_geometry(compile_pdf(gpu).log) == []
