@@ -36,7 +36,12 @@ def _worker(rank, world, port, sizes, iters, out_dir):
 
     from opentikz_dt.runner.comm import Comm
     from opentikz_dt.runner.metrics import Metrics
+    from opentikz_dt.runner.strategies import collectives
     from opentikz_dt.runner.strategies.collectives import ring_all_reduce, tree_all_reduce
+
+    if os.environ.get("RING_PIECE_KB"):  # experiments with the ring's pipelining granularity
+        collectives.PIECE_ELEMS = int(os.environ["RING_PIECE_KB"]) * 256
+        collectives.MAX_PIECES = int(os.environ.get("RING_MAX_PIECES", collectives.MAX_PIECES))
     from opentikz_dt.runner.trace import Tracer
 
     torch.set_num_threads(1)

@@ -40,6 +40,10 @@ def plain_ddp(steps: int, batch: int, layers: list, out: str) -> None:
         if i < len(layers) - 2:
             mods.append(nn.ReLU())
     model = DDP(nn.Sequential(*mods))
+    if os.environ.get("PLAIN_HOOK"):  # experiment: cost of any Python comm hook
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        model.register_comm_hook(None, allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(16384, layers[0], generator=gen)
@@ -89,6 +93,20 @@ def run_dtgen(workers: int, steps: int, batch: int, layers: list, algorithm: str
     return batch * workers * (steps - WARMUP) / (wall[-1] - wall[WARMUP - 1]), {"trace_bytes": size}
 
 
+def tracer_cost_us(n: int = 200_000) -> float:
+    """Microseconds per span, recorded and written to disk: the noise-free part of the overhead."""
+    from opentikz_dt.runner.trace import Tracer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tracer = Tracer(Path(tmp) / "r.jsonl", 0, "w1", max_events=n + 1)
+        t0 = time.perf_counter()
+        for i in range(n):
+            with tracer.span("allreduce", tid="comm", step=i, algorithm="ring", phase="reduce-scatter", chunk=0):
+                pass
+        tracer.close()
+        return (time.perf_counter() - t0) / n * 1e6
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=3)
@@ -102,12 +120,16 @@ def main(argv=None) -> int:
     configs = ["plain DDP script", f"dtgen {args.algorithm}, trace off", f"dtgen {args.algorithm}, trace on"]
     rates = {c: [] for c in configs}
     trace_bytes = 0
-    for _ in range(args.rounds):
-        rates[configs[0]].append(run_plain(args.workers, args.steps, args.batch, layers) if args.algorithm == "native" else float("nan"))
-        rates[configs[1]].append(run_dtgen(args.workers, args.steps, args.batch, layers, args.algorithm, False)[0])
-        rate, info = run_dtgen(args.workers, args.steps, args.batch, layers, args.algorithm, True)
-        rates[configs[2]].append(rate)
-        trace_bytes = info["trace_bytes"]
+    for round_ in range(args.rounds):
+        # rotate the order each round, so drifting background load hits every configuration
+        for i in range(3):
+            c = configs[(i + round_) % 3]
+            if c == configs[0]:
+                rate = run_plain(args.workers, args.steps, args.batch, layers) if args.algorithm == "native" else float("nan")
+            else:
+                rate, info = run_dtgen(args.workers, args.steps, args.batch, layers, args.algorithm, c.endswith("on"))
+                trace_bytes = info["trace_bytes"] if c.endswith("on") else trace_bytes
+            rates[c].append(rate)
     med = {c: statistics.median(v) for c, v in rates.items()}
     print(f"{args.workers} workers, gloo, MLP {'-'.join(map(str, layers))}, batch {args.batch}/worker, "
           f"{args.steps} steps (throughput after step {WARMUP}), median of {args.rounds} rounds on {os.cpu_count()} cores")
@@ -118,6 +140,12 @@ def main(argv=None) -> int:
         print(f"{c:<28} | {med[c]:>10,.0f} | {vs:>7.3f}x | {', '.join(f'{r:,.0f}' for r in rates[c])}")
     overhead = 1 - med[configs[2]] / med[configs[1]]
     print(f"tracing overhead: {overhead * 100:.1f}% of throughput; trace.json {trace_bytes / 1e6:.1f} MB")
+    per_span = tracer_cost_us()
+    spans_per_step = 3 + {"native": 1, "ring": 2 * (args.workers - 1), "tree": 2}.get(args.algorithm, 3)
+    step_s = args.batch * args.workers / med[configs[1]]
+    print(f"tracer cost: {per_span:.2f} us per span (recorded + written); {spans_per_step} spans/step on a "
+          f"{step_s * 1e3:.2f} ms step = {per_span * spans_per_step / (step_s * 1e6) * 100:.2f}% "
+          "(the rest of a measured difference is noise or, for native, DDP's Python comm hook)")
     return 0
 
 

@@ -58,7 +58,11 @@ class Data:
         return perm
 
     def indices(self, step: int, global_size: int) -> torch.Tensor:
-        pos = torch.arange(step * global_size, (step + 1) * global_size)
+        start = step * global_size
+        first, last = start // self.n, (start + global_size - 1) // self.n
+        if first == last:  # the common case: one epoch, one slice
+            return self._perm(first)[start % self.n:start % self.n + global_size]
+        pos = torch.arange(start, start + global_size)
         epochs = pos // self.n
         out = torch.empty(global_size, dtype=torch.int64)
         for epoch in epochs.unique().tolist():

@@ -105,10 +105,11 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         failure = describe_failure(run_dir, roles, exc.failures, monitor)
     except KeyboardInterrupt:
         monitor.stop()
-        failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None, "message": "interrupted"}
+        failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None,
+                   "message": "interrupted: every rank was stopped"}
     finally:
         monitor.stop()
-    return _finish(run_dir, spec, roles, start, failure, node_rank, echo)
+    return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo)
 
 
 class _Failed(Exception):
@@ -118,6 +119,7 @@ class _Failed(Exception):
 
 def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor) -> None:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -127,7 +129,6 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor)
         min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
         run_id=f"dtgen-{spec.name}-{launch['epoch_ns']}" if nnodes == 1 else f"dtgen-{spec.name}",
         rdzv_backend="c10d", rdzv_endpoint=endpoint or "localhost:0",
-        rdzv_configs={"rank": node_rank} if nnodes > 1 else {},
         max_restarts=spec.runtime.restarts, monitor_interval=0.2, start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs" / "elastic"), redirects=Std.NONE),
         shutdown_timeout=3,
@@ -141,6 +142,8 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor)
         elastic_launch(config, rank_main)(str(run_dir.resolve()), launch)
     except ChildFailedError as exc:
         raise _Failed({int(r): f.exitcode for r, f in exc.failures.items()}) from None
+    except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped the ranks
+        raise KeyboardInterrupt(str(exc)) from None
     finally:
         quiet.setLevel(level)
 
@@ -164,13 +167,23 @@ class _env:
                 os.environ[k] = v
 
 
-def _finish(run_dir, spec, roles, start, failure, node_rank, echo) -> RunResult:
+def _runs_rank0(run_dir) -> bool:
+    try:
+        info = json.loads((Path(run_dir) / "ranks" / "rank0.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return info.get("host") == socket.gethostname()
+
+
+def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> RunResult:
     import torch
 
-    if node_rank > 0:  # node 0 merges (the run directory should be on a shared filesystem)
+    # c10d rendezvous (as torchrun) orders nodes by arrival, not by --node-rank: the node
+    # that ran global rank 0 merges (the run directory should be on a shared filesystem).
+    if nnodes > 1 and not _runs_rank0(run_dir):
         if failure is not None:
             raise RunError(f"{failure['message']}\nrun directory: {run_dir}")
-        echo(f"node {node_rank} done; node 0 merges the results into {run_dir}")
+        echo(f"node {node_rank} done; the node that ran rank 0 merges the results into {run_dir}")
         return RunResult(run_dir, {}, {})
 
     from .merge import merge_metrics, merge_model, merge_trace

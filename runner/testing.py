@@ -72,7 +72,8 @@ DP_CASES = {
     "allreduce-hierarchical": ("allreduce", {"topology": {"workers": {"count": 4}, "hosts": 2},
                                              "strategy": {"algorithm": "hierarchical"}}, 4),
 }
-GOSSIP_CASE = ("gossip", {"topology": {"workers": {"count": 3}}, "strategy": {"peers": 2}}, 3)
+# w2 is a 2x straggler here, so the smoke test also sees `slowdown` spans.
+GOSSIP_CASE = ("gossip", {"topology": {"workers": {"count": 3, "slowdown": {"w2": 2.0}}}, "strategy": {"peers": 2}}, 3)
 
 
 def single_reference(dp: int, steps: int | None = None, root=None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -57,6 +58,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
         backend, device, control = setup_process_group(spec, rank, world, local_rank)
         ctx = _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt)
         tracer, metrics = ctx.tracer, ctx.metrics
+        _flush_on_sigterm(tracer, metrics)
         if ctx.start_step:
             ctx.log(f"dtgen: resuming from the checkpoint after step {ctx.start_step - 1}")
         strategy.train(ctx)
@@ -83,6 +85,25 @@ def rank_main(run_dir: str, launch: dict) -> None:
         if tracer is not None:
             tracer.close()
     teardown()
+
+
+def _flush_on_sigterm(tracer, metrics) -> None:
+    """When the launcher stops this rank because a peer failed, keep what it recorded.
+
+    The handler runs once the main thread is back in Python (a rank blocked inside a
+    collective gets there when the collective fails); the launcher's SIGKILL after its
+    shutdown timeout covers a rank that never does."""
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for flush in (tracer.flush, metrics.write):
+            try:
+                flush()
+            except Exception:
+                pass
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt):

@@ -341,7 +341,23 @@ def test_full_check_compiles_the_figure(tmp_path):
 
 
 @pytest.mark.latex
-def test_too_tight_spacing_is_refused_by_no_overlaps(tmp_path):
+def test_tight_spacing_is_widened_in_the_figure_not_refused(tmp_path):
+    path = example(tmp_path, "allreduce-hierarchical.yaml")
+    assert edit_file(path, "change-spacing", {"colsep": 1}).written  # the full check passes: no overlaps
+    assert load_spec(path).figure.colsep == 1  # the spec keeps the asked gap; the figure widens it
+
+
+@pytest.mark.latex
+def test_an_overlap_is_refused_by_no_overlaps(tmp_path, monkeypatch):
+    from opentikz_dt.figures import topology
+    from opentikz_dt.figures.spacing import Spacing
+
+    # Draw at the asked gaps, without the widening: colsep 1 then overlaps, as it once did.
+    def asked(spec, kind):
+        f = spec.figure
+        return Spacing(f.colsep, f.rowsep, f.colsep, f.rowsep)
+
+    monkeypatch.setattr(topology, "effective_spacing", asked)
     path = example(tmp_path, "allreduce-hierarchical.yaml")
     before = path.read_bytes()
     with pytest.raises(EditRefusal) as caught:

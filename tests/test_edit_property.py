@@ -3,9 +3,10 @@ leaves a spec that loads, renders and compiles. A refused step must leave the fi
 byte-identical; an applied one must leave a valid spec.
 
 For speed the steps run without the compile-based invariants (as `--no-compile`) and only
-the final spec is compiled. So the final check is "compiles", not "no overlaps": a step
-that squeezes the figure (colsep 1) is refused by no-overlaps only in a full check, which
-test_edit.py::test_too_tight_spacing_is_refused_by_no_overlaps covers."""
+the final spec is compiled. So the final check is "compiles", not "no overlaps": the figures
+widen a too-tight colsep / rowsep (test_figures_latex.py checks every example at the
+tightest allowed spacing), and test_edit.py::test_an_overlap_is_refused_by_no_overlaps
+covers the refusal."""
 
 from __future__ import annotations
 

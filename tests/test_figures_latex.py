@@ -12,7 +12,8 @@ from opentikz_dt.cli import main
 from opentikz_dt.errors import CompileError, ToolMissingError
 from opentikz_dt.figures.bbox import parse_bboxes
 from opentikz_dt.figures.checks import check_figure_compiles, check_figure_geometry, check_no_overlaps
-from opentikz_dt.figures.compile import compile_pdf, pdf_text, tool
+from opentikz_dt.figures import compile as compile_module
+from opentikz_dt.figures.compile import compile_cached, compile_pdf, pdf_text, tool
 from opentikz_dt.figures.render import render_timeline, render_topology
 from opentikz_dt.figures.topology import build_layout
 from opentikz_dt.spec import load_spec, spec_from_data
@@ -47,6 +48,55 @@ def test_every_example_compiles_without_overlaps(path):
     ("gossip", {}),
     ("allreduce", {"strategy": {"algorithm": "ring"}, "figure": {"palette": "dark"}}),
 ])
+def _spaced(spec, colsep, rowsep):
+    return spec_from_data({**spec.data, "figure": {**spec.data["figure"], "colsep": colsep, "rowsep": rowsep}})
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_the_tightest_allowed_spacing_gives_no_overlaps(path):
+    """colsep 1 and rowsep 1.2 are valid (the schema's minimums): dtgen widens them as needed."""
+    spec = _spaced(load_spec(path), 1, 1.2)
+    for tex in (render_topology(spec), render_timeline(spec)):
+        assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+@pytest.mark.parametrize("name", ["allreduce-hierarchical", "ps-sharded"])
+def test_the_widest_allowed_spacing_stays_within_tex_limits(name):
+    spec = _spaced(load_spec(next(p for p in EXAMPLES if p.stem == name)), 20, 20)
+    assert check_figure_geometry(compile_pdf(render_topology(spec)).log) == []
+
+
+def test_a_tight_spacing_with_1024_workers_and_hosts_gives_no_overlaps():
+    for data in ({"strategy": {"kind": "parameter-server"}, "topology": {"workers": {"count": 1024}}, **BIG},
+                 {"strategy": {"kind": "allreduce"}, "topology": {"workers": {"count": 6}, "hosts": 2}}):
+        spec = spec_from_data({**data, "figure": {"colsep": 1, "rowsep": 1.2}})
+        assert check_figure_geometry(compile_pdf(render_topology(spec)).log) == []
+
+
+def test_the_sharded_server_is_labelled_as_one_server_of_shards():
+    spec = load_spec(next(p for p in EXAMPLES if p.stem == "ps-sharded"))  # servers.label: Shard
+    text = re.sub(r"\s+", " ", pdf_text(compile_pdf(render_topology(spec)).pdf))
+    assert "Parameter server (2 shards)" in text
+    assert "Shard 1" in text and "Shard 2" in text and len(re.findall(r"\bShard\b", text)) == 2
+
+
+def test_the_edit_checks_compile_each_figure_once(monkeypatch):
+    from opentikz_dt.edit.texcheck import check_tex_invariants
+
+    runs = []
+    real = compile_module._run
+    monkeypatch.setattr(compile_module, "_run", lambda argv, *a, **k: runs.append(argv[0]) or real(argv, *a, **k))
+    monkeypatch.setattr(compile_module, "_CACHE", compile_module.OrderedDict())
+    spec = spec_from_data({"strategy": {"kind": "allreduce", "algorithm": "ring"}, "title": "compiled once"})
+    assert check_tex_invariants(spec) == []
+    assert len(runs) == 2  # topology and timeline; figure-compiles and no-overlaps share each run
+    bad = "\\documentclass{standalone}\\begin{document}\\undefinedmacro\\end{document}\n"
+    assert check_figure_compiles(bad) == check_figure_compiles(bad) != []
+    assert len(runs) == 3  # a failure is remembered too
+    with pytest.raises(CompileError, match="Undefined control sequence"):
+        compile_cached(bad)
+
+
 def test_1024_workers_give_a_clean_figure(kind, extra):
     data = {"strategy": {"kind": kind, **extra.get("strategy", {})},
             "topology": {"workers": {"count": 1024}, **extra.get("topology", {})}, **BIG}

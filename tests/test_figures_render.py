@@ -195,7 +195,18 @@ def test_shards_show_the_tensors_they_own():
     layout = build_layout(_spec(topology={"servers": {"count": 2}}))
     shards = {n.name: n.text for n in layout.nodes if n.name.startswith("ps")}
     assert set(shards) == {"ps1", "ps2"}
-    assert all("Shard" in text and "$" in text for text in shards.values())
+    assert all("$" in text for text in shards.values())
+
+
+def test_shards_keep_the_spec_label_and_the_group_is_the_parameter_server():
+    spec = _spec(topology={"servers": {"count": 2, "label": "Shard"}})
+    layout = build_layout(spec)
+    shards = {n.name: n.text for n in layout.nodes if n.name.startswith("ps")}
+    assert shards["ps1"].startswith(r"\textbf{\pslabel{} 1}") and shards["ps2"].startswith(r"\textbf{\pslabel{} 2}")
+    assert layout.macros["pslabel"] == "Shard"  # \pslabel{} 2 prints servers.label_of("ps2"): "Shard 2"
+    assert [(g.name, g.label) for g in layout.groups] == [("psgroup", "Parameter server (2 shards)")]
+    many = build_layout(_spec(topology={"servers": {"count": 6}}))
+    assert [g.label for g in many.groups] == ["Parameter server (6 shards)"]  # the true count, shards elided
 
 
 def test_pipeline_draws_a_stage_box_over_each_worker():
@@ -306,3 +317,40 @@ def test_columns_group_workers_by_host_or_name_the_hosts_in_the_brace():
     assert [(g.name, g.members[:2]) for g in layout.groups] == [("h1", ("w1", "w2")), ("h2", ("w3", "w4"))]
     big = build_layout(_spec(workers=1024, topology={"hosts": 64}, **BIG))
     assert big.groups == () and big.braces[0].label == r"1,024 workers\\on 64 hosts"
+
+
+# ---------------------------------------------------------------- spacing
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_tight_spacing_is_widened_to_what_the_content_needs(path):
+    spec = load_spec(path)
+    tight = spec_from_data({**spec.data, "figure": {**spec.data["figure"], "colsep": 1, "rowsep": 1.2}})
+    layout = build_layout(tight)
+    assert layout.colsep > 1 or spec.strategy.kind == "pipeline"  # stages sit 3.5 cm apart anyway
+    assert layout.rowsep >= 1.2
+    tex = render_topology(tight)
+    assert f"\\def\\colsep{{{layout.colsep:g}}}" in tex and f"\\def\\rowsep{{{layout.rowsep:g}}}" in tex
+    for key, value in (("colsep", layout.colsep), ("rowsep", layout.rowsep)):
+        asked = 1 if key == "colsep" else 1.2
+        note = f"% figure.{key} {asked:g} cm is too tight for these labels and icons: dtgen draws it at {value:.2f} cm"
+        assert (note in tex) == (value > asked)
+
+
+def test_spacing_is_widened_only_where_needed():
+    assert build_layout(_spec(figure={"colsep": 1})).colsep > 3  # data, workers and server need room
+    roomy = build_layout(_spec(figure={"colsep": 7.5, "rowsep": 3.5}))
+    assert (roomy.colsep, roomy.rowsep, roomy.notes) == (7.5, 3.5, ())  # the asked gaps, when they suffice
+    pipeline = build_layout(_spec("pipeline", 3, figure={"colsep": 1, "rowsep": 1.2}))
+    assert pipeline.notes == ()  # stages sit 3.5 cm apart whatever colsep is
+    long = build_layout(_spec(figure={"colsep": 1}, topology={"workers": {"count": 3, "label": "A much longer worker name {i}"}}))
+    assert long.colsep > build_layout(_spec(figure={"colsep": 1})).colsep  # longer labels need more room
+
+
+def test_pipeline_caption_gives_the_theoretical_bubble():
+    title = expected_timeline(_spec("pipeline", 3, strategy={"microbatches": 4})).panels[0].title
+    assert title.endswith("3 stages, bubble 33% = $(p-1)/(m+p-1)$")
+    title = expected_timeline(_spec("pipeline", 4, strategy={"microbatches": 8},
+                                    training={"model": {"layers": [16] * 5}})).panels[0].title
+    assert title.endswith("4 stages, bubble 27% = $(p-1)/(m+p-1)$")  # 3/11
+    assert "bubble 33\\% = $(p-1)/(m+p-1)$" in render_timeline(load_spec(EXAMPLES[[p.stem for p in EXAMPLES].index("pipeline-gpipe")]))

@@ -315,3 +315,129 @@ def test_synthetic_run_follows_the_interface(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics) == {"steps", "loss", "wall_s", "samples_per_s", "step_time_s", "bytes", "staleness",
                             "per_worker_samples_per_s"}
+
+
+def test_sampled_trace_default_window_falls_back_to_single_steps(tmp_path):
+    run_dir = synth(tmp_path, "ps-sync", steps=20)
+    trace = json.loads((run_dir / "trace.json").read_text())
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e["ph"] != "X" or e["args"]["step"] % 5 == 0]
+    (run_dir / "trace.json").write_text(json.dumps(trace))
+    window = select_window(load_trace(run_dir))
+    assert window.first == window.last and window.first in (5, 10, 15)
+
+
+def test_run_without_a_trace_says_so(tmp_path):
+    run_dir = synth(tmp_path, "ps-sync")
+    (run_dir / "trace.json").unlink()
+    for path in (run_dir / "trace").iterdir():
+        path.unlink()
+    with pytest.raises(TraceError) as info:
+        load_trace(run_dir)
+    assert str(info.value) == (f"{run_dir}: the run recorded no trace (runtime.trace.enabled: false?): "
+                               "no trace.json and no trace/rank*.jsonl")
+
+
+def test_binned_lanes_show_each_kinds_true_share_of_every_bin(tmp_path):
+    from opentikz_dt.measured.window import MAX_BINS
+
+    run_dir = synth(tmp_path, "ps-sync", steps=1500, workers=4)
+    run = load_run(run_dir)
+    m = measured_timeline(run.spec, run.trace, (0, 1499))
+    lanes = [lane for lane in m.timeline.panels[0].lanes if lane.role != "gap"]
+    budget = MAX_BOXES // len(lanes)
+    t0, t1 = m.window.t0 / 1000, m.window.t1 / 1000
+    for lane in lanes:
+        expected = expected_lane_boxes(run_dir, rank_of(run.trace, lane.id), m.window.t0, m.window.t1, False)
+        kinds = {k for k, _, _ in expected}
+        group = -(-MAX_BINS * len(kinds) // budget) * (t1 - t0) / MAX_BINS  # bins per strip x bin width
+        want, got = {}, {}
+        for kind, a, b in expected:
+            g = int((a - t0) / group)
+            while a < b:  # split each span at group edges
+                edge = min(b, t0 + (g + 1) * group)
+                want[(g, kind)] = want.get((g, kind), 0.0) + edge - a
+                a, g = edge, g + 1
+        for box in lane.boxes:
+            g = int((box.start_ms - t0) / group + 1e-9)
+            got[(g, box.kind)] = got.get((g, box.kind), 0.0) + box.end_ms - box.start_ms
+        for key in set(want) | set(got):
+            assert got.get(key, 0.0) == pytest.approx(want.get(key, 0.0), abs=1e-6), (lane.id, key)
+
+
+def test_expected_and_measured_timelines_share_one_template_and_axis(tmp_path):
+    from opentikz_dt.figures.render import render_timeline as render
+
+    run = load_run(synth(tmp_path, "ps-sync"))
+    expected = render(run.spec)
+    measured = render(run.spec, measured_timeline(run.spec, run.trace).timeline)
+
+    def styles(tex):
+        return tex[tex.index("\\tikzset{"):tex.index("\\begin{tikzpicture}")]
+    assert styles(expected) == styles(measured)
+    assert "time (ms)" in expected and "time (ms) from " in measured
+    assert re.search(r"node\[below[^]]*\] \{0\}", measured)  # the axis starts at 0 at the window's start
+
+
+def test_many_workers_are_elided_like_the_spec_diagrams(tmp_path):
+    run = load_run(write_synthetic_run(tmp_path / "r", "allreduce-ring", workers=12, steps=6))
+    lanes = measured_timeline(run.spec, run.trace).timeline.panels[0].lanes
+    assert [lane.id for lane in lanes] == ["w1", "w2", "w3", "more", "w12"]
+    assert lanes[3].role == "gap" and lanes[3].label == "8 more"
+
+
+def test_cli_figure_and_compare_on_run_directories(tmp_path):
+    sync, asyn = synth(tmp_path, "ps-sync"), synth(tmp_path, "ps-async")
+    out = tmp_path / "o"
+    result = subprocess.run([sys.executable, "-m", "opentikz_dt", "figure", str(asyn), "--kind", "timeline",
+                             "--steps", "2:3", "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"wrote {out / 'measured-timeline.tex'}\n"
+    assert "steps 2\u20133" in (out / "measured-timeline.tex").read_text()
+    result = subprocess.run([sys.executable, "-m", "opentikz_dt", "compare", str(sync), str(asyn), "-o", str(out)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"wrote {out / name}.tex" for name in
+                                          ("compare-loss", "compare-throughput", "compare-staleness", "compare-table")]
+    bad = subprocess.run([sys.executable, "-m", "opentikz_dt", "figure", str(asyn), "--steps", "x"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr == "dtgen: error: --steps 'x': expected FIRST:LAST, both included (e.g. 10:14), or one step (12)\n"
+
+
+def test_hostile_run_files_never_reach_tex_raw(tmp_path):
+    run_dir = synth(tmp_path, "ps-sync")
+    trace = json.loads((run_dir / "trace.json").read_text())
+    evil = "w1\\input{/etc/passwd}"
+    trace["traceEvents"].append({"ph": "X", "name": "forward", "pid": 0, "tid": 0, "ts": 1.0, "dur": 1.0,
+                                 "args": {"step": 5, "id": evil}})
+    trace["traceEvents"].append({"ph": "M", "name": "process_name", "pid": 9, "args": {"name": evil + " (rank 9)"}})
+    (run_dir / "trace.json").write_text(json.dumps(trace))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics["per_worker_samples_per_s"][evil] = 1.0
+    metrics["step_time_s"]["w1"] = "\\input{x}"
+    metrics["bytes"]["\\input{x}"] = {"sent": 1, "recv": 1}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    info = json.loads((run_dir / "run.json").read_text())
+    info.update(status="failed", failure={"rank": 0, "id": evil, "exit_code": "\\input{x}"})
+    (run_dir / "run.json").write_text(json.dumps(info))
+    run = load_run(run_dir)
+    assert run.trace.skipped == 1 and 9 not in run.trace.ids
+    for stem, tex in render_run_figures(run).items():
+        assert "\\input" not in tex, stem
+    assert run.trace.note == "run failed: rank 0 (?) exited with ?"
+
+
+def test_comm_overlapping_compute_gets_its_own_lane():
+    from opentikz_dt.measured.timeline import _lane_spans
+    from opentikz_dt.measured.trace import Span
+
+    def span(tid, name, a, b):
+        return Span(0, tid, name, a, b, 0, "w1", {})
+    # A long comm span that started long before many short ones and is still open when compute runs.
+    comm = [span(1, "wait", 0, 1000)] + [span(1, "push", 10 + i, 10.5 + i) for i in range(100)]
+    overlapping = [span(0, "forward", 500, 600)]
+    main, split = _lane_spans(comm + overlapping)
+    assert split is not None and main == overlapping
+    sequential = [span(0, "forward", 1000, 1100)]
+    main, split = _lane_spans(comm + sequential)
+    assert split is None and len(main) == 102

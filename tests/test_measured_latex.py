@@ -65,3 +65,15 @@ def test_body_only_tex_is_bare_and_the_pdf_still_compiles(tmp_path):
     assert "\\documentclass" not in tex and "\\begin{groupplot}" in tex
     assert (tmp_path / "out" / "plot-loss.pdf").read_bytes().startswith(b"%PDF")
     assert len(written) == 2
+
+
+def test_dark_palette_figures_compile(tmp_path):
+    import yaml
+
+    run_dir = write_synthetic_run(tmp_path / "dark", "ps-async", steps=12)
+    spec = yaml.safe_load((run_dir / "spec.yaml").read_text())
+    spec["figure"]["palette"] = "dark"
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    written = write_run_figures(run_dir, tmp_path / "out", ("tex", "pdf"))
+    assert sum(p.suffix == ".pdf" for p in written) == 6
+    assert "\\pagecolor{otpaper}" in (tmp_path / "out" / "table-summary.tex").read_text()

@@ -79,10 +79,10 @@ class _Artifacts:
 
     def _compiled_log(self) -> str | None:
         if self._log is None and not self._failed:
-            from ..figures.compile import compile_pdf
+            from ..figures.compile import compile_cached
 
-            try:
-                self._log = compile_pdf(self.tex).log
+            try:  # memoised: figure-compiles (check_figure_compiles) already ran this compile
+                self._log = compile_cached(self.tex).log
             except CompileError:
                 self._failed = True
         return self._log

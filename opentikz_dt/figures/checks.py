@@ -16,11 +16,12 @@ from .bbox import BBox, parse_bboxes
 
 
 def check_figure_compiles(tex: str) -> list[str]:
-    """Problems compiling `tex` with pdflatex under the safe settings (empty when it compiles)."""
-    from .compile import compile_pdf
+    """Problems compiling `tex` with pdflatex under the safe settings (empty when it compiles).
+    The compile is memoised (compile_cached): no-overlaps then reads the same run's log."""
+    from .compile import compile_cached
 
     try:
-        compile_pdf(tex)
+        compile_cached(tex)
     except DtgenError as exc:
         return [str(exc)]
     return []

@@ -9,10 +9,13 @@ Must not import torch.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,10 @@ DEBIAN_PACKAGES = {
 }
 TIMEOUT_S = 60.0
 EPOCH = "1700000000"
+
+
+class CompileTimeout(CompileError):
+    """A tool ran past its time limit (a busy machine as often as a bad file)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> subprocess.Co
         return subprocess.run(argv, cwd=cwd, env=_env(), stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise CompileError(f"{what} did not finish within {timeout:g} s") from exc
+        raise CompileTimeout(f"{what} did not finish within {timeout:g} s") from exc
 
 
 def first_error(log: str) -> str:
@@ -89,6 +96,35 @@ def compile_pdf(tex: str, timeout: float = TIMEOUT_S, keep_log: Path | None = No
         if keep_log is not None:
             keep_log.write_text(log, encoding="latin-1")
         return Compiled(out.read_bytes(), log)
+
+
+_CACHE: "OrderedDict[str, Compiled | CompileError]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+CACHE_SIZE = 16
+
+
+def compile_cached(tex: str) -> Compiled:
+    """compile_pdf(tex), memoised by the TeX text (success or CompileError, not timeouts), so the
+    contract's checks of one figure (figure-compiles, no-overlaps) share a single pdflatex run."""
+    key = hashlib.sha256(tex.encode("utf-8")).hexdigest()
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+    if hit is None:
+        try:
+            hit = compile_pdf(tex)
+        except CompileTimeout:  # not the TeX's fault: try again next time
+            raise
+        except CompileError as exc:
+            hit = exc
+        with _CACHE_LOCK:
+            _CACHE[key] = hit
+            while len(_CACHE) > CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    if isinstance(hit, CompileError):
+        raise CompileError(str(hit))
+    return hit
 
 
 def pdf_to_png(pdf: bytes, dpi: int = 300, timeout: float = TIMEOUT_S) -> bytes:

@@ -101,6 +101,7 @@ class Layout:
     braces: tuple = ()
     # Groups drawn on the background before the edges (host boxes), or around all (workers).
     macros: dict = field(default_factory=dict)  # parameter macro name -> Tex value
+    notes: tuple = ()  # Tex comment lines: gaps widened beyond the spec's colsep / rowsep
 
     def names(self) -> list[str]:
         """Every named node the picture defines (the geometry probe reports these)."""

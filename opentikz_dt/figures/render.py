@@ -119,7 +119,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None)
     layout = layout or build_layout(spec)
     context = base_context(spec, "topology", body_only, layout.names())
     context.update(
-        colsep=layout.colsep, rowsep=layout.rowsep, labels=layout.macros,
+        colsep=layout.colsep, rowsep=layout.rowsep, spacing_notes=layout.notes, labels=layout.macros,
         worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
         nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
         at=_at(layout), port=_port, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),

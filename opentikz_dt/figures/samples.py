@@ -44,13 +44,18 @@ def sample_figures() -> list[tuple[str, str]]:
     return out
 
 
+MEASURED_PREFIX = "measured-"
+
+
 def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120) -> list:
     """The PNGs of docs/figures/: every example's two figures, plus 1,024 workers and the dark palette.
+    Writes only <name>-topology.png / <name>-timeline.png; never touches measured-*.png.
 
         python -m opentikz_dt.figures.samples docs/figures
     """
     from pathlib import Path
 
+    from ..errors import DtgenError
     from ..spec import load_spec, spec_from_data
     from .compile import compile_pdf, pdf_to_png
     from .render import render_timeline, render_topology
@@ -66,6 +71,9 @@ def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120) -> list
     ps_sync = dict(next(spec for name, spec in specs if name == "ps-sync").data)
     ps_sync["figure"] = {**ps_sync["figure"], "palette": "dark"}
     specs.append(("ps-sync-dark", spec_from_data(ps_sync)))
+    reserved = [name for name, _ in specs if name.startswith(MEASURED_PREFIX)]
+    if reserved:  # docs/figures/measured-*.png belong to the measured gallery (opentikz_dt.measured)
+        raise DtgenError(f"example name {reserved[0]!r} would overwrite the measured gallery's {MEASURED_PREFIX}*.png")
     written = []
     for name, spec in specs:
         for kind, render in (("topology", render_topology), ("timeline", render_timeline)):

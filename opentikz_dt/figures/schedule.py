@@ -258,6 +258,18 @@ def _pipeline(spec, cost) -> tuple[_Sim, float]:
     return sim, end + opt
 
 
+def bubble_fraction(stages: int, microbatches: int) -> float:
+    """The ideal pipeline bubble (GPipe and 1F1B alike): (p-1)/(m+p-1) of each stage's step is idle."""
+    return (stages - 1) / (microbatches + stages - 1)
+
+
+def _pipeline_title(spec) -> str:
+    s = spec.strategy
+    bubble = bubble_fraction(s.stages, s.microbatches)
+    return (f"{'GPipe' if s.schedule == 'gpipe' else '1F1B'}: {s.microbatches} microbatches, {s.stages} stages, "
+            f"bubble {bubble:.0%} = $(p-1)/(m+p-1)$")
+
+
 def _single(spec, cost) -> tuple[_Sim, float]:
     sim = _Sim(spec, cost)
     opt = max(cost.min_ms, 2 * sim.params / cost.flops_per_ms)
@@ -301,9 +313,9 @@ def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
         async_sim = _ps_async(spec, cost, until=end)
         mine = spec.strategy.sync
         panels = (
-            Panel("sync", "(a) synchronous: one update after every push", _lanes(spec, sync_sim, True),
+            Panel("sync", "(a) synchronous: one update once all workers pushed", _lanes(spec, sync_sim, True),
                   note="this spec" if mine == "sync" else ""),
-            Panel("async", "(b) asynchronous: an update per push", _lanes(spec, async_sim, True),
+            Panel("async", "(b) asynchronous: one update per push", _lanes(spec, async_sim, True),
                   note="this spec" if mine == "async" else ""),
         )
         timeline = Timeline(spec.title, panels, 0.0, end, note)
@@ -316,8 +328,7 @@ def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
         builder, title = {
             "allreduce": (_allreduce, f"{spec.strategy.algorithm} all-reduce: compute, wait for all, reduce, step"),
             "gossip": (_gossip, f"gossip: average with {spec.strategy.peers} ring neighbours, no global barrier"),
-            "pipeline": (_pipeline, f"{'GPipe' if spec.strategy.schedule == 'gpipe' else '1F1B'}: "
-                                    f"{spec.strategy.microbatches} microbatches, forward and backward per stage"),
+            "pipeline": (_pipeline, _pipeline_title(spec)),
             "single": (_single, "single device: forward, backward, optimizer step"),
         }[kind]
         sim, end = builder(spec, cost)

@@ -92,9 +92,10 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             text = escape_text(human_bytes(per_step))
             # Near the worker end, where the links of different workers are far apart.
             pos = 0.42 if _WORKER.match(src) else 0.58
-            # Sloped along its link, on the outer side of the pair: TikZ turns the label of
-            # the way back upright, so the outgoing link's goes above and the other below.
-            side = ("above, sloped" if direction == "sent" else "below, sloped") if edge.route == "line" \
+            # Sloped along its link, on the outer side of the pair: the link that leaves the
+            # worker's port higher up is labelled above, its partner below (TikZ keeps both upright).
+            worker_port = edge.src if direction == "sent" else edge.dst
+            side = ("above, sloped" if worker_port.dy >= 0 else "below, sloped") if edge.route == "line" \
                 else edge.label_side
             edge = replace(edge, label=Tex(f"{edge.label}~{text}" if edge.label else text), label_pos=pos,
                            label_side=side)

@@ -8,19 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import DtgenError
-from ..figures.compile import compile_pdf, pdf_to_png, pdf_to_svg
-
-FORMATS = ("tex", "pdf", "png", "svg")
-
-
-def parse_formats(text: str) -> tuple:
-    """'pdf,png' -> ('tex', 'pdf', 'png'): the .tex always comes along."""
-    wanted = [f.strip().lower() for f in text.split(",") if f.strip()]
-    bad = [f for f in wanted if f not in FORMATS]
-    if bad or not wanted:
-        raise DtgenError(f"--format {text!r}: expected a comma-separated list of {', '.join(FORMATS)}")
-    return tuple(f for f in FORMATS if f in wanted or f == "tex")
+from ..figures.compile import compile_pdf, pdf_to_png, tex_to_svg
 
 
 def write_outputs(tex: str, out_dir: Path, stem: str, formats: tuple, dpi: int = 300, body: str | None = None) -> list:
@@ -42,6 +30,6 @@ def write_outputs(tex: str, out_dir: Path, stem: str, formats: tuple, dpi: int =
         (out_dir / f"{stem}.png").write_bytes(pdf_to_png(compiled.pdf, dpi=dpi))
         written.append(out_dir / f"{stem}.png")
     if "svg" in formats:
-        (out_dir / f"{stem}.svg").write_bytes(pdf_to_svg(compiled.pdf))
+        (out_dir / f"{stem}.svg").write_bytes(tex_to_svg(tex))
         written.append(out_dir / f"{stem}.svg")
     return written

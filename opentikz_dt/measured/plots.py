@@ -189,6 +189,7 @@ def staleness_counts(values: list) -> dict:
 
 def render_staleness_plot(runs: list, body_only: bool = False) -> str:
     """How many versions behind each async update was; one series per run that has staleness."""
+    compared = len(runs) > 1
     runs = [run for run in runs if run.metrics["staleness"]] or runs[:1]
     hists = [staleness_counts(run.metrics["staleness"]) for run in runs]
     last = max([0] + [k for h in hists for k in h])
@@ -198,12 +199,12 @@ def render_staleness_plot(runs: list, body_only: bool = False) -> str:
     for index, (run, hist) in enumerate(zip(runs, hists)):
         points = [(float(k), float(v)) for k, v in sorted(hist.items())]
         shift = (index - (count - 1) / 2) * (bar + 1) if count > 1 else None
-        series.append(BarSeries(run_label(run), COLORS[index % 5], coordinates(points), shift, count > 1))
+        series.append(BarSeries(run_label(run), COLORS[index % 5], coordinates(points), shift, compared))
         top = max([top] + list(hist.values()))
     labels = ",".join(f"{{{k}}}" if k < MAX_STALENESS_BIN else f"{{$\\geq${k}}}" for k in range(last + 1))
     context = _bar_context(runs, "staleness histogram", body_only, series, last + 1, labels, _nice_max(top))
     context.update(xlabel=Tex("staleness (versions behind)"), ylabel=Tex("updates"), mean=None, mean_label=Tex(""),
-                   bar_width=bar)
+                   bar_width=bar, legend=compared)
     if not any(run.metrics["staleness"] for run in runs):
         context["notes"] = [Tex("no asynchronous updates: every update was current (staleness 0)")]
     return environment().get_template("plot-bars.tex.j2").render(context)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SpecError, TraceError
 from ..spec import Spec, load_spec
 from .trace import Trace, load_trace
+
+
+_WORKER = re.compile(r"^w[1-9][0-9]{0,5}$")
 
 
 @dataclass
@@ -97,20 +101,28 @@ def _mapping(values, where: Path, key: str) -> dict:
 
 def check_metrics(data: dict, where: Path) -> dict:
     """metrics.json with every key of the interface present and typed (missing ones empty)."""
+    steps = data.get("steps", 0)
     out = {
-        "steps": int(data.get("steps", 0) or 0),
+        "steps": steps if type(steps) is int and steps >= 0 else 0,
         "loss": _numbers(data.get("loss", []), where, "loss"),
         "wall_s": _numbers(data.get("wall_s", []), where, "wall_s"),
-        "samples_per_s": float(data.get("samples_per_s", 0.0) or 0.0),
-        "step_time_s": {str(k): float(v) for k, v in _mapping(data.get("step_time_s", {}), where, "step_time_s").items()
-                        if isinstance(v, (int, float))},
+        "step_time_s": _per_worker(data.get("step_time_s", {}), where, "step_time_s"),
         "bytes": {},
         "staleness": _numbers(data.get("staleness", []), where, "staleness"),
-        "per_worker_samples_per_s": {str(k): float(v) for k, v in
-                                     _mapping(data.get("per_worker_samples_per_s", {}), where,
-                                              "per_worker_samples_per_s").items() if isinstance(v, (int, float))},
+        "per_worker_samples_per_s": _per_worker(data.get("per_worker_samples_per_s", {}), where,
+                                                "per_worker_samples_per_s"),
     }
     for rank, value in _mapping(data.get("bytes", {}), where, "bytes").items():
-        if isinstance(value, dict):
-            out["bytes"][int(rank)] = {"sent": int(value.get("sent", 0) or 0), "recv": int(value.get("recv", 0) or 0)}
+        if str(rank).isdigit() and isinstance(value, dict):
+            sent, recv = value.get("sent", 0), value.get("recv", 0)
+            if type(sent) is int and type(recv) is int:
+                out["bytes"][int(rank)] = {"sent": sent, "recv": recv}
+    samples = data.get("samples_per_s", 0.0)
+    out["samples_per_s"] = float(samples) if isinstance(samples, (int, float)) and math.isfinite(samples) else 0.0
     return out
+
+
+def _per_worker(values, where: Path, key: str) -> dict:
+    """{w1: number, ...}; keys that are not worker ids and values that are not numbers are dropped."""
+    return {k: float(v) for k, v in _mapping(values, where, key).items()
+            if _WORKER.match(str(k)) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}

@@ -11,18 +11,18 @@ window's start, as the expected schedule's does from its first step. Must not im
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 from ..figures.model import elide
 from ..figures.names import BOX_KINDS
 from ..figures.timeline import Box, Lane, Panel, Timeline
 from .trace import COMM, Span, Trace
-from .window import MAX_BOXES, Cell, Window, bound_boxes, select_window
+from .window import MAX_BINS, MAX_BOXES, Cell, Window, bound_boxes, select_window, spans_in
 
 PHASES = {"reduce-scatter": "RS", "all-gather": "AG", "reduce": "R", "broadcast": "B", "intra": "intra",
           "inter": "inter"}
 OVERLAP_US = 1.0  # spans on one lane may touch within this slack (clock rounding)
+FAST_FACTOR = 8  # a lane this many times over its box budget is binned in one pass over raw events
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Bubble:
 class Measured:
     timeline: Timeline
     window: Window
-    spans: tuple  # the trace spans drawn (not clipped to the window), for checks
+    spans: tuple  # the trace spans drawn (not clipped to the window; empty when binned in one pass)
     aggregated: bool
     bubble: Bubble | None
 
@@ -67,14 +67,18 @@ def _lane_spans(mine: list) -> tuple:
 
 
 def _overlaps(a: list, b: list) -> bool:
-    """Whether any span of `a` overlaps one of `b` (b's spans share one thread, so they nest)."""
+    """Whether any span of `a` overlaps one of `b` (beyond the clock slack).
+
+    b.start < a.end and b.end > a.start: sweeping `a` by end and `b` by start, the b spans
+    that start before a.end only grow, so their latest end is all that must be compared."""
     b_sorted = sorted(b, key=lambda s: s.start)
-    starts = [s.start for s in b_sorted]
-    for s in a:
-        index = bisect.bisect_left(starts, s.end - OVERLAP_US)
-        for other in b_sorted[max(0, index - 64):index]:
-            if other.end > s.start + OVERLAP_US and other.start < s.end - OVERLAP_US:
-                return True
+    index, reach = 0, float("-inf")
+    for s in sorted(a, key=lambda s: s.end):
+        while index < len(b_sorted) and b_sorted[index].start < s.end - OVERLAP_US:
+            reach = max(reach, b_sorted[index].end)
+            index += 1
+        if reach > s.start + OVERLAP_US:
+            return True
     return False
 
 
@@ -154,28 +158,27 @@ def default_width(spec) -> int:
     return 2 if spec.strategy.kind == "pipeline" else 3
 
 
-def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
-    """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
-    asynchronous = spec.strategy.sync == "async" and spec.strategy.kind == "parameter-server"
-    pipeline = spec.strategy.kind == "pipeline"
-    window = select_window(trace, steps, default_width(spec), asynchronous)
-    spans = trace.spans_between(window.t0, window.t1)
-    by_rank: dict = {}
-    for span in spans:
-        by_rank.setdefault(span.rank, []).append(span)
+def _rows(spec, trace: Trace, pipeline: bool) -> list:
+    """(lane id, label, role, rank or None for the elision gap): servers, then workers."""
     ids = trace.ids
     servers = [r for r in sorted(ids) if not ids[r].startswith("w")]
     workers = [r for r in sorted(ids) if ids[r].startswith("w")]
     shown = elide(len(workers), spec.figure.max_workers_drawn)
-    rows: list = []  # (lane id, label, role, spans)
-    for rank in servers:
-        rows.append((ids[rank], _label(spec, ids[rank]), "server", rank))
+    rows: list = [(ids[rank], _label(spec, ids[rank]), "server", rank) for rank in servers]
     for index in shown:
         if index is None:
             rows.append(("more", f"{len(workers) - (len(shown) - 1):,} more", "gap", None))
         else:
             rank = workers[index - 1]
             rows.append((ids[rank], _label(spec, ids[rank]), "stage" if pipeline else "worker", rank))
+    return rows
+
+
+def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -> tuple:
+    """Lanes from typed spans: every span a box while the lane is under its budget."""
+    by_rank: dict = {}
+    for span in trace.spans_between(window.t0, window.t1):
+        by_rank.setdefault(span.rank, []).append(span)
     lanes_spans = []
     for lane_id, label, role, rank in rows:
         if rank is None:
@@ -198,9 +201,114 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
             cells = sorted(cells + _bubbles(lane, window.t0, window.t1), key=lambda c: c.start)
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
-        boxes = tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label) for c in cells)
-        lanes.append(Lane(lane_id, label, boxes, role=role))
+        lanes.append(Lane(lane_id, label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label) for c in cells),
+                          role=role))
         drawn.extend(lane)
+    return lanes, tuple(drawn), len(drawn), aggregated, budget
+
+
+def _binned_lanes(trace, window, rows, max_boxes, pipeline) -> tuple:
+    """Lanes for a window far over budget, in one pass over the raw events (no typed spans):
+    each lane is MAX_BINS equal time bins drawn as the time share of each kind."""
+    t0, t1 = window.t0, window.t1
+    width = (t1 - t0) / MAX_BINS or 1.0
+    wanted = {rank for *_, rank in rows if rank is not None}
+    kinds = set(BOX_KINDS)
+    fill: dict = {}  # (rank, tid) -> [None | {kind: µs}] per bin
+    count = 0
+    last = MAX_BINS - 1
+    for e in trace.events:
+        start = e["ts"]
+        end = start + e["dur"]
+        if end < t0 or start > t1 or e["pid"] not in wanted or e["name"] not in kinds:
+            continue
+        count += 1
+        key = (e["pid"], e["tid"])
+        lane = fill.get(key)
+        if lane is None:
+            lane = fill[key] = [None] * MAX_BINS
+        lo, hi = max(start, t0), min(end, t1)
+        name = e["name"]
+        for index in range(min(last, int((lo - t0) / width)), min(last, int((hi - t0) / width)) + 1):
+            part = min(hi, t0 + (index + 1) * width) - max(lo, t0 + index * width)
+            if part > 0:
+                shares = lane[index]
+                if shares is None:
+                    shares = lane[index] = {}
+                shares[name] = shares.get(name, 0.0) + part
+    planned = []
+    for lane_id, label, role, rank in rows:
+        if rank is None:
+            planned.append((lane_id, label, role, None))
+            continue
+        compute, comm = fill.get((rank, 0)), fill.get((rank, 1))
+        if compute and comm and _bins_overlap(compute, comm, width):
+            planned.append((lane_id, label, role, compute))
+            if not pipeline:
+                planned.append((f"{lane_id}-comm", f"{label} (comm)", role, comm))
+        else:
+            planned.append((lane_id, label, role, _add_bins(compute, comm)))
+    budget = max(8, max_boxes // max(1, sum(1 for x in planned if x[3] is not None)))
+    lanes = []
+    for lane_id, label, role, bins in planned:
+        if bins is None:
+            lanes.append(Lane(lane_id, label, (), role=role))
+            continue
+        cells = _strips(bins, t0, width, budget)
+        lanes.append(Lane(lane_id, label, tuple(Box(c.start / 1000, c.end / 1000, c.kind) for c in cells), role=role))
+    return lanes, (), count, True, budget
+
+
+def _bins_overlap(a: list, b: list, width: float) -> bool:
+    """Whether two threads' busy time in some bin adds up to more than the bin (they overlap)."""
+    return any(x and y and sum(x.values()) + sum(y.values()) > width * 1.01 for x, y in zip(a, b))
+
+
+def _add_bins(a, b) -> list:
+    if not a or not b:
+        return a or b or []
+    out = []
+    for x, y in zip(a, b):
+        if not x or not y:
+            out.append(x or y)
+            continue
+        merged = dict(x)
+        for kind, value in y.items():
+            merged[kind] = merged.get(kind, 0.0) + value
+        out.append(merged)
+    return out
+
+
+def _strips(bins: list, t0: float, width: float, budget: int) -> list:
+    """Cells for binned shares: one segment per kind in each bin, bins merged to stay in budget."""
+    kinds = [k for k in BOX_KINDS if any(b and k in b for b in bins)]
+    factor = max(1, -(-len(bins) * max(1, len(kinds)) // budget))
+    cells = []
+    for first in range(0, len(bins), factor):
+        group = [b for b in bins[first:first + factor] if b]
+        x = t0 + first * width
+        for kind in kinds:
+            share = sum(b.get(kind, 0.0) for b in group)
+            if share > 0:
+                cells.append(Cell(x, x + share, kind))
+                x += share
+    return cells
+
+
+def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
+    """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
+    asynchronous = spec.strategy.sync == "async" and spec.strategy.kind == "parameter-server"
+    pipeline = spec.strategy.kind == "pipeline"
+    window = select_window(trace, steps, default_width(spec), asynchronous)
+    rows = _rows(spec, trace, pipeline)
+    drawn_ranks = [rank for *_, rank in rows if rank is not None]
+    estimate = spans_in(trace, window)
+    per_lane = max_boxes // max(1, len(drawn_ranks))
+    if max((estimate.get(rank, 0) for rank in drawn_ranks), default=0) > FAST_FACTOR * per_lane:
+        lanes, drawn, count, aggregated, budget = _binned_lanes(trace, window, rows, max_boxes, pipeline)
+    else:
+        lanes, drawn, count, aggregated, budget = _exact_lanes(spec, trace, window, rows, max_boxes, pipeline,
+                                                               asynchronous)
     bubble = _bubble(spec, trace, window)
     panel_note = ""
     if bubble is not None:
@@ -211,7 +319,7 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
         notes.append(f"measured bubble {bubble.measured:.3f} (run mean {bubble.run_mean:.3f}) vs (p-1)/(m+p-1) = "
                      f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.3f}")
     if aggregated:
-        notes.append(f"{len(drawn):,} spans aggregated: where a lane has more than {budget:,}, "
+        notes.append(f"{count:,} spans aggregated: where a lane has more than {budget:,}, "
                      f"equal time bins show each kind's share of the bin")
     if trace.ended_early:
         notes.append(trace.note or "run ended early")
@@ -221,7 +329,7 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
     timeline = Timeline(spec.title, (Panel("measured", title, tuple(lanes), note=panel_note),),
                         t0_ms, window.t1 / 1000, "; ".join(notes),
                         axis_label=f"time (ms) from {t0_ms:,.1f} ms into the run")
-    return Measured(timeline, window, tuple(drawn), aggregated, bubble)
+    return Measured(timeline, window, drawn, aggregated, bubble)
 
 
 def _label(spec, ident: str) -> str:

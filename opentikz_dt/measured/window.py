@@ -66,11 +66,20 @@ def step_intervals(trace: Trace, ranks: list[int]) -> dict:
     """step -> (start, end, ranks seen) over the given ranks, in µs."""
     wanted = set(ranks)
     out: dict = {}
-    for (rank, step), (start, end) in trace.extents.items():
+    for (rank, step), (start, end, _) in trace.extents.items():
         if rank not in wanted:
             continue
         cur = out.get(step)
         out[step] = (start, end, 1) if cur is None else (min(cur[0], start), max(cur[1], end), cur[2] + 1)
+    return out
+
+
+def spans_in(trace: Trace, window: Window) -> dict:
+    """rank -> about how many spans the window holds (counted per step, so an upper bound)."""
+    out: dict = {}
+    for (rank, _), (start, end, count) in trace.extents.items():
+        if end >= window.t0 and start <= window.t1:
+            out[rank] = out.get(rank, 0) + count
     return out
 
 
@@ -97,18 +106,21 @@ def select_window(trace: Trace, steps: tuple | None = None, width: int = 3, asyn
         complete = complete[:-1]  # the last step before a crash may have been cut off on some lane
     warm = max(1, len(complete) // 10) if len(complete) > width + 1 else 0
     candidates = complete[warm:] or complete
-    width = max(1, min(width, len(candidates)))
     durations = {s: intervals[s][1] - intervals[s][0] for s in candidates}
     median = statistics.median(durations.values())
-    best, best_cost = candidates[0], None
-    for index in range(len(candidates) - width + 1):
-        run = candidates[index:index + width]
-        if run[-1] - run[0] != width - 1:
-            continue  # steps missing in between (sampling): not consecutive
-        cost = abs(sum(durations[s] for s in run) / width - median)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = run[0], cost
-    return _window(intervals, best, best + width - 1 if best_cost is not None else best, "default", reference)
+    # A sampled trace (trace.sample_every > 1) has no consecutive steps: fall back to fewer.
+    for size in range(max(1, min(width, len(candidates))), 0, -1):
+        best, best_cost = None, None
+        for index in range(len(candidates) - size + 1):
+            run = candidates[index:index + size]
+            if run[-1] - run[0] != size - 1:
+                continue  # steps missing in between: not consecutive
+            cost = abs(sum(durations[s] for s in run) / size - median)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = run[0], cost
+        if best is not None:
+            return _window(intervals, best, best + size - 1, "default", reference)
+    raise TraceError(f"{trace.source}: no step to draw")  # unreachable: size 1 always matches
 
 
 def _window(intervals: dict, first: int, last: int, chosen: str, reference: str) -> Window:

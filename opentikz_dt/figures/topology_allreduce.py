@@ -1,0 +1,179 @@
+"""Topology layouts of all-reduce: native (a collective bar), ring, tree and hierarchical
+(intra-host reduce, inter-host ring). Must not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
+from .spacing import Spacing
+from .topology_common import (column_ys, count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout,
+                              more_name, worker_column, worker_node)
+
+
+def allreduce_layout(spec, sp: Spacing) -> Layout:
+    colsep = sp.colsep
+    nodes, members, elided = worker_column(spec, sp, colsep)
+    edges, braces = data_fan(spec, members, elided, spec.topology.workers.count)
+    ys = [n.y for n in nodes if n.kind != "coord"]
+    height = max(1.6, max(ys) - min(ys) + 1.2)
+    nodes.append(Node("ar", 1.6 * colsep, 0.0, kind="box", style="psbox", min_height=height,
+                      text=Tex(r"\textbf{all-reduce}\\[1pt]mean of \gradlabel")))
+    colors = spec.figure.colors
+    for k, member in enumerate(members):
+        edges.append(Edge(Port(member, "east"), Port("ar", "west", level=f"{member}.east"), "grad", both=True,
+                          label=Tex(r"\gradlabel") if k == 0 else Tex(""), label_side="above",
+                          label_color=f"{colors['grad']}!85!otink"))
+    return make_layout(spec, sp, [data_node(spec)] + nodes, edges, host_groups(spec, members, elided), braces)
+
+
+def ring_layout(spec, sp: Spacing) -> Layout:
+    colsep = sp.colsep
+    count = spec.topology.workers.count
+    nodes, members, elided = worker_column(spec, sp, colsep)
+    edges, braces = data_fan(spec, members, elided, count)
+    inner, outer = 0.55, 1.25
+    for a, b in zip(members, members[1:]):
+        skipped = int(b[1:]) - int(a[1:]) > 1
+        edges.append(Edge(Port(a, "east", dy=-4), Port(b, "east", dy=4), "ring", route="ortho", dx=inner,
+                          elided=skipped, label=Tex("" if skipped else f"$c_{{{a[1:]}}}$"),
+                          label_side="right", label_pos=0.25))
+    last, first = members[-1], members[0]
+    edges.append(Edge(Port(last, "east", dy=-4), Port(first, "east", dy=4), "ring", route="ortho", dx=outer,
+                      label=Tex(f"$c_{{{last[1:]}}}$"), label_side="right", label_pos=0.25))
+    bottom = min(n.y for n in nodes)
+    below = 1.45 + (0.35 if spec.topology.hosts > 1 and not elided else 0.0)  # clear the host box
+    nodes.append(Node("note", colsep + 0.2, bottom - below, kind="text",
+                      text=Tex(r"ring all-reduce of \gradlabel: " + count_text(count) + r" chunks\\"
+                               + f"reduce-scatter, then all-gather: {count_text(2 * (count - 1))} steps")))
+    return make_layout(spec, sp, [data_node(spec)] + nodes, edges, host_groups(spec, members, elided), braces)
+
+
+def tree_layout(spec, sp: Spacing) -> Layout:
+    colsep, rowsep = sp.colsep, sp.rowsep
+    count = spec.topology.workers.count
+    limit = spec.figure.max_workers_drawn
+    if count <= limit:
+        drawn = list(range(1, count + 1))
+    else:
+        depth = int(math.log2(limit))  # full levels 0..depth-1 fit in `limit - 1` nodes
+        drawn = list(range(1, 2 ** depth))
+    # Tidy layout: leaves left to right in order, parents centred over their children.
+    xs: dict[int, float] = {}
+    next_x = [0.0]
+
+    def place(i):
+        kids = [c for c in (2 * i, 2 * i + 1) if c in drawn_set]
+        for c in kids:
+            place(c)
+        if kids:
+            xs[i] = sum(xs[c] for c in kids) / len(kids)
+        else:
+            xs[i] = next_x[0]
+            next_x[0] += 3.0
+
+    drawn_set = set(drawn)
+    place(1)
+    level_h = max(3.2, rowsep * 1.3)
+    offset = colsep - min(xs.values()) + 0.6
+    nodes, edges = [], []
+    colors = spec.figure.colors
+    for i in drawn:
+        level = int(math.log2(i))
+        nodes.append(worker_node(spec, i, xs[i] + offset, -level * level_h))
+    for i in drawn:
+        if i == 1:
+            continue
+        parent, side = i // 2, (-7 if i % 2 == 0 else 7)
+        first = i == 2
+        edges.append(Edge(Port(f"w{i}", "north", dx=-3), Port(f"w{parent}-label", "south", dx=side - 3), "grad",
+                          label=Tex("reduce") if first else Tex(""), label_side="above",
+                          label_color=f"{colors['grad']}!85!otink"))
+        edges.append(Edge(Port(f"w{parent}-label", "south", dx=side + 3), Port(f"w{i}", "north", dx=3), "wts",
+                          label=Tex("broadcast") if i == 3 else Tex(""), label_side="above",
+                          label_color=f"{colors['weight']}!70!otink"))
+    members = [f"w{i}" for i in drawn]
+    if count > len(drawn):
+        deepest = int(math.log2(drawn[-1]))
+        y = -(deepest + 1) * level_h + 0.4
+        xmid = (min(xs.values()) + max(xs.values())) / 2 + offset
+        more = f"w{len(drawn) + 1}-more"
+        hidden = count_text(count - len(drawn) - 1)
+        nodes.append(Node(more, xmid, y, kind="text",
+                          text=Tex(f"$\\cdots$ {hidden} more workers, {math.ceil(math.log2(count + 1))} levels $\\cdots$")))
+        nodes.append(worker_node(spec, count, max(xs.values()) + offset, y - 1.6, label_side="below"))
+        for leaf in [i for i in drawn if int(math.log2(i)) == deepest]:
+            # each leaf drops straight down onto the ellipsis: the stubs do not meet in one point
+            edges.append(Edge(Port(f"w{leaf}-label", "south"), Port(f"w{leaf}-label", "south", level=f"{more}.north"),
+                              "grad", both=True, elided=True))
+        members += [more, f"w{count}"]
+    fit = tuple(members) + tuple(f"{m}-label" for m in members if m.startswith("w") and m[1:].isdigit())
+    groups = [Group("workers", fit, "hostbox", label=Tex(f"tree all-reduce, {count_text(count)} workers"))]
+    all_y = [n.y for n in nodes]
+    data = data_node(spec, 0.0, (max(all_y) + min(all_y)) / 2)
+    edges.insert(0, Edge(Port("data", "east"), Port("workers", "west"), "data", label=Tex(r"\batchlabel")))
+    return make_layout(spec, sp, [data] + nodes, edges, groups)
+
+
+def hierarchical_layout(spec, sp: Spacing) -> Layout:
+    colsep, rowsep = sp.colsep, sp.rowsep
+    t = spec.topology
+    hosts, per_host = t.hosts, t.workers.count // t.hosts
+    host_slots = elide(hosts, 4)
+    drawn_per_host = len([w for w in elide(per_host, 4) if w is not None])
+    arch = 0.75 * (0.55 + 0.3 * (drawn_per_host - 2)) + 0.1 if drawn_per_host > 1 else 0.2
+    host_gap = max(3.75 + 2 * arch, rowsep)
+    ys = column_ys([s for s in host_slots], host_gap)
+    nodes, groups, edges, members = [], [], [], []
+    colors = spec.figure.colors
+    x0 = colsep
+    for k, (slot, y) in enumerate(zip(host_slots, ys)):
+        if slot is None:
+            nodes.append(ellipsis_node(more_name("h", host_slots, k), x0 + 1.3, y))
+            continue
+        worker_slots = elide(per_host, 4)
+        inside = []
+        x = x0
+        first_id = (slot - 1) * per_host + 1
+        for j, ws in enumerate(worker_slots):
+            if ws is None:
+                nodes.append(ellipsis_node(f"w{first_id + worker_slots[j - 1]}-more", x - 0.75, y, vertical=False))
+                x += 0.9
+                continue
+            node = worker_node(spec, first_id + ws - 1, x, y)
+            nodes.append(node)
+            inside += [node.name, f"{node.name}-label"]
+            x += 2.45
+        leader = f"w{first_id}"
+        real = [n for n in inside if not n.endswith("-label")]
+        for k, other in enumerate(real[1:]):
+            first = slot == 1 and k == len(real) - 2  # label the outermost arcs
+            edges.append(Edge(Port(other, "north", dx=-4), Port(leader, "north", dx=4 + 5 * k), "grad",
+                              route="arch", dx=0.55 + 0.3 * k,
+                              label=Tex("intra-host reduce") if first else Tex(""), label_side="above",
+                              label_color=f"{colors['grad']}!85!otink"))
+            edges.append(Edge(Port(f"{leader}-label", "south", dx=4 + 5 * k), Port(f"{other}-label", "south", dx=-4),
+                              "wts", route="arch", dx=-(0.55 + 0.3 * k),
+                              label=Tex("broadcast") if first else Tex(""), label_side="below",
+                              label_color=f"{colors['weight']}!70!otink"))
+        nodes.append(Node(f"h{slot}-top", x0, y + 0.8 + arch, kind="coord"))
+        nodes.append(Node(f"h{slot}-bottom", x0, y - 1.1 - arch, kind="coord"))
+        groups.append(Group(f"h{slot}", tuple(inside) + (f"h{slot}-top", f"h{slot}-bottom"), "hostbox",
+                            label=Tex(f"Host {slot}: {count_text(per_host)} workers")))
+        members.append(f"h{slot}")
+    elided = len(host_slots) != hosts
+    # Host boxes exist only after the groups are drawn, so data -> host edges reference them by name.
+    fan, braces = data_fan(spec, members, False, hosts, noun="hosts")
+    if elided:
+        fan, braces = [Edge(Port("data", "east"), Port("workers"), "data", label=Tex(r"\batchlabel"))], [
+            Brace("workers", Port(members[-1], "south west", dx=-6), Port(members[0], "north west", dx=-6),
+                  Tex(f"{count_text(hosts)} hosts"))]
+    edges = fan + edges
+    for a, b in zip(members, members[1:]):
+        skipped = int(b[1:]) - int(a[1:]) > 1
+        edges.append(Edge(Port(a, "east", dy=-6), Port(b, "east", dy=6), "ring", route="ortho", dx=0.6, both=True,
+                          elided=skipped, label=Tex("" if skipped else r"inter-host\\all-reduce"),
+                          label_side="right, align=left", label_pos=0.25))
+    data = data_node(spec, 0.0, 0.0)
+    return make_layout(spec, sp, [data] + nodes, edges, groups, braces)

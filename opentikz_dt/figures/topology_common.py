@@ -1,0 +1,135 @@
+"""Pieces every topology layout shares: label macros, the data, worker and server nodes,
+elided worker columns, the data fan, host boxes and gradient/weight edge pairs.
+
+Positions are centimetres computed from a Spacing (spacing.py: the gaps asked for,
+widened to what the content needs). Must not import torch.
+"""
+
+from __future__ import annotations
+
+from ..texsafe import render_label
+from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
+from .names import ICON_MACROS, worker_label_macro
+from .spacing import Spacing, column_ys
+
+
+def count_text(n: int) -> str:
+    return f"{n:,}"
+
+
+def label_macros(spec, worker_ids) -> dict:
+    f = spec.figure
+    macros = {"datalabel": render_label(spec.topology.data_label)}
+    for worker_id in worker_ids:
+        macros[worker_label_macro(worker_id)] = render_label(spec.topology.workers.label_of(worker_id))
+    if spec.topology.servers.count:
+        macros["pslabel"] = render_label(spec.topology.servers.label)
+    macros["batchlabel"] = render_label(f.labels["batch"])
+    macros["gradlabel"] = render_label(f.labels["grad"])
+    macros["weightlabel"] = render_label(f.labels["weight"])
+    macros["titlelabel"] = render_label(spec.title)
+    return {name: Tex(value) for name, value in macros.items()}
+
+
+def make_layout(spec, sp: Spacing, nodes, edges=(), groups=(), braces=()) -> Layout:
+    worker_ids = [n.name for n in nodes if n.name.startswith("w") and n.name[1:].isdigit()]
+    return Layout(title=Tex(r"\titlelabel"), colsep=sp.colsep, rowsep=sp.rowsep,
+                  nodes=tuple(nodes), edges=tuple(edges), groups=tuple(groups), braces=tuple(braces),
+                  macros=label_macros(spec, worker_ids), notes=tuple(Tex(note) for note in sp.notes()))
+
+
+def data_node(spec, x=0.0, y=0.0) -> Node:
+    icon = spec.figure.icons["data"]
+    return Node("data", x, y, icon=ICON_MACROS[icon], color=spec.figure.colors["worker"], label=Tex(r"\datalabel"))
+
+
+def worker_node(spec, index, x, y, label_side="below") -> Node:
+    worker_id = f"w{index}"
+    return Node(worker_id, x, y, icon=ICON_MACROS[spec.figure.icons["worker"]], color=spec.figure.colors["worker"],
+                label=Tex("\\" + worker_label_macro(worker_id)), label_side=label_side)
+
+
+def server_node(spec, x, y) -> Node:
+    return Node("ps", x, y, icon=ICON_MACROS[spec.figure.icons["server"]], color=spec.figure.colors["server"],
+                label=Tex(r"\pslabel"))
+
+
+def ellipsis_node(name, x, y, vertical=True) -> Node:
+    return Node(name, x, y, kind="ellipsis", text=Tex(r"$\vdots$" if vertical else r"$\cdots$"))
+
+
+def more_name(prefix: str, slots: list, k: int) -> str:
+    """Name of the ellipsis at slots[k]: after the first hidden member (w4-more stands for w4..w(N-1))."""
+    return f"{prefix}{slots[k - 1] + 1}-more"
+
+
+def spread(count: int, half: float) -> list[float]:
+    """`count` offsets (pt) evenly from +half to -half: distinct ports on one side of a node."""
+    if count == 1:
+        return [0.0]
+    return [half - 2 * half * k / (count - 1) for k in range(count)]
+
+
+def worker_column(spec, sp: Spacing, x, prefix="w", count=None, node_for=None):
+    """Nodes of an (elided) column of workers or hosts; returns (nodes, drawn member names)."""
+    count = spec.topology.workers.count if count is None else count
+    slots = elide(count, spec.figure.max_workers_drawn)
+    ys = column_ys(slots, sp.rowsep)
+    nodes, names = [], []
+    for k, (slot, y) in enumerate(zip(slots, ys)):
+        if slot is None:
+            nodes.append(ellipsis_node(more_name(prefix, slots, k), x, y))
+        else:
+            node = node_for(slot, x, y) if node_for else worker_node(spec, slot, x, y)
+            nodes.append(node)
+            names.append(node.name)
+    return nodes, names, len(slots) != count
+
+
+def data_fan(spec, members, elided, count, noun="workers"):
+    """Data -> each drawn member, or data -> a brace standing for all of them when elided."""
+    edges, braces = [], []
+    batch = Tex(r"\batchlabel")
+    if elided:
+        first, last = members[0], members[-1]
+        hosts = spec.topology.hosts
+        where = f"\\\\on {count_text(hosts)} hosts" if noun == "workers" and hosts > 1 else ""
+        braces.append(Brace("workers", Port(f"{last}-label", "south west", dx=-6),
+                            Port(first, "north west", dx=-6), Tex(f"{count_text(count)} {noun}{where}")))
+        edges.append(Edge(Port("data", "east"), Port("workers"), "data", label=batch))
+        return edges, braces
+    for k, (member, dy) in enumerate(zip(members, spread(len(members), min(10.0, 4.0 * (len(members) - 1))))):
+        edges.append(Edge(Port("data", "east", dy=dy), Port(member, "west"), "data",
+                          label=batch if k == 0 else Tex(""), label_side="above", label_pos=0.45))
+    return edges, braces
+
+
+def host_groups(spec, members, elided) -> list:
+    """Boxes h1..hH around each host's workers in a column (only when every worker is drawn)."""
+    t = spec.topology
+    if t.hosts < 2 or elided:
+        return []
+    groups = []
+    for host in range(1, t.hosts + 1):
+        inside = [m for m in members if t.host_of(m) == host]
+        fit = tuple(inside) + tuple(f"{m}-label" for m in inside)
+        groups.append(Group(f"h{host}", fit, "hostbox", label=Tex(f"Host {host}")))
+    return groups
+
+
+def sync_pairs(spec, members, target, half=12.0, back_style="wts", back_label=r"\weightlabel"):
+    """Gradient to `target` and weights back, one offset pair per member, each on its own port."""
+    colors = spec.figure.colors
+    ports = spread(len(members), min(half, 4.0 * (len(members) - 1)))
+    step = abs(ports[0] - ports[1]) if len(ports) > 1 else 10.0
+    off = 2.5 if step >= 7 else step * 0.3
+    edges = []
+    for k, (member, dy) in enumerate(zip(members, ports)):
+        first, last = k == 0, k == len(members) - 1
+        edges.append(Edge(Port(member, "east", dy=off), Port(target, "west", dy=dy + off), "grad",
+                          label=Tex(r"\gradlabel") if first else Tex(""), label_side="above right",
+                          label_color=f"{colors['grad']}!85!otink", sloped=False))
+        edges.append(Edge(Port(target, "west", dy=dy - off), Port(member, "east", dy=-off), back_style,
+                          label=Tex(back_label) if last else Tex(""), label_side="below right",
+                          label_color=f"{colors['weight']}!70!otink", sloped=False))
+    return edges

@@ -1,0 +1,102 @@
+"""Topology layouts without a central party: gossip (a ring of peers), the pipeline (stages
+left to right) and a single device. Must not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .model import Edge, Group, Layout, Node, Port, Tex, elide, stage_layers
+from .spacing import Spacing
+from .topology_common import count_text, data_node, ellipsis_node, make_layout, more_name, worker_node
+
+
+def gossip_layout(spec, sp: Spacing) -> Layout:
+    colsep = sp.colsep
+    count = spec.topology.workers.count
+    slots = elide(count, spec.figure.max_workers_drawn)
+    rx = max(3.4, len(slots) * 3.9 / (2 * math.pi))
+    ry = rx * 0.72
+    cx = colsep + rx + 1.6  # room for the side labels left of the ring
+    nodes, names = [], []
+    for k, slot in enumerate(slots):
+        angle = math.pi / 2 - 2 * math.pi * k / len(slots)
+        x, y = cx + rx * math.cos(angle), ry * math.sin(angle)
+        sin, cos = math.sin(angle), math.cos(angle)
+        side = "above" if sin > 0.7 else "below" if sin < -0.7 else ("right" if cos > 0 else "left")
+        if slot is None:
+            nodes.append(ellipsis_node(more_name("w", slots, k), x, y, vertical=False))
+            names.append(more_name("w", slots, k))
+        else:
+            nodes.append(worker_node(spec, slot, x, y, label_side=side))
+            names.append(f"w{slot}")
+    edges = []
+    hops = max(1, (spec.strategy.peers + 1) // 2)
+    for k, a in enumerate(names):
+        for hop in range(1, hops + 1):
+            if hop == 1 and len(names) == 2 and k == 1:
+                continue
+            b = names[(k + hop) % len(names)]
+            if hop > 1 and ("more" in a or "more" in b or len(names) <= 2 * hop):
+                continue
+            if hop > 1 and (k + hop) % len(names) < k:
+                continue
+            edges.append(Edge(Port(a), Port(b), "peer", elided="more" in a + b, route="line",
+                              label=Tex(r"\weightlabel") if (k == 0 and hop == 1) else Tex(""),
+                              label_side="above right", label_color=f"{spec.figure.colors['weight']}!70!otink"))
+    # Peer lines run centre to centre but stop at the node borders (shorten by TikZ).
+    fit = tuple(names) + tuple(f"{n}-label" for n in names if not n.endswith("-more"))
+    groups = [Group("workers", fit, "hostbox",
+                    label=Tex(f"gossip: each of {count_text(count)} workers averages \\weightlabel{{}} with {spec.strategy.peers} peers"))]
+    edges.insert(0, Edge(Port("data", "east"), Port("workers", "west"), "data", label=Tex(r"\batchlabel")))
+    return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups)
+
+
+def pipeline_layout(spec, sp: Spacing) -> Layout:
+    colsep = sp.colsep
+    stages = spec.strategy.stages
+    slots = elide(stages, min(spec.figure.max_workers_drawn, 6))
+    step = max(3.5, 0.78 * colsep)
+    layers = stage_layers(len(spec.training.layers) - 1, stages)
+    nodes, names = [], []
+    x = step
+    for k, slot in enumerate(slots):
+        if slot is None:
+            nodes.append(ellipsis_node(more_name("w", slots, k), x - 0.45 * step, 0.0, vertical=False))
+            x += 0.1 * step
+            continue
+        nodes.append(worker_node(spec, slot, x, 0.0))
+        first, last = layers[slot - 1]
+        span = f"layer {first}" if first == last else f"layers {first}--{last}"
+        header = "" if spec.topology.workers.label_of(f"w{slot}") == f"Stage {slot}" else f"\\textbf{{Stage {slot}}}\\\\"
+        nodes.append(Node(f"s{slot}", kind="box", style="stagebox", rel=f"above=6pt of w{slot}",
+                          text=Tex(header + span)))
+        names.append(f"w{slot}")
+        x += step
+    colors = spec.figure.colors
+    edges = [Edge(Port("data", "east"), Port(names[0], "west"), "data", label=Tex(r"\batchlabel"), label_side="above")]
+    for k, (a, b) in enumerate(zip(names, names[1:])):
+        skipped = int(b[1:]) - int(a[1:]) > 1
+        edges.append(Edge(Port(a, "east", dy=4), Port(b, "west", dy=4), "act", elided=skipped,
+                          label=Tex("act.") if k == 0 else Tex(""), label_side="above"))
+        edges.append(Edge(Port(b, "west", dy=-4), Port(a, "east", dy=-4), "grad", elided=skipped,
+                          label=Tex(r"$\nabla$act.") if k == 0 else Tex(""), label_side="below",
+                          label_color=f"{colors['grad']}!85!otink"))
+    mb = spec.strategy.microbatches
+    nodes.append(Node("note", step, -1.45, kind="text",
+                      text=Tex(f"{spec.strategy.schedule.upper() if spec.strategy.schedule == 'gpipe' else '1F1B'} schedule, "
+                               f"{count_text(mb)} microbatches of {count_text(spec.training.batch_size // mb)} samples, "
+                               f"{count_text(stages)} stages")))
+    return make_layout(spec, sp, [data_node(spec)] + nodes, edges)
+
+
+def single_layout(spec, sp: Spacing) -> Layout:
+    colsep = sp.colsep
+    worker = worker_node(spec, 1, colsep * 0.8, 0.0)
+    edges = [
+        Edge(Port("data", "east"), Port("w1", "west"), "data", label=Tex(r"\batchlabel")),
+        Edge(Port("w1", "north", dx=10), Port("w1", "north", dx=-10), "grad", route="loop", bend=60,
+             label=Tex(r"\weightlabel{} $\gets$ \weightlabel{} $-\,\eta\,$\gradlabel"), label_side="above",
+             label_color=f"{spec.figure.colors['grad']}!85!otink"),
+    ]
+    return make_layout(spec, sp, [data_node(spec), worker], edges)

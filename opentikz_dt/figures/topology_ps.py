@@ -1,0 +1,54 @@
+"""Topology layouts of the parameter server and central storage: workers in a column,
+gradients to the server (or the group box of its shards) and weights back. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from ..shards import shard_assignment
+from .model import Group, Layout, Node, Tex, elide
+from .spacing import Spacing
+from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
+                              server_node, sync_pairs, worker_column)
+
+
+def parameter_server_layout(spec, sp: Spacing) -> Layout:
+    colsep = sp.colsep
+    nodes, members, elided = worker_column(spec, sp, colsep)
+    edges, braces = data_fan(spec, members, elided, spec.topology.workers.count)
+    groups = host_groups(spec, members, elided)
+    servers = spec.topology.servers
+    if servers.count == 1:
+        nodes.append(server_node(spec, 2 * colsep, 0.0))
+        target = "ps"
+    else:
+        owned = shard_assignment(spec)
+        slots = elide(servers.count, 4)
+        gap = 1.25
+        top = gap * (len(slots) - 1) / 2
+        shard_names = []
+        for k, slot in enumerate(slots):
+            y = top - k * gap
+            if slot is None:
+                nodes.append(ellipsis_node(more_name("ps", slots, k), 2 * colsep, y))
+                shard_names.append(more_name("ps", slots, k))
+                continue
+            # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
+            text = f"\\textbf{{\\pslabel{{}} {slot}}}\\\\[1pt]" + _tensor_math(owned[f"ps{slot}"])
+            nodes.append(Node(f"ps{slot}", 2 * colsep, y, kind="box", style="psbox", text=Tex(text)))
+            shard_names.append(f"ps{slot}")
+        groups.append(Group("psgroup", tuple(shard_names), "hostbox",
+                            label=Tex(f"Parameter server ({count_text(servers.count)} shards)")))
+        target = "psgroup"
+    edges += sync_pairs(spec, members, target)
+    return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
+
+
+def _tensor_math(tensors: list[str]) -> str:
+    """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only)."""
+    parts = []
+    for name in tensors:
+        _, index, kind = name.split(".")
+        parts.append(("W" if kind == "weight" else "b") + "_{" + str(int(index) + 1) + "}")
+    if len(parts) > 6:
+        parts = parts[:3] + [r"\ldots"] + parts[-2:]
+    return "$" + ", ".join(parts) + "$"
