@@ -216,7 +216,10 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> Ru
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info}
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
-        raise RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
+        error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
+        if failure.get("exit_code") == 130:
+            error.exit_code = 130  # interrupted, as the CLI's own Ctrl-C handling
+        raise error
     echo(render_summary(spec, roles, metrics, run, run_dir))
     return RunResult(run_dir, metrics, run)
 

@@ -45,7 +45,8 @@ class Monitor:
         self._last_print = 0.0
         self._printed = False
         self._deadline = time.time() + STARTUP_S
-        self._seen: dict[str, float] = {}
+        self._seen: dict[str, float] = {}  # rank start files already counted
+        self._walls: dict[int, float] = {}  # last progress report seen per rank
 
     def start(self) -> None:
         self._thread.start()
@@ -84,9 +85,8 @@ class Monitor:
             if key not in self._seen:
                 self._seen[key] = now
                 self._deadline = max(self._deadline, now + STARTUP_S)
-        fresh = [d["wall"] for r, d in prog.items() if f"{r}:{d.get('wall')}" not in self._seen and d.get("wall")]
-        for r, d in prog.items():
-            self._seen[f"{r}:{d.get('wall')}"] = now
+        fresh = [d["wall"] for r, d in prog.items() if d.get("wall") and self._walls.get(r) != d["wall"]]
+        self._walls = {r: d.get("wall") for r, d in prog.items()}
         if fresh:
             self._deadline = max(fresh) + self.limit
         if now > self._deadline:

@@ -40,14 +40,6 @@ def test_every_example_compiles_without_overlaps(path):
         assert check_no_overlaps(boxes) == []
 
 
-@pytest.mark.parametrize("kind, extra", [
-    ("parameter-server", {}),
-    ("parameter-server", {"topology": {"servers": {"count": 6}}}),
-    ("allreduce", {"strategy": {"algorithm": "tree"}}),
-    ("allreduce", {"strategy": {"algorithm": "hierarchical"}, "topology": {"hosts": 128}}),
-    ("gossip", {}),
-    ("allreduce", {"strategy": {"algorithm": "ring"}, "figure": {"palette": "dark"}}),
-])
 def _spaced(spec, colsep, rowsep):
     return spec_from_data({**spec.data, "figure": {**spec.data["figure"], "colsep": colsep, "rowsep": rowsep}})
 
@@ -97,6 +89,14 @@ def test_the_edit_checks_compile_each_figure_once(monkeypatch):
         compile_cached(bad)
 
 
+@pytest.mark.parametrize("kind, extra", [
+    ("parameter-server", {}),
+    ("parameter-server", {"topology": {"servers": {"count": 6}}}),
+    ("allreduce", {"strategy": {"algorithm": "tree"}}),
+    ("allreduce", {"strategy": {"algorithm": "hierarchical"}, "topology": {"hosts": 128}}),
+    ("gossip", {}),
+    ("allreduce", {"strategy": {"algorithm": "ring"}, "figure": {"palette": "dark"}}),
+])
 def test_1024_workers_give_a_clean_figure(kind, extra):
     data = {"strategy": {"kind": kind, **extra.get("strategy", {})},
             "topology": {"workers": {"count": 1024}, **extra.get("topology", {})}, **BIG}

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from opentikz_dt.errors import RunError
+from opentikz_dt.errors import SpecError
 from opentikz_dt.shards import assign_tensors, shard_assignment, tensor_sizes
 from opentikz_dt.spec import spec_from_data
 
@@ -99,12 +99,11 @@ def test_pipeline_stage_bounds_and_1f1b_microbatch_rule():
 
     assert pipeline.stage_bounds(3, 2) == [0, 2, 3]
     assert pipeline.stage_bounds(5, 3) == [0, 2, 4, 5]
-    spec = spec_from_data({"strategy": {"kind": "pipeline", "schedule": "1f1b", "microbatches": 2},
-                           "topology": {"workers": {"count": 3}}, "training": {"batch_size": 32}})
-    with pytest.raises(RunError) as err:
-        pipeline.roles(spec)
-    assert str(err.value) == ("the 1f1b schedule needs at least as many microbatches as stages: "
-                              "strategy.microbatches is 2, stages 3")
+    # 1F1B with fewer microbatches than stages is refused when the spec loads, before any launch.
+    with pytest.raises(SpecError) as err:
+        spec_from_data({"strategy": {"kind": "pipeline", "schedule": "1f1b", "microbatches": 2},
+                        "topology": {"workers": {"count": 3}}, "training": {"batch_size": 32}})
+    assert [i.message for i in err.value.issues] == ["1f1b needs at least as many microbatches as stages (3), got 2"]
 
 
 # --- launches ----------------------------------------------------------------------------

@@ -16,6 +16,18 @@ MAX_CHUNKS = 64
 _BCAST_TAG = 1 << 20
 
 
+_SCRATCH: dict = {}
+
+
+def _scratch(name: str, numel: int, like: torch.Tensor) -> torch.Tensor:
+    """A reused receive buffer: fresh multi-MB allocations cost page faults every call."""
+    key = (name, like.dtype, like.device)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = _SCRATCH[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+    return buf[:numel]
+
+
 PIECE_ELEMS = 1 << 18  # ring pipelining granularity within a hop: 1 MiB of float32 (smaller measured slower)
 MAX_PIECES = 4
 
@@ -35,7 +47,7 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     segs = list(torch.tensor_split(flat, n))
     npieces = max(1, min(MAX_PIECES, segs[0].numel() // PIECE_ELEMS))
     pieces = [list(torch.tensor_split(seg, npieces)) for seg in segs]
-    tmp = [[torch.empty_like(p) for p in pieces[0]] for _ in range(2)]
+    tmp = [list(torch.tensor_split(_scratch(f"ring{i}", segs[0].numel(), flat), npieces)) for i in range(2)]
     comm, tracer = ctx.comm, ctx.tracer
     sends_of = {i: [] for i in range(n)}  # pending sends per segment: wait before overwriting it
 
@@ -88,7 +100,7 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     chunks = list(torch.tensor_split(flat, nchunks))
     comm, tracer = ctx.comm, ctx.tracer
     # Reduce: all receives from the children up front, then add and forward chunk by chunk.
-    bufs = {c: torch.empty_like(flat) for c in children}
+    bufs = {c: _scratch(f"tree{i}", flat.numel(), flat) for i, c in enumerate(children)}
     parts = {c: list(torch.tensor_split(bufs[c], nchunks)) for c in children}
     recvs = {c: [comm.irecv(parts[c][k], c, tag=k) for k in range(nchunks)] for c in children}
     sends = []

@@ -24,14 +24,10 @@ from time import perf_counter, perf_counter_ns
 import torch
 from torch import nn
 
-from ...errors import RunError
 
 
 def roles(spec):
-    s = spec.strategy
-    if s.schedule == "1f1b" and s.microbatches < s.stages:
-        raise RunError(f"the 1f1b schedule needs at least as many microbatches as stages: "
-                       f"strategy.microbatches is {s.microbatches}, stages {s.stages}")
+    # The spec rules already refuse 1F1B with fewer microbatches than stages.
     return [("stage", w) for w in spec.topology.workers.ids]
 
 
