@@ -67,7 +67,7 @@ training:
   dataset: {{kind: synthetic, samples: 16384, seed: 0}}
   batch_size: 256               # per worker per step
   steps: 200
-  optimizer: {{kind: sgd, lr: 0.05}}
+  optimizer: {{kind: sgd, lr: 0.05, momentum: 0.9}}
   seed: 0
 
 runtime: {{backend: auto, device: auto, timeout_s: 120}}   # auto: NCCL on GPUs, else gloo on CPU

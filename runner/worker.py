@@ -123,17 +123,19 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
                     max_events=int(tcfg.get("max_events", 200_000)), sample_every=int(tcfg.get("sample_every", 1)),
                     world_size=world)
     data = Data(spec, device, launch.get("dataset_path"))
-    # Start barrier: every rank maps its perf counter to the run clock at the same instant;
-    # rank 0 tells everyone its wall clock and the step to resume from.
+    # Start barrier, then one clock: rank 0 tells everyone its wall clock, its perf counter
+    # at that instant and the step to resume from; each rank measures its perf counter's
+    # offset to rank 0's by ping-pong (a barrier alone is off by scheduling delays, ms on a
+    # busy machine). The run's epoch is node 0's launch time.
     resume = checkpoint.latest_complete(run_dir, world) if rank == 0 else None
     dist.barrier(group=control)
-    base_ns = time.perf_counter_ns()
-    # The run's epoch is node 0's launch time, so nodes with their own launchers agree.
-    info = torch.tensor([time.time_ns(), -1 if resume is None else resume, int(launch["epoch_ns"])], dtype=torch.int64)
+    info = torch.tensor([time.time_ns(), time.perf_counter_ns(), -1 if resume is None else resume,
+                         int(launch["epoch_ns"])], dtype=torch.int64)
     dist.broadcast(info, 0, group=control)
-    offset_us = (int(info[0]) - int(info[2])) / 1000
-    tracer.set_clock(base_ns, offset_us)
-    resume = None if int(info[1]) < 0 else int(info[1])
+    offset_ns = _clock_offset_ns(rank, world, control)
+    print(f"dtgen: perf counter offset to rank 0: {offset_ns / 1000:.1f} us", flush=True)
+    tracer.set_clock(int(info[1]) + offset_ns, (int(info[0]) - int(info[3])) / 1000)
+    resume = None if int(info[2]) < 0 else int(info[2])
 
     def clock() -> float:
         return tracer.now_us() / 1e6
@@ -150,6 +152,33 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
                        backend=backend, device=device, control_group=control, tracer=tracer, metrics=metrics,
                        comm=comm, data=data, attempt=attempt, start_step=start_step, resume_step=resume,
                        dataset_path=launch.get("dataset_path"))
+
+
+def _clock_offset_ns(rank: int, world: int, group, rounds: int = 8) -> int:
+    """This rank's perf_counter_ns minus rank 0's, from the ping-pong with the least
+    round-trip time (NTP's estimate); 0 on rank 0."""
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.zeros(1, dtype=torch.int64)
+    if rank == 0:
+        for peer in range(1, world):
+            best = None
+            for _ in range(rounds):
+                t0 = time.perf_counter_ns()
+                dist.send(buf, peer, group=group)
+                dist.recv(buf, peer, group=group)
+                t1 = time.perf_counter_ns()
+                if best is None or t1 - t0 < best[0]:
+                    best = (t1 - t0, int(buf[0]) - (t0 + t1) // 2)
+            dist.send(torch.tensor([best[1]], dtype=torch.int64), peer, group=group)
+        return 0
+    for _ in range(rounds):
+        dist.recv(buf, 0, group=group)
+        buf[0] = time.perf_counter_ns()
+        dist.send(buf, 0, group=group)
+    dist.recv(buf, 0, group=group)
+    return int(buf[0])
 
 
 def _write_rank_info(run_dir, rank, role, ident, device, backend, attempt) -> None:

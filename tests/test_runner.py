@@ -80,6 +80,13 @@ def test_ring_and_tree_trace_every_chunk():
         mine = [(e["args"]["phase"], e["args"]["chunk"]) for e in ar if e["pid"] == r and e["args"]["step"] == 2]
         assert mine == [("reduce-scatter", 0), ("reduce-scatter", 1), ("all-gather", 0), ("all-gather", 1)]
     assert len(ar) == 3 * 4 * 6
+    # One clock: no rank can finish a step's all-reduce before every rank has started it
+    # (its result depends on all of them), so on aligned clocks that order holds.
+    for step in range(6):
+        mine = [e for e in ar if e["args"]["step"] == step]
+        last_start = max(e["ts"] for e in mine if e["args"]["phase"] == "reduce-scatter" and e["args"]["chunk"] == 0)
+        first_end = min(e["ts"] + e["dur"] for e in mine if e["args"]["phase"] == "all-gather" and e["args"]["chunk"] == 1)
+        assert last_start <= first_end + 100, (step, last_start, first_end)
     tree = _trace(run_small(small_spec_data(*DP_CASES["allreduce-tree"][:1], **DP_CASES["allreduce-tree"][1])).run_dir)
     phases = {(e["pid"], e["args"]["phase"]) for e in tree["traceEvents"] if e["ph"] == "X" and e["name"] == "allreduce"}
     assert phases == {(r, p) for r in range(3) for p in ("reduce", "broadcast")}
@@ -201,6 +208,23 @@ def test_global_batch_is_split_the_same_whatever_the_width():
         idx = data.indices(step, 96)
         assert torch.equal(x, data.x[idx]) and torch.equal(y, data.y[idx])
     assert not torch.equal(data.indices(0, 96), data.indices(1, 96))
+
+
+def test_file_dataset_is_read_and_checked(tmp_path):
+    import numpy as np
+
+    from opentikz_dt.runner.data import Data
+    from opentikz_dt.spec import spec_from_data
+
+    x = np.random.default_rng(0).normal(size=(50, 16)).astype("float32")
+    np.savez(tmp_path / "d.npz", x=x, y=np.arange(50) % 4)
+    spec = spec_from_data(small_spec_data("single", training={"dataset": {"kind": "file", "path": "d.npz"}}))
+    data = Data(spec, "cpu", str(tmp_path / "d.npz"))
+    assert torch.equal(data.x, torch.from_numpy(x)) and data.y.dtype == torch.int64
+    np.savez(tmp_path / "bad.npz", x=x[:, :3], y=np.arange(50))
+    with pytest.raises(RunError) as err:
+        Data(spec, "cpu", str(tmp_path / "bad.npz"))
+    assert str(err.value) == f"{tmp_path / 'bad.npz'}: x must be N x 16 and y N labels, got (50, 3) and (50,)"
 
 
 def test_trace_is_bounded_by_sampling_and_cap(tmp_path):
