@@ -1,5 +1,5 @@
 # Two commands do everything from a fresh machine:
-#   make demo   set up, run the default example for real, draw its figures
+#   make demo   set up, run the default example for real, draw its expected and measured figures
 #   make test   set up, run the whole test suite (LaTeX and multi-process tests included)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -23,6 +23,7 @@ tex:
 
 demo: setup tex
 	$(DTGEN) run examples/ps-sync.yaml --out runs/demo --force
+	$(DTGEN) figure examples/ps-sync.yaml -o figures/demo --format pdf --format png
 	$(DTGEN) figure runs/demo -o figures/demo --format pdf --format png
 	@echo "Figures: figures/demo/   Run: runs/demo/   Trace (open in https://ui.perfetto.dev): runs/demo/trace.json"
 

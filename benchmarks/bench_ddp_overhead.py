@@ -1,12 +1,19 @@
 """dtgen's all-reduce run vs a plain hand-written DDP script; tracing on vs off.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_ddp_overhead.py [--workers 3] [--steps 300] [--rounds 3] [--algorithm native]
+    OMP_NUM_THREADS=1 python benchmarks/bench_ddp_overhead.py [--workers 3] [--steps 600] [--rounds 5] [--algorithm native]
 
 Same model (the spec default MLP 32-128-128-10), batch (256 per worker), steps and
-launcher (torch's elastic launcher, gloo, one thread per process) for all three. The
-throughput is measured from the end of warm-up step WARMUP to the last step, so process
-start-up is excluded. Configurations are interleaved over --rounds and the median is
-reported, because this machine's cores are shared.
+launcher (torch's elastic launcher, gloo, one thread per process) for every
+configuration. The throughput is measured from the end of warm-up step WARMUP to the
+last step, so process start-up is excluded. Each round runs every configuration once,
+in a rotated order, and the overheads are the median over rounds of the per-round ratio
+to that round's "trace off" run (paired A/B: background load drifts slowly, so a pair
+run back to back shares it), with the min-max over rounds as the spread.
+
+For native (DDP) a third dtgen configuration, "hook only", runs with tracing on but
+`sample_every` beyond the run (nothing recorded after step 0): it isolates the cost of
+DDP's Python comm hook, which tracing needs to see bucket all-reduces, from the cost of
+recording spans.
 """
 
 from __future__ import annotations
@@ -75,7 +82,8 @@ def run_plain(workers: int, steps: int, batch: int, layers: list) -> float:
     return batch * workers * (steps - WARMUP) / (ends[-1] - ends[WARMUP - 1])
 
 
-def run_dtgen(workers: int, steps: int, batch: int, layers: list, algorithm: str, traced: bool) -> tuple[float, dict]:
+def run_dtgen(workers: int, steps: int, batch: int, layers: list, algorithm: str, traced: bool,
+              sample_every: int = 1) -> tuple[float, dict]:
     import yaml
 
     from opentikz_dt.runner.launch import launch_run
@@ -83,7 +91,8 @@ def run_dtgen(workers: int, steps: int, batch: int, layers: list, algorithm: str
     spec = {"name": "bench", "strategy": {"kind": "allreduce", "algorithm": algorithm},
             "topology": {"workers": {"count": workers}},
             "training": {"model": {"layers": layers}, "batch_size": batch, "steps": steps},
-            "runtime": {"backend": "gloo", "device": "cpu", "trace": {"enabled": traced}}}
+            "runtime": {"backend": "gloo", "device": "cpu",
+                        "trace": {"enabled": traced, "sample_every": sample_every}}}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec))
@@ -93,59 +102,98 @@ def run_dtgen(workers: int, steps: int, batch: int, layers: list, algorithm: str
     return batch * workers * (steps - WARMUP) / (wall[-1] - wall[WARMUP - 1]), {"trace_bytes": size}
 
 
-def tracer_cost_us(n: int = 200_000) -> float:
-    """Microseconds per span, recorded and written to disk: the noise-free part of the overhead."""
-    from opentikz_dt.runner.trace import Tracer
+def tracer_cost_us(n: int = 200_000) -> dict:
+    """Microseconds per span: recording (a `span` context manager; `add_span` from raw
+    perf_counter_ns stamps, as the collectives and the DDP hook do) and writing to disk.
+    The noise-free part of the overhead."""
+    from time import perf_counter_ns
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tracer = Tracer(Path(tmp) / "r.jsonl", 0, "w1", max_events=n + 1)
-        t0 = time.perf_counter()
-        for i in range(n):
-            with tracer.span("allreduce", tid="comm", step=i, algorithm="ring", phase="reduce-scatter", chunk=0):
-                pass
-        tracer.close()
-        return (time.perf_counter() - t0) / n * 1e6
+    from opentikz_dt.runner import trace
+
+    out = {}
+    saved, trace.FLUSH_EVENTS = trace.FLUSH_EVENTS, 1 << 60  # time the write separately
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tracer = trace.Tracer(Path(tmp) / "r.jsonl", 0, "w1", max_events=2 * n + 1)
+            t0 = time.perf_counter()
+            for i in range(n):
+                with tracer.span("allreduce", tid="comm", step=i, algorithm="ring", phase="reduce-scatter", chunk=0):
+                    pass
+            t1 = time.perf_counter()
+            for i in range(n):
+                a = perf_counter_ns()
+                tracer.add_span("allreduce", a, perf_counter_ns(), i, "comm", algorithm="ring", phase="all-gather", chunk=1)
+            t2 = time.perf_counter()
+            tracer.close()
+            t3 = time.perf_counter()
+    finally:
+        trace.FLUSH_EVENTS = saved
+    out["span"] = (t1 - t0) / n * 1e6
+    out["add_span"] = (t2 - t1) / n * 1e6
+    out["write"] = (t3 - t2) / (2 * n) * 1e6
+    return out
+
+
+def _spread(values: list) -> str:
+    return f"{min(values):.3f}-{max(values):.3f}"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--algorithm", default="native", choices=["native", "ring", "tree", "hierarchical"])
+    ap.add_argument("--no-plain", action="store_true", help="skip the hand-written DDP script")
     args = ap.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = "1"
     layers = [32, 128, 128, 10]
-    configs = ["plain DDP script", f"dtgen {args.algorithm}, trace off", f"dtgen {args.algorithm}, trace on"]
+    off, on, hook = "trace off", "trace on", "hook only"
+    configs = [off, on]
+    if args.algorithm == "native":
+        configs.insert(1, hook)
+        if not args.no_plain:
+            configs.insert(0, "plain DDP script")
     rates = {c: [] for c in configs}
+    loads = []
     trace_bytes = 0
     for round_ in range(args.rounds):
         # rotate the order each round, so drifting background load hits every configuration
-        for i in range(3):
-            c = configs[(i + round_) % 3]
-            if c == configs[0]:
-                rate = run_plain(args.workers, args.steps, args.batch, layers) if args.algorithm == "native" else float("nan")
+        for i in range(len(configs)):
+            c = configs[(i + round_) % len(configs)]
+            if c == "plain DDP script":
+                rate = run_plain(args.workers, args.steps, args.batch, layers)
             else:
-                rate, info = run_dtgen(args.workers, args.steps, args.batch, layers, args.algorithm, c.endswith("on"))
-                trace_bytes = info["trace_bytes"] if c.endswith("on") else trace_bytes
+                rate, info = run_dtgen(args.workers, args.steps, args.batch, layers, args.algorithm, c != off,
+                                       sample_every=1_000_000 if c == hook else 1)
+                trace_bytes = info["trace_bytes"] if c == on else trace_bytes
             rates[c].append(rate)
-    med = {c: statistics.median(v) for c, v in rates.items()}
-    print(f"{args.workers} workers, gloo, MLP {'-'.join(map(str, layers))}, batch {args.batch}/worker, "
-          f"{args.steps} steps (throughput after step {WARMUP}), median of {args.rounds} rounds on {os.cpu_count()} cores")
-    print(f"{'configuration':<28} | {'samples/s':>10} | {'vs plain':>8} | {'all rounds':<30}")
-    print("-" * 86)
+        loads.append(os.getloadavg()[0])
+    ratio = {c: [r / b for r, b in zip(rates[c], rates[off])] for c in configs}
+    print(f"{args.workers} workers, gloo, allreduce {args.algorithm}, MLP {'-'.join(map(str, layers))}, batch "
+          f"{args.batch}/worker, {args.steps} steps (throughput after step {WARMUP}), {args.rounds} rounds on "
+          f"{os.cpu_count()} cores, load average {min(loads):.1f}-{max(loads):.1f}")
+    print(f"{'configuration':<20} | {'median samples/s':>16} | {'vs trace off, paired':>20} | {'min-max':>11} | all rounds")
+    print("-" * 110)
     for c in configs:
-        vs = med[c] / med[configs[0]] if med[configs[0]] == med[configs[0]] else float("nan")
-        print(f"{c:<28} | {med[c]:>10,.0f} | {vs:>7.3f}x | {', '.join(f'{r:,.0f}' for r in rates[c])}")
-    overhead = 1 - med[configs[2]] / med[configs[1]]
-    print(f"tracing overhead: {overhead * 100:.1f}% of throughput; trace.json {trace_bytes / 1e6:.1f} MB")
-    per_span = tracer_cost_us()
-    spans_per_step = 3 + {"native": 1, "ring": 2 * (args.workers - 1), "tree": 2}.get(args.algorithm, 3)
-    step_s = args.batch * args.workers / med[configs[1]]
-    print(f"tracer cost: {per_span:.2f} us per span (recorded + written); {spans_per_step} spans/step on a "
-          f"{step_s * 1e3:.2f} ms step = {per_span * spans_per_step / (step_s * 1e6) * 100:.2f}% "
-          "(the rest of a measured difference is noise or, for native, DDP's Python comm hook)")
+        print(f"{c:<20} | {statistics.median(rates[c]):>16,.0f} | {statistics.median(ratio[c]):>19.3f}x | "
+              f"{_spread(ratio[c]):>11} | {', '.join(f'{r:,.0f}' for r in rates[c])}")
+    over = [1 - r for r in ratio[on]]
+    print(f"tracing overhead (1 - on/off, median of per-round pairs): {statistics.median(over) * 100:.1f}% "
+          f"(rounds {', '.join(f'{o * 100:.1f}' for o in over)}); trace.json {trace_bytes / 1e6:.1f} MB")
+    if hook in ratio:
+        h = [1 - r for r in ratio[hook]]
+        rec = [a / b - 1 for a, b in zip(rates[hook], rates[on])]
+        print(f"  of which DDP's Python comm hook (1 - hook/off): {statistics.median(h) * 100:.1f}%; recording "
+              f"(hook/on - 1): {statistics.median(rec) * 100:.1f}%")
+    cost = tracer_cost_us()
+    spans_per_step = 3 + {"native": 1, "ring": 2 * (args.workers - 1), "tree": 4}.get(args.algorithm, 3)
+    step_us = args.batch * args.workers / statistics.median(rates[off]) * 1e6
+    per_span = max(cost["span"], cost["add_span"]) + cost["write"]
+    print(f"tracer cost (noise-free): span {cost['span']:.2f} us, add_span {cost['add_span']:.2f} us, write "
+          f"{cost['write']:.2f} us per span; {spans_per_step} spans/step on a {step_us / 1e3:.2f} ms step = "
+          f"{per_span * spans_per_step / step_us * 100:.2f}% of one rank's step")
     return 0
 
 

@@ -52,6 +52,12 @@ def merge_trace(run_dir: Path, roles, metadata: dict) -> dict:
     return {"spans": spans, "torn_lines": torn}
 
 
+def _steady_samples(m: dict) -> float:
+    """Samples a rank processed after its first step (steps are equal-sized)."""
+    done = len(m["step_end"])
+    return m["samples"] * (done - 1) / done if done > 1 else 0.0
+
+
 def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
     run_dir = Path(run_dir)
     per_rank = {r: m for r, p in _rank_files(run_dir / "metrics", ".json").items() if (m := _read_json(p))}
@@ -65,17 +71,26 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
     last = max(list(losses) + list(ends), default=-1)
     loss = [round(mean(losses[s]), 7) if s in losses else None for s in range(last + 1)]
     wall = [round(ends[s], 6) if s in ends else None for s in range(last + 1)]
-    starts = [m["first_start"] for m in per_rank.values() if m.get("first_start") is not None]
-    span = (max(ends.values()) - min(starts)) if ends and starts else 0.0
+    # The first step pays for connection setup and first allocations (often 100x a
+    # steady step on gloo), so throughput and step times are steady-state: they start
+    # at the end of the first step. `warmup_s` reports what was left out.
+    first = min(ends, default=0)
+    steady = {s: t for s, t in ends.items() if s > first}
+    span = (max(steady.values()) - ends[first]) if steady else 0.0
     stages = [m for m in per_rank.values() if m["role"] == "stage"]
     workers = [m for m in per_rank.values() if m["role"] == "worker"]
-    total = max((m["samples"] for m in stages), default=0) if stages else sum(m["samples"] for m in workers)
+    total = max((_steady_samples(m) for m in stages), default=0) if stages else sum(_steady_samples(m) for m in workers)
     per_worker, step_time = {}, {}
     for m in workers + stages:
-        if m["step_time"]:
-            step_time[m["id"]] = round(mean(m["step_time"].values()), 6)
-            own = max(m["step_end"].values()) - m["first_start"] if m.get("first_start") is not None else 0
-            per_worker[m["id"]] = round(m["samples"] / own, 2) if own > 0 else 0.0
+        times = {int(k): v for k, v in m["step_time"].items()}
+        if times:
+            kept = [v for k, v in times.items() if k != min(times)] or list(times.values())
+            step_time[m["id"]] = round(mean(kept), 6)
+            own_ends = sorted(m["step_end"].values())
+            own = own_ends[-1] - own_ends[0] if len(own_ends) > 1 else 0
+            per_worker[m["id"]] = round(_steady_samples(m) / own, 2) if own > 0 else 0.0
+    starts = [m["first_start"] for m in per_rank.values() if m.get("first_start") is not None]
+    warmup = (ends[first] - min(starts)) if ends and starts else 0.0
     metrics = {
         "steps": steps,
         "steps_done": last + 1,
@@ -86,6 +101,7 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
         "bytes": {str(r): {"sent": m["sent"], "recv": m["recv"]} for r, m in per_rank.items()},
         "staleness": [v for m in per_rank.values() for v in m["staleness"]],
         "per_worker_samples_per_s": per_worker,
+        "warmup_s": round(warmup, 6),
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
     return metrics

@@ -21,7 +21,7 @@ def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
             + f", {run['world_size']} rank(s), {run['backend']} on {run['device']}, "
             + f"{metrics['steps_done']}/{metrics['steps']} steps")
     tail = [f"loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "loss -",
-            f"throughput {metrics['samples_per_s']:,.0f} samples/s"]
+            f"throughput {metrics['samples_per_s']:,.0f} samples/s after a {metrics.get('warmup_s', 0):.1f} s warm-up step"]
     if metrics["staleness"]:
         s = metrics["staleness"]
         tail.append(f"staleness mean {sum(s) / len(s):.2f} max {max(s):g}")

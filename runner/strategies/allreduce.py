@@ -13,6 +13,7 @@ from time import perf_counter_ns
 
 import torch
 
+from ..trace import TIDS
 from . import collectives
 
 
@@ -120,19 +121,31 @@ def _train_ddp(ctx) -> None:
         ctx.save_model(model.state_dict())
 
 
+def _first(fut):
+    return fut.value()[0]
+
+
 def _traced_allreduce_hook(ctx):
+    """DDP comm hook: the default all-reduce (divide, then sum), plus one `bucket` span per
+    bucket on sampled steps. gloo has no cheaper way to see when a bucket's all-reduce
+    starts and ends (ProcessGroup completion hooks are NCCL-only), so the hook itself is
+    Python; on unsampled steps (`trace.sample_every`) it records nothing."""
     import torch.distributed as dist
 
     n = ctx.world_size
+    tracer = ctx.tracer
+    record, comm_tid = tracer._record, TIDS["comm"]
 
     def hook(state, bucket):
         step, t0 = state["step"], perf_counter_ns()
         buf = bucket.buffer().div_(n)
         fut = dist.all_reduce(buf, async_op=True).get_future()
+        if not tracer.enabled_for(step):
+            return fut.then(_first)
+        args = {"algorithm": "native", "phase": "bucket", "chunk": bucket.index()}
 
         def done(f):
-            ctx.tracer.add_span("allreduce", t0, perf_counter_ns(), step, tid="comm",
-                                algorithm="native", phase="bucket", chunk=bucket.index())
+            record("allreduce", comm_tid, t0, perf_counter_ns(), step, args)
             return f.value()[0]
 
         return fut.then(done)
