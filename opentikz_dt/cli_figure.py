@@ -6,7 +6,7 @@ import click
 
 
 @click.command()
-@click.argument("spec", type=click.Path(exists=True, path_type=Path))
+@click.argument("spec", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: figures/<spec name>/; for a run directory RUN_DIR/figures/).")
 @click.option("--kind", type=click.Choice(["topology", "timeline", "all"]), default="all", show_default=True,

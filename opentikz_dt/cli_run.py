@@ -6,9 +6,12 @@ only inside the command body, so `dtgen --help` and the other commands stay fast
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import click
+
+from .errors import DtgenError
 
 
 @click.command()
@@ -22,6 +25,9 @@ import click
 @click.option("--force", is_flag=True, help="Reuse a non-empty run directory (its previous run outputs are removed).")
 def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, force):
     """Run SPEC with one process per rank (gloo on CPU, NCCL on GPUs); write trace and metrics."""
+    if importlib.util.find_spec("torch") is None:
+        raise DtgenError("dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
+                         "(for the CPU build: pip install torch==2.13.0 first)")
     from .runner.launch import launch_run
 
     launch_run(spec, out=out, steps=steps, nnodes=nnodes, node_rank=node_rank,

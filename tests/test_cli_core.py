@@ -89,3 +89,22 @@ def test_contract_prints_meta_json():
         assert param["path"] and param["type"], param
     for invariant in contract["invariants"]:
         assert invariant["id"] and invariant["check"], invariant
+
+
+@pytest.mark.parametrize("command", [["figure"], ["run"], ["validate"]])
+def test_bad_spec_stops_every_command_with_the_located_message_and_writes_nothing(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    bad = CASES / "bad" / "misspelt-value.yaml"
+    result = run_cli(*command, str(bad))
+    assert result.exit_code in (1, 2)
+    assert f"{bad}:3:9: strategy.sync: 'asnyc' is not one of 'sync', 'async'; did you mean 'async'?" in result.output
+    assert "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []  # no runs/ or figures/ half-written
+
+
+@pytest.mark.parametrize("command", [["figure"], ["run"]])
+def test_missing_spec_is_one_located_line(tmp_path, command):
+    missing = tmp_path / "nope.yaml"
+    result = run_cli(*command, str(missing))
+    assert result.exit_code == 2
+    assert result.output == f"{missing}:1:1: no such file\n"

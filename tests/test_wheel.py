@@ -56,3 +56,8 @@ def test_wheel_has_resources_and_runs_without_torch(installed, tmp_path):
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert figure.returncode == 0, figure.stderr
     assert sorted(p.suffix for p in (tmp_path / "fig").rglob("*.tex"))
+    run = subprocess.run([str(dtgen), "run", str(spec), "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr == ("dtgen: error: dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
+                          "(for the CPU build: pip install torch==2.13.0 first)\n")
