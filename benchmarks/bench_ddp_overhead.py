@@ -14,6 +14,15 @@ For native (DDP) a third dtgen configuration, "hook only", runs with tracing on 
 `sample_every` beyond the run (nothing recorded after step 0): it isolates the cost of
 DDP's Python comm hook, which tracing needs to see bucket all-reduces, from the cost of
 recording spans.
+
+Whole-run pairs are noisy on the shared 2-core box (other engineers' jobs come and go
+within a run), so two finer measurements follow, both immune to slow drift:
+- in-run A/B: one run with `trace.sample_every: 2`, so even steps are traced and odd
+  steps are not, in the same processes; the recording overhead is the median over
+  adjacent (traced, untraced) step pairs of their duration ratio. Writing the trace
+  happens at a flush every 0.5 s and is added from the tracer's own cost (below).
+- hook cost: in one process, two identical DDP models (world size 1, gloo), one with
+  dtgen's comm hook and one without, stepped alternately; median per-step difference.
 """
 
 from __future__ import annotations
@@ -134,6 +143,87 @@ def tracer_cost_us(n: int = 200_000) -> dict:
     return out
 
 
+def _trimmed_mean(values: list, cut: float = 0.1) -> float:
+    values = sorted(values)
+    k = int(len(values) * cut)
+    return statistics.fmean(values[k:len(values) - k])
+
+
+def run_in_run(workers: int, steps: int, batch: int, layers: list, algorithm: str, traced: bool = True) -> dict:
+    """One run traced on even steps only: paired step-duration ratios even/odd (traced/untraced).
+    With traced=False the same split of an untraced run: the A/A control (bias and noise floor)."""
+    import yaml
+
+    from opentikz_dt.runner.launch import launch_run
+
+    spec = {"name": "bench", "strategy": {"kind": "allreduce", "algorithm": algorithm},
+            "topology": {"workers": {"count": workers}},
+            "training": {"model": {"layers": layers}, "batch_size": batch, "steps": steps},
+            "runtime": {"backend": "gloo", "device": "cpu", "trace": {"enabled": traced, "sample_every": 2}}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        wall = launch_run(path, out=Path(tmp) / "run", progress=False, echo=lambda line: None).metrics["wall_s"]
+    dur = {s: wall[s] - wall[s - 1] for s in range(WARMUP, len(wall))}
+    ratios = sorted(dur[s] / dur[s + 1] for s in dur if s % 2 == 0 and s + 1 in dur)
+    q = statistics.quantiles(ratios, n=4)
+    even = [dur[s] for s in dur if s % 2 == 0]
+    odd = [dur[s] for s in dur if s % 2]
+    return {"ratio": statistics.median(ratios), "q1": q[0], "q3": q[2], "pairs": len(ratios),
+            "tmean": _trimmed_mean(even) / _trimmed_mean(odd), "step_us": statistics.median(odd) * 1e6}
+
+
+def hook_cost_us(layers: list, batch: int, steps: int = 3000) -> dict:
+    """Per-step cost of dtgen's DDP comm hook (tracing on, recording and not), in one process."""
+    import socket
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from opentikz_dt.runner.strategies.allreduce import _traced_allreduce_hook
+    from opentikz_dt.runner.trace import Tracer
+
+    torch.set_num_threads(1)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        def model():
+            torch.manual_seed(0)
+            mods = []
+            for i, (a, b) in enumerate(zip(layers[:-1], layers[1:])):
+                mods += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(layers) - 2 else [])
+            return DDP(nn.Sequential(*mods))
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tracer = Tracer(Path(tmp) / "r.jsonl", 0, "w1", max_events=10 * steps, sample_every=2)
+            ctx = SimpleNamespace(world_size=1, tracer=tracer)
+            plain, hooked = model(), model()
+            state = {"step": 0}
+            hooked.register_comm_hook(state, _traced_allreduce_hook(ctx))
+            x, y = torch.randn(batch, layers[0]), torch.randint(0, layers[-1], (batch,))
+            times = {"plain": [], "hook, recording": [], "hook, not recording": []}
+            for i in range(steps):
+                for m in ((plain, hooked) if i % 2 else (hooked, plain)):
+                    state["step"] = i
+                    loss = nn.functional.cross_entropy(m(x), y)
+                    t0 = time.perf_counter_ns()
+                    loss.backward()
+                    t1 = time.perf_counter_ns()
+                    key = "plain" if m is plain else ("hook, recording" if i % 2 == 0 else "hook, not recording")
+                    if i >= 20:
+                        times[key].append(t1 - t0)
+            tracer.close()
+    finally:
+        dist.destroy_process_group()
+    base = statistics.median(times["plain"])
+    return {k: (statistics.median(v) - base) / 1e3 for k, v in times.items() if k != "plain"} | {"backward": base / 1e3}
+
+
 def _spread(values: list) -> str:
     return f"{min(values):.3f}-{max(values):.3f}"
 
@@ -146,6 +236,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--algorithm", default="native", choices=["native", "ring", "tree", "hierarchical"])
     ap.add_argument("--no-plain", action="store_true", help="skip the hand-written DDP script")
+    ap.add_argument("--only-fine", action="store_true", help="only the in-run A/B and the hook and tracer costs")
     args = ap.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = "1"
     layers = [32, 128, 128, 10]
@@ -155,6 +246,31 @@ def main(argv=None) -> int:
         configs.insert(1, hook)
         if not args.no_plain:
             configs.insert(0, "plain DDP script")
+    cost = tracer_cost_us()
+    spans_per_step = 3 + {"native": 1, "ring": 2 * (args.workers - 1), "tree": 4}.get(args.algorithm, 3)
+    print(f"in-run A/B, {args.algorithm}, {args.workers} workers, {args.steps} steps, even steps traced "
+          f"(control: the same split of an untraced run)")
+    print(f"{'run':<10} | {'even/odd: median of pairs':>25} | {'pair IQR':>11} | {'trimmed means':>13} | "
+          f"{'odd step ms':>11} | load")
+    for label, traced in (("control", False), ("traced", True), ("control", False), ("traced", True)):
+        r = run_in_run(args.workers, args.steps, args.batch, layers, args.algorithm, traced)
+        print(f"{label:<10} | {r['ratio']:>25.4f} | {r['q1']:.3f}-{r['q3']:.3f} | {r['tmean']:>13.4f} | "
+              f"{r['step_us'] / 1e3:>11.2f} | {os.getloadavg()[0]:.1f}")
+        inrun = r
+    write_pct = cost["write"] * spans_per_step / inrun["step_us"] * 100
+    print(f"  writing (not in the split: one flush every 0.5 s): {cost['write']:.2f} us x {spans_per_step} "
+          f"spans/step = {write_pct:.2f}% of a step")
+    per_span = max(cost["span"], cost["add_span"]) + cost["write"]
+    print(f"tracer cost (noise-free): span {cost['span']:.2f} us, add_span {cost['add_span']:.2f} us, write "
+          f"{cost['write']:.2f} us per span; {spans_per_step} spans/step = "
+          f"{per_span * spans_per_step / inrun['step_us'] * 100:.2f}% of a {inrun['step_us'] / 1e3:.2f} ms step")
+    if args.algorithm == "native":
+        hook = hook_cost_us(layers, args.batch)
+        print(f"DDP comm hook (one process, world 1, {hook['backward']:.0f} us backward without hook): "
+              f"+{hook['hook, not recording']:.1f} us/step not recording, "
+              f"+{hook['hook, recording']:.1f} us/step recording (1 bucket)")
+    if args.only_fine:
+        return 0
     rates = {c: [] for c in configs}
     loads = []
     trace_bytes = 0
@@ -187,13 +303,6 @@ def main(argv=None) -> int:
         rec = [a / b - 1 for a, b in zip(rates[hook], rates[on])]
         print(f"  of which DDP's Python comm hook (1 - hook/off): {statistics.median(h) * 100:.1f}%; recording "
               f"(hook/on - 1): {statistics.median(rec) * 100:.1f}%")
-    cost = tracer_cost_us()
-    spans_per_step = 3 + {"native": 1, "ring": 2 * (args.workers - 1), "tree": 4}.get(args.algorithm, 3)
-    step_us = args.batch * args.workers / statistics.median(rates[off]) * 1e6
-    per_span = max(cost["span"], cost["add_span"]) + cost["write"]
-    print(f"tracer cost (noise-free): span {cost['span']:.2f} us, add_span {cost['add_span']:.2f} us, write "
-          f"{cost['write']:.2f} us per span; {spans_per_step} spans/step on a {step_us / 1e3:.2f} ms step = "
-          f"{per_span * spans_per_step / step_us * 100:.2f}% of one rank's step")
     return 0
 
 
