@@ -115,74 +115,44 @@ TREE_MAX_CHUNKS = 16  # per tree
 TREE_LAG = 2  # chunks between reducing a chunk and forwarding its broadcast (interior ranks)
 
 
-def _tree_links(ranks: list[int], me_rank: int, shift: int):
-    """(parent or None, [children]) of me_rank in the heap-ordered binary tree over ranks rotated by shift."""
-    n = len(ranks)
-    order = [ranks[(i + shift) % n] for i in range(n)]
-    i = order.index(me_rank)
-    parent = order[(i - 1) // 2] if i else None
-    return parent, [order[c] for c in (2 * i + 1, 2 * i + 2) if c < n]
+CHUNK_ELEMS = 1 << 18  # tree pipelining granularity: 1 MiB of float32
+MAX_CHUNKS = 64
 
 
 def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> None:
-    """Double binary tree (as NCCL's): each half of the buffer is reduced up one binary tree
-    and broadcast back down it; the second tree is the first rotated by n/2 ranks, so a rank
-    that is an inner node in one tree is a leaf in the other and the work is balanced.
+    """Binary-tree reduce to ranks[0], then broadcast back, pipelined over chunks.
 
-    Both trees are pipelined over chunks (contiguous views of `flat`). All receives are
-    posted up front: the children's chunks into scratch buffers, the parent's broadcast
-    straight into place (it cannot arrive before this rank has sent that chunk up). Chunk
-    k is reduced and sent up; a root then sends it down at once, an inner rank forwards
-    the broadcast of chunk k - TREE_LAG, so reduction and broadcast overlap. Spans:
-    `reduce` and `broadcast` per chunk; `chunk` numbers the chunks of both trees
-    (even: first tree, odd: second).
+    A double binary tree (NCCL's, each half of the buffer on its own rotated tree) was
+    tried and measured no faster on gloo/CPU (BENCHMARKS.md), so the simple tree stays.
     """
     n = len(ranks)
     if n == 1:
         return
-    isend, irecv = ctx.comm.isend, ctx.comm.irecv
-    tracer = ctx.tracer
-    traced = tracer.enabled_for(step)
-    record, comm_tid = tracer._record, TIDS["comm"]
-    halves = torch.tensor_split(flat, 2)
-    per_tree = max(1, min(TREE_MAX_CHUNKS, halves[0].numel() // TREE_CHUNK_ELEMS))
-    trees = []
-    for t, half in enumerate(halves):
-        parent, children = _tree_links(ranks, ctx.rank, t * (n // 2))
-        chunks = torch.tensor_split(half, per_tree)
-        bufs = [torch.tensor_split(_scratch(f"tree{t}.{i}", half.numel(), flat), per_tree)
-                for i in range(len(children))]
-        ups = [[irecv(b[k][:chunks[k].numel()], c, tag=2 * k + t) for k in range(per_tree)]
-               for c, b in zip(children, bufs)]
-        downs = [irecv(chunks[k], parent, tag=_BCAST_TAG + 2 * k + t) for k in range(per_tree)] if parent is not None else None
-        trees.append((t, parent, children, chunks, bufs, ups, downs))
+    me = ranks.index(ctx.rank)
+    parent = ranks[(me - 1) // 2] if me else None
+    children = [ranks[c] for c in (2 * me + 1, 2 * me + 2) if c < n]
+    nchunks = max(1, min(MAX_CHUNKS, -(-flat.numel() // CHUNK_ELEMS)))
+    chunks = list(torch.tensor_split(flat, nchunks))
+    comm, tracer = ctx.comm, ctx.tracer
+    # Reduce: all receives from the children up front, then add and forward chunk by chunk.
+    bufs = {c: _scratch(f"tree{i}", flat.numel(), flat) for i, c in enumerate(children)}
+    parts = {c: list(torch.tensor_split(bufs[c], nchunks)) for c in children}
+    recvs = {c: [comm.irecv(parts[c][k], c, tag=k) for k in range(nchunks)] for c in children}
     sends = []
-    lag = TREE_LAG
-    for i in range(per_tree + lag):
-        for t, parent, children, chunks, bufs, ups, downs in trees:
-            if i < per_tree:  # reduce chunk i
-                t0 = perf_counter_ns()
-                chunk = chunks[i]
-                for up, b in zip(ups, bufs):
-                    up[i].wait()
-                    chunk.add_(b[i][:chunk.numel()])
-                if parent is not None:
-                    sends.append(isend(chunk, parent, tag=2 * i + t))
-                else:
-                    sends += [isend(chunk, c, tag=_BCAST_TAG + 2 * i + t) for c in children]
-                if traced:
-                    record("allreduce", comm_tid, t0, perf_counter_ns(), step,
-                           {"algorithm": "tree", "phase": "reduce", "chunk": 2 * i + t})
-        for t, parent, children, chunks, bufs, ups, downs in trees:
-            k = i - lag if parent is not None else i
-            if 0 <= k < per_tree and (parent is not None or traced):
-                t0 = perf_counter_ns()
-                if downs is not None:
-                    downs[k].wait()
-                    sends += [isend(chunks[k], c, tag=_BCAST_TAG + 2 * k + t) for c in children]
-                if traced:  # a root's broadcast was posted with its reduce: a zero-length mark
-                    record("allreduce", comm_tid, t0, perf_counter_ns(), step,
-                           {"algorithm": "tree", "phase": "broadcast", "chunk": 2 * k + t})
+    for k in range(nchunks):
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="tree", phase="reduce", chunk=k):
+            for c in children:
+                recvs[c][k].wait()
+                chunks[k].add_(parts[c][k])
+            if parent is not None:
+                sends.append(comm.isend(chunks[k], parent, tag=k))
+    # Broadcast: receive each chunk from the parent and pass it down at once.
+    down = [comm.irecv(chunks[k], parent, tag=_BCAST_TAG + k) for k in range(nchunks)] if parent is not None else []
+    for k in range(nchunks):
+        with tracer.span("allreduce", tid="comm", step=step, algorithm="tree", phase="broadcast", chunk=k):
+            if down:
+                down[k].wait()
+            sends += [comm.isend(chunks[k], c, tag=_BCAST_TAG + k) for c in children]
     for w in sends:
         w.wait()
 
