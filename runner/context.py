@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint
+from .dist import settle
 from .faults import fault_for, inject
 from .model import build_model, build_optimizer, loss_fn
 
@@ -51,6 +52,23 @@ class RankContext:
 
     def batch(self, step: int, part: int = 0, parts: int | None = None):
         return self.data.batch(step, part, self.dp_size if parts is None else parts)
+
+    def forward_backward(self, module, step: int, part: int = 0, parts: int | None = None, zero_grad=None):
+        """The local half of every data-parallel step, traced the same way everywhere:
+        this worker's slice of the step's global batch, forward, backward, then the
+        straggler delay. Returns (loss, samples). `zero_grad` defaults to dropping the
+        gradients; the all-reduce strategies pass one that keeps their flat buffer."""
+        started = time.perf_counter()
+        x, y = self.batch(step, part, parts)
+        with self.tracer.span("forward", step=step):
+            loss = self.loss_fn(module(x), y)
+            settle(self.device)
+        with self.tracer.span("backward", step=step):
+            (zero_grad or (lambda: module.zero_grad(set_to_none=True)))()
+            loss.backward()
+            settle(self.device)
+        self.straggle(step, time.perf_counter() - started)
+        return loss, len(x)
 
     def global_batch(self, step: int):
         """All batch_size * dp_size rows of step's global batch."""

@@ -57,3 +57,9 @@ def new_group(ranks, spec, backend: str | None = None):
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def settle(device) -> None:
+    """On GPU, wait for queued kernels so the host timestamp closing a span is real."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -14,7 +14,6 @@ import shutil
 import socket
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path

@@ -121,12 +121,6 @@ class Inbox:
             time.sleep(50e-6)
 
 
-def settle(device) -> None:
-    """On GPU, wait for queued kernels so the host timestamp closing a span is real."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def perf_ns_of(tracer, run_us: float) -> int:
     """A run-clock time (µs) as this process's perf_counter_ns() value."""
     return int(tracer.base_ns + (run_us - tracer.offset_us) * 1000)

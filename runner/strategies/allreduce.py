@@ -57,18 +57,12 @@ def _train_manual(ctx, algorithm: str) -> None:
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = time.perf_counter()
-        x, y = ctx.batch(step, ctx.rank)
-        with ctx.tracer.span("forward", step=step):
-            loss = ctx.loss_fn(model(x), y)
-        with ctx.tracer.span("backward", step=step):
-            flat.zero_()
-            loss.backward()
-        ctx.straggle(step, time.perf_counter() - t0)
+        loss, samples = ctx.forward_backward(model, step, ctx.rank, zero_grad=flat.zero_)
         reduce(flat, step)
         flat.div_(n)
         with ctx.tracer.span("optimizer", step=step):
             opt.step()
-        ctx.metrics.step_done(step, loss.item(), len(x), time.perf_counter() - t0)
+        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())
@@ -104,18 +98,12 @@ def _train_ddp(ctx) -> None:
         ctx.fault_check(step)
         state["step"] = step
         t0 = time.perf_counter()
-        x, y = ctx.batch(step, ctx.rank)
-        with ctx.tracer.span("forward", step=step):
-            loss = ctx.loss_fn(ddp(x), y)
         # DDP overlaps its bucket all-reduces with backward: they show on the comm thread.
-        with ctx.tracer.span("backward", step=step):
-            opt.zero_grad()
-            loss.backward()
+        loss, samples = ctx.forward_backward(ddp, step, ctx.rank)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        ctx.straggle(step, time.perf_counter() - t0)
         with ctx.tracer.span("optimizer", step=step):
             opt.step()
-        ctx.metrics.step_done(step, loss.item(), len(x), time.perf_counter() - t0)
+        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from time import perf_counter, perf_counter_ns
 
-from ..ps_wire import (assign_grads, flatten_grads, pack_weights, perf_ns_of, settle, unpack_weights,
+from ..ps_wire import (assign_grads, flatten_grads, pack_weights, perf_ns_of, unpack_weights,
                        weights_buffer)
 
 
@@ -46,20 +46,11 @@ def run_worker(ctx) -> None:
         if sent > posted:
             ctx.tracer.add_span("wait", posted, sent, step, tid="comm")
         ctx.tracer.add_span("fetch", sent, arrived, step, tid="comm", version=version)
-        tc = perf_counter()
-        x, y = ctx.batch(step, k, n)
-        with ctx.tracer.span("forward", step=step):
-            loss = ctx.loss_fn(model(x), y)
-            settle(ctx.device)
-        with ctx.tracer.span("backward", step=step):
-            model.zero_grad(set_to_none=True)
-            loss.backward()
-            settle(ctx.device)
-        ctx.straggle(step, perf_counter() - tc)
+        loss, samples = ctx.forward_backward(model, step, k, n)
         grads = flatten_grads(tensors)
         with ctx.tracer.span("push", tid="comm", step=step, flow_out=ctx.tracer.flow_id(k, step, storage)):
             ctx.comm.reduce(grads, dst=storage)
-        ctx.metrics.step_done(step, loss.item(), len(x), perf_counter() - t0)
+        ctx.metrics.step_done(step, loss.item(), samples, perf_counter() - t0)
         ctx.maybe_checkpoint(step, dict)  # the weights live on the storage rank
         ctx.tracer.maybe_flush()
 

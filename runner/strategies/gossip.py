@@ -41,13 +41,7 @@ def train(ctx) -> None:
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = time.perf_counter()
-        x, y = ctx.batch(step, ctx.rank)
-        with ctx.tracer.span("forward", step=step):
-            loss = ctx.loss_fn(model(x), y)
-        with ctx.tracer.span("backward", step=step):
-            opt.zero_grad()
-            loss.backward()
-        ctx.straggle(step, time.perf_counter() - t0)
+        loss, samples = ctx.forward_backward(model, step, ctx.rank)
         with ctx.tracer.span("optimizer", step=step):
             opt.step()
         with ctx.tracer.span("gossip", tid="comm", step=step, peers=[ctx.roles[r][1] for r in frm]):
@@ -62,7 +56,7 @@ def train(ctx) -> None:
                     mixed.add_(buf)
                 mixed.div_(len(inbox) + 1)
                 _unflatten_into(params, mixed)
-        ctx.metrics.step_done(step, loss.item(), len(x), time.perf_counter() - t0)
+        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     with torch.no_grad():
         torch.cat([p.reshape(-1) for p in params], out=flat)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from time import perf_counter, perf_counter_ns
 
 from ...shards import shard_assignment
-from ..ps_wire import (Inbox, assign_grads, flatten_grads, pack_weights, perf_ns_of, settle, unpack_weights,
+from ..ps_wire import (Inbox, assign_grads, flatten_grads, pack_weights, perf_ns_of, unpack_weights,
                        weights_buffer)
 
 
@@ -63,16 +63,7 @@ def run_worker(ctx, shard_list) -> None:
         ctx.fault_check(step)
         t0 = perf_counter()
         _finish_fetch(ctx, step, posted, fetches, bufs, owned)
-        tc = perf_counter()
-        x, y = ctx.batch(step, k, n)
-        with ctx.tracer.span("forward", step=step):
-            loss = ctx.loss_fn(model(x), y)
-            settle(ctx.device)
-        with ctx.tracer.span("backward", step=step):
-            model.zero_grad(set_to_none=True)
-            loss.backward()
-            settle(ctx.device)
-        ctx.straggle(step, perf_counter() - tc)
+        loss, samples = ctx.forward_backward(model, step, k, n)
         loss_value = loss.item()
         grads = [flatten_grads(tensors) for tensors in owned]
         with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list]):
@@ -84,7 +75,7 @@ def run_worker(ctx, shard_list) -> None:
             for rank, _, _ in shard_list:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, step, rank), step, tid="comm")
         posted = perf_counter_ns()  # the next fetch's wait starts where the push ends (one comm lane)
-        ctx.metrics.step_done(step, loss_value, len(x), perf_counter() - t0)
+        ctx.metrics.step_done(step, loss_value, samples, perf_counter() - t0)
         if sync:
             ctx.maybe_checkpoint(step, dict)  # weights live on the servers: nothing to keep here
         ctx.tracer.maybe_flush()

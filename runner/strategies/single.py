@@ -19,15 +19,9 @@ def train(ctx) -> None:
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = time.perf_counter()
-        x, y = ctx.batch(step, 0, 1)
-        with ctx.tracer.span("forward", step=step):
-            loss = ctx.loss_fn(model(x), y)
-        with ctx.tracer.span("backward", step=step):
-            opt.zero_grad()
-            loss.backward()
-        ctx.straggle(step, time.perf_counter() - t0)
+        loss, samples = ctx.forward_backward(model, step, 0, 1)
         with ctx.tracer.span("optimizer", step=step):
             opt.step()
-        ctx.metrics.step_done(step, loss.item(), len(x), time.perf_counter() - t0)
+        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     ctx.save_model(model.state_dict())
