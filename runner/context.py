@@ -105,6 +105,14 @@ class RankContext:
         state = checkpoint.load(self.run_dir, self._resume_step, self.rank)
         return state["user"]
 
+    def resume(self, model, opt) -> None:
+        """After a restart, load the model and optimizer a strategy checkpointed as
+        {"model": ..., "opt": ...}; a no-op on a first attempt."""
+        state = self.load_checkpoint()
+        if state:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+
     def maybe_checkpoint(self, step: int, state_fn) -> None:
         every = self._ckpt_every
         if not every or (step + 1) % every or step + 1 >= self.steps:

@@ -29,13 +29,6 @@ def train(ctx) -> None:
         _train_manual(ctx, algorithm)
 
 
-def _resume(ctx, model, opt):
-    state = ctx.load_checkpoint()
-    if state:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-
-
 def _grad_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
@@ -43,7 +36,7 @@ def _grad_bytes(model) -> int:
 def _train_manual(ctx, algorithm: str) -> None:
     model = ctx.build_model()
     opt = ctx.build_optimizer(model.parameters())
-    _resume(ctx, model, opt)
+    ctx.resume(model, opt)
     params = list(model.parameters())
     workers = list(range(ctx.world_size))
     n = len(workers)
@@ -87,7 +80,7 @@ def _train_ddp(ctx) -> None:
 
     model = ctx.build_model()
     opt = ctx.build_optimizer(model.parameters())
-    _resume(ctx, model, opt)
+    ctx.resume(model, opt)
     ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     state = {"step": 0}
     if ctx.spec.runtime.trace.get("enabled", True):

@@ -29,10 +29,7 @@ def neighbours(rank: int, n: int, peers: int) -> tuple[list[int], list[int]]:
 def train(ctx) -> None:
     model = ctx.build_model()
     opt = ctx.build_optimizer(model.parameters())
-    state = ctx.load_checkpoint()
-    if state:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
+    ctx.resume(model, opt)
     params = list(model.parameters())
     n = ctx.world_size
     to, frm = neighbours(ctx.rank, n, ctx.spec.strategy.peers)

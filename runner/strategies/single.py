@@ -12,10 +12,7 @@ def roles(spec):
 def train(ctx) -> None:
     model = ctx.build_model()
     opt = ctx.build_optimizer(model.parameters())
-    state = ctx.load_checkpoint()
-    if state:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
+    ctx.resume(model, opt)
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = time.perf_counter()
