@@ -123,6 +123,7 @@ class FigureStyle:
     colors: dict
     icons: dict
     max_workers_drawn: int
+    width: str | None = None  # column | page | '<N>cm'; None: natural width
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,8 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
         runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
                         dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
         figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),
-                           dict(fg["colors"]), dict(fg["icons"]), fg["max_workers_drawn"]),
+                           dict(fg["colors"]), dict(fg["icons"]), fg["max_workers_drawn"],
+                           fg.get("width")),
         data=data,
         located=located,
     )

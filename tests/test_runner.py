@@ -262,7 +262,7 @@ def test_gossip_neighbours_are_symmetric():
 
 
 def test_cli_run_does_not_import_torch_until_run():
-    code = ("import sys; from opentikz_dt.cli import main; import opentikz_dt.cli_run; "
+    code = ("import sys; from opentikz_dt.cli import main; import opentikz_dt.cli.run; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

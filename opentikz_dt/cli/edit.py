@@ -13,14 +13,14 @@ import sys
 
 import click
 
-from .errors import DtgenError
+from ..errors import DtgenError
 
 
 class _EditCommand(click.Command):
     """Lists the operations and their options (from the contract) under --help."""
 
     def format_epilog(self, ctx, formatter):
-        from .edit.args import operations_contract, usage
+        from ..edit.args import operations_contract, usage
 
         with formatter.section("Operations (dtgen contract has the full argument schemas)"):
             formatter.write_dl([(usage(name), op["description"]) for name, op in operations_contract().items()])
@@ -40,7 +40,7 @@ def edit(spec, operation, words, dry_run, as_json, no_compile):
     Comments, key order and formatting of SPEC are kept. On refusal nothing changes and
     the message names the rule or [invariant id] that refused and why.
     """
-    from .edit import EditRefusal, edit_file, error_result, parse_words
+    from ..edit import EditRefusal, edit_file, error_result, parse_words
 
     try:
         result = edit_file(spec, operation, parse_words(operation, words), dry_run=dry_run, compile=not no_compile)

@@ -21,11 +21,11 @@ import click
 def figure(spec, out_dir, kind, formats, body_only, steps):
     """Render SPEC's figures (or a run directory's measured ones) as standalone TeX (and PDF/SVG/PNG)."""
     if spec.is_dir():  # a run directory: its resolved spec.yaml and trace.json (measured figures)
-        from .measured.figures import figure_run_command
+        from ..measured.figures import figure_run_command
 
         paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps)
     else:
-        from .figures.write import figure_command
+        from ..figures.write import figure_command
 
         paths = figure_command(spec, out_dir, kind, formats, body_only)
     for path in paths:
@@ -43,7 +43,7 @@ def figure(spec, out_dir, kind, formats, body_only, steps):
 @click.option("--body-only", is_flag=True, help="Write bare pictures/tables for \\input into a paper.")
 def compare(runs, out_dir, formats, loss, body_only):
     """Overlay RUN_DIRs in one set of plots and write a booktabs table of their summary metrics."""
-    from .measured.compare import compare_runs
+    from ..measured.compare import compare_runs
 
     for path in compare_runs(list(runs), out_dir, tuple(formats) or ("tex",), loss, body_only):
         click.echo(f"wrote {path}")

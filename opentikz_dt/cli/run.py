@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from .errors import DtgenError
+from ..errors import DtgenError
 
 
 @click.command()
@@ -28,7 +28,7 @@ def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, force):
     if importlib.util.find_spec("torch") is None:
         raise DtgenError("dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
                          "(for the CPU build: pip install torch==2.13.0 first)")
-    from .runner.launch import launch_run
+    from ..runner.launch import launch_run
 
     launch_run(spec, out=out, steps=steps, nnodes=nnodes, node_rank=node_rank,
                rdzv_endpoint=rdzv_endpoint, force=force, echo=lambda line: click.echo(line, err=True))

@@ -1,0 +1,58 @@
+"""The `dtgen` command line. Thin: each command parses options and calls one function.
+
+One module per group of commands: spec.py (validate, init, contract, skill),
+figure.py (figure, compare), run.py (run), edit.py (edit).
+
+Errors from the library (DtgenError) become one clear message and a non-zero exit;
+`--debug` shows the traceback instead. Only `run` imports the runner (and torch).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import DtgenError, SpecError
+
+
+class _Group(click.Group):
+    """Maps DtgenError to a message and exit code, unless --debug."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except DtgenError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            message = str(exc)
+            if not isinstance(exc, SpecError):
+                message = f"dtgen: error: {message}"
+            click.echo(message, err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("dtgen: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dtgen")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def main(ctx, debug):
+    """dtgen: one YAML spec -> a real torch.distributed run and matching TikZ figures."""
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+def _register() -> None:
+    # Command modules must not import torch at module level (`run` imports the
+    # runner inside its body), so `dtgen --help` stays fast.
+    from . import edit, figure, run, spec
+
+    for command in (spec.validate, spec.contract, spec.init, spec.skill,
+                    figure.figure, figure.compare, run.run, edit.edit):
+        main.add_command(command)
+
+
+_register()
