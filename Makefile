@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 
 $(VENV)/.ready: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip "setuptools>=70.1" wheel
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e '.[run,dev]'
 	touch $@
