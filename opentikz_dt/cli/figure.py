@@ -18,16 +18,19 @@ import click
 @click.option("--steps", default=None, metavar="FIRST:LAST",
               help="Run directories only: the steps the measured timeline shows, both included "
                    "(default: a representative window after warm-up).")
-def figure(spec, out_dir, kind, formats, body_only, steps):
+@click.option("--width", default=None, metavar="column|page|Ncm",
+              help="Target width at final size (overrides figure.width in the spec): the layout adapts so "
+                   "text stays legible instead of being scaled down.")
+def figure(spec, out_dir, kind, formats, body_only, steps, width):
     """Render SPEC's figures (or a run directory's measured ones) as standalone TeX (and PDF/SVG/PNG)."""
     if spec.is_dir():  # a run directory: its resolved spec.yaml and trace.json (measured figures)
         from ..measured.figures import figure_run_command
 
-        paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps)
+        paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps, width=width)
     else:
         from ..figures.write import figure_command
 
-        paths = figure_command(spec, out_dir, kind, formats, body_only)
+        paths = figure_command(spec, out_dir, kind, formats, body_only, width=width)
     for path in paths:
         click.echo(f"wrote {path}")
 

@@ -71,12 +71,15 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool) -> list[Path]:
+def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool,
+                   width: str | None = None) -> list[Path]:
     """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them."""
     from ..spec import load_spec
 
     # A run directory is drawn by opentikz_dt.measured.figures.figure_run_command instead;
     # load_spec reports a directory given here as "is a directory, not a spec file".
-    spec = load_spec(Path(target))
+    from .fit import with_width
+
+    spec = with_width(load_spec(Path(target)), width)
     kinds = KINDS if kind == "all" else (kind,)
     return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only)

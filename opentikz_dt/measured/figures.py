@@ -7,8 +7,10 @@ plot-staleness (async runs) and table-summary. Must not import torch.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from ..figures.fit import with_width
 from ..figures.render import render_timeline
 from .annotate import render_annotated_topology
 from .compare import default_loss_target, render_summary_table, summarize
@@ -44,13 +46,16 @@ KIND_STEMS = {"timeline": ("measured-timeline",), "topology": ("measured-topolog
 
 
 def write_run_figures(run_dir: str | Path, out_dir: str | Path | None = None, formats: tuple = ("tex",),
-                      steps: str | None = None, body_only: bool = False, only: tuple = ()) -> list:
+                      steps: str | None = None, body_only: bool = False, only: tuple = (),
+                      width: str | None = None) -> list:
     """Render and write the figures of a run directory (default into RUN_DIR/figures).
 
     With body_only the .tex files hold the bare picture for \\input; the compiled
     formats still come from the standalone document.
     """
     run = load_run(run_dir)
+    if width is not None:
+        run = dataclasses.replace(run, spec=with_width(run.spec, width))
     out_dir = Path(out_dir) if out_dir is not None else run.path / "figures"
     written = []
     texts = render_run_figures(run, steps, False, only)
@@ -60,6 +65,8 @@ def write_run_figures(run_dir: str | Path, out_dir: str | Path | None = None, fo
     return written
 
 
-def figure_run_command(run_dir, out_dir, kind: str, formats, body_only: bool, steps: str | None = None) -> list:
+def figure_run_command(run_dir, out_dir, kind: str, formats, body_only: bool, steps: str | None = None,
+                       width: str | None = None) -> list:
     """What `dtgen figure RUN_DIR` does: the measured figures of the run, in the asked formats."""
-    return write_run_figures(run_dir, out_dir, tuple(formats) or ("tex",), steps, body_only, KIND_STEMS[kind])
+    return write_run_figures(run_dir, out_dir, tuple(formats) or ("tex",), steps, body_only, KIND_STEMS[kind],
+                             width)
