@@ -90,10 +90,18 @@ def tex_palette_only(tex: str) -> list[str]:
     return problems
 
 
+def _distinguishable_colors(spec):
+    # Imported here: the figures package imports this module for the TeX checks.
+    from .figures.timeline_styles import check_distinguishable
+
+    yield from check_distinguishable(spec)
+
+
 SPEC_INVARIANTS = [
     Invariant("distinct-flow-colors", "spec", "data, gradient and weight flows keep distinct palette colours", _distinct_flow_colors),
     Invariant("all-workers-synchronise", "spec", "every worker in the layout takes part in synchronisation (ids w1..wN, dense, no references outside)", _all_workers_synchronise),
     Invariant("palette-names-only", "spec", "colours only through palette names, never hex or stock names", _palette_names_only),
+    Invariant("distinguishable-colors", "spec", "every pair of colours meaning different things in one figure stays CIEDE2000 >= 15 apart for normal, protan, deutan and tritan vision, or differs by a mark (pattern, dashes)", _distinguishable_colors),
     Invariant("labels-safe", "spec", "every label is escaped text or allow-listed math", _labels_safe),
 ]
 
