@@ -329,7 +329,8 @@ def _lanes(spec, sim: _Sim, with_servers: bool, prefix_label: str = "") -> tuple
     for k, index in enumerate(drawn):
         if index is None:
             hidden = workers.count - (len(drawn) - 1)
-            lanes.append(Lane(f"w{drawn[k - 1] + 1}-more", f"{hidden:,} more", (), role="gap"))
+            noun = "stages" if spec.strategy.kind == "pipeline" else "workers"
+            lanes.append(Lane(f"w{drawn[k - 1] + 1}-more", f"{hidden:,} more {noun}", (), role="gap", hidden=hidden))
             continue
         w = f"w{index}"
         label = workers.label_of(w)

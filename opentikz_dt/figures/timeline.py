@@ -265,13 +265,21 @@ def _short_label(lane: Lane) -> str:
     return lane.label
 
 
+def _hidden(lane: Lane) -> int:
+    """How many processes a lane stands for (a gap lane: the count its label starts with)."""
+    if lane.role != "gap":
+        return 1
+    head = lane.label.split(" ", 1)[0].replace(",", "")
+    return lane.hidden or (int(head) if head.isdigit() else 1)
+
+
 def fit_lanes(lanes: tuple, max_workers: int) -> tuple:
     """At most `max_workers` worker/stage lanes: the first ones, one gap lane counting the rest, the last."""
     members = [k for k, lane in enumerate(lanes) if lane.role != "server"]
     if len(members) <= max_workers:
         return lanes
     keep = set(members[:max_workers - 2] + members[-1:])
-    hidden = sum(lane.hidden or 1 for k, lane in enumerate(lanes) if k in members and k not in keep)
+    hidden = sum(_hidden(lane) for k, lane in enumerate(lanes) if k in members and k not in keep)
     out, gap_done = [], False
     for k, lane in enumerate(lanes):
         if k in keep or k not in members:
