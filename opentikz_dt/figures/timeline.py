@@ -341,7 +341,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
     for panel in panels_in:
         if not panel.id.isalpha():
             raise DtgenError(f"panel id {panel.id!r} must be letters only")
-        title = render_label(panel.title) + (f" \\textmd{{({escape_text(panel.note)})}}" if panel.note else "")
+        title = render_label(panel.title) + (f" \\textmd{{({render_label(panel.note)})}}" if panel.note else "")
         title_len = len(panel.title) + (len(panel.note) + 3 if panel.note else 0)
         lines = max(1, math.ceil(text_cm("x" * title_len, "small") / text_room))
         y -= 0.45 * (lines - 1)
