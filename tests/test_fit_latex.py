@@ -13,6 +13,7 @@ from opentikz_dt.figures.pdfwords import glued_labels, overlapping_words, page_s
 from opentikz_dt.figures.render import render_timeline
 from opentikz_dt.measured.plots import render_loss_plot, render_throughput_plot
 from opentikz_dt.measured.run import load_run
+from opentikz_dt.measured.timeline import measured_timeline
 from opentikz_dt.measured.synth import write_synthetic_run
 from opentikz_dt.spec import load_spec, spec_from_data
 
@@ -42,14 +43,16 @@ def test_expected_timelines_fit_one_column_with_every_text_legible():
     assert width > 13 and smallest * COLUMN_CM / width < MIN_TEXT_PT
 
 
-def test_plots_fit_one_column_and_tick_labels_never_run_together(tmp_path):
+def test_plots_and_measured_timelines_fit_one_column_and_tick_labels_never_run_together(tmp_path):
     four = load_run(write_synthetic_run(tmp_path / "four", "ps-sync", workers=4, steps=6))
     natural = pdf_words(compile_pdf(render_throughput_plot([four])).pdf)
     assert glued_labels(natural, [f"Worker {i}" for i in range(1, 5)]) == []  # at natural width the full labels fit
     eight = load_run(write_synthetic_run(tmp_path / "eight", "ps-sync", workers=8, steps=6))
     column = dataclasses.replace(eight, spec=with_width(eight.spec, "column"))
     bars = render_throughput_plot([column])
-    for tex in (bars, render_loss_plot([column])):
+    measured = render_timeline(column.spec, measured_timeline(column.spec, column.trace).timeline)
+    assert "{W8}" in measured and "4 more workers" in measured  # W1..W3, the ellipsis lane, W8
+    for tex in (bars, render_loss_plot([column]), measured):
         width, smallest, words = _measure(tex)
         assert width <= COLUMN_CM and smallest >= MIN_TEXT_PT
         assert overlapping_words(words) == []
