@@ -24,7 +24,7 @@ merging boxes too thin to see and refusing more than MAX_BOXES (TeX's limits: ab
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
