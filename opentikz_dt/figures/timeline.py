@@ -308,6 +308,19 @@ def _legend(kinds_used: list, phases: dict, width: float, x0: float) -> tuple:
     return tuple(entries)
 
 
+# The order all-reduce phases run in, so a window that starts mid-step still gives the
+# first phase the plain fill and the legend lists them in order.
+PHASE_ORDER = ("reduce-scatter", "all-gather", "reduce", "broadcast", "intra-host reduce", "intra",
+               "inter-host all-reduce", "inter", "intra-host broadcast")
+
+
+def _phase_styles(panels) -> dict:
+    names = {b.phase for p in panels for lane in p.lanes for b in lane.boxes if b.kind == "allreduce" and b.phase}
+    ordered = sorted(names, key=lambda n: (PHASE_ORDER.index(n) if n in PHASE_ORDER else len(PHASE_ORDER), n))
+    styles = ("tl-allreduce", "tl-allreduce-b", "tl-allreduce-c")
+    return {name: styles[min(k, 2)] for k, name in enumerate(ordered)}
+
+
 def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> TimelineDrawing:
     """Centimetre geometry of a Timeline, laid out for a target total width (None: natural,
     a 12 cm plot area); raises when it has too many boxes to compile."""
@@ -334,7 +347,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
     step = nice_step(end - start, max(3, min(6, int(width_cm / 1.3))))
     ticks_ms = [start + k * step for k in range(int((end - start) / step + 1e-9) + 1)]
     kinds_used: list[str] = []
-    phases: dict = {}  # phase name -> tl-allreduce[-b|-c], the style drawing it
+    phases = _phase_styles(panels_in)  # phase name -> tl-allreduce[-b|-c], the style drawing it
     shorts: dict = {}  # phase name -> the abbreviation inside its boxes (RS), explained by the legend
     text_room = label_width + width_cm
     panels, y = [], 0.0
@@ -358,8 +371,8 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
                     raise DtgenError(f"unknown box kind {box.kind!r} (one of {', '.join(BOX_KINDS)})")
                 style = f"tl-{box.kind}"
                 if box.kind == "allreduce" and box.phase:
-                    style = phases.setdefault(box.phase, ("tl-allreduce", "tl-allreduce-b", "tl-allreduce-c")[min(len(phases), 2)])
-                    if box.label and box.label != box.phase:
+                    style = phases[box.phase]
+                    if box.label and box.label != box.phase and "×" not in box.label:  # not a merged run's count
                         shorts[box.phase] = box.label
                 if style not in kinds_used:
                     kinds_used.append(style)
