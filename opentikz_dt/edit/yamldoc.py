@@ -33,7 +33,7 @@ class YamlDoc:
         self.newline = "\r\n" if "\r\n" in text else "\n"
         text = text.replace("\r\n", "\n")
         self._yaml = YAML(typ="rt")
-        _check_depth(self._yaml, text)  # before anything composes, indent guessing included
+        _check_depth(text)  # before anything composes, indent guessing included
         self._yaml.preserve_quotes = True
         self._yaml.width = WIDTH
         self._yaml.indent(**_guess_indents(text))
@@ -104,8 +104,8 @@ class YamlDoc:
         # Nothing follows: the tail was trailing comments at the end of the file; they go.
 
 
-def _check_depth(yaml: YAML, text: str) -> None:
-    too_deep = first_too_deep(yaml.parse(text))
+def _check_depth(text: str) -> None:
+    too_deep = first_too_deep(YAML(typ="rt").parse(text))  # a spare parser: parsing leaves state behind
     if too_deep:
         mark, path = too_deep
         raise YAMLError(f"line {mark.line + 1}, column {mark.column + 1}: {dotted(path[:1])}: "
