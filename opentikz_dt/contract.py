@@ -131,6 +131,7 @@ def check_contract(meta: dict | None = None, templates: str | None = None) -> li
             problems.append(f"style {style['name']}: not defined in templates/")
     problems += _check_operations(contract["operations"])
     problems += _check_invariants(contract["invariants"])
+    problems += check_coverage(contract)
     problems += _check_rendered_node_names(contract["node_naming"]["patterns"])
     return problems
 
