@@ -116,3 +116,35 @@ def check_spec_invariants(spec) -> list[Issue]:
         for path, message in invariant.check(spec):
             issues.append(spec.located.issue(path, f"{message} [invariant {invariant.id}]"))
     return issues
+
+
+def pdf_page_width_cm(pdf: bytes) -> float:
+    """The width of a PDF's first page in cm (pdfinfo reads compressed object streams too)."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from .figures.compile import tool
+
+    with tempfile.TemporaryDirectory(prefix="dtgen-pdfinfo-") as folder:
+        path = Path(folder) / "figure.pdf"
+        path.write_bytes(pdf)
+        out = subprocess.run([tool("pdfinfo"), str(path)], capture_output=True, text=True, timeout=60).stdout
+    match = re.search(r"^Page size:\s+([0-9.]+) x ([0-9.]+) pts", out, re.MULTILINE)
+    if not match:
+        raise DtgenError("pdfinfo did not report the page size of the compiled figure")
+    return float(match.group(1)) * 2.54 / 72
+
+
+def figure_fits_width(pdf: bytes, spec) -> list[str]:
+    """TeX invariant: with figure.width set (set-size), the compiled figure is at most that wide."""
+    from .figures.fit import target_width_cm
+
+    target = target_width_cm(spec)
+    if target is None:
+        return []
+    width = pdf_page_width_cm(pdf)
+    if width > target + 0.005:  # half a tenth of a millimetre: pdfinfo rounds the page size
+        return [f"the compiled figure is {width:.2f} cm wide but figure.width {spec.figure.width!r} allows "
+                f"{target:.2f} cm (reduce figure.colsep / rowsep, shorten labels, or choose a wider fit)"]
+    return []

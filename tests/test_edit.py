@@ -303,7 +303,7 @@ def test_json_result_shape(tmp_path):
     data = json.loads(ok.stdout)
     assert set(data) == {"ok", "operation", "args", "file", "changed", "written", "dry_run", "diff", "issues", "invariant",
                          "refused_by", "skipped", "notes"}
-    assert data["skipped"] == ["figure-compiles", "no-overlaps"]
+    assert data["skipped"] == ["figure-compiles", "figure-fits-width", "no-overlaps"]
     assert (data["ok"], data["operation"], data["args"], data["changed"], data["written"]) == (True, "recolor", {"flow": "grad", "color": "otorange"}, True, True)
     assert data["issues"] == [] and data["invariant"] is None and "+    grad: otorange" in data["diff"]
     refused = cli(path, "recolor", "--flow", "data", "--color", "otorange", "--json", "--no-compile")
@@ -333,7 +333,7 @@ def test_cli_applies_and_lists_operations_in_help(tmp_path):
     path = example(tmp_path, "ps-sync.yaml")
     result = cli(path, "rename-node", "--node", "w1", "--label", "GPU 0", "--no-compile")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, no-overlaps)\n"
+    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, figure-fits-width, no-overlaps)\n"
     assert load_spec(path).topology.workers.label_of("w1") == "GPU 0"
     help_text = CliRunner().invoke(main, ["edit", "--help"]).output
     for name in OPERATIONS:

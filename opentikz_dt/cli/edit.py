@@ -38,7 +38,7 @@ class _EditCommand(click.Command):
 @click.option("--dry-run", is_flag=True, help="Print the unified diff; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result (for agents).")
 @click.option("--no-compile", is_flag=True,
-              help="Skip the invariants that need pdflatex (figure-compiles, no-overlaps); faster, weaker.")
+              help="Skip the invariants that need pdflatex (figure-compiles, figure-fits-width, no-overlaps); faster, weaker.")
 def edit(spec, operation, words, ops_file, list_ops, dry_run, as_json, no_compile):
     """Apply one edit-contract OPERATION to SPEC in place, if every invariant still holds.
 

@@ -29,7 +29,7 @@ from .notes import edit_notes
 from .nodepaths import locate_figure_problem
 from .operations import OPERATIONS, EditContext, OperationRefused
 from .safefile import locked, write_atomic
-from .texcheck import COMPILE_INVARIANTS, check_tex_invariants
+from .texcheck import check_tex_invariants, compile_invariants
 from .yamldoc import YamlDoc
 
 _INVARIANT_TAG = re.compile(r"\[invariant ([a-z0-9-]+)\]")
@@ -147,7 +147,7 @@ def _apply(name: str, text: str, operation: str, args: dict, result: EditResult,
 def _propose(name: str, text: str, steps: list, operation: str, args: dict, compile: bool, *,
              dry_run: bool) -> tuple[EditResult, str]:
     result = EditResult(ok=False, operation=operation, args=args, file=name, dry_run=dry_run,
-                        skipped=[] if compile else sorted(COMPILE_INVARIANTS))
+                        skipped=[] if compile else compile_invariants())
     new_text, contexts = text, []
     for index, (step_operation, step_args) in enumerate(steps, 1):
         step = f"batch step {index}: " if len(steps) > 1 or operation == "batch" else ""

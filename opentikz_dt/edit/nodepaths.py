@@ -57,9 +57,23 @@ def locate_figure_problem(spec, invariant: str, message: str) -> Issue:
             line, _ = located.where(path, prefer_value=False)
             paths.append((node, path, line))
     if not paths:
+        anchor = _invariant_path(invariant)
+        if anchor and located is not None:
+            line, col = located.where(anchor, prefer_value=True)
+            return Issue(file, line, col, dotted(anchor), f"{message} [invariant {invariant}]")
         return Issue(file, 1, 1, "", f"{message} [invariant {invariant}]")
     where = "; ".join(f"{node} comes from {dotted(path)} (line {line})" for node, path, line in paths)
     hint = f"; {SPACING_HINT}" if invariant == "no-overlaps" else ""
     first = paths[0][1]
     line, col = located.where(first, prefer_value=False)
     return Issue(file, line, col, dotted(first), f"{message}: {where}{hint} [invariant {invariant}]")
+
+
+def _invariant_path(invariant: str) -> tuple | None:
+    """The spec key an invariant is about, when its contract entry names one (spec_path)."""
+    from ..contract import load_contract
+
+    for entry in load_contract()["edit_contract"]["invariants"]:
+        if entry["id"] == invariant and entry.get("spec_path"):
+            return tuple(entry["spec_path"].split("."))
+    return None
