@@ -28,6 +28,8 @@ DEBIAN_PACKAGES = {
     "pdftocairo": "poppler-utils",
     "pdftoppm": "poppler-utils",
     "pdftotext": "poppler-utils",
+    "pdfinfo": "poppler-utils",
+    "latexmk": "latexmk",
 }
 TIMEOUT_S = 60.0
 EPOCH = "1700000000"
