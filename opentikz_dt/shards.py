@@ -50,3 +50,11 @@ def shard_assignment(spec: Spec, sizes: dict[str, int] | None = None) -> dict[st
             raise DtgenError(f"{spec.source}: the shards of a python model are known only once the runner builds it")
         sizes = workload.tensor_sizes()
     return assign_tensors(sizes, spec.topology.servers.ids)
+
+
+def shard_tensors(spec: Spec) -> dict[str, list[str]]:
+    """For figures: each shard's tensors, or empty lists for a python model (whose
+    tensors are assigned once the runner builds it)."""
+    if workload_of(spec) is None:
+        return {sid: [] for sid in spec.topology.servers.ids}
+    return shard_assignment(spec)
