@@ -167,8 +167,8 @@ def test_node_names_follow_the_scheme():
 def test_drawn_objects_are_bounded_whatever_the_worker_count(kind, extra):
     count = lambda n: (lambda layout: len(layout.nodes) + len(layout.edges) + len(layout.groups))(
         build_layout(_spec(kind, n, **BIG, **extra)))
-    assert count(1024) == count(4096) <= 60
-    assert max(count(n) for n in (8, 16, 64, 256)) <= 60
+    assert count(1024) == count(4096) <= 72
+    assert max(count(n) for n in (8, 16, 64, 256)) <= 72
     nodes = lambda n: render_topology(_spec(kind, n, **BIG, **extra)).count(r"\node")
     assert nodes(4096) == nodes(1024) <= 60
 

@@ -108,7 +108,8 @@ def _at(layout: Layout):
 def _port(port: Port) -> Tex:
     anchor = "" if port.anchor == "center" else f".{port.anchor}"
     if port.level:
-        return Tex(f"({port.level} -| {port.node}{anchor})")
+        shift = f"[xshift={fmt(port.dx)}pt, yshift={fmt(port.dy)}pt]" if port.dx or port.dy else ""
+        return Tex(f"({shift}{port.level} -| {port.node}{anchor})")
     if port.dx or port.dy:
         return Tex(f"([xshift={fmt(port.dx)}pt, yshift={fmt(port.dy)}pt]{port.node}{anchor})")
     return Tex(f"({port.node}{anchor})")
@@ -122,7 +123,8 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None)
         colsep=layout.colsep, rowsep=layout.rowsep, spacing_notes=layout.notes, labels=layout.macros,
         worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
         nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
-        at=_at(layout), port=_port, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+        at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
+        opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
     )
     return environment().get_template("topology.tex.j2").render(context)
 
