@@ -241,3 +241,17 @@ def test_hierarchical_hosts_exchange_between_their_leaders():
     inter = [e for e in build_layout(spec).edges if e.style in ("bus", "ring")]
     assert sorted(e.dst.node for e in inter if e.style == "ring") == ["w1", "w3"]  # one arrow into each leader
     assert [(e.src.node, e.dst.node) for e in inter if e.style == "bus"] == [("h1-bus", "h2-bus")]
+
+
+def test_a_body_in_sbox_is_exactly_as_wide_as_its_picture():
+    """--body-only inside \\sbox or \\resizebox: no stray spaces from the palette and icon definitions."""
+    from opentikz_dt.figures.compile import pdf_page_size
+
+    spec = load_spec(next(p for p in EXAMPLES if p.stem == "ps-sync"))
+    body = render_topology(spec, body_only=True)
+    paper = ("\\documentclass{article}\\usepackage[T1]{fontenc}\\usepackage{lmodern}\\usepackage{tikz}\\usetikzlibrary{"
+             "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing}\\begin{document}\n"
+             "\\sbox0{" + body + "}\\typeout{BOXWIDTH \\the\\wd0}\\end{document}\n")
+    boxed = float(re.search(r"BOXWIDTH ([\d.]+)pt", compile_pdf(paper).log).group(1))
+    page, _ = pdf_page_size(compile_pdf(render_topology(spec)).pdf)  # standalone, border=8pt each side
+    assert abs(boxed - (page - 16)) < 0.5, (boxed, page - 16)

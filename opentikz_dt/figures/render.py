@@ -99,6 +99,21 @@ def base_context(spec, kind: str, body_only: bool, names: list[str], source: str
     }
 
 
+def without_line_spaces(tex: str) -> str:
+    """Every line ends in `%`, so a body \\input into \\sbox or \\resizebox adds no stray spaces
+    (each line end of the palette and icon definitions is a space in horizontal mode)."""
+    lines = []
+    for line in tex.splitlines():
+        if not line.strip():
+            continue
+        lines.append(line if line.lstrip().startswith("%") else line + "%")
+    return "\n".join(lines) + "\n"
+
+
+def finish(tex: str, body_only: bool) -> str:
+    return without_line_spaces(tex) if body_only else tex
+
+
 def _at(layout: Layout):
     def at(node: Node) -> Tex:
         return Tex(f"({{{fmt(node.x / layout.colsep)}*\\colsep}},{{{fmt(node.y / layout.rowsep)}*\\rowsep}})")
@@ -126,7 +141,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None)
         at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
         opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
     )
-    return environment().get_template("topology.tex.j2").render(context)
+    return finish(environment().get_template("topology.tex.j2").render(context), body_only)
 
 
 def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
@@ -138,4 +153,4 @@ def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
     drawing = draw_timeline(timeline)
     context = base_context(spec, "timeline", body_only, drawing.names())
     context.update(d=drawing, title=drawing.title)
-    return environment().get_template("timeline.tex.j2").render(context)
+    return finish(environment().get_template("timeline.tex.j2").render(context), body_only)
