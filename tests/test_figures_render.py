@@ -354,3 +354,17 @@ def test_pipeline_caption_gives_the_theoretical_bubble():
                                     training={"model": {"layers": [16] * 5}})).panels[0].title
     assert title.endswith("4 stages, bubble 27% = $(p-1)/(m+p-1)$")  # 3/11
     assert "bubble 33\\% = $(p-1)/(m+p-1)$" in render_timeline(load_spec(EXAMPLES[[p.stem for p in EXAMPLES].index("pipeline-gpipe")]))
+
+
+def test_widened_spacing_is_reported_on_stderr_and_a_long_title_wraps(tmp_path):
+    from click.testing import CliRunner
+
+    from opentikz_dt.cli import main
+
+    spec = tmp_path / "tight.yaml"
+    spec.write_text("strategy: {kind: parameter-server}\nfigure: {colsep: 1, rowsep: 1.2}\ntitle: " + "word " * 24 + "\n")
+    result = CliRunner().invoke(main, ["figure", str(spec), "-o", str(tmp_path), "--kind", "topology"])
+    assert result.exit_code == 0, result.output
+    assert "figure.colsep 1 cm is too tight" in result.stderr and "too tight" not in result.stdout
+    tex = (tmp_path / "tight-topology.tex").read_text()
+    assert "align=center, text width=\\titlewidth] (title)" in tex  # wraps at the picture's width
