@@ -26,7 +26,7 @@ from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
 from .topology import build_layout
 
-LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing"
+LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing, patterns"
 _TOKEN = re.compile(r"[A-Za-z0-9 .,=!\-]*")
 
 
@@ -151,8 +151,12 @@ def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
     from .schedule import expected_timeline
     from .timeline import draw_timeline
 
+    from .fit import target_width_cm
+    from .timeline_styles import tikz_styles
+
     timeline = timeline if timeline is not None else expected_timeline(spec)
-    drawing = draw_timeline(timeline)
+    drawing = draw_timeline(timeline, target_width_cm(spec))
     context = base_context(spec, "timeline", body_only, drawing.names())
-    context.update(d=drawing, title=drawing.title)
+    styles = {kind: Tex(keys) for kind, keys in tikz_styles(_palette_colors(spec), spec.figure.palette).items()}
+    context.update(d=drawing, title=drawing.title, box_styles=styles)
     return finish(environment().get_template("timeline.tex.j2").render(context), body_only)
