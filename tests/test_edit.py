@@ -73,6 +73,15 @@ HAPPY = [
     ("single.yaml", "set-strategy", {"kind": "gossip"}, lambda s: (s.topology.workers.count, s.strategy.peers) == (3, 2)),
     ("pipeline-gpipe.yaml", "set-strategy", {"kind": "central-storage"},
      lambda s: (s.strategy.kind, s.topology.servers.ids) == ("central-storage", ["ps"])),
+    ("ps-sync.yaml", "set-slowdown", {"worker": "w2", "factor": 2.5}, lambda s: s.topology.workers.slowdown == {"w2": 2.5}),
+    ("ps-sync.yaml", "set-size", {"fit": "page"}, lambda s: s.figure.width == "page"),
+    ("ps-sync.yaml", "set-palette", {"variant": "dark"}, lambda s: s.figure.palette == "dark"),
+    ("allreduce-ring.yaml", "set-hosts", {"count": 2}, lambda s: s.topology.hosts == 2),
+    ("ps-sync.yaml", "set-name", {"name": "fig-3"}, lambda s: s.name == "fig-3"),
+    ("ps-sync.yaml", "set-worker-labels", {"pattern": "GPU {i}"},
+     lambda s: [s.topology.workers.label_of(w) for w in s.topology.workers.ids] == ["GPU 1", "GPU 2", "GPU 3"]),
+    ("ps-sync.yaml", "set", {"key": "training.optimizer.lr", "value": "0.05"}, lambda s: s.training.lr == 0.05),
+    ("ps-sync.yaml", "set", {"key": "training.model.layers", "value": "[4, 8, 2]"}, lambda s: s.training.layers == (4, 8, 2)),
 ]
 
 
@@ -302,8 +311,8 @@ def test_json_result_shape(tmp_path):
     assert ok.exit_code == 0
     data = json.loads(ok.stdout)
     assert set(data) == {"ok", "operation", "args", "file", "changed", "written", "dry_run", "diff", "issues", "invariant",
-                         "refused_by", "skipped"}
-    assert data["skipped"] == ["figure-compiles", "no-overlaps"]
+                         "refused_by", "skipped", "notes"}
+    assert data["skipped"] == ["figure-compiles", "figure-fits-width", "no-overlaps"]
     assert (data["ok"], data["operation"], data["args"], data["changed"], data["written"]) == (True, "recolor", {"flow": "grad", "color": "otorange"}, True, True)
     assert data["issues"] == [] and data["invariant"] is None and "+    grad: otorange" in data["diff"]
     refused = cli(path, "recolor", "--flow", "data", "--color", "otorange", "--json", "--no-compile")
@@ -333,7 +342,7 @@ def test_cli_applies_and_lists_operations_in_help(tmp_path):
     path = example(tmp_path, "ps-sync.yaml")
     result = cli(path, "rename-node", "--node", "w1", "--label", "GPU 0", "--no-compile")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, no-overlaps)\n"
+    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, figure-fits-width, no-overlaps)\n"
     assert load_spec(path).topology.workers.label_of("w1") == "GPU 0"
     help_text = CliRunner().invoke(main, ["edit", "--help"]).output
     for name in OPERATIONS:
