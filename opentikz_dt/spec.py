@@ -14,17 +14,11 @@ from pathlib import Path
 
 from .errors import SpecError
 from .schema import apply_defaults, check_schema
+from .strategies import STRATEGIES, strategy
 from .workload import fill_kind_defaults
 from .yamlpos import Located, load_located
 
-STRATEGY_TITLES = {
-    "single": "Single-device training",
-    "parameter-server": "Parameter-server training",
-    "central-storage": "Central-storage training",
-    "allreduce": "All-reduce data-parallel training",
-    "gossip": "Decentralized gossip training",
-    "pipeline": "Pipeline-parallel training",
-}
+STRATEGY_TITLES = {s.kind: s.title for s in STRATEGIES}
 
 
 @dataclass(frozen=True)
@@ -155,11 +149,12 @@ def resolve(data: dict, source_name: str = "spec") -> dict:
     data = apply_defaults(data)
     fill_kind_defaults(data["training"])
     kind = data["strategy"]["kind"]
+    described = strategy(kind)
     workers = data["topology"]["workers"]
-    workers.setdefault("count", 1 if kind == "single" else 3)
+    workers.setdefault("count", described.default_workers)
     servers = data["topology"]["servers"]
-    servers.setdefault("count", 1 if kind in ("parameter-server", "central-storage") else 0)
-    servers.setdefault("label", "Central storage" if kind == "central-storage" else "Parameter server")
+    servers.setdefault("count", described.servers[0])
+    servers.setdefault("label", described.server_label)
     data["strategy"].setdefault("stages", workers["count"])
     stem = re.sub(r"[^a-z0-9-]+", "-", Path(source_name).stem.lower()).strip("-") or "spec"
     data.setdefault("name", stem[:63])

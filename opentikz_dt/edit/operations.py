@@ -16,16 +16,16 @@ import yaml
 from ruamel.yaml.comments import CommentedSeq
 
 from ..spec import STRATEGY_TITLES
+from ..strategies import BY_KIND, STRATEGIES
 from ..workload import workload_of
 from .yamldoc import YamlDoc
 
 WORKERS = ("topology", "workers")
 SERVERS = ("topology", "servers")
 STRATEGY = ("strategy",)
-MIN_WORKERS = {"allreduce": 2, "gossip": 2, "pipeline": 2}
+MIN_WORKERS = {s.kind: s.workers[0] for s in STRATEGIES}
 # Strategy keys that only one kind reads; set-strategy removes them from the others.
-KIND_KEYS = {"algorithm": "allreduce", "microbatches": "pipeline", "schedule": "pipeline",
-             "stages": "pipeline", "peers": "gossip"}
+KIND_KEYS = {key: s.kind for s in STRATEGIES for key in s.options}
 DEFAULT_WORKERS = 3
 
 
@@ -160,13 +160,14 @@ def set_label(ctx: EditContext, which: str, text: str) -> None:
 
 
 def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, schedule: str | None = None) -> None:
-    for option, value, owner in (("algorithm", algorithm, "allreduce"), ("schedule", schedule, "pipeline")):
+    for option, value in (("algorithm", algorithm), ("schedule", schedule)):
+        owner = KIND_KEYS[option]
         if value is not None and kind != owner:
             raise OperationRefused(STRATEGY + (option,), f"--{option} applies to kind {owner} only, not '{kind}'")
     doc = ctx.doc
     doc.set(STRATEGY + ("kind",), kind)
     sync = ctx.data["strategy"]["sync"]
-    if kind != "parameter-server" and sync == "async":
+    if sync not in BY_KIND[kind].sync_modes:
         doc.set(STRATEGY + ("sync",), "sync")
         sync = "sync"
     for key, owner in KIND_KEYS.items():
