@@ -49,10 +49,10 @@ def main(ctx, debug):
 def _register() -> None:
     # Command modules must not import torch at module level (`run` imports the
     # runner inside its body), so `dtgen --help` stays fast.
-    from . import edit, figure, run, spec, template
+    from . import edit, figure, mcp, run, spec, template
 
     for command in (spec.validate, spec.contract, spec.init, spec.skill,
-                    figure.figure, figure.compare, run.run, edit.edit, template.export_template):
+                    figure.figure, figure.compare, run.run, edit.edit, template.export_template, mcp.mcp):
         main.add_command(command)
 
 
