@@ -382,8 +382,11 @@ def test_an_overlap_is_refused_by_no_overlaps(tmp_path, monkeypatch):
 def test_skill_document_covers_the_loop():
     text = CliRunner().invoke(main, ["skill"]).output
     for needle in ("dtgen contract", "dtgen edit", "--json", "dtgen validate", "dtgen figure",
-                   "never edit", "refused_by", "distinct-flow-colors"):
+                   "never edit", "refused_by", "distinct-flow-colors", "--ops", "notes", "dtgen mcp"):
         assert needle in text, needle
+    # the MCP registration snippet is valid JSON that starts this server
+    snippet = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    assert snippet["mcpServers"]["dtgen"]["args"] == ["mcp"]
     assert os.path.exists(REPO / "opentikz_dt" / "SKILL.md")
 
 
