@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import SpecError
 from .schema import apply_defaults, check_schema
+from .workload import fill_kind_defaults
 from .yamlpos import Located, load_located
 
 STRATEGY_TITLES = {
@@ -93,14 +94,20 @@ class Training:
     lr: float
     momentum: float
     seed: int
+    model: dict = field(default_factory=dict)  # the resolved training.model section
+
+    @property
+    def model_kind(self) -> str:
+        return self.model.get("kind", "mlp")
 
     @property
     def param_tensors(self) -> list[str]:
-        """Names of the model's parameter tensors, in order (what PS shards own)."""
-        names = []
-        for i in range(len(self.layers) - 1):
-            names += [f"layers.{i}.weight", f"layers.{i}.bias"]
-        return names
+        """Names of the model's parameter tensors, in order (what PS shards own); empty
+        for a python model, known only once the runner imports it."""
+        from .workload import workload_of
+
+        workload = workload_of({"training": {"model": self.model or {"layers": list(self.layers)}}})
+        return workload.param_tensors if workload else []
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,7 @@ class Spec:
 def resolve(data: dict, source_name: str = "spec") -> dict:
     """Schema defaults plus the defaults that depend on the strategy."""
     data = apply_defaults(data)
+    fill_kind_defaults(data["training"])
     kind = data["strategy"]["kind"]
     workers = data["topology"]["workers"]
     workers.setdefault("count", 1 if kind == "single" else 3)
@@ -172,8 +180,9 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
             hosts=t["hosts"],
         ),
         strategy=Strategy(s["kind"], s["sync"], s["algorithm"], s["microbatches"], s["schedule"], s["stages"], s["peers"]),
-        training=Training(tuple(tr["model"]["layers"]), dict(tr["dataset"]), tr["batch_size"], tr["steps"],
-                          float(tr["optimizer"]["lr"]), float(tr["optimizer"]["momentum"]), tr["seed"]),
+        training=Training(tuple(tr["model"]["layers"]) if tr["model"]["kind"] == "mlp" else (), dict(tr["dataset"]),
+                          tr["batch_size"], tr["steps"], float(tr["optimizer"]["lr"]),
+                          float(tr["optimizer"]["momentum"]), tr["seed"], dict(tr["model"])),
         runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
                         dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
         figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),
@@ -186,7 +195,9 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
 
 def spec_from_located(located: Located) -> Spec:
     """Schema, defaults, rules and invariants on parsed YAML; raise SpecError with all issues."""
-    issues = check_schema(located)
+    from .workload_rules import check_sections
+
+    issues = check_schema(located) + check_sections(located)
     if issues:
         raise SpecError(issues)
     spec = build_spec(resolve(located.data, located.file), located)

@@ -212,6 +212,15 @@ def test_refusal_of_a_spec_broken_before_the_edit(tmp_path):
     assert path.read_text() == "strategy: {kind: allreduce, algoritm: ring}\n"
 
 
+def test_a_spec_nested_thousands_deep_is_refused_with_one_located_line(tmp_path):
+    text = "name: deep\nextra: " + "[" * 3000 + "]" * 3000 + "\n"
+    path = write(tmp_path, text)
+    result = cli(path, "add-worker", "--no-compile")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.splitlines()[1] == f"{path}:2:71: extra: nested more than 64 levels deep"
+    assert path.read_text() == text
+
+
 @pytest.mark.parametrize("operation, words, message", [
     ("recolr", [], "unknown operation 'recolr'; did you mean 'recolor'?"),
     ("recolor", ["--colour", "otblue"], "recolor: unknown option --colour; did you mean --color?"),

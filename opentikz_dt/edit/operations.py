@@ -16,6 +16,7 @@ import yaml
 from ruamel.yaml.comments import CommentedSeq
 
 from ..spec import STRATEGY_TITLES
+from ..workload import workload_of
 from .yamldoc import YamlDoc
 
 WORKERS = ("topology", "workers")
@@ -197,8 +198,9 @@ def _fit_workers(ctx: EditContext, kind: str) -> int:
             ctx.doc.set(("topology", "hosts"), 1)
         return 1
     if count < MIN_WORKERS.get(kind, 1):
-        layers = len(ctx.data["training"]["model"]["layers"]) - 1
-        count = max(2, min(DEFAULT_WORKERS, layers)) if kind == "pipeline" else DEFAULT_WORKERS
+        workload = workload_of(ctx.data)  # None for a python model: its size is known at run time
+        blocks = len(workload.blocks) if workload else DEFAULT_WORKERS
+        count = max(2, min(DEFAULT_WORKERS, blocks)) if kind == "pipeline" else DEFAULT_WORKERS
         ctx.doc.set(WORKERS + ("count",), count)
     return count
 

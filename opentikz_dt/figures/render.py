@@ -21,6 +21,7 @@ from ..errors import DtgenError
 from ..palette import PALETTE_NAMES, render_palette
 from ..resources import templates_dir
 from ..texsafe import LabelError, escape_text
+from ..workload import model_note
 from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
 from .topology import build_layout
@@ -123,6 +124,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None)
         worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
         nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
         at=_at(layout), port=_port, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+        model_note=Tex(escape_text(model_note(spec))),  # drawn as node `model` under the picture
     )
     return environment().get_template("topology.tex.j2").render(context)
 

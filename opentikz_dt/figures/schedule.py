@@ -18,7 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..errors import DtgenError
-from .model import elide, stage_layers
+from ..workload import Workload, workload_of
+from .model import elide
 from .timeline import Box, Lane, Panel, Timeline, limit_boxes, window
 
 STEPS = 2
@@ -33,8 +34,17 @@ class CostModel:
     min_ms: float = 0.4  # shortest span (server update, optimizer step)
 
 
-def _params(widths) -> int:
-    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+# A python model's size is known only once the runner builds it: the expected
+# timeline then draws a nominal one (the measured timeline shows the real one).
+NOMINAL_PARAMS = 100_000
+
+
+def _model(spec) -> tuple[int, float, Workload | None]:
+    """(parameters, forward FLOPs per sample, workload) of the spec's model."""
+    workload = workload_of(spec)
+    if workload is None:
+        return NOMINAL_PARAMS, 2.0 * NOMINAL_PARAMS, None
+    return workload.params, workload.flops_per_sample, workload
 
 
 class _Sim:
@@ -44,7 +54,7 @@ class _Sim:
         self.spec, self.cost = spec, cost
         self.boxes: dict[str, list[Box]] = defaultdict(list)
         t = spec.training
-        self.params = _params(t.layers)
+        self.params, self.flops, self.workload = _model(spec)
         self.bytes = 4 * self.params
 
     def add(self, lane, start, end, kind, label=""):
@@ -52,11 +62,11 @@ class _Sim:
             self.boxes[lane].append(Box(start, end, kind, label))
         return end
 
-    def compute(self, worker_id, start, samples=None, params=None) -> float:
-        """forward, backward and the straggler delay of one step; returns the end time."""
+    def compute(self, worker_id, start, samples=None) -> float:
+        """forward, backward and the straggler delay of one step; returns the end time.
+        Forward time follows the model's FLOPs per sample (workload.py), backward twice that."""
         samples = samples or self.spec.training.batch_size
-        params = params or self.params
-        fwd = 2 * samples * params / self.cost.flops_per_ms
+        fwd = samples * self.flops / self.cost.flops_per_ms
         bwd = 2 * fwd
         t = self.add(worker_id, start, start + fwd, "forward", "fwd")
         t = self.add(worker_id, t, t + bwd, "backward", "bwd")
@@ -209,14 +219,15 @@ def _pipeline(spec, cost) -> tuple[_Sim, float]:
     sim = _Sim(spec, cost)
     s, workers = spec.strategy, spec.topology.workers
     stages, micro = s.stages, s.microbatches
-    widths = spec.training.layers
     samples = spec.training.batch_size // micro
-    spans = stage_layers(len(widths) - 1, stages)
+    if sim.workload is not None:
+        costs, boundary = sim.workload.stage_costs(stages), sim.workload.boundary_values(stages) + [0]
+    else:  # a python model: even stages of the nominal model
+        costs, boundary = [sim.flops / stages] * stages, [sim.params ** 0.5] * stages
     fwd, comm = [], []
-    for k, (first, last) in enumerate(spans):
-        params = _params(widths[first - 1:last + 1])
-        fwd.append(2 * samples * params / cost.flops_per_ms * workers.slowdown_of(f"w{k + 1}"))
-        comm.append(sim.link(4 * samples * widths[last]))
+    for k in range(stages):
+        fwd.append(samples * costs[k] / cost.flops_per_ms * workers.slowdown_of(f"w{k + 1}"))
+        comm.append(sim.link(4 * samples * boundary[k]))
     ops = [_pipeline_ops(s.schedule, k, stages, micro) for k in range(stages)]
     done: dict[tuple, float] = {}
     free = [0.0] * stages
