@@ -7,6 +7,7 @@ import base64
 import json
 import shutil
 import sys
+import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -27,7 +28,10 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 @asynccontextmanager
 async def session(folder: Path):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "opentikz_dt", "mcp"], cwd=str(folder))
+    # The SDK passes only a safe set of variables on; TMPDIR too, so the suite's check
+    # that nothing is left in the temporary directory covers the server.
+    params = StdioServerParameters(command=sys.executable, args=["-m", "opentikz_dt", "mcp"], cwd=str(folder),
+                                   env={"TMPDIR": tempfile.gettempdir()})
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as client:
             await client.initialize()
