@@ -385,6 +385,8 @@ def test_an_overlap_is_refused_by_no_overlaps(tmp_path, monkeypatch):
     assert all(i.message.endswith("[invariant no-overlaps]") for i in result.issues)
     assert any(i.message.startswith("topology figure: ") and " overlap (" in i.message for i in result.issues)
     assert path.read_bytes() == before
+    located = [i for i in result.issues if i.path]  # named after the spec keys behind the nodes
+    assert located and all(" comes from " in i.message and i.line > 1 for i in located), result.issues
     assert edit_file(path, "change-spacing", {"colsep": 1}, compile=False).written  # --no-compile cannot see it
 
 
