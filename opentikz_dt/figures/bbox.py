@@ -47,3 +47,14 @@ class BBox:
 def parse_bboxes(log: str) -> list[BBox]:
     """Every probe line of a TeX log, in order (compile.py sets max_print_line so none wrap)."""
     return [BBox(m.group(1), *(float(m.group(i)) for i in range(2, 6))) for m in _LINE.finditer(log)]
+
+
+_PATH = re.compile(r"^PATH (\S+) (-?[\d.]+)pt (-?[\d.]+)pt$", re.MULTILINE)
+
+
+def parse_paths(log: str) -> dict[str, list[tuple[float, float]]]:
+    """Edge name -> the points (pt) the probe sampled along it, every 2pt, in drawing order."""
+    paths: dict[str, list[tuple[float, float]]] = {}
+    for m in _PATH.finditer(log):
+        paths.setdefault(m.group(1), []).append((float(m.group(2)), float(m.group(3))))
+    return paths

@@ -12,7 +12,7 @@ from itertools import combinations
 
 from ..errors import DtgenError
 from ..invariants import tex_palette_only
-from .bbox import BBox, parse_bboxes
+from .bbox import BBox, parse_bboxes, parse_paths
 
 
 def check_figure_compiles(tex: str) -> list[str]:
@@ -46,11 +46,50 @@ def check_no_overlaps(bboxes: list[BBox]) -> list[str]:
 
 
 def check_figure_geometry(log: str) -> list[str]:
-    """Overlap problems from a compiled figure's log (the geometry probe's lines)."""
+    """Overlap problems from a compiled figure's log (the geometry probe's lines):
+    boxes against boxes, and every drawn edge against every text and icon it does not join."""
     boxes = parse_bboxes(log)
     if not boxes:
         return ["no geometry probe lines (BBOX ...) in the log"]
-    return check_no_overlaps(boxes)
+    return check_no_overlaps(boxes) + check_paths_clear(boxes, parse_paths(log))
+
+
+# Text nodes keep 2pt of inner sep around their glyphs, icons 1pt: a path may graze 1pt of it.
+TEXT_MARGIN_PT = 1.0
+ICON_MARGIN_PT = 1.0
+
+
+def _is_text(name: str) -> bool:
+    return name.endswith("-label") or name == "title" or name.startswith("note") or name.endswith("-more")
+
+
+def check_paths_clear(bboxes: list[BBox], paths: dict) -> list[str]:
+    """Edges that run through a text (a label, the title, a note) or through an icon or box
+    other than the ones they join. An edge is named <src>-<dst>-<style>;
+    the nodes it starts or ends at may touch it; its own label only at the border."""
+    problems = []
+    # A sloped label's probe corners are rotated: keep the box they span.
+    upright = [BBox(b.name, min(b.x0, b.x1), min(b.y0, b.y1), max(b.x0, b.x1), max(b.y0, b.y1)) for b in bboxes]
+    solid = [b for b in upright if not CONTAINERS.match(b.name) and b.width > 0.5 and b.height > 0.5]
+    for edge, points in paths.items():
+        ends = _edge_ends(edge, {b.name for b in bboxes})
+        for box in solid:
+            if box.name in ends:
+                continue
+            if box.name == f"{edge}-label":  # beside its own edge (maybe sloped: corners not axis-aligned)
+                mx, my = abs(box.width) / 4, abs(box.height) / 4
+            else:
+                mx = my = TEXT_MARGIN_PT if _is_text(box.name) else ICON_MARGIN_PT
+            hits = sum(1 for x, y in points if box.x0 + mx < x < box.x1 - mx and box.y0 + my < y < box.y1 - my)
+            if hits:
+                problems.append(f"edge '{edge}' runs through '{box.name}' ({2 * hits} pt of path)")
+    return problems
+
+
+def _edge_ends(edge: str, names: set) -> set:
+    """The probed node names an edge <src>-<dst>-<style> joins (names contain dashes too)."""
+    stem = edge.rsplit("-", 1)[0]
+    return {n for n in names if stem.startswith(n + "-") or stem.endswith("-" + n)}
 
 
 def check_palette_only(tex: str) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -176,3 +177,16 @@ def pdf_text(pdf: bytes, timeout: float = TIMEOUT_S) -> str:
         if proc.returncode != 0:
             raise CompileError(f"pdftotext failed: {proc.stderr.decode(errors='replace').strip()}")
         return (cwd / "figure.txt").read_text(encoding="utf-8", errors="replace")
+
+
+def pdf_page_size(pdf: bytes, timeout: float = TIMEOUT_S) -> tuple[float, float]:
+    """Width and height of the first page in TeX points (pdfinfo reports PostScript points)."""
+    program = tool("pdfinfo")
+    with tempfile.TemporaryDirectory(prefix="dtgen-info-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "figure.pdf").write_bytes(pdf)
+        proc = _run([program, "figure.pdf"], cwd, timeout, "pdfinfo")
+        match = re.search(r"^Page size:\s+([\d.]+) x ([\d.]+) pts", proc.stdout.decode(errors="replace"), re.MULTILINE)
+        if proc.returncode != 0 or not match:
+            raise CompileError(f"pdfinfo failed: {proc.stderr.decode(errors='replace').strip()}")
+        return float(match.group(1)) * 72.27 / 72, float(match.group(2)) * 72.27 / 72
