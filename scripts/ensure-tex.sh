@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install the TeX toolchain dtgen compiles with, if any piece is missing (Debian/Ubuntu).
 set -euo pipefail
-PACKAGES="texlive-latex-base texlive-latex-recommended texlive-latex-extra texlive-pictures texlive-fonts-recommended lmodern dvisvgm poppler-utils"
+PACKAGES="texlive-latex-base texlive-latex-recommended texlive-latex-extra texlive-pictures texlive-fonts-recommended lmodern dvisvgm poppler-utils latexmk"
 missing=0
-for tool in pdflatex latex dvisvgm pdftoppm pdftotext pdftocairo; do
+for tool in pdflatex latex dvisvgm pdftoppm pdftotext pdftocairo pdfinfo latexmk; do
   command -v "$tool" >/dev/null 2>&1 || missing=1
 done
 kpsewhich standalone.cls pgfplots.sty >/dev/null 2>&1 || missing=1

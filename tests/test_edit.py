@@ -388,14 +388,19 @@ def test_an_overlap_is_refused_by_no_overlaps(tmp_path, monkeypatch):
     assert all(i.message.endswith("[invariant no-overlaps]") for i in result.issues)
     assert any(i.message.startswith("topology figure: ") and " overlap (" in i.message for i in result.issues)
     assert path.read_bytes() == before
+    located = [i for i in result.issues if i.path]  # named after the spec keys behind the nodes
+    assert located and all(" comes from " in i.message and i.line > 1 for i in located), result.issues
     assert edit_file(path, "change-spacing", {"colsep": 1}, compile=False).written  # --no-compile cannot see it
 
 
 def test_skill_document_covers_the_loop():
     text = CliRunner().invoke(main, ["skill"]).output
     for needle in ("dtgen contract", "dtgen edit", "--json", "dtgen validate", "dtgen figure",
-                   "never edit", "refused_by", "distinct-flow-colors"):
+                   "never edit", "refused_by", "distinct-flow-colors", "--ops", "notes", "dtgen mcp"):
         assert needle in text, needle
+    # the MCP registration snippet is valid JSON that starts this server
+    snippet = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    assert snippet["mcpServers"]["dtgen"]["args"] == ["mcp"]
     assert os.path.exists(REPO / "opentikz_dt" / "SKILL.md")
 
 
