@@ -95,7 +95,7 @@ def test_body_only_is_the_bare_picture_with_its_palette():
     body = render_topology(spec, body_only=True)
     assert r"\documentclass" not in body and r"\begin{document}" not in body and r"\dtgenbbox" not in body
     assert body.count(r"\begin{tikzpicture}") == 1 + body.count(r"\newcommand")  # the figure + one per icon
-    assert r"\begingroup" in body and body.rstrip().endswith(r"\endgroup")
+    assert r"\begingroup" in body and body.rstrip().endswith(r"\endgroup%")  # no stray space after it
     assert check_palette_only(body) == []
 
 
