@@ -368,3 +368,18 @@ def test_widened_spacing_is_reported_on_stderr_and_a_long_title_wraps(tmp_path):
     assert "figure.colsep 1 cm is too tight" in result.stderr and "too tight" not in result.stdout
     tex = (tmp_path / "tight-topology.tex").read_text()
     assert "align=center, text width=\\titlewidth] (title)" in tex  # wraps at the picture's width
+
+
+def test_each_all_reduce_algorithm_and_central_storage_have_their_own_look():
+    titles = {a: spec_from_data({"strategy": {"kind": "allreduce", "algorithm": a},
+                                 "topology": {"workers": {"count": 4}, "hosts": 2}}).title
+              for a in ("native", "ring", "tree", "hierarchical")}
+    assert len(set(titles.values())) == 4 and titles["ring"] == "Ring all-reduce data-parallel training"
+    central = render_topology(spec_from_data({"strategy": {"kind": "central-storage"}}))
+    server = render_topology(spec_from_data({"strategy": {"kind": "parameter-server"}}))
+    assert r"\databasepic{" in central and r"\databasepic{" not in server and "on one device" in central
+    gpipe = render_topology(spec_from_data({"strategy": {"kind": "pipeline", "schedule": "gpipe"}}))
+    assert "GPipe schedule" in gpipe and "GPIPE" not in gpipe
+    big = render_topology(spec_from_data({"strategy": {"kind": "parameter-server"},
+                                          "topology": {"workers": {"count": 1024}}, **BIG}))
+    assert "Worker 1,024" in big and "Worker 1024" not in big

@@ -40,6 +40,11 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
                             label=Tex(f"Parameter server ({count_text(servers.count)} shards)")))
         target = "psgroup"
     edges += sync_pairs(spec, members, target)
+    if spec.strategy.kind == "central-storage":
+        # TensorFlow's CentralStorageStrategy: the variables live on one device (no server
+        # process), every replica's gradients are reduced there in one synchronous step.
+        nodes.append(Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
+                          text=Tex(r"variables \weightlabel{} on one device;\\gradients \gradlabel{} summed there")))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
 
 
