@@ -255,3 +255,19 @@ def test_a_body_in_sbox_is_exactly_as_wide_as_its_picture():
     boxed = float(re.search(r"BOXWIDTH ([\d.]+)pt", compile_pdf(paper).log).group(1))
     page, _ = pdf_page_size(compile_pdf(render_topology(spec)).pdf)  # standalone, border=8pt each side
     assert abs(boxed - (page - 16)) < 0.5, (boxed, page - 16)
+
+
+def test_set_sync_async_changes_the_parameter_server_topology(tmp_path):
+    """Seed 002's distinction: sync draws a barrier the server waits at; async has none and
+    says the workers push and pull at their own pace. Both figures are clean."""
+    from opentikz_dt.edit import edit_file
+
+    path = tmp_path / "ps.yaml"
+    path.write_text("strategy: {kind: parameter-server}\n")
+    sync = render_topology(load_spec(path))
+    edit_file(path, "set-sync", {"mode": "async"}, compile=False)  # compiled below
+    asynchronous = render_topology(load_spec(path))
+    assert r"\draw[barrier]" in sync and r"\draw[barrier]" not in asynchronous
+    assert "own pace" in asynchronous and "own pace" not in sync
+    for tex in (sync, asynchronous):
+        assert check_figure_geometry(compile_pdf(tex).log) == []
