@@ -367,7 +367,7 @@ def test_widened_spacing_is_reported_on_stderr_and_a_long_title_wraps(tmp_path):
     assert result.exit_code == 0, result.output
     assert "figure.colsep 1 cm is too tight" in result.stderr and "too tight" not in result.stdout
     tex = (tmp_path / "tight-topology.tex").read_text()
-    assert "align=center, text width=\\titlewidth] (title)" in tex  # wraps at the picture's width
+    assert "align=flush center, text width=\\titlewidth] (title)" in tex  # wraps at the picture's width
 
 
 def test_each_all_reduce_algorithm_and_central_storage_have_their_own_look():
