@@ -146,6 +146,9 @@ def test_set_strategy_follows_a_default_title_but_keeps_the_users_own(tmp_path):
     path = write(tmp_path, "title: My figure\nstrategy: {kind: parameter-server}\n", "own.yaml")
     edit(path, "set-strategy", kind="gossip")
     assert load_spec(path).title == "My figure"
+    path = write(tmp_path, "strategy: {kind: allreduce}\ntitle: All-reduce data-parallel training\n", "ring.yaml")
+    edit(path, "set-strategy", kind="allreduce", algorithm="ring")
+    assert load_spec(path).title == "Ring all-reduce data-parallel training"
 
 
 # -- refusals: byte-identical file, the reason named -----------------------------------

@@ -95,7 +95,7 @@ def test_body_only_is_the_bare_picture_with_its_palette():
     body = render_topology(spec, body_only=True)
     assert r"\documentclass" not in body and r"\begin{document}" not in body and r"\dtgenbbox" not in body
     assert body.count(r"\begin{tikzpicture}") == 1 + body.count(r"\newcommand")  # the figure + one per icon
-    assert r"\begingroup" in body and body.rstrip().rstrip("%").endswith(r"\endgroup")
+    assert r"\begingroup" in body and body.rstrip().endswith(r"\endgroup%")  # no stray space after it
     assert check_palette_only(body) == []
 
 
@@ -369,4 +369,19 @@ def test_widened_spacing_is_reported_on_stderr_and_a_long_title_wraps(tmp_path):
     assert result.exit_code == 0, result.output
     assert "figure.colsep 1 cm is too tight" in result.stderr and "too tight" not in result.stdout
     tex = (tmp_path / "tight-topology.tex").read_text()
-    assert "align=center, text width=\\titlewidth] (title)" in tex  # wraps at the picture's width
+    assert "align=flush center, text width=\\titlewidth] (title)" in tex  # wraps at the picture's width
+
+
+def test_each_all_reduce_algorithm_and_central_storage_have_their_own_look():
+    titles = {a: spec_from_data({"strategy": {"kind": "allreduce", "algorithm": a},
+                                 "topology": {"workers": {"count": 4}, "hosts": 2}}).title
+              for a in ("native", "ring", "tree", "hierarchical")}
+    assert len(set(titles.values())) == 4 and titles["ring"] == "Ring all-reduce data-parallel training"
+    central = render_topology(spec_from_data({"strategy": {"kind": "central-storage"}}))
+    server = render_topology(spec_from_data({"strategy": {"kind": "parameter-server"}}))
+    assert r"\databasepic{" in central and r"\databasepic{" not in server and "on one device" in central
+    gpipe = render_topology(spec_from_data({"strategy": {"kind": "pipeline", "schedule": "gpipe"}}))
+    assert "GPipe schedule" in gpipe and "GPIPE" not in gpipe
+    big = render_topology(spec_from_data({"strategy": {"kind": "parameter-server"},
+                                          "topology": {"workers": {"count": 1024}}, **BIG}))
+    assert "Worker 1,024" in big and "Worker 1024" not in big

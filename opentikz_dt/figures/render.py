@@ -20,7 +20,7 @@ from .. import __version__
 from ..errors import DtgenError
 from ..palette import PALETTE_NAMES, render_palette
 from ..resources import templates_dir
-from ..texsafe import LabelError, escape_text
+from ..texsafe import LabelError, escape_text, needs_cjk
 from ..workload import model_note
 from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
@@ -96,6 +96,7 @@ def base_context(spec, kind: str, body_only: bool, names: list[str], source: str
         "colors": _palette_colors(spec),
         "names": names,
         "icons": (),  # icon macros the picture uses (topology sets them)
+        "cjk": spec_needs_cjk(spec),
         "node_list": Tex(" ".join(names)),
     }
 
@@ -113,6 +114,21 @@ def without_line_spaces(tex: str) -> str:
 
 def finish(tex: str, body_only: bool) -> str:
     return without_line_spaces(tex) if body_only else tex
+
+
+def spec_needs_cjk(spec) -> bool:
+    """True when any text of the spec (title, labels) is Chinese or Japanese: the figure loads CJKutf8."""
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from strings(item)
+
+    return any(needs_cjk(text) for text in strings(spec.data))
 
 
 def _at(layout: Layout):
