@@ -73,6 +73,15 @@ HAPPY = [
     ("single.yaml", "set-strategy", {"kind": "gossip"}, lambda s: (s.topology.workers.count, s.strategy.peers) == (3, 2)),
     ("pipeline-gpipe.yaml", "set-strategy", {"kind": "central-storage"},
      lambda s: (s.strategy.kind, s.topology.servers.ids) == ("central-storage", ["ps"])),
+    ("ps-sync.yaml", "set-slowdown", {"worker": "w2", "factor": 2.5}, lambda s: s.topology.workers.slowdown == {"w2": 2.5}),
+    ("ps-sync.yaml", "set-size", {"fit": "page"}, lambda s: s.figure.width == "page"),
+    ("ps-sync.yaml", "set-palette", {"variant": "dark"}, lambda s: s.figure.palette == "dark"),
+    ("allreduce-ring.yaml", "set-hosts", {"count": 2}, lambda s: s.topology.hosts == 2),
+    ("ps-sync.yaml", "set-name", {"name": "fig-3"}, lambda s: s.name == "fig-3"),
+    ("ps-sync.yaml", "set-worker-labels", {"pattern": "GPU {i}"},
+     lambda s: [s.topology.workers.label_of(w) for w in s.topology.workers.ids] == ["GPU 1", "GPU 2", "GPU 3"]),
+    ("ps-sync.yaml", "set", {"key": "training.optimizer.lr", "value": "0.05"}, lambda s: s.training.lr == 0.05),
+    ("ps-sync.yaml", "set", {"key": "training.model.layers", "value": "[4, 8, 2]"}, lambda s: s.training.layers == (4, 8, 2)),
 ]
 
 
@@ -137,6 +146,9 @@ def test_set_strategy_follows_a_default_title_but_keeps_the_users_own(tmp_path):
     path = write(tmp_path, "title: My figure\nstrategy: {kind: parameter-server}\n", "own.yaml")
     edit(path, "set-strategy", kind="gossip")
     assert load_spec(path).title == "My figure"
+    path = write(tmp_path, "strategy: {kind: allreduce}\ntitle: All-reduce data-parallel training\n", "ring.yaml")
+    edit(path, "set-strategy", kind="allreduce", algorithm="ring")
+    assert load_spec(path).title == "Ring all-reduce data-parallel training"
 
 
 # -- refusals: byte-identical file, the reason named -----------------------------------
@@ -204,6 +216,15 @@ def test_refusal_of_a_spec_broken_before_the_edit(tmp_path):
     assert result.refused_by == "spec-before-edit"
     assert [str(i) for i in result.issues] == [f"{path}:1:29: strategy.algoritm: unknown key 'algoritm'; did you mean 'algorithm'?"]
     assert path.read_text() == "strategy: {kind: allreduce, algoritm: ring}\n"
+
+
+def test_a_spec_nested_thousands_deep_is_refused_with_one_located_line(tmp_path):
+    text = "name: deep\nextra: " + "[" * 3000 + "]" * 3000 + "\n"
+    path = write(tmp_path, text)
+    result = cli(path, "add-worker", "--no-compile")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.splitlines()[1] == f"{path}:2:71: extra: nested more than 64 levels deep"
+    assert path.read_text() == text
 
 
 @pytest.mark.parametrize("operation, words, message", [
@@ -296,8 +317,8 @@ def test_json_result_shape(tmp_path):
     assert ok.exit_code == 0
     data = json.loads(ok.stdout)
     assert set(data) == {"ok", "operation", "args", "file", "changed", "written", "dry_run", "diff", "issues", "invariant",
-                         "refused_by", "skipped"}
-    assert data["skipped"] == ["figure-compiles", "no-overlaps"]
+                         "refused_by", "skipped", "notes"}
+    assert data["skipped"] == ["figure-compiles", "figure-fits-width", "no-overlaps"]
     assert (data["ok"], data["operation"], data["args"], data["changed"], data["written"]) == (True, "recolor", {"flow": "data", "color": "otblue"}, True, True)
     assert data["issues"] == [] and data["invariant"] is None and "+    data: otblue" in data["diff"]
     refused = cli(path, "recolor", "--flow", "weight", "--color", "otblue", "--json", "--no-compile")
@@ -327,7 +348,7 @@ def test_cli_applies_and_lists_operations_in_help(tmp_path):
     path = example(tmp_path, "ps-sync.yaml")
     result = cli(path, "rename-node", "--node", "w1", "--label", "GPU 0", "--no-compile")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, no-overlaps)\n"
+    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, figure-fits-width, no-overlaps)\n"
     assert load_spec(path).topology.workers.label_of("w1") == "GPU 0"
     help_text = CliRunner().invoke(main, ["edit", "--help"]).output
     for name in OPERATIONS:
@@ -370,14 +391,19 @@ def test_an_overlap_is_refused_by_no_overlaps(tmp_path, monkeypatch):
     assert all(i.message.endswith("[invariant no-overlaps]") for i in result.issues)
     assert any(i.message.startswith("topology figure: ") and " overlap (" in i.message for i in result.issues)
     assert path.read_bytes() == before
+    located = [i for i in result.issues if i.path]  # named after the spec keys behind the nodes
+    assert located and all(" comes from " in i.message and i.line > 1 for i in located), result.issues
     assert edit_file(path, "change-spacing", {"colsep": 1}, compile=False).written  # --no-compile cannot see it
 
 
 def test_skill_document_covers_the_loop():
     text = CliRunner().invoke(main, ["skill"]).output
     for needle in ("dtgen contract", "dtgen edit", "--json", "dtgen validate", "dtgen figure",
-                   "never edit", "refused_by", "distinct-flow-colors"):
+                   "never edit", "refused_by", "distinct-flow-colors", "--ops", "notes", "dtgen mcp"):
         assert needle in text, needle
+    # the MCP registration snippet is valid JSON that starts this server
+    snippet = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    assert snippet["mcpServers"]["dtgen"]["args"] == ["mcp"]
     assert os.path.exists(REPO / "opentikz_dt" / "SKILL.md")
 
 

@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from ..errors import DtgenError
+from ..workload import Workload, workload_of
 from .model import elide
 from .timeline import Box, Lane, Panel, Timeline, limit_boxes, window
 
@@ -33,8 +34,17 @@ class CostModel:
     min_ms: float = 0.4  # shortest span (server update, optimizer step)
 
 
-def _params(widths) -> int:
-    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+# A python model's size is known only once the runner builds it: the expected
+# timeline then draws a nominal one (the measured timeline shows the real one).
+NOMINAL_PARAMS = 100_000
+
+
+def _model(spec) -> tuple[int, float, Workload | None]:
+    """(parameters, forward FLOPs per sample, workload) of the spec's model."""
+    workload = workload_of(spec)
+    if workload is None:
+        return NOMINAL_PARAMS, 2.0 * NOMINAL_PARAMS, None
+    return workload.params, workload.flops_per_sample, workload
 
 
 class _Sim:
@@ -43,8 +53,7 @@ class _Sim:
     def __init__(self, spec, cost: CostModel):
         self.spec, self.cost = spec, cost
         self.boxes: dict[str, list[Box]] = defaultdict(list)
-        t = spec.training
-        self.params = _params(t.layers)
+        self.params, self.flops, self.workload = _model(spec)
         self.bytes = 4 * self.params
 
     def add(self, lane, start, end, kind, label="", phase=""):
@@ -52,11 +61,13 @@ class _Sim:
             self.boxes[lane].append(Box(start, end, kind, label, phase))
         return end
 
-    def compute(self, worker_id, start, samples=None, params=None, pace=1.0) -> float:
-        """forward, backward and the straggler delay of one step; returns the end time."""
+    def compute(self, worker_id, start, samples=None, flops=None, pace=1.0) -> float:
+        """forward, backward and the straggler delay of one step; returns the end time.
+        Forward time follows the model's FLOPs per sample (workload.py), backward twice that;
+        pace < 1 or > 1 is a worker's own speed (gossip peers do not run in lockstep)."""
         samples = samples or self.spec.training.batch_size
-        params = params or self.params
-        fwd = 2 * samples * params / self.cost.flops_per_ms * pace
+        flops = flops if flops is not None else self.flops
+        fwd = samples * flops / self.cost.flops_per_ms * pace
         bwd = 2 * fwd
         t = self.add(worker_id, start, start + fwd, "forward", "fwd")
         t = self.add(worker_id, t, t + bwd, "backward", "bwd")
@@ -235,9 +246,9 @@ def _pipeline(spec, cost) -> tuple[_Sim, float]:
     stages, micro = s.stages, s.microbatches
     samples = spec.training.batch_size // micro
     # The ideal pipeline the caption's (p-1)/(m+p-1) describes: balanced stages (each a
-    # p-th of the model) and activation transfers hidden behind compute. A straggler stage
-    # (topology.workers.slowdown) still stretches its own boxes.
-    even = 2 * samples * sim.params / stages / cost.flops_per_ms
+    # p-th of the model's FLOPs) and activation transfers hidden behind compute. A straggler
+    # stage (topology.workers.slowdown) still stretches its own boxes.
+    even = samples * sim.flops / stages / cost.flops_per_ms
     fwd = [even * workers.slowdown_of(f"w{k + 1}") for k in range(stages)]
     comm = [0.0] * stages
     ops = [_pipeline_ops(s.schedule, k, stages, micro) for k in range(stages)]
