@@ -24,6 +24,7 @@ merging boxes too thin to see and refusing more than MAX_BOXES (TeX's limits: ab
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, replace
 
 from ..errors import DtgenError
@@ -245,11 +246,17 @@ CHAR_CM = {"scriptsize": 0.125, "footnotesize": 0.145, "small": 0.155}
 BORDER_CM = 2 * 8 / 28.45  # the standalone border on each side
 LABEL_GAP = 0.15  # lane label to plot area
 NARROW_CM = 11.0  # at or below this target width lanes, labels and legend are compacted
+NARROW_LABEL_CM = 1.6  # the longest lane label a narrow figure keeps
 NARROW_LANES = 5  # workers drawn at most when narrow (first ones, ellipsis, last)
 
 
+def _units(text: str) -> int:
+    """Character widths in average Latin characters: CJK characters count two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def text_cm(text: str, size: str = "footnotesize") -> float:
-    return CHAR_CM[size] * len(text)
+    return CHAR_CM[size] * _units(text)
 
 
 def _fits(text: str, width_cm: float) -> bool:
@@ -329,12 +336,17 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
         raise DtgenError(f"timeline has {count:,} boxes; at most {MAX_BOXES:,} can be drawn (window or aggregate it first)")
     narrow = target_cm is not None and target_cm <= NARROW_CM
     panels_in = [replace(p, lanes=fit_lanes(p.lanes, NARROW_LANES)) if narrow else p for p in timeline.panels]
+    # Narrow: a role's labels are abbreviated (PS, W1) only when one of them is too long to
+    # sit beside the lanes; labels that fit (GPU 1, a CJK name) stay as the spec gives them.
+    too_long = {lane.role for p in panels_in for lane in p.lanes
+                if narrow and lane.role != "gap" and 0.165 * _units(lane.label) > NARROW_LABEL_CM}
     labels = {}
     for panel in panels_in:
         for lane in panel.lanes:
-            labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (_short_label(lane) if narrow else lane.label)
+            labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (
+                _short_label(lane) if lane.role in too_long else lane.label)
     # lane labels: \footnotesize, wider than average text (capitals, digits), plus the node's padding
-    label_width = max([0.165 * len(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.15
+    label_width = max([0.165 * _units(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.15
     if target_cm is None:
         width_cm = WIDTH_CM
     else:
