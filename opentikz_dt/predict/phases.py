@@ -1,0 +1,61 @@
+"""Per-phase times of a run directory (measured or predicted), from its trace.
+
+A phase is (role, span name): `worker forward`, `server update`, `stage recv`, ...
+Its time is the mean over steady steps (the first step left out, as the metrics do)
+and over the ranks that have it, of the span time per rank and step.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+ROLE_OF_ID = {"w": "worker", "p": "server"}
+
+
+def role_of(run, rank: int) -> str:
+    ident = run.trace.ids.get(rank, "")
+    if run.spec.strategy.kind == "pipeline":
+        return "stage"
+    if ident.startswith("ps"):
+        return "storage" if run.spec.strategy.kind == "central-storage" else "server"
+    return "worker"
+
+
+def phase_times(run) -> dict:
+    """{(role, name): mean µs per rank and steady step}."""
+    trace = run.trace
+    steps = trace.steps
+    if not steps:
+        return {}
+    first = steps[0]
+    total: dict = defaultdict(float)
+    seen: dict = defaultdict(set)
+    for e in trace.events:
+        step = e["args"]["step"]
+        if step == first:
+            continue
+        key = (role_of(run, e["pid"]), e["name"])
+        total[key] += e["dur"]
+        seen[key].add((e["pid"], step))
+    ranks: dict = defaultdict(set)
+    step_set: dict = defaultdict(set)
+    for key, pairs in seen.items():
+        for rank, step in pairs:
+            ranks[key].add(rank)
+            step_set[key].add(step)
+    return {key: total[key] / (len(ranks[key]) * len(step_set[key])) for key in total}
+
+
+def step_gaps(run, role: str = "worker") -> list:
+    """Untraced time between a rank's consecutive steps (µs): the per-step overhead."""
+    ext = run.trace.extents
+    out = []
+    for rank in run.trace.ranks:
+        if role_of(run, rank) != role:
+            continue
+        steps = sorted(s for r, s in ext if r == rank)
+        for a, b in zip(steps, steps[1:]):
+            if b == a + 1 and a != steps[0]:
+                out.append(max(0.0, ext[(rank, b)][0] - ext[(rank, a)][1]))
+    return out
