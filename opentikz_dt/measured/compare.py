@@ -79,7 +79,8 @@ def summarize(run: Run, target: float | None) -> Summary:
     sent = sum(b["sent"] for b in m["bytes"].values())
     stale = [v for v in m["staleness"] if math.isfinite(v)]
     times = list(m["step_time_s"].values())
-    return Summary(run.name, strategy_name(run.spec), m["samples_per_s"],
+    name = f"{run.name} (predicted)" if run.info.get("predicted") is not None else run.name
+    return Summary(name, strategy_name(run.spec), m["samples_per_s"],
                    statistics.fmean(times) * 1000 if times else None, time_to_loss(m, target), sent / steps,
                    statistics.fmean(stale) if stale else None, max(stale) if stale else None, run.failed)
 

@@ -310,13 +310,14 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
         lanes, drawn, count, aggregated, budget = _exact_lanes(spec, trace, window, rows, max_boxes, pipeline,
                                                                asynchronous)
     bubble = _bubble(spec, trace, window)
+    seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
     panel_note = ""
     if bubble is not None:
-        panel_note = f"bubble {bubble.measured:.2f} measured, {bubble.theory:.2f} in theory"
-    title = f"measured: {_title(spec)}, {window.label}"
+        panel_note = f"bubble {bubble.measured:.2f} {seen}, {bubble.theory:.2f} in theory"
+    title = f"{seen}: {_title(spec)}, {window.label}"
     notes = []
     if bubble is not None:
-        notes.append(f"measured bubble {bubble.measured:.3f} (run mean {bubble.run_mean:.3f}) vs (p-1)/(m+p-1) = "
+        notes.append(f"{seen} bubble {bubble.measured:.3f} (run mean {bubble.run_mean:.3f}) vs (p-1)/(m+p-1) = "
                      f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.3f}")
     if aggregated:
         notes.append(f"{count:,} spans aggregated: where a lane has more than {budget:,}, "

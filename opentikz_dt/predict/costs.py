@@ -55,12 +55,33 @@ class Costs:
                 alpha = latency_s
             self.comm[kind] = (alpha * 1e6, beta * 1e6)
         self.rng = jitter
+        noise = d.get("noise") or {}
+        self.ratios = [float(r) for r in noise.get("compute_ratios", []) if r > 0]
+        self.overheads = [1e6 * float(v) for v in noise.get("overhead_s", []) if v >= 0]
+        self.draw = None
+        if self.rng is None and (self.ratios or self.overheads):
+            import random
+
+            self.draw = random.Random(0)  # seeded: a prediction is reproducible
 
     # ------------------------------------------------------------ noise (synthetic runs only)
     def noisy(self, us: float, step: int) -> float:
-        if self.rng is None:
-            return us
-        return us * (4.0 if step == 0 else 1.0) * self.rng.uniform(0.85, 1.25)
+        """A duration as one step sees it: synthetic jitter, or a draw from the calibrated
+        spread (on shared cores a step is sometimes preempted; sync strategies pay the
+        slowest worker's draw, so the spread matters, not only the mean)."""
+        if self.rng is not None:
+            return us * (4.0 if step == 0 else 1.0) * self.rng.uniform(0.85, 1.25)
+        if self.ratios:
+            return us * self.ratios[self.draw.randrange(len(self.ratios))]
+        return us
+
+    def overhead(self, step: int) -> float:
+        """Untraced time before a step (Python, batch gathering, preemption); none before step 0."""
+        if step == 0:
+            return 0.0
+        if self.overheads and self.draw is not None:
+            return self.overheads[self.draw.randrange(len(self.overheads))]
+        return self.noisy(self.overhead_us, step) if self.rng is not None else self.overhead_us
 
     # ------------------------------------------------------------ compute
     def share(self, active: int) -> float:

@@ -22,7 +22,7 @@ from ..shards import shard_assignment, tensor_sizes
 from .blocks import model_blocks, model_signature, stage_bounds
 from .calibration import FORMAT, Calibration, machine_info
 from .costs import illustrative_calibration
-from .phases import phase_times, role_of, step_gaps
+from .phases import compute_ratios, phase_times, role_of, untraced
 
 DEFAULT_BETA = 1 / 2.4e9  # s/byte: gloo over loopback on this kind of machine (RUNNER_NOTES: 10 MB at 2.4 GB/s)
 
@@ -126,15 +126,26 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         shard_params = params / max(1, spec.topology.servers.count)
         rest = update / 1e6 - optimizer[1] * shard_params
         add = max(0.0, rest / (shard_params * (grads if kind != "central-storage" else 1)))
-    gaps = step_gaps(run, role)
-    overhead = statistics.median(gaps) / 1e6 if gaps else 0.0
+    gaps = untraced(run, role)
+    overhead = statistics.fmean(gaps) / 1e6 if gaps else 0.0
+    ratios = compute_ratios(run, role)
     data = {"dtgen_calibration": FORMAT, "source": f"run {run.path}", "machine": machine_info(),
             "model": model_signature(spec), "ranks": len(run.trace.ids), "cores_effective": cores,
             "compute": {"blocks": [{"name": b.name, "forward": [0.0, fwd_us[i] / 1e6 / share],
                                     "backward": [0.0, bwd_us[i] / 1e6 / share]} for i, b in enumerate(blocks)],
                         "optimizer": optimizer, "add_per_param_s": add, "step_overhead_s": overhead},
-            "comm": comm}
+            "comm": comm,
+            "noise": {"compute_ratios": _thin([round(r, 4) for r in ratios]),
+                      "overhead_s": _thin([round(g / 1e6, 7) for g in gaps])}}
     return Calibration(data, f"{run.path}")
+
+
+def _thin(values: list, keep: int = 400) -> list:
+    """At most `keep` values, evenly picked from the sorted list (the distribution stays)."""
+    values = sorted(values)
+    if len(values) <= keep:
+        return values
+    return [values[int(i * len(values) / keep)] for i in range(keep)]
 
 
 def _buckets(blocks):

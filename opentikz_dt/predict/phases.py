@@ -47,15 +47,39 @@ def phase_times(run) -> dict:
     return {key: total[key] / (len(ranks[key]) * len(step_set[key])) for key in total}
 
 
-def step_gaps(run, role: str = "worker") -> list:
-    """Untraced time between a rank's consecutive steps (µs): the per-step overhead."""
+def untraced(run, role: str = "worker") -> list:
+    """Per rank of `role` and steady step: the time of the step no span covers (µs), from the
+    step's first span to the next step's first span. The per-step overhead."""
     ext = run.trace.extents
+    spans: dict = defaultdict(list)
+    for e in run.trace.events:
+        spans[(e["pid"], e["args"]["step"])].append((e["ts"], e["ts"] + e["dur"]))
     out = []
     for rank in run.trace.ranks:
         if role_of(run, rank) != role:
             continue
         steps = sorted(s for r, s in ext if r == rank)
         for a, b in zip(steps, steps[1:]):
-            if b == a + 1 and a != steps[0]:
-                out.append(max(0.0, ext[(rank, b)][0] - ext[(rank, a)][1]))
+            if b != a + 1 or a == steps[0]:
+                continue
+            covered, end = 0.0, float("-inf")
+            for t0, t1 in sorted(spans[(rank, a)]):
+                t1 = min(t1, ext[(rank, b)][0])
+                if t1 > max(t0, end):
+                    covered += t1 - max(t0, end)
+                end = max(end, t1)
+            out.append(max(0.0, ext[(rank, b)][0] - ext[(rank, a)][0] - covered))
     return out
+
+
+def compute_ratios(run, role: str = "worker") -> list:
+    """Each steady (rank, step)'s forward + backward time over the mean: the spread of compute."""
+    first = run.trace.steps[0] if run.trace.steps else 0
+    per: dict = defaultdict(float)
+    for e in run.trace.events:
+        if e["name"] in ("forward", "backward") and e["args"]["step"] != first and role_of(run, e["pid"]) == role:
+            per[(e["pid"], e["args"]["step"])] += e["dur"]
+    if not per:
+        return []
+    mean = sum(per.values()) / len(per)
+    return [v / mean for v in per.values()] if mean > 0 else []

@@ -37,7 +37,7 @@ def _buckets(blocks) -> list[tuple[int, int]]:
 
 
 def _start(sim, k: int, step: int, free: list) -> float:
-    return free[k] + (sim.costs.overhead_us if step else 0.0)
+    return free[k] + sim.costs.overhead(step)
 
 
 def _optimizer(sim, k, step, t) -> float:
@@ -200,6 +200,6 @@ def single(sim, steps: int) -> None:
     batch = sim.spec.training.batch_size
     t = 0.0
     for step in range(steps):
-        start = t + (sim.costs.overhead_us if step else 0.0)
+        start = t + sim.costs.overhead(step)
         t = _optimizer(sim, 0, step, _compute(sim, 0, step, start, batch, 1))
         rec.step(sim.ids[0], step, start, t)

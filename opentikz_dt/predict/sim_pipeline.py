@@ -37,7 +37,7 @@ def pipeline(sim, steps: int) -> None:
     stage_tensors = [sum(b.tensors for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
     free_at = [0.0] * p
     for step in range(steps):
-        start = [free_at[s] + (c.overhead_us if step else 0.0) for s in range(p)]
+        start = [free_at[s] + c.overhead(step) for s in range(p)]
         free, pos, end = list(start), [0] * p, {}
         fwd = [c.noisy(c.forward(rows, bounds[s], bounds[s + 1], active=p), step) * sim.slow[s] for s in range(p)]
         bwd = [c.noisy(c.backward(rows, bounds[s], bounds[s + 1], active=p), step) * sim.slow[s] for s in range(p)]

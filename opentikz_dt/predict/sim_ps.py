@@ -49,7 +49,7 @@ def ps_sync(sim, steps: int) -> None:
     for step in range(steps):
         ready = []
         for k in range(n):
-            t0 = push_end[k] + (c.overhead_us if step else 0.0)
+            t0 = push_end[k]
             arrive = t0
             for j, (sid, params, tensors, nbytes) in enumerate(shards):
                 arrive = max(arrive, sent[j] + c.noisy(c.p2p(nbytes) + k * c.p2p_bytes(nbytes), step))
@@ -57,7 +57,8 @@ def ps_sync(sim, steps: int) -> None:
             if s > push_end[k]:
                 rec.span(k, "wait", 1, push_end[k], s, step)
             rec.span(k, "fetch", 1, s, arrive, step, version=step)
-            ready.append((_compute(sim, k, step, arrive, batch, n), k, t0))
+            # the untraced part of a step (unpacking, batch gathering, preemption) follows the fetch
+            ready.append((_compute(sim, k, step, arrive + c.overhead(step), batch, n), k, t0))
         ready.sort()
         rx_free = [0.0] * len(shards)
         landed = [0.0] * len(shards)
@@ -96,7 +97,7 @@ def ps_async(sim, steps: int) -> None:
     heap = []
 
     def start_step(k: int, step: int, push_end: float, sent: list) -> None:
-        t0 = push_end + (c.overhead_us if step else 0.0)
+        t0 = push_end
         arrive = t0
         for j, (sid, params, tensors, nbytes) in enumerate(shards):
             arrive = max(arrive, sent[j] + c.noisy(c.p2p(nbytes) + (k * c.p2p_bytes(nbytes) if step == 0 else 0),
@@ -105,7 +106,7 @@ def ps_async(sim, steps: int) -> None:
         if s > push_end:
             rec.span(k, "wait", 1, push_end, s, step)
         rec.span(k, "fetch", 1, s, arrive, step, version=min(sent_version[j][k] for j in range(len(shards))))
-        t1 = _compute(sim, k, step, arrive, batch, n)
+        t1 = _compute(sim, k, step, arrive + c.overhead(step), batch, n)
         heapq.heappush(heap, (t1, k, step, t0))
 
     for k in range(n):
@@ -149,7 +150,7 @@ def central_storage(sim, steps: int) -> None:
     free = [0.0] * n
     storage_free = 0.0
     for step in range(steps):
-        starts = [free[k] + (c.overhead_us if step else 0.0) for k in range(n)]
+        starts = list(free)
         sent = storage_free
         done = max(starts + [sent]) + c.noisy(c.broadcast(nbytes, n + 1), step)
         rec.span(storage, "fetch", 1, sent, done, step, version=step)
@@ -157,7 +158,7 @@ def central_storage(sim, steps: int) -> None:
         for k in range(n):
             rec.span(k, "wait", 1, starts[k], sent, step)
             rec.span(k, "fetch", 1, max(sent, starts[k]), done, step, version=step)
-            ready.append(_compute(sim, k, step, done, batch, n))
+            ready.append(_compute(sim, k, step, done + c.overhead(step), batch, n))
             rec.moved(k, nbytes, nbytes)
         reduced = max(ready) + c.noisy(c.reduce(nbytes, n + 1), step)
         rec.moved(storage, n * nbytes, n * nbytes)
