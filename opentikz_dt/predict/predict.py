@@ -46,6 +46,10 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
         return spec
     if workers is not None and data["strategy"]["kind"] == "pipeline":
         data["strategy"]["stages"] = workers
+    dataset = data["training"]["dataset"]
+    if workers is not None and dataset.get("kind", "synthetic") == "synthetic":
+        # a prediction reads no data: let the synthetic set hold one global batch at any width
+        dataset["samples"] = max(int(dataset.get("samples", 1)), data["training"]["batch_size"] * workers)
     try:
         return spec_from_data(data, name=f"{spec.source} (with --set)")
     except SpecError as exc:
