@@ -72,7 +72,7 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool,
-                   width: str | None = None) -> list[Path]:
+                   width: str | None = None, calibration=None, warn=None) -> list[Path]:
     """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them."""
     from ..spec import load_spec
 
@@ -82,4 +82,11 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
 
     spec = with_width(load_spec(Path(target)), width)
     kinds = KINDS if kind == "all" else (kind,)
-    return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only)
+    timeline = None
+    if calibration is not None and "timeline" in kinds:  # a prediction instead of the illustrative schedule
+        from ..predict.expected import predicted_timeline
+
+        timeline, warnings = predicted_timeline(spec, calibration)
+        for line in warnings:
+            (warn or print)(line)
+    return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only, timeline=timeline)

@@ -84,3 +84,25 @@ def render_phase_table(rows: list[Row], measured, predicted, body_only: bool = F
     context.update(colspec=Tex("lrrr"), header=Tex(" & ".join(header)), rows=body, footnote=Tex(note),
                    ncols=len(header))
     return environment().get_template("table-summary.tex.j2").render(context)
+
+
+def pair(runs: list):
+    """(measured, predicted) when the runs are one measurement and one prediction, else None."""
+    if len(runs) != 2:
+        return None
+    flags = [run.info.get("predicted") is not None for run in runs]
+    if flags.count(True) != 1:
+        return None
+    return (runs[1], runs[0]) if flags[0] else (runs[0], runs[1])
+
+
+def write_phase_comparison(measured, predicted, out_dir, formats, body_only: bool = False) -> tuple[list, str]:
+    """compare-phases (.tex and formats) and the text table; returns (paths, text)."""
+    from ..measured.export import write_outputs
+
+    rows = phase_rows(measured, predicted)
+    text = format_rows(rows, str(measured.path), str(predicted.path))
+    paths = write_outputs(render_phase_table(rows, measured, predicted), out_dir, "compare-phases", formats,
+                          body=render_phase_table(rows, measured, predicted, True) if body_only else None)
+    (out_dir / "compare-phases.txt").write_text(text + "\n", encoding="utf-8")
+    return paths + [out_dir / "compare-phases.txt"], text
