@@ -4,7 +4,8 @@ For each example: a calibration run (`dtgen run --steps 30`), a fit from its tra
 (`dtgen calibrate --from`), a probe calibration (`dtgen calibrate SPEC`, the run's
 process count), then the target run (`dtgen run --steps 60`, a fresh run, not the one
 fitted) and both predictions of it (`dtgen predict`). Prints the mean step time
-measured and predicted and the error per strategy, and the medians.
+measured and predicted and the error per strategy, and the medians. `repeat` is the
+noise floor: how far the calibration run's own step time is from the target run's.
 
     python benchmarks/bench_predict_accuracy.py [--only ps-sync,allreduce-ring] [--no-probe] [--json FILE]
 
@@ -47,7 +48,9 @@ def one(name: str, tmp: Path, probe: bool, steps: int) -> dict:
         dtgen("calibrate", spec, "-o", tmp / f"{name}-probe.json")
     dtgen("run", spec, "--out", tmp / f"{name}-run", "--steps", steps)
     row = {"strategy": name, "ranks": json.loads((tmp / f"{name}-run" / "run.json").read_text())["world_size"],
-           "measured_ms": mean_step_ms(tmp / f"{name}-run")}
+           "measured_ms": mean_step_ms(tmp / f"{name}-run"), "calibration_run_ms": mean_step_ms(tmp / f"{name}-cal")}
+    # the noise floor: how far the calibration run itself is from the target run (same spec, minutes apart)
+    row["repeat_err"] = (row["calibration_run_ms"] - row["measured_ms"]) / row["measured_ms"]
     for source in ("fit", "probe") if probe else ("fit",):
         out = tmp / f"{name}-pred-{source}"
         dtgen("predict", spec, "--calibration", tmp / f"{name}-{source}.json", "--steps", steps, "-o", out)
@@ -74,20 +77,22 @@ def main() -> None:
                 print(f"{name}: failed: {exc.stderr.decode()[-300:]}", flush=True)
                 continue
             r = rows[-1]
-            line = f"{name:24} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['fit_ms']:9.2f} {r['fit_err']:+7.0%}"
+            line = f"{name:24} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} {r['fit_ms']:9.2f} " \
+                   f"{r['fit_err']:+7.0%}"
             if probe:
                 line += f" {r['probe_ms']:9.2f} {r['probe_err']:+7.0%}"
             print(line, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    header = f"{'strategy':24} {'ranks':>5} {'run ms':>9} {'fit ms':>9} {'error':>7}" + \
+    header = f"{'strategy':24} {'ranks':>5} {'run ms':>9} {'repeat':>7} {'fit ms':>9} {'error':>7}" + \
         (f" {'probe ms':>9} {'error':>7}" if probe else "")
     print(header)
     for r in rows:
-        line = f"{r['strategy']:24} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['fit_ms']:9.2f} {r['fit_err']:+7.0%}"
+        line = f"{r['strategy']:24} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} " \
+               f"{r['fit_ms']:9.2f} {r['fit_err']:+7.0%}"
         if probe:
             line += f" {r['probe_ms']:9.2f} {r['probe_err']:+7.0%}"
         print(line)
-    for source in ("fit", "probe") if probe else ("fit",):
+    for source in ("repeat", "fit", "probe") if probe else ("repeat", "fit"):
         errs = [abs(r[f"{source}_err"]) for r in rows]
         if errs:
             print(f"{source}: median |error| {statistics.median(errs):.0%}, max {max(errs):.0%}, "

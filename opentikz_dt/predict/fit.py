@@ -120,7 +120,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     optimizer = [0.0, (opt / 1e6 / share / (params / (n if pipeline else 1))) if opt else
                  cal.data["compute"]["optimizer"][1]]
     add = cal.data["compute"]["add_per_param_s"]
-    update = phases.get(("server", "update")) or phases.get(("storage", "update"))
+    updates = _mean_durations(run, "server", "update") or _mean_durations(run, "storage", "update")
+    update = statistics.fmean(updates) if updates else None  # one update (async: several per step)
     if update:
         grads = n if (kind == "central-storage" or spec.strategy.sync == "sync") else 1
         shard_params = params / max(1, spec.topology.servers.count)
