@@ -55,6 +55,7 @@ class Costs:
                 alpha = latency_s
             self.comm[kind] = (alpha * 1e6, beta * 1e6)
         self.rng = jitter
+        self._cache: dict = {}
         noise = d.get("noise") or {}
         self.ratios = [float(r) for r in noise.get("compute_ratios", []) if r > 0]
         self.overheads = [1e6 * float(v) for v in noise.get("overhead_s", []) if v >= 0]
@@ -89,12 +90,18 @@ class Costs:
         return max(1.0, active / self.cores)
 
     def forward(self, samples: float, lo: int = 0, hi: int | None = None, active: int = 1) -> float:
-        hi = len(self.fwd_fit) if hi is None else hi
-        return self.share(active) * 1e6 * sum(c0 + c1 * samples for c0, c1 in self.fwd_fit[lo:hi])
+        return self._blocks(self.fwd_fit, samples, lo, hi, active)
 
     def backward(self, samples: float, lo: int = 0, hi: int | None = None, active: int = 1) -> float:
-        hi = len(self.bwd_fit) if hi is None else hi
-        return self.share(active) * 1e6 * sum(c0 + c1 * samples for c0, c1 in self.bwd_fit[lo:hi])
+        return self._blocks(self.bwd_fit, samples, lo, hi, active)
+
+    def _blocks(self, fits, samples, lo, hi, active) -> float:
+        key = (id(fits), samples, lo, hi, active)  # asked once per rank and step: cache
+        value = self._cache.get(key)
+        if value is None:
+            hi = len(fits) if hi is None else hi
+            value = self._cache[key] = self.share(active) * 1e6 * sum(c0 + c1 * samples for c0, c1 in fits[lo:hi])
+        return value
 
     def optimizer(self, params: int, tensors: int, active: int = 1) -> float:
         c0, c1 = self.opt_fit

@@ -42,47 +42,51 @@ def ps_sync(sim, steps: int) -> None:
     spec, c, rec = sim.spec, sim.costs, sim.rec
     n = spec.topology.workers.count
     shards = _shards(spec, sim.blocks)
+    names = [sid for sid, *_ in shards]
+    msg = [c.p2p(nbytes) for *_, nbytes in shards]          # one message to or from a shard
+    queued = [c.p2p_bytes(nbytes) for *_, nbytes in shards]  # one more message ahead on the shard's link
+    total = sum(nbytes for *_, nbytes in shards)
     batch = spec.training.batch_size
     sent = [0.0] * len(shards)          # when each shard sent the weights of this step
     server_free = [0.0] * len(shards)
     push_end = [0.0] * n                # end of each worker's last push (fetch posted there)
     for step in range(steps):
         ready = []
+        last_sent = max(sent)
         for k in range(n):
-            t0 = push_end[k]
-            arrive = t0
-            for j, (sid, params, tensors, nbytes) in enumerate(shards):
-                arrive = max(arrive, sent[j] + c.noisy(c.p2p(nbytes) + k * c.p2p_bytes(nbytes), step))
-            s = max(min(max(sent), arrive), push_end[k])
-            if s > push_end[k]:
-                rec.span(k, "wait", 1, push_end[k], s, step)
+            t0 = arrive = push_end[k]
+            for j in range(len(shards)):
+                arrive = max(arrive, sent[j] + c.noisy(msg[j] + k * queued[j], step))
+            s = max(min(last_sent, arrive), t0)
+            if s > t0:
+                rec.span(k, "wait", 1, t0, s, step)
             rec.span(k, "fetch", 1, s, arrive, step, version=step)
             # the untraced part of a step (unpacking, batch gathering, preemption) follows the fetch
             ready.append((_compute(sim, k, step, arrive + c.overhead(step), batch, n), k, t0))
         ready.sort()
         rx_free = [0.0] * len(shards)
-        landed = [0.0] * len(shards)
         for t1, k, t0 in ready:
             end = t1
-            for j, (sid, params, tensors, nbytes) in enumerate(shards):
-                rx_free[j] = max(t1 + c.noisy(c.p2p(nbytes), step), rx_free[j] + c.p2p_bytes(nbytes))
-                landed[j] = max(landed[j], rx_free[j])
-                end = max(end, rx_free[j])
-                rec.send(k, sim.n_workers + j, nbytes)
-                rec.send(sim.n_workers + j, k, nbytes)
-            rec.span(k, "push", 1, t1, end, step, shards=[s[0] for s in shards])
             for j in range(len(shards)):
-                rec.flow(k, "s", rec.flow_id(k, step, n + j), 1, max(t1, end - 1))
+                rx_free[j] = max(t1 + c.noisy(msg[j], step), rx_free[j] + queued[j])
+                end = max(end, rx_free[j])
+            rec.span(k, "push", 1, t1, end, step, shards=names)
+            rec.moved(k, total, total)
+            if rec.record:
+                for j in range(len(shards)):
+                    rec.flow(k, "s", rec.flow_id(k, step, n + j), 1, max(t1, end - 1))
             push_end[k] = end
             rec.step(sim.ids[k], step, t0, end)
         for j, (sid, params, tensors, nbytes) in enumerate(shards):
             ps = n + j
-            start = max(landed[j], server_free[j])
+            rec.moved(ps, n * nbytes, n * nbytes)
+            start = max(rx_free[j], server_free[j])
             rec.span(ps, "wait", 1, server_free[j], start, step)
             u = c.noisy(c.update(params, tensors, n), step)
             rec.span(ps, "update", 0, start, start + u, step, worker="all", version=step + 1, staleness=0)
-            for k in range(n):
-                rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, start + 1)
+            if rec.record:
+                for k in range(n):
+                    rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, start + 1)
             server_free[j] = sent[j] = start + u
 
 
@@ -123,7 +127,8 @@ def ps_async(sim, steps: int) -> None:
             version[j] += 1
             u = c.noisy(c.update(params, tensors, 1), step)
             rec.span(ps, "update", 0, begin, begin + u, step, worker=sim.ids[k], version=version[j], staleness=stale)
-            rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, begin + 1)
+            if rec.record:
+                rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, begin + 1)
             rec.result.staleness.append(stale)
             server_free[j] = begin + u
             sent_version[j][k] = version[j]
@@ -133,7 +138,8 @@ def ps_async(sim, steps: int) -> None:
             rec.send(ps, k, nbytes)
         rec.span(k, "push", 1, t1, end, step, shards=[s[0] for s in shards])
         for j in range(len(shards)):
-            rec.flow(k, "s", rec.flow_id(k, step, n + j), 1, max(t1, end - 1))
+            if rec.record:
+                rec.flow(k, "s", rec.flow_id(k, step, n + j), 1, max(t1, end - 1))
         rec.step(sim.ids[k], step, t0, end)
         if step + 1 < steps:
             start_step(k, step + 1, end, sent)
@@ -165,8 +171,10 @@ def central_storage(sim, steps: int) -> None:
         rec.span(storage, "wait", 1, done, reduced, step)
         for k in range(n):
             rec.span(k, "push", 1, ready[k], reduced, step)
-            rec.flow(k, "s", rec.flow_id(k, step, storage), 1, reduced - 1)
-            rec.flow(storage, "f", rec.flow_id(k, step, storage), 0, reduced + 1)
+            if rec.record:
+                rec.flow(k, "s", rec.flow_id(k, step, storage), 1, reduced - 1)
+            if rec.record:
+                rec.flow(storage, "f", rec.flow_id(k, step, storage), 0, reduced + 1)
             rec.step(sim.ids[k], step, starts[k], reduced)
             free[k] = reduced
         u = c.noisy(c.update(params, tensors, 1), step)
