@@ -64,55 +64,65 @@ def _fit(points) -> tuple[float, float]:
     return max(my - b * mx, 0.0), b
 
 
-def _blocks(model):
-    """Callables per block (Linear, then ReLU except the last), as the model runs them."""
-    layers = list(model.layers)
-    last = len(layers) - 1
-    return [(lambda x, layer=layer, relu=(i < last): torch.relu(layer(x)) if relu else layer(x))
-            for i, layer in enumerate(layers)]
+def _units(spec, model) -> list:
+    """Callables per unit, in the order of opentikz_dt.workload (prologue, blocks, epilogue)."""
+    kind = spec.training.model_kind
+    if kind == "mlp":
+        layers = list(model.layers)
+        last = len(layers) - 1
+        return [(lambda x, layer=layer, relu=(i < last): torch.relu(layer(x)) if relu else layer(x))
+                for i, layer in enumerate(layers)]
+    if kind == "transformer":
+        return [model.embed, *model.blocks, model.head]
+    if kind == "cnn":
+        return [lambda x: torch.relu(model.stem(x)), *model.blocks, lambda h: model.head(h.mean(dim=(2, 3)))]
+    raise ValueError(f"the probe times built-in model kinds only, not {kind!r}")
 
 
 def _block_times(spec, sizes) -> list[dict]:
-    """Median forward and backward seconds of every block at each batch size."""
+    """Mean forward and backward seconds of every unit at each batch size (the last with the loss)."""
+    from .data import synthetic_arrays
     from .model import build_model, loss_fn
 
     model = build_model(spec)
-    blocks = _blocks(model)
-    widths = spec.training.layers
-    out = []
-    for i, block in enumerate(blocks):
-        entry = {"forward": [], "backward": []}
-        for rows in sizes:
-            x = torch.randn(rows, widths[i], requires_grad=True)
-            target = torch.randint(0, widths[-1], (rows,))
-            last = i == len(blocks) - 1
+    units = _units(spec, model)
+    xs, ys = synthetic_arrays(spec)
+    out = [{"forward": [], "backward": []} for _ in units]
+    for rows in sizes:
+        h, target = xs[:rows], ys[:rows]
+        for i, unit in enumerate(units):
+            x = h.detach().requires_grad_(h.is_floating_point())
+            last = i == len(units) - 1
 
-            def fwd():
-                y = block(x)
+            def fwd(unit=unit, x=x, last=last):
+                y = unit(x)
                 return loss_fn(y, target) if last else y
 
-            grad = None if last else torch.ones(rows, widths[i + 1])
-            entry["forward"].append((rows, _median_time(fwd)))
+            with torch.no_grad():
+                h = unit(x)  # the next unit's input
+            grad = None if last else torch.ones_like(h)
+            out[i]["forward"].append((rows, _median_time(fwd)))
 
-            def bwd_timed():
+            def bwd_timed(fwd=fwd, grad=grad):
                 y = fwd()
                 t0 = time.perf_counter()
                 y.backward(grad)
                 return time.perf_counter() - t0
 
             bwd_timed()
-            entry["backward"].append((rows, statistics.median(bwd_timed() for _ in range(REPS))))
-        out.append(entry)
+            times = sorted(bwd_timed() for _ in range(REPS))
+            out[i]["backward"].append((rows, statistics.fmean(times[:-1])))
     return out
 
 
 def _step_loop(spec):
     """One forward and backward of the whole model at the worker batch (the sharing probe)."""
+    from .data import synthetic_arrays
     from .model import build_model, loss_fn
 
     model = build_model(spec)
-    x = torch.randn(spec.training.batch_size, spec.training.layers[0])
-    y = torch.randint(0, spec.training.layers[-1], (spec.training.batch_size,))
+    xs, ys = synthetic_arrays(spec)
+    x, y = xs[:spec.training.batch_size], ys[:spec.training.batch_size]
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -183,9 +193,10 @@ def _collectives(world: int, sizes) -> dict:
 
 def _overhead(spec) -> float:
     """Per-step work outside the traced spans: gather the batch rows, loss.item(), a clock read."""
-    n = spec.training.dataset.get("samples", 16384)
-    x = torch.randn(n, spec.training.layers[0])
-    y = torch.randint(0, spec.training.layers[-1], (n,))
+    from .data import synthetic_arrays
+
+    x, y = synthetic_arrays(spec)
+    n = len(x)
     loss = torch.tensor(1.0)
     idx = torch.randperm(n)[:spec.training.batch_size]
 
@@ -219,7 +230,9 @@ def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path
         optimizer, add = _optimizer_times(spec) if rank == 0 else (None, None)
         dist.barrier()
         overhead = _overhead(spec)
-        model_bytes = 4 * sum(a * b + b for a, b in zip(spec.training.layers, spec.training.layers[1:]))
+        from ..predict.blocks import model_blocks
+
+        model_bytes = 4 * sum(b.params for b in model_blocks(spec))
         msg_sizes = sorted({256, 16 << 10, max(1024, model_bytes // 4), max(4096, model_bytes), 4 << 20})
         p2p = _p2p(rank, world, msg_sizes)
         coll = _collectives(world, sorted({1024, max(4096, model_bytes), 4 << 20}))
@@ -236,9 +249,11 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     from ..predict.calibration import FORMAT, Calibration, machine_info
 
     batch = spec.training.batch_size
+    from ..predict.blocks import model_blocks
+
     blocks = []
-    for i, entry in enumerate(solo):
-        blocks.append({"name": f"layers.{i}", "forward": list(_fit(entry["forward"])),
+    for unit, entry in zip(model_blocks(spec), solo):
+        blocks.append({"name": unit.name, "forward": list(_fit(entry["forward"])),
                        "backward": list(_fit(entry["backward"]))})
     shared = statistics.fmean(g["together"] for g in gathered)
     cores = max(1.0, min(float(world), world * solo_step / shared)) if shared > 0 else float(world)

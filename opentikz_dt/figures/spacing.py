@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..shards import shard_assignment
+from ..shards import shard_tensors
+from ..texsafe import is_cjk
 from .model import elide
 
 # Icon node sizes (cm, width x height) as drawn: the picture plus the node's 1pt inner sep.
@@ -69,7 +70,8 @@ def text_cm(label: str) -> float:
         return len(shown if spaces else shown.replace(" ", ""))
 
     math = "".join(_MATH.findall(label))
-    return CHAR_CM * visible(_MATH.sub("", label)) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD
+    wide = sum(1 for ch in label if is_cjk(ch))  # a Chinese or Japanese glyph is a full em: two characters
+    return CHAR_CM * (visible(_MATH.sub("", label)) + wide) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD
 
 
 def effective_spacing(spec, kind: str) -> Spacing:
@@ -128,7 +130,7 @@ def _parameter_server(s: _Sizes) -> tuple[float, float]:
         server_half = max(s.server_w, text_cm(servers.label)) / 2
         box_top = 1.3 / 2 + LABEL_H  # the server icon, and its label below (the same by symmetry)
     else:  # shard boxes (label over tensors, \scriptsize) in the padded group box, its label above
-        tensors = max(len(names) for names in shard_assignment(s.spec).values())
+        tensors = max(len(names) for names in shard_tensors(s.spec).values())
         shard = max(0.9 * text_cm(servers.label_of(f"ps{servers.count}")), 0.45 * min(tensors, 6)) + 0.35
         server_half = max(PSBOX_W + 0.1, shard) / 2 + HOST_PAD
         box_top = 1.25 * (len(elide(servers.count, 4)) - 1) / 2 + 0.5 + HOST_PAD + LABEL_H

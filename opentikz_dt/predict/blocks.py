@@ -1,14 +1,19 @@
-"""The model as the predictor sees it: blocks with parameters, FLOPs and activation sizes.
+"""The model as the predictor sees it: units with parameters, FLOPs and activation sizes.
 
-One block is the unit the calibration times (forward and backward) and the pipeline
-splits over stages. Everything else (gradient bytes, shard sizes, activation bytes
-between stages) follows from this table, so a new model kind only needs a new table.
+A unit is what the calibration times (forward and backward) and what a pipeline stage
+holds: the workload's prologue (embedding, stem), its blocks and its epilogue (head),
+from opentikz_dt.workload, the same description the runner builds and the figures draw,
+so every built-in model kind (mlp, transformer, cnn) is predicted from one table.
+Gradient bytes, shard sizes and stage boundaries follow from it.
 Must not import torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..errors import DtgenError
+from ..workload import model_section, workload_of
 
 
 @dataclass(frozen=True)
@@ -17,28 +22,42 @@ class Block:
     params: int            # parameter elements (float32: 4 bytes each)
     tensors: int           # parameter tensors (the optimizer pays a fixed cost per tensor)
     flops: float           # forward FLOPs per sample (backward is about twice)
-    out_elems: int         # activation elements per sample leaving the block (pipeline sends)
+
+
+def _workload(spec):
+    workload = workload_of(spec)
+    if workload is None:
+        raise DtgenError(f"{spec.source}: training.model kind 'python' is only known once imported; "
+                         "predictions need a built-in model kind (mlp, transformer, cnn)")
+    return workload
 
 
 def model_blocks(spec) -> list[Block]:
-    """The blocks of the spec's model, in forward order (the MLP: one Linear(+ReLU) each)."""
-    widths = [int(w) for w in spec.training.layers]
-    return [Block(f"layers.{i}", a * b + b, 2, 2.0 * a * b, b) for i, (a, b) in enumerate(zip(widths, widths[1:]))]
+    """The units of the spec's model, in forward order."""
+    return [Block(u.name, u.params, len(u.tensors), u.flops) for u in _workload(spec).units]
 
 
 def model_signature(spec) -> dict:
     """What a calibration must match to be reused: the model and the per-worker batch."""
-    return {"layers": [int(w) for w in spec.training.layers], "batch_size": spec.training.batch_size}
+    section = {k: v for k, v in model_section(spec).items() if k != "args"}
+    return {"model": section, "batch_size": spec.training.batch_size}
 
 
-def param_bytes(blocks) -> int:
-    return 4 * sum(b.params for b in blocks)
-
-
-def stage_bounds(blocks: int, stages: int) -> list[int]:
-    """Block boundaries of a pipeline: the first `blocks mod stages` stages get one more (as the runner)."""
-    base, extra = divmod(blocks, stages)
+def stage_units(spec, stages: int) -> list[int]:
+    """Unit index boundaries of a pipeline: stage i runs units bounds[i]..bounds[i+1]-1 (the
+    runner's split: blocks spread with the first `blocks mod stages` stages one more, the
+    prologue on the first stage, the epilogue on the last)."""
+    parts = _workload(spec).stage_units(stages)
     bounds = [0]
-    for i in range(stages):
-        bounds.append(bounds[-1] + base + (1 if i < extra else 0))
+    for part in parts:
+        bounds.append(bounds[-1] + len(part))
     return bounds
+
+
+def boundary_values(spec, stages: int) -> list[int]:
+    """Activation values per sample crossing each stage boundary."""
+    return list(_workload(spec).boundary_values(stages))
+
+
+def tensor_sizes(spec) -> dict[str, int]:
+    return _workload(spec).tensor_sizes()

@@ -114,8 +114,8 @@ def check_calibration(data, where: str) -> None:
     for kind in COMM_KINDS:
         _number(data, f"comm.{kind}.alpha_s", where)
         _number(data, f"comm.{kind}.beta_s_per_byte", where)
-    if not isinstance(data.get("model"), dict) or not isinstance(data["model"].get("layers"), list):
-        raise CalibrationError(f"{where}: model.layers: missing")
+    if not isinstance(data.get("model"), dict) or not isinstance(data["model"].get("model"), dict):
+        raise CalibrationError(f"{where}: model.model: missing (the training.model the calibration was made for)")
 
 
 def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
@@ -124,9 +124,9 @@ def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
 
     warnings = []
     want, have = model_signature(spec), cal.data["model"]
-    if have.get("layers") != want["layers"] or len(cal.blocks) != len(model_blocks(spec)):
-        message = (f"{cal.path}: made for model layers {have.get('layers')}, but {spec.name} has {want['layers']}; "
-                   f"calibrate this spec (dtgen calibrate SPEC)")
+    if have.get("model") != want["model"] or len(cal.blocks) != len(model_blocks(spec)):
+        message = (f"{cal.path}: made for model {_describe(have.get('model'))}, but {spec.name} has "
+                   f"{_describe(want['model'])}; calibrate this spec (dtgen calibrate SPEC)")
         if strict:
             raise CalibrationError(message)
         warnings.append(message)
@@ -139,6 +139,12 @@ def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
         warnings.append(f"{cal.path}: calibrated on another machine ({', '.join(diffs)}): "
                         "predictions describe that machine")
     return warnings
+
+
+def _describe(model) -> str:
+    if not isinstance(model, dict):
+        return "(unknown)"
+    return " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(model.items()))
 
 
 def load_calibration(path: str | Path, spec=None, strict: bool = True) -> Calibration:

@@ -18,8 +18,8 @@ import statistics
 
 from ..errors import DtgenError
 from ..measured.run import load_run
-from ..shards import shard_assignment, tensor_sizes
-from .blocks import model_blocks, model_signature, stage_bounds
+from ..shards import shard_assignment
+from .blocks import model_blocks, model_signature, stage_units, tensor_sizes
 from .calibration import FORMAT, Calibration, machine_info
 from .costs import illustrative_calibration
 from .phases import compute_ratios, phase_times, role_of, untraced
@@ -64,7 +64,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     bwd_us = [0.0] * len(blocks)
     if pipeline:  # per microbatch and stage: split each stage's time over its blocks by FLOPs
         rows = batch / spec.strategy.microbatches
-        bounds = stage_bounds(len(blocks), n)
+        bounds = stage_units(spec, n)
         for s in range(n):
             lo, hi = bounds[s], bounds[s + 1]
             part = sum(flops[lo:hi]) or 1.0
@@ -92,7 +92,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     tensors = sum(b.tensors for b in blocks)
     seen_alpha = None
     if kind == "parameter-server":
-        sizes = tensor_sizes(spec.training.layers)
+        sizes = tensor_sizes(spec)
         shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names) for names in shard_assignment(spec).values())
         seen_alpha = _alpha(_mean_durations(run, "worker", "fetch") + _mean_durations(run, "worker", "push"),
                             shard_bytes, beta)

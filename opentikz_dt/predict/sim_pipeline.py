@@ -10,7 +10,7 @@ Must not import torch.
 from __future__ import annotations
 
 from ..errors import DtgenError
-from .blocks import stage_bounds
+from .blocks import boundary_values, stage_units
 
 SEND_US = 15.0  # posting a send (measured on the runner's traces: tens of µs)
 
@@ -29,10 +29,10 @@ def schedule(kind: str, stage: int, stages: int, micro: int) -> list[tuple[str, 
 def pipeline(sim, steps: int) -> None:
     spec, c, rec = sim.spec, sim.costs, sim.rec
     p, m = sim.n_workers, spec.strategy.microbatches
-    bounds = stage_bounds(len(sim.blocks), p)
+    bounds = stage_units(spec, p)
     rows = spec.training.batch_size / m
     orders = [schedule(spec.strategy.schedule, s, p, m) for s in range(p)]
-    out_bytes = [4 * rows * sim.blocks[bounds[s + 1] - 1].out_elems for s in range(p)]
+    out_bytes = [4 * rows * v for v in boundary_values(spec, p)] + [0.0]
     stage_params = [sum(b.params for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
     stage_tensors = [sum(b.tensors for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
     free_at = [0.0] * p

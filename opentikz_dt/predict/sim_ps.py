@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import heapq
 
-from ..shards import shard_assignment, tensor_sizes
-from .engine import Recorder
+from ..shards import shard_assignment
+from .blocks import tensor_sizes
 
 
 def _shards(spec, blocks):
-    sizes = tensor_sizes(spec.training.layers)
+    sizes = tensor_sizes(spec)
     out = []
     for sid, names in shard_assignment(spec).items():
         params = sum(sizes[n] for n in names)
