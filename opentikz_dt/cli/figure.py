@@ -33,13 +33,8 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
     else:
         from ..figures.write import figure_command
 
-<<<<<<< HEAD
-        paths = figure_command(spec, out_dir, kind, formats, body_only, width=width, calibration=calibration,
-                               warn=lambda line: click.echo(f"dtgen: warning: {line}", err=True))
-=======
         paths = figure_command(spec, out_dir, kind, formats, body_only, width=width,
-                               notify=lambda line: click.echo(line, err=True))
->>>>>>> main
+                               notify=lambda line: click.echo(line, err=True), calibration=calibration)
     for path in paths:
         click.echo(f"wrote {path}")
 
