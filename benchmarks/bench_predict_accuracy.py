@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ["ps-sync", "ps-async", "ps-sharded", "central-storage", "allreduce-native", "allreduce-ring",
-            "allreduce-tree", "allreduce-hierarchical", "gossip", "pipeline-gpipe", "pipeline-1f1b"]
+            "allreduce-tree", "allreduce-hierarchical", "gossip", "pipeline-gpipe", "pipeline-1f1b",
+            "transformer-ring", "transformer-pipeline"]
 
 
 def dtgen(*args) -> None:

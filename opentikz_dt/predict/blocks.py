@@ -61,3 +61,8 @@ def boundary_values(spec, stages: int) -> list[int]:
 
 def tensor_sizes(spec) -> dict[str, int]:
     return _workload(spec).tensor_sizes()
+
+
+def tied_names(spec) -> tuple:
+    """Tensors the first and last pipeline stage both hold (their gradients are summed)."""
+    return tuple(_workload(spec).tied)

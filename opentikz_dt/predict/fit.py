@@ -56,7 +56,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     phases = phase_times(run)
     pipeline = kind == "pipeline"
     role = "stage" if pipeline else "worker"
-    active = n
+    # as the simulator: pipeline stages compute at once only outside the bubble
+    active = max(1.0, n * spec.strategy.microbatches / (spec.strategy.microbatches + n - 1)) if pipeline else n
     share = max(1.0, active / cores)
     batch = spec.training.batch_size
     flops = [b.flops for b in blocks]

@@ -10,7 +10,7 @@ Must not import torch.
 from __future__ import annotations
 
 from ..errors import DtgenError
-from .blocks import boundary_values, stage_units
+from .blocks import boundary_values, stage_units, tensor_sizes, tied_names
 
 SEND_US = 15.0  # posting a send (measured on the runner's traces: tens of µs)
 
@@ -35,12 +35,15 @@ def pipeline(sim, steps: int) -> None:
     out_bytes = [4 * rows * v for v in boundary_values(spec, p)] + [0.0]
     stage_params = [sum(b.params for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
     stage_tensors = [sum(b.tensors for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
+    tied = 4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec)) if p > 1 else 0
+    # stages compute at once only outside the bubble: that many share the cores
+    active = max(1.0, p * m / (m + p - 1))
     free_at = [0.0] * p
     for step in range(steps):
         start = [free_at[s] + c.overhead(step) for s in range(p)]
         free, pos, end = list(start), [0] * p, {}
-        fwd = [c.noisy(c.forward(rows, bounds[s], bounds[s + 1], active=p), step) * sim.slow[s] for s in range(p)]
-        bwd = [c.noisy(c.backward(rows, bounds[s], bounds[s + 1], active=p), step) * sim.slow[s] for s in range(p)]
+        fwd = [c.noisy(c.forward(rows, bounds[s], bounds[s + 1], active=active), step) * sim.slow[s] for s in range(p)]
+        bwd = [c.noisy(c.backward(rows, bounds[s], bounds[s + 1], active=active), step) * sim.slow[s] for s in range(p)]
         left = sum(len(o) for o in orders)
         while left:
             progressed = False
@@ -76,7 +79,12 @@ def pipeline(sim, steps: int) -> None:
                 progressed = True
             if not progressed:
                 raise DtgenError(f"pipeline schedule '{spec.strategy.schedule}' deadlocked in the simulation")
+        if tied:  # the first and last stage sum their copies of the tied embedding's gradient
+            done = max(free[0], free[-1]) + c.noisy(c.allreduce(tied, 2), step)
+            for s in (0, p - 1):
+                free[s] = rec.span(s, "allreduce", 1, free[s], done, step, algorithm="native", phase="tied", chunk=0)
+                rec.moved(s, tied, tied)
         for s in range(p):
-            o = c.noisy(c.optimizer(stage_params[s], stage_tensors[s], p), step)
+            o = c.noisy(c.optimizer(stage_params[s], stage_tensors[s], active), step)
             free_at[s] = rec.span(s, "optimizer", 0, free[s], free[s] + o, step)
             rec.step(sim.ids[s], step, start[s], free_at[s])
