@@ -42,16 +42,18 @@ def _median_time(fn, reps: int = REPS) -> float:
     return statistics.fmean(times[:-1]) if len(times) > 2 else statistics.fmean(times)
 
 
-def _rate(fn, seconds: float = 0.4) -> float:
-    """Seconds per call of fn called back to back for about `seconds` (throughput, sharing included)."""
+def _rate(fn, seconds: float = 0.4) -> tuple[float, list]:
+    """(seconds per call, each call's time) of fn called back to back for about `seconds`:
+    the throughput with the cores shared, and the spread of single calls (preemptions)."""
     fn()
-    calls, t0 = 0, time.perf_counter()
+    times, t0 = [], time.perf_counter()
     while True:
+        t = time.perf_counter()
         fn()
-        calls += 1
+        times.append(time.perf_counter() - t)
         elapsed = time.perf_counter() - t0
         if elapsed >= seconds:
-            return elapsed / calls
+            return elapsed / len(times), times
 
 
 def _fit(points) -> tuple[float, float]:
@@ -224,9 +226,9 @@ def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path
             sizes = [max(1, batch // 4), batch] if batch > 1 else [1, 2]
         solo = _block_times(spec, sizes) if rank == 0 else None
         step = _step_loop(spec)
-        solo_step = _rate(step) if rank == 0 else None
+        solo_step = _rate(step)[0] if rank == 0 else None
         dist.barrier()
-        together = _rate(step)  # every rank at once, as workers compute in a run
+        together, calls = _rate(step)  # every rank at once, as workers compute in a run
         optimizer, add = _optimizer_times(spec) if rank == 0 else (None, None)
         dist.barrier()
         overhead = _overhead(spec)
@@ -237,7 +239,7 @@ def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path
         p2p = _p2p(rank, world, msg_sizes)
         coll = _collectives(world, sorted({1024, max(4096, model_bytes), 4 << 20}))
         gathered = [None] * world
-        dist.all_gather_object(gathered, {"together": together, "overhead": overhead, "p2p": p2p})
+        dist.all_gather_object(gathered, {"together": together, "calls": calls, "overhead": overhead, "p2p": p2p})
         if rank == 0:
             _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path)
     finally:
@@ -269,12 +271,17 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     for name in ("broadcast", "reduce"):
         a, b = _fit(coll[name])
         comm[name] = {"alpha_s": a / levels, "beta_s_per_byte": b / levels}
+    # how single steps spread around the mean when every rank computes at once
+    ratios = sorted(t / g["together"] for g in gathered for t in g["calls"] if g["together"] > 0)
+    if len(ratios) > 400:
+        ratios = [ratios[int(i * len(ratios) / 400)] for i in range(400)]
     data = {"dtgen_calibration": FORMAT, "source": "probe", "machine": machine_info(),
             "torch": torch.__version__, "model": model_signature(spec), "ranks": world,
             "cores_effective": round(cores, 3),
             "compute": {"blocks": blocks, "optimizer": optimizer, "add_per_param_s": add,
                         "step_overhead_s": statistics.fmean(g["overhead"] for g in gathered)},
             "comm": comm,
+            "noise": {"compute_ratios": [round(r, 4) for r in ratios]},
             "measured": {"batch": batch, "solo_step_s": solo_step, "shared_step_s": shared,
                          "p2p": pairs, "collectives": coll}}
     Calibration(data).save(out_path)

@@ -45,6 +45,8 @@ class Costs:
         self.opt_fit = tuple(d["compute"]["optimizer"])
         self.add_s = d["compute"]["add_per_param_s"]
         self.overhead_us = d["compute"]["step_overhead_s"] * 1e6
+        # after an update an async server packs and sends the weights, untraced (optional key)
+        self.server_us = float(d["compute"].get("server_overhead_s", 0.0)) * 1e6
         self.cores = 1e9 if dedicated else cal.cores
         self.comm = {}
         for kind in ("p2p", "allreduce", "broadcast", "reduce"):

@@ -22,7 +22,7 @@ from ..shards import shard_assignment
 from .blocks import model_blocks, model_signature, stage_units, tensor_sizes
 from .calibration import FORMAT, Calibration, machine_info
 from .costs import illustrative_calibration
-from .phases import compute_ratios, phase_times, role_of, untraced
+from .phases import compute_ratios, phase_times, role_of, server_gaps, untraced
 
 DEFAULT_BETA = 1 / 2.4e9  # s/byte: gloo over loopback on this kind of machine (RUNNER_NOTES: 10 MB at 2.4 GB/s)
 
@@ -128,6 +128,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         shard_params = params / max(1, spec.topology.servers.count)
         rest = update / 1e6 - optimizer[1] * shard_params
         add = max(0.0, rest / (shard_params * (grads if kind != "central-storage" else 1)))
+    after_update = server_gaps(run)
+    server_overhead = statistics.fmean(after_update) / 1e6 if after_update else 0.0
     gaps = untraced(run, role)
     overhead = statistics.fmean(gaps) / 1e6 if gaps else 0.0
     ratios = compute_ratios(run, role)
@@ -135,7 +137,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "model": model_signature(spec), "ranks": len(run.trace.ids), "cores_effective": cores,
             "compute": {"blocks": [{"name": b.name, "forward": [0.0, fwd_us[i] / 1e6 / share],
                                     "backward": [0.0, bwd_us[i] / 1e6 / share]} for i, b in enumerate(blocks)],
-                        "optimizer": optimizer, "add_per_param_s": add, "step_overhead_s": overhead},
+                        "optimizer": optimizer, "add_per_param_s": add, "step_overhead_s": overhead,
+                        "server_overhead_s": server_overhead},
             "comm": comm,
             "noise": {"compute_ratios": _thin([round(r, 4) for r in ratios]),
                       "overhead_s": _thin([round(g / 1e6, 7) for g in gaps])}}

@@ -83,3 +83,19 @@ def compute_ratios(run, role: str = "worker") -> list:
         return []
     mean = sum(per.values()) / len(per)
     return [v / mean for v in per.values()] if mean > 0 else []
+
+
+def server_gaps(run) -> list:
+    """Untraced time on servers (and central storage) after each update, before their next
+    span: packing and sending the new weights, posting receives (µs). Workers wait for it."""
+    per_rank: dict = defaultdict(list)
+    for e in run.trace.events:
+        if role_of(run, e["pid"]) in ("server", "storage"):
+            per_rank[e["pid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    out = []
+    for spans in per_rank.values():
+        spans.sort()
+        for (t0, t1, name), (n0, _, _) in zip(spans, spans[1:]):
+            if name == "update":
+                out.append(max(0.0, n0 - t1))
+    return out

@@ -130,7 +130,8 @@ def ps_async(sim, steps: int) -> None:
             if rec.record:
                 rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, begin + 1)
             rec.result.staleness.append(stale)
-            server_free[j] = begin + u
+            # an async server packs and sends this worker's reply before it takes the next push
+            server_free[j] = begin + u + c.noisy(c.server_us, step)
             sent_version[j][k] = version[j]
             sent.append(server_free[j])
             end = max(end, landed)
