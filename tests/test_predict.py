@@ -99,6 +99,25 @@ def test_every_strategy_simulates_and_writes_a_run_directory(tmp_path):
         assert set(run.metrics["step_time_s"]) == set(spec.topology.workers.ids), path
         assert all(t > 0 for t in run.metrics["step_time_s"].values()), path
         assert run.metrics["samples_per_s"] > 0, path
+        if path.stem == "transformer-pipeline":  # the tied embedding's gradient is summed by the end stages
+            tied = {e["pid"] for e in run.trace.events if e["args"].get("phase") == "tied"}
+            assert tied == {0, spec.topology.workers.count - 1}
+
+
+def test_units_follow_the_workload_for_every_model_kind():
+    from opentikz_dt.predict.blocks import model_blocks, stage_units
+    from opentikz_dt.workload import workload_of
+
+    for model in ({"kind": "transformer", "layers": 3}, {"kind": "cnn", "layers": 2}, {"kind": "mlp"}):
+        spec = spec_from_data({"strategy": {"kind": "pipeline", "microbatches": 4}, "topology": {"workers": {"count": 2}},
+                               "training": {"model": model}})
+        work = workload_of(spec)
+        units = model_blocks(spec)
+        assert [u.name for u in units] == [u.name for u in work.units]
+        assert sum(u.params for u in units) == work.params
+        assert sum(u.flops for u in units) == pytest.approx(work.flops_per_sample)
+        bounds = stage_units(spec, 2)
+        assert [len(p) for p in work.stage_units(2)] == [b - a for a, b in zip(bounds, bounds[1:])]
 
 
 def test_fit_from_a_run_predicts_it_back(tmp_path):
