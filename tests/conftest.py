@@ -96,3 +96,27 @@ def _cuda_available() -> bool:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def netcluster():
+    """Factory for emulated clusters (scripts/netcluster.sh): `netcluster(hosts, link)`.
+    Every cluster it made is torn down afterwards, also when the test failed, and the
+    test fails if any of their namespaces is left."""
+    from opentikz_dt.runner.netcluster import NetCluster, namespaces, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    made = []
+
+    def make(hosts: int, link: str = "200mbit"):
+        cluster = NetCluster(hosts, link)
+        made.append(cluster)
+        return cluster.up()
+
+    yield make
+    for cluster in made:
+        cluster.down()
+    left = [ns for cluster in made for ns in namespaces(cluster.name + "-")]
+    assert not left, f"namespaces left behind: {left}"

@@ -14,7 +14,7 @@ from opentikz_dt.figures.render import render_timeline
 from opentikz_dt.measured.plots import render_loss_plot, render_throughput_plot
 from opentikz_dt.measured.run import load_run
 from opentikz_dt.measured.timeline import measured_timeline
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 from opentikz_dt.spec import load_spec, spec_from_data
 
 pytestmark = pytest.mark.latex
