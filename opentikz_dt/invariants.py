@@ -110,6 +110,13 @@ def spec_invariants() -> list[Invariant]:
     return found
 
 
+def _distinguishable_colors(spec):
+    # Imported here: the figures package imports this module for the TeX checks.
+    from .figures.timeline_styles import check_distinguishable
+
+    yield from check_distinguishable(spec)
+
+
 def check_spec_invariants(spec) -> list[Issue]:
     issues = []
     for invariant in spec_invariants():

@@ -39,7 +39,8 @@ def pytest_sessionfinish(session, exitstatus):
     private, shared = _session["private"], _session["shared"]
     left = sorted(str(p.relative_to(private)) for p in private.iterdir()
                   if not (p.is_dir() and not any(p.iterdir()) and any(p.match(g) for g in IGNORED_IF_EMPTY)))
-    new_shared = sorted(_ours_in(shared) - _session["before"] - {private.name})
+    # Other test sessions' private folders come and go on a shared machine: not ours to report.
+    new_shared = sorted(name for name in _ours_in(shared) - _session["before"] if not name.startswith("dtgen-pytest-tmp-"))
     report = session.config.pluginmanager.get_plugin("terminalreporter")
     if new_shared and report:  # other programs on this machine may have made some: a warning
         report.write_line(f"WARNING: new entries in {shared} during the tests: {', '.join(new_shared)}", yellow=True)

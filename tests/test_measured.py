@@ -382,7 +382,7 @@ def test_many_workers_are_elided_like_the_spec_diagrams(tmp_path):
     run = load_run(write_synthetic_run(tmp_path / "r", "allreduce-ring", workers=12, steps=6))
     lanes = measured_timeline(run.spec, run.trace).timeline.panels[0].lanes
     assert [lane.id for lane in lanes] == ["w1", "w2", "w3", "more", "w12"]
-    assert lanes[3].role == "gap" and lanes[3].label == "8 more"
+    assert lanes[3].role == "gap" and lanes[3].label == "8 more workers"
 
 
 def test_cli_figure_and_compare_on_run_directories(tmp_path):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ..strategies import KINDS
+
 
 @click.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -50,7 +52,7 @@ def contract(check):
 
 @click.command()
 @click.option("--strategy", "kind", default="parameter-server", show_default=True,
-              type=click.Choice(["single", "parameter-server", "central-storage", "allreduce", "gossip", "pipeline"]))
+              type=click.Choice(KINDS))
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 def init(kind, force, path):

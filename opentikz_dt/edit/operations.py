@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 import yaml
 from ruamel.yaml.comments import CommentedSeq
 
-from ..spec import STRATEGY_TITLES
+from ..spec import default_title
+from ..strategies import BY_KIND, STRATEGIES
 from ..workload import workload_of
 from .yamldoc import YamlDoc
 
 WORKERS = ("topology", "workers")
 SERVERS = ("topology", "servers")
 STRATEGY = ("strategy",)
-MIN_WORKERS = {"allreduce": 2, "gossip": 2, "pipeline": 2}
+MIN_WORKERS = {s.kind: s.workers[0] for s in STRATEGIES}
 # Strategy keys that only one kind reads; set-strategy removes them from the others.
-KIND_KEYS = {"algorithm": "allreduce", "microbatches": "pipeline", "schedule": "pipeline",
-             "stages": "pipeline", "peers": "gossip"}
+KIND_KEYS = {key: s.kind for s in STRATEGIES for key in s.options}
 DEFAULT_WORKERS = 3
 
 
@@ -57,16 +57,12 @@ class EditContext:
         return self.data["topology"]["servers"]["count"]
 
 
-def _title(kind: str, sync: str) -> str:
-    """The title a spec without one gets (spec.resolve's rule)."""
-    return STRATEGY_TITLES[kind] + (" (asynchronous)" if sync == "async" else "")
-
-
-def _retitle(ctx: EditContext, kind: str, sync: str) -> None:
+def _retitle(ctx: EditContext, kind: str, sync: str, algorithm: str | None = None) -> None:
     # A title the user copied from the default follows the strategy; their own stays.
     old = ctx.doc.get(("title",))
-    if old is not None and old == _title(ctx.kind, ctx.data["strategy"]["sync"]):
-        ctx.doc.set(("title",), _title(kind, sync))
+    before = ctx.data["strategy"].get("algorithm", "native") if ctx.kind == "allreduce" else "native"
+    if old is not None and old == default_title(ctx.kind, ctx.data["strategy"]["sync"], before):
+        ctx.doc.set(("title",), default_title(kind, sync, algorithm or (before if kind == ctx.kind else "native")))
 
 
 def rename_node(ctx: EditContext, node: str, label: str) -> None:
@@ -160,13 +156,14 @@ def set_label(ctx: EditContext, which: str, text: str) -> None:
 
 
 def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, schedule: str | None = None) -> None:
-    for option, value, owner in (("algorithm", algorithm, "allreduce"), ("schedule", schedule, "pipeline")):
+    for option, value in (("algorithm", algorithm), ("schedule", schedule)):
+        owner = KIND_KEYS[option]
         if value is not None and kind != owner:
             raise OperationRefused(STRATEGY + (option,), f"--{option} applies to kind {owner} only, not '{kind}'")
     doc = ctx.doc
     doc.set(STRATEGY + ("kind",), kind)
     sync = ctx.data["strategy"]["sync"]
-    if kind != "parameter-server" and sync == "async":
+    if sync not in BY_KIND[kind].sync_modes:
         doc.set(STRATEGY + ("sync",), "sync")
         sync = "sync"
     for key, owner in KIND_KEYS.items():
@@ -182,7 +179,7 @@ def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, sche
         doc.set(STRATEGY + ("schedule",), schedule)
     if kind == "gossip" and ctx.data["strategy"]["peers"] >= workers:
         doc.set(STRATEGY + ("peers",), workers - 1)
-    _retitle(ctx, kind, sync)
+    _retitle(ctx, kind, sync, algorithm)
 
 
 def _fit_workers(ctx: EditContext, kind: str) -> int:
