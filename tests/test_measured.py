@@ -110,9 +110,10 @@ def test_pipeline_note_prints_measured_beside_theoretical_bubble(tmp_path):
     m = measured_timeline(run.spec, run.trace)
     assert m.bubble.theory == pytest.approx(2 / 6)
     assert 0 < m.bubble.measured < 1
-    assert f"measured bubble {m.bubble.measured:.3f}" in m.timeline.note
-    assert "(p-1)/(m+p-1) = 2/6 = 0.333" in m.timeline.note
-    assert m.timeline.panels[0].note == f"bubble {m.bubble.measured:.2f} measured, 0.33 in theory"
+    assert f"measured bubble {m.bubble.measured:.1%}" in m.timeline.note
+    assert "vs 2/6 = 33.3% for balanced stages" in m.timeline.note
+    # the same words and formula as the expected timeline's caption
+    assert m.timeline.panels[0].note == f"bubble {m.bubble.measured:.0%} measured; $(p-1)/(m+p-1)$ = 33%"
 
 
 def test_sync_server_draws_one_update_per_step_above_the_workers(tmp_path):

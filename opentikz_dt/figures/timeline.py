@@ -320,11 +320,12 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
     for panel in panels_in:
         for lane in panel.lanes:
             labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (_short_label(lane) if narrow else lane.label)
-    label_width = max([text_cm(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.1
+    # lane labels: \footnotesize, wider than average text (capitals, digits), plus the node's padding
+    label_width = max([0.165 * len(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.15
     if target_cm is None:
         width_cm = WIDTH_CM
     else:
-        width_cm = max(3.0, target_cm - BORDER_CM - label_width - 0.25)  # 0.25: the last tick label's overhang
+        width_cm = max(3.0, target_cm - BORDER_CM - label_width - 0.3)  # 0.3: the last tick label's overhang
     start, end = timeline.span()
     if not end > start:
         end = start + 1.0
@@ -340,7 +341,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
     for panel in panels_in:
         if not panel.id.isalpha():
             raise DtgenError(f"panel id {panel.id!r} must be letters only")
-        title = render_label(panel.title) + (f" \\textmd{{({escape_text(panel.note)})}}" if panel.note else "")
+        title = render_label(panel.title) + (f" \\textmd{{({render_label(panel.note)})}}" if panel.note else "")
         title_len = len(panel.title) + (len(panel.note) + 3 if panel.note else 0)
         lines = max(1, math.ceil(text_cm("x" * title_len, "small") / text_room))
         y -= 0.45 * (lines - 1)
@@ -366,7 +367,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
                 x1 = max(x1, x0 + 0.01)
                 if box.kind == "update" and timeline.widen_events:  # the event a PS figure is about: never a hairline
                     following = [(b.start_ms - start) * scale for b in drawn[index + 1:index + 2]]
-                    x1 = max(x1, min([x0 + MIN_EVENT_CM] + following))
+                    x1 = max(x1, min([x0 + MIN_EVENT_CM, width_cm] + following))
                 thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
                 y0, y1 = (y - LANE_H * 0.62, y - LANE_H * 0.38) if thin else (y - LANE_H, y)
                 text = escape_text(box.label) if box.label and not thin and _fits(box.label, x1 - x0) else ""

@@ -316,12 +316,13 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
     bubble = _bubble(spec, trace, window)
     panel_note = ""
     if bubble is not None:
-        panel_note = f"bubble {bubble.measured:.2f} measured, {bubble.theory:.2f} in theory"
+        panel_note = f"bubble {bubble.measured:.0%} measured; $(p-1)/(m+p-1)$ = {bubble.theory:.0%}"
     title = f"measured: {_title(spec)}, {window.label}"
     notes = []
     if bubble is not None:
-        notes.append(f"measured bubble {bubble.measured:.3f} (run mean {bubble.run_mean:.3f}) vs (p-1)/(m+p-1) = "
-                     f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.3f}")
+        notes.append(f"measured bubble {bubble.measured:.1%} (run mean {bubble.run_mean:.1%}) vs "
+                     f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.1%} "
+                     f"for balanced stages")
     if aggregated:
         notes.append(f"{count:,} spans aggregated: where a lane has more than {budget:,}, "
                      f"equal time bins show each kind's share of the bin")
