@@ -147,6 +147,9 @@ def _compare_bounds(param: dict, node: dict) -> list[str]:
     return problems
 
 
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "enum", "pattern", "maxLength")
+
+
 def _check_operations(operations: dict) -> list[str]:
     problems = []
     for name, operation in operations.items():
@@ -154,6 +157,24 @@ def _check_operations(operations: dict) -> list[str]:
             Draft202012Validator.check_schema(operation["args"])
         except SchemaError as exc:
             problems.append(f"operation {name}: invalid argument schema: {exc.message}")
+            continue
+        properties = operation["args"].get("properties", {})
+        # An argument that is a spec value keeps the schema's bounds (arg_paths), so the
+        # two cannot drift apart.
+        for arg, path in operation.get("arg_paths", {}).items():
+            node = _schema_node(path)
+            if node is None or arg not in properties:
+                problems.append(f"operation {name}: arg_paths {arg} -> {path}: no such argument or spec key")
+                continue
+            if "$ref" in node:
+                node = {**spec_schema()["$defs"][node["$ref"].rsplit("/", 1)[-1]], **node}
+            for key in _BOUNDS:
+                if key in node and properties[arg].get(key) != node[key]:
+                    problems.append(f"operation {name}: --{arg} {key} {properties[arg].get(key)!r} differs from "
+                                    f"{path}'s {node[key]!r}")
+        key_enum = properties.get("key", {}).get("enum")
+        if key_enum is not None and sorted(key_enum) != sorted(operation.get("writes", [])):
+            problems.append(f"operation {name}: the keys --key accepts and the keys it 'writes' differ")
     try:
         from .edit import OPERATIONS
     except ImportError:

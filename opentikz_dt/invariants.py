@@ -110,6 +110,13 @@ def spec_invariants() -> list[Invariant]:
     return found
 
 
+def _distinguishable_colors(spec):
+    # Imported here: the figures package imports this module for the TeX checks.
+    from .figures.timeline_styles import check_distinguishable
+
+    yield from check_distinguishable(spec)
+
+
 def check_spec_invariants(spec) -> list[Issue]:
     issues = []
     for invariant in spec_invariants():
@@ -118,8 +125,8 @@ def check_spec_invariants(spec) -> list[Issue]:
     return issues
 
 
-def pdf_page_width_cm(pdf: bytes) -> float:
-    """The width of a PDF's first page in cm (pdfinfo reads compressed object streams too)."""
+def pdf_page_size_cm(pdf: bytes) -> tuple[float, float]:
+    """(width, height) of a PDF's first page in cm (pdfinfo reads compressed object streams too)."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -133,7 +140,7 @@ def pdf_page_width_cm(pdf: bytes) -> float:
     match = re.search(r"^Page size:\s+([0-9.]+) x ([0-9.]+) pts", out, re.MULTILINE)
     if not match:
         raise DtgenError("pdfinfo did not report the page size of the compiled figure")
-    return float(match.group(1)) * 2.54 / 72
+    return float(match.group(1)) * 2.54 / 72, float(match.group(2)) * 2.54 / 72
 
 
 def figure_fits_width(pdf: bytes, spec) -> list[str]:
@@ -143,7 +150,7 @@ def figure_fits_width(pdf: bytes, spec) -> list[str]:
     target = target_width_cm(spec)
     if target is None:
         return []
-    width = pdf_page_width_cm(pdf)
+    width, _ = pdf_page_size_cm(pdf)
     if width > target + 0.005:  # half a tenth of a millimetre: pdfinfo rounds the page size
         return [f"the compiled figure is {width:.2f} cm wide but figure.width {spec.figure.width!r} allows "
                 f"{target:.2f} cm (reduce figure.colsep / rowsep, shorten labels, or choose a wider fit)"]

@@ -84,8 +84,8 @@ def check_workload(spec):
     if kind == "transformer" and m["d_model"] % m["heads"]:
         yield MODEL + ("heads",), f"d_model {m['d_model']} does not split into {m['heads']} heads"
     if data_kind == "text":
-        if kind not in ("transformer", "python"):
-            yield DATASET + ("kind",), f"a text dataset gives byte tokens for a transformer (or a python model), not {_a(kind)}"
+        if kind != "transformer":
+            yield DATASET + ("kind",), f"a text dataset gives byte tokens for the transformer, not {_a(kind)}"
         elif kind == "transformer" and m["vocab"] < 256:
             yield MODEL + ("vocab",), f"text is read as byte tokens (0-255): vocab must be at least 256, got {m['vocab']}"
     if data_kind == "synthetic":

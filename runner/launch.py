@@ -23,8 +23,10 @@ import yaml
 from .. import __version__
 from ..errors import RunError
 from ..spec import load_spec, spec_from_data
+from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
+from .preflight import preflight
 from .strategies import load_strategy
 
 SUBDIRS = ("logs", "trace", "metrics", "progress", "failure", "ranks", "model_parts", "checkpoints")
@@ -87,13 +89,19 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         raise RunError(f"{world} ranks do not split evenly over {nnodes} nodes")
     if nnodes > 1 and not rdzv_endpoint:
         raise RunError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
-    run_dir = prepare_run_dir(spec, out, force, node_rank)
+    spec_dir = str(Path(spec_path).resolve().parent)
     dataset_path = None
-    if spec.training.dataset.get("kind") == "file":
-        dataset_path = str((Path(spec_path).resolve().parent / spec.training.dataset["path"]).resolve())
+    if spec.training.dataset.get("kind") in ("file", "text"):
+        dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
+    placement = placement_for(spec, world // nnodes)
+    echo(f"dtgen run: {placement.reason}")
+    # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
+    model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
+    run_dir = prepare_run_dir(spec, out, force, node_rank)
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
-    launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path)}
+    launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),
+              "spec_dir": spec_dir}
     (run_dir / "launch.json").write_text(json.dumps(launch), encoding="utf-8")
     start = _now_iso()
     monitor = Monitor(run_dir, spec, roles, echo=echo if progress else None)
@@ -110,7 +118,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
                        "message": "interrupted: every rank was stopped"}
         finally:
             monitor.stop()
-    return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo)
+    return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info)
 
 
 class _Failed(Exception):
@@ -176,7 +184,7 @@ def _runs_rank0(run_dir) -> bool:
     return info.get("host") == socket.gethostname()
 
 
-def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> RunResult:
+def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info=None) -> RunResult:
     import torch
 
     # c10d rendezvous (as torchrun) orders nodes by arrival, not by --node-rank: the node
@@ -197,7 +205,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> Ru
     metrics = merge_metrics(run_dir, roles, spec.training.steps)
     if not ended_early:
         try:
-            merge_model(run_dir, spec.training.param_tensors)
+            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors)
         except ValueError as exc:
             failure = {"rank": None, "role": None, "id": None, "exit_code": None, "log": None, "message": str(exc)}
     ranks = []
@@ -214,7 +222,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> Ru
            "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
            "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
-           "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info}
+           "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
+           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")

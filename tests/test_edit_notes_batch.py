@@ -139,3 +139,32 @@ def test_set_size_is_checked_against_the_compiled_width(tmp_path):
                for i in result.issues), result.issues
     assert edit_file(path, "set-size", {"fit": "page"}).written
     assert load_spec(path).figure.width == "page"
+
+
+def _no_orange_gradients(spec):  # a spec invariant registered by the test below
+    if spec.figure.colors["grad"] == "otorange":
+        yield ("figure", "colors", "grad"), "gradients may not be orange here"
+
+
+def _no_batch_label(tex):  # a TeX invariant registered by the test below
+    return ["the batch label is drawn"] if "\\batchlabel}" in tex.split("\\begin{tikzpicture}", 1)[-1] else []
+
+
+def test_an_invariant_is_one_line_in_meta_json_and_one_entry_in_the_exec_file(tmp_path, monkeypatch):
+    import opentikz_dt.contract as contract
+    from opentikz_dt.resources import contract_exec, contract_meta
+
+    meta, executable = copy.deepcopy(contract_meta()), copy.deepcopy(contract_exec())
+    meta["edit_contract"]["invariants"] += ["no-orange-gradients: test only", "no-batch-label: test only"]
+    executable["invariants"]["no-orange-gradients"] = {"applies_to": "spec", "check": f"{__name__}:_no_orange_gradients"}
+    executable["invariants"]["no-batch-label"] = {"applies_to": "tex", "check": f"{__name__}:_no_batch_label"}
+    monkeypatch.setattr(contract, "contract_meta", lambda: meta)
+    monkeypatch.setattr(contract, "contract_exec", lambda: executable)
+    assert not [p for p in contract.check_contract() if "invariant" in p]
+    path = example(tmp_path, "ps-sync.yaml")
+    with pytest.raises(EditRefusal) as refused:
+        edit_file(path, "recolor", {"flow": "grad", "color": "otorange"}, compile=False)
+    assert refused.value.result.invariant == "no-orange-gradients"
+    with pytest.raises(EditRefusal) as refused:
+        edit_file(path, "set-label", {"which": "batch", "text": "shard"}, compile=False)
+    assert refused.value.result.invariant == "no-batch-label"

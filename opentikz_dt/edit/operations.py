@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import yaml
 from ruamel.yaml.comments import CommentedSeq
 
-from ..spec import STRATEGY_TITLES
+from ..spec import default_title
 from ..strategies import BY_KIND, STRATEGIES
 from ..workload import workload_of
 from .yamldoc import YamlDoc
@@ -57,16 +57,12 @@ class EditContext:
         return self.data["topology"]["servers"]["count"]
 
 
-def _title(kind: str, sync: str) -> str:
-    """The title a spec without one gets (spec.resolve's rule)."""
-    return STRATEGY_TITLES[kind] + (" (asynchronous)" if sync == "async" else "")
-
-
-def _retitle(ctx: EditContext, kind: str, sync: str) -> None:
+def _retitle(ctx: EditContext, kind: str, sync: str, algorithm: str | None = None) -> None:
     # A title the user copied from the default follows the strategy; their own stays.
     old = ctx.doc.get(("title",))
-    if old is not None and old == _title(ctx.kind, ctx.data["strategy"]["sync"]):
-        ctx.doc.set(("title",), _title(kind, sync))
+    before = ctx.data["strategy"].get("algorithm", "native") if ctx.kind == "allreduce" else "native"
+    if old is not None and old == default_title(ctx.kind, ctx.data["strategy"]["sync"], before):
+        ctx.doc.set(("title",), default_title(kind, sync, algorithm or (before if kind == ctx.kind else "native")))
 
 
 def rename_node(ctx: EditContext, node: str, label: str) -> None:
@@ -183,7 +179,7 @@ def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, sche
         doc.set(STRATEGY + ("schedule",), schedule)
     if kind == "gossip" and ctx.data["strategy"]["peers"] >= workers:
         doc.set(STRATEGY + ("peers",), workers - 1)
-    _retitle(ctx, kind, sync)
+    _retitle(ctx, kind, sync, algorithm)
 
 
 def _fit_workers(ctx: EditContext, kind: str) -> int:

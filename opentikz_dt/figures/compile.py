@@ -95,10 +95,35 @@ def compile_pdf(tex: str, timeout: float = TIMEOUT_S, keep_log: Path | None = No
             if keep_log is not None:
                 keep_log.write_text(log, encoding="latin-1")
                 where = f" (log: {keep_log})"
-            raise CompileError(f"{engine} failed: {first_error(log)}{where}")
+            hint = ""
+            if "CJKutf8.sty' not found" in log or "gbsn" in first_error(log):
+                hint = "; Chinese/Japanese labels need: sudo apt-get install latex-cjk-chinese fonts-arphic-uming"
+            raise CompileError(f"{engine} failed: {first_error(log)}{where}{hint}")
         if keep_log is not None:
             keep_log.write_text(log, encoding="latin-1")
+        missing = missing_glyphs(log)
+        if missing:
+            raise CompileError(f"{engine} failed: {missing}")
         return Compiled(out.read_bytes(), log)
+
+
+# pdflatex only warns when a font lacks a glyph and prints nothing in its place.
+_MISSING = re.compile(r"^Missing character: There is no (.) in font ([A-Za-z0-9-]+?)!$", re.MULTILINE)
+_CJK_FONT = re.compile(r"^[a-z]{4}u([0-9a-f]{2})$")  # Arphic CJKutf8 fonts: one per 256-code-point plane
+
+
+def missing_glyphs(log: str) -> str:
+    """'' when every character printed, else a message naming the first character a font lacks."""
+    match = _MISSING.search(log)
+    if not match:
+        return ""
+    char, font = match.groups()
+    plane = _CJK_FONT.match(font)
+    if plane:
+        code = int(plane.group(1), 16) * 256 + ord(char)
+        return (f"the installed CJK fonts (Arphic, Debian latex-cjk-chinese) have no glyph for {chr(code)!r} "
+                f"(U+{code:04X}); use a simplified Chinese form or Latin-1 text")
+    return f"font {font} has no glyph for {char!r}"
 
 
 _CACHE: "OrderedDict[str, Compiled | CompileError]" = OrderedDict()
