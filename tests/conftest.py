@@ -29,7 +29,7 @@ def pytest_configure(config):
     shared = tempfile.gettempdir()
     private = tempfile.mkdtemp(prefix="dtgen-pytest-tmp-")
     _session.update(shared=Path(shared), private=Path(private), saved=os.environ.get("TMPDIR"),
-                    before=_ours_in(Path(shared)))
+                    before=_ours_in(Path(shared)), set_temproot="PYTEST_DEBUG_TEMPROOT" not in os.environ)
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", shared)  # tmp_path stays where pytest keeps it
     os.environ["TMPDIR"] = private
     tempfile.tempdir = private
@@ -55,6 +55,8 @@ def pytest_unconfigure(config):
     if "private" not in _session:
         return
     tempfile.tempdir = None
+    if _session["set_temproot"]:
+        os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
     if _session["saved"] is None:
         os.environ.pop("TMPDIR", None)
     else:
