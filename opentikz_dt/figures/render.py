@@ -24,6 +24,7 @@ from ..texsafe import LabelError, escape_text, needs_cjk
 from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
 from .topology import build_layout
+from .topology_fit import fit_context
 
 LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing"
 _TOKEN = re.compile(r"[A-Za-z0-9 .,=!\-]*")
@@ -96,6 +97,7 @@ def base_context(spec, kind: str, body_only: bool, names: list[str], source: str
         "names": names,
         "icons": (),  # icon macros the picture uses (topology sets them)
         "cjk": spec_needs_cjk(spec),
+        "compact": False,  # a fitted topology: icons without their decorative text
         "node_list": Tex(" ".join(names)),
     }
 
@@ -154,6 +156,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None)
         colsep=layout.colsep, rowsep=layout.rowsep, spacing_notes=layout.notes, labels=layout.macros,
         worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
         nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
+        **fit_context(spec, layout),
         at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
         opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
     )

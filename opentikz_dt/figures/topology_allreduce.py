@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import ICON_SIZE, Spacing
+from .spacing import Spacing, icon_size
 from .topology_common import (column_ys, count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout,
                               more_name, worker_column, worker_node)
 
@@ -148,7 +148,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
             node = worker_node(spec, first_id + ws - 1, x, y)
             nodes.append(node)
             inside += [node.name, f"{node.name}-label"]
-            x += 2.45
+            x += icon_size(spec, "worker")[0] + 0.45
         leader = f"w{first_id}"
         real = [n for n in inside if not n.endswith("-label")]
         for k, other in enumerate(real[1:]):
@@ -162,7 +162,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
                               label=Tex("broadcast") if first else Tex(""), label_side="below",
                               label_color=f"{colors['weight']}!70!otink"))
         # The leaders' bus runs inside each box, left of its leader: the box reaches past it.
-        bus_x = x0 - ICON_SIZE[spec.figure.icons["worker"]][0] / 2 - 0.4
+        bus_x = x0 - icon_size(spec, "worker")[0] / 2 - 0.4
         nodes.append(Node(f"h{slot}-bus", bus_x, y, kind="coord"))
         nodes.append(Node(f"h{slot}-top", bus_x - 0.15, y + 0.8 + arch, kind="coord"))
         nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - 1.1 - arch, kind="coord"))
