@@ -204,9 +204,9 @@ def test_cli_reports_a_bad_spec_without_a_traceback(tmp_path):
 def test_every_icon_compiles_in_its_role_colour():
     spec = spec_from_data({"strategy": {"kind": "parameter-server"},
                            "figure": {"icons": {"data": "database", "worker": "cpu", "server": "none"},
-                                      "colors": {"worker": "otorange", "server": "otpurple"}}})
+                                      "colors": {"worker": "otorange", "server": "otgray"}}})
     tex = render_topology(spec)
-    assert r"\databasepic{otorange}" in tex and r"\cpupic{otorange}" in tex and r"\nonepic{otpurple}" in tex
+    assert r"\databasepic{otorange}" in tex and r"\cpupic{otorange}" in tex and r"\nonepic{otgray}" in tex
     assert r"\newcommand{\gpupic}" not in tex  # only the icons drawn are defined
     assert check_figure_geometry(compile_pdf(tex).log) == []
     gpu = render_topology(spec_from_data({"strategy": {"kind": "gossip"}, "figure": {"icons": {"worker": "server"}}}))

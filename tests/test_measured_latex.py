@@ -9,7 +9,7 @@ from opentikz_dt.figures.compile import compile_pdf, pdf_text
 from opentikz_dt.measured.compare import compare_runs
 from opentikz_dt.measured.figures import render_run_figures, write_run_figures
 from opentikz_dt.measured.run import load_run
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 
 pytestmark = pytest.mark.latex
 KINDS = ["ps-sync", "ps-async", "allreduce-ring", "pipeline-1f1b"]

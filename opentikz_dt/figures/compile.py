@@ -30,6 +30,7 @@ DEBIAN_PACKAGES = {
     "pdftoppm": "poppler-utils",
     "pdftotext": "poppler-utils",
     "pdfinfo": "poppler-utils",
+    "latexmk": "latexmk",
 }
 TIMEOUT_S = 60.0
 EPOCH = "1700000000"

@@ -124,7 +124,7 @@ class Layout:
                 out.append(f"{group.name}-label")
         for brace in self.braces:
             out.append(f"{brace.name}-label")
-        out.append("title")
+        out += ["model", "title"]  # the model note under the picture (render_topology), the title above
         return out
 
 

@@ -21,12 +21,13 @@ from ..errors import DtgenError
 from ..palette import PALETTE_NAMES, render_palette
 from ..resources import templates_dir
 from ..texsafe import LabelError, escape_text, needs_cjk
+from ..workload import model_note
 from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
 from .topology import build_layout
 from .topology_fit import fit_context
 
-LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing"
+LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing, patterns"
 _TOKEN = re.compile(r"[A-Za-z0-9 .,=!\-]*")
 
 
@@ -159,6 +160,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None)
         **fit_context(spec, layout),
         at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
         opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+        model_note=Tex(escape_text(model_note(spec))),  # drawn as node `model` under the picture
     )
     return finish(environment().get_template("topology.tex.j2").render(context), body_only)
 
@@ -168,8 +170,12 @@ def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
     from .schedule import expected_timeline
     from .timeline import draw_timeline
 
+    from .fit import target_width_cm
+    from .timeline_styles import tikz_styles
+
     timeline = timeline if timeline is not None else expected_timeline(spec)
-    drawing = draw_timeline(timeline)
+    drawing = draw_timeline(timeline, target_width_cm(spec))
     context = base_context(spec, "timeline", body_only, drawing.names())
-    context.update(d=drawing, title=drawing.title)
+    styles = {kind: Tex(keys) for kind, keys in tikz_styles(_palette_colors(spec), spec.figure.palette).items()}
+    context.update(d=drawing, title=drawing.title, box_styles=styles)
     return finish(environment().get_template("timeline.tex.j2").render(context), body_only)

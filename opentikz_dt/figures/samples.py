@@ -71,8 +71,10 @@ def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120, kinds=(
     ps_sync = dict(next(spec for name, spec in specs if name == "ps-sync").data)
     ps_sync["figure"] = {**ps_sync["figure"], "palette": "dark"}
     specs.append(("ps-sync-dark", spec_from_data(ps_sync)))
-    ps_sync["figure"] = {**ps_sync["figure"], "palette": "light", "width": "column"}
-    specs.append(("ps-sync-column", spec_from_data(ps_sync)))  # fitted to one column of a paper
+    for name in ("ps-sync", "pipeline-1f1b"):  # laid out for one column of a two-column paper
+        data = dict(next(spec for n, spec in specs if n == name).data)
+        data["figure"] = {**data["figure"], "width": "column"}
+        specs.append((f"{name}-column", spec_from_data(data)))
     reserved = [name for name, _ in specs if name.startswith(MEASURED_PREFIX)]
     if reserved:  # docs/figures/measured-*.png belong to the measured gallery (opentikz_dt.measured)
         raise DtgenError(f"example name {reserved[0]!r} would overwrite the measured gallery's {MEASURED_PREFIX}*.png")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..shards import shard_assignment
+from ..shards import shard_tensors
 from ..texsafe import is_cjk
 from .topology_fit import fitted
 from .model import elide
@@ -139,7 +139,7 @@ def _parameter_server(s: _Sizes) -> tuple[float, float]:
         server_half = max(s.server_w, text_cm(servers.label)) / 2
         box_top = 1.3 / 2 + LABEL_H  # the server icon, and its label below (the same by symmetry)
     else:  # shard boxes (label over tensors, \scriptsize) in the padded group box, its label above
-        tensors = max(len(names) for names in shard_assignment(s.spec).values())
+        tensors = max(len(names) for names in shard_tensors(s.spec).values())
         shard = max(0.9 * text_cm(servers.label_of(f"ps{servers.count}")), 0.45 * min(tensors, 6)) + 0.35
         server_half = max(PSBOX_W + 0.1, shard) / 2 + HOST_PAD
         box_top = 1.25 * (len(elide(servers.count, 4)) - 1) / 2 + 0.5 + HOST_PAD + LABEL_H

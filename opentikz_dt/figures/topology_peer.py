@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 
-from .model import Edge, Group, Layout, Node, Port, Tex, elide, stage_layers
+from ..workload import workload_of
+from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .spacing import Spacing, icon_size
 from .topology_fit import fitted
 from .topology_common import count_text, data_node, ellipsis_node, make_layout, more_name, worker_node
@@ -61,7 +62,9 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
     stages = spec.strategy.stages
     slots = elide(stages, min(spec.figure.max_workers_drawn, 6))
     step = icon_size(spec, "worker")[0] + 1.4 if fitted(spec) else max(3.5, 0.78 * colsep)
-    layers = stage_layers(len(spec.training.layers) - 1, stages)
+    workload = workload_of(spec)  # None for a python model: its layers are known at run time
+    layers = workload.stage_blocks(stages) if workload else [(0, 0)] * stages
+    word = workload.block_word if workload else ""
     nodes, names = [], []
     x = step
     for k, slot in enumerate(slots):
@@ -71,7 +74,8 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
             continue
         nodes.append(worker_node(spec, slot, x, 0.0))
         first, last = layers[slot - 1]
-        span = f"layer {first}" if first == last else f"layers {first}--{last}"
+        span = f"{word} {first}" if first == last else f"{word}s {first}--{last}"
+        span = span if workload else f"part {slot}"
         header = "" if spec.topology.workers.label_of(f"w{slot}") == f"Stage {slot}" else f"\\textbf{{Stage {slot}}}\\\\"
         nodes.append(Node(f"s{slot}", kind="box", style="stagebox", rel=f"above=6pt of w{slot}",
                           text=Tex(header + span)))

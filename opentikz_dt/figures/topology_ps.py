@@ -4,7 +4,11 @@ gradients to the server (or the group box of its shards) and weights back. Must 
 
 from __future__ import annotations
 
-from ..shards import shard_assignment
+import re
+
+from ..shards import shard_tensors
+from ..texsafe import escape_text
+from ..workload import abbreviate_tensors
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .spacing import Spacing, icon_size
 from .topology_fit import fitted
@@ -22,7 +26,7 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
         nodes.append(server_node(spec, 2 * colsep, 0.0))
         target = "ps"
     else:
-        owned = shard_assignment(spec)
+        owned = shard_tensors(spec)
         slots = elide(servers.count, 4)
         gap = 1.25
         top = gap * (len(slots) - 1) / 2
@@ -57,7 +61,14 @@ def _line_break(spec) -> str:
 
 def _tensor_math(tensors: list[str], plain: bool = False) -> str:
     """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only);
-    plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure."""
+    plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure;
+    other models' names as abbreviated text ('blocks.0.*'), escaped."""
+    if not tensors:
+        return "tensors of the\\built model"
+    if not all(re.fullmatch(r"layers\.[0-9]+\.(weight|bias)", name) for name in tensors):
+        shown = abbreviate_tensors(tensors, keep=3)
+        count = f" ({len(tensors)})" if len(shown) < len(tensors) else ""  # how many the list stands for
+        return ", ".join(escape_text(name) for name in shown) + count
     parts = []
     for name in tensors:
         _, index, kind = name.split(".")

@@ -72,9 +72,10 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool,
-                   width: str | None = None, notify=None) -> list[Path]:
+                   width: str | None = None, notify=None, calibration=None) -> list[Path]:
     """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them.
-    `notify(line)` hears of every gap drawn wider than the spec asked (the CLI prints it on stderr)."""
+    `notify(line)` hears of every gap drawn wider than the spec asked (the CLI prints it on stderr)
+    and of a calibration's warnings; with `calibration` the timeline is the predicted one."""
     from ..spec import load_spec
 
     # A run directory is drawn by opentikz_dt.measured.figures.figure_run_command instead;
@@ -88,4 +89,11 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
 
         for note in build_layout(spec).notes:
             notify(f"{target}: {note}")
-    return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only)
+    timeline = None
+    if calibration is not None and "timeline" in kinds:  # a prediction instead of the illustrative schedule
+        from ..predict.expected import predicted_timeline
+
+        timeline, warnings = predicted_timeline(spec, calibration)
+        for line in warnings:
+            (notify or print)(f"dtgen: warning: {line}")
+    return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only, timeline=timeline)
