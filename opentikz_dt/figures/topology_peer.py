@@ -8,7 +8,7 @@ import math
 
 from ..workload import workload_of
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import Spacing, icon_size
+from .spacing import Spacing, icon_size, text_cm
 from .topology_fit import fitted
 from .topology_common import count_text, data_node, ellipsis_node, make_layout, more_name, worker_node
 
@@ -61,7 +61,11 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
     colsep = sp.colsep
     stages = spec.strategy.stages
     slots = elide(stages, min(spec.figure.max_workers_drawn, 6))
-    step = icon_size(spec, "worker")[0] + 1.4 if fitted(spec) else max(3.5, 0.78 * colsep)
+    if fitted(spec):  # as close as the icons, the flow labels between them and the worker labels allow
+        widest = max(text_cm(spec.topology.workers.label_of(f"w{s}")) for s in slots if s is not None)
+        step = max(icon_size(spec, "worker")[0] + 1.4, widest + 0.3)
+    else:
+        step = max(3.5, 0.78 * colsep)
     workload = workload_of(spec)  # None for a python model: its layers are known at run time
     layers = workload.stage_blocks(stages) if workload else [(0, 0)] * stages
     word = workload.block_word if workload else ""
