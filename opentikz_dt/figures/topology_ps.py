@@ -51,7 +51,7 @@ def _tensor_math(tensors: list[str]) -> str:
     """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only);
     other models' names as abbreviated text ('blocks.0.*'), escaped."""
     if not tensors:
-        return "tensors of the\\built model"
+        return r"tensors of the\\built model"
     if not all(re.fullmatch(r"layers\.[0-9]+\.(weight|bias)", name) for name in tensors):
         shown = abbreviate_tensors(tensors, keep=3)
         count = f" ({len(tensors)})" if len(shown) < len(tensors) else ""  # how many the list stands for
