@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from .errors import Issue
 from .spec import Spec
+from .strategies import kinds_with, strategy
 from .workload_rules import block_count, check_workload
-
-NEEDS_SERVERS = {"parameter-server": (1, None), "central-storage": (1, 1)}
 
 
 def check_rules(spec: Spec) -> list[Issue]:
@@ -22,17 +21,20 @@ def check_rules(spec: Spec) -> list[Issue]:
 
 def _sync_rule(spec: Spec):
     s = spec.strategy
-    if s.sync == "async" and s.kind != "parameter-server":
-        yield ("strategy", "sync"), f"async updates need a parameter server; strategy.kind is '{s.kind}' (use kind: parameter-server or sync: sync)"
-    if s.algorithm != "native" and s.kind != "allreduce":
-        yield ("strategy", "algorithm"), f"algorithm '{s.algorithm}' applies to kind: allreduce only, not '{s.kind}'"
+    described = strategy(s.kind)
+    if s.sync not in described.sync_modes:
+        owners = " or kind: ".join(kinds_with(lambda d: s.sync in d.sync_modes))
+        yield ("strategy", "sync"), f"{s.sync} updates need a parameter server; strategy.kind is '{s.kind}' (use kind: {owners} or sync: sync)"
+    if s.algorithm not in described.algorithms:
+        owners = ", ".join(kinds_with(lambda d: s.algorithm in d.algorithms))
+        yield ("strategy", "algorithm"), f"algorithm '{s.algorithm}' applies to kind: {owners} only, not '{s.kind}'"
 
 
 def _server_rule(spec: Spec):
     kind, count = spec.strategy.kind, spec.topology.servers.count
     path = ("topology", "servers", "count")
-    if kind in NEEDS_SERVERS:
-        low, high = NEEDS_SERVERS[kind]
+    low, high = strategy(kind).servers
+    if high != 0:
         if count < low:
             yield path, f"{kind} needs at least {low} server, got {count}"
         if high is not None and count > high:
@@ -46,10 +48,13 @@ def _server_rule(spec: Spec):
 
 def _worker_rule(spec: Spec):
     w, kind = spec.topology.workers, spec.strategy.kind
-    if kind == "single" and w.count != 1:
-        yield ("topology", "workers", "count"), f"single trains on one device: workers.count must be 1, got {w.count}"
-    if kind in ("allreduce", "gossip", "pipeline") and w.count < 2:
-        yield ("topology", "workers", "count"), f"{kind} needs at least 2 workers, got {w.count}"
+    low, high = strategy(kind).workers
+    if high == 1 and w.count != 1:
+        yield ("topology", "workers", "count"), f"{kind} trains on one device: workers.count must be 1, got {w.count}"
+    elif high is not None and w.count > high:
+        yield ("topology", "workers", "count"), f"{kind} takes at most {high} workers, got {w.count}"
+    if w.count < low:
+        yield ("topology", "workers", "count"), f"{kind} needs at least {low} workers, got {w.count}"
 
 
 def _host_rule(spec: Spec):

@@ -24,6 +24,7 @@ from .. import __version__
 from ..errors import RunError
 from ..spec import load_spec, spec_from_data
 from .dist import placement_for
+from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .preflight import preflight
 from .strategies import load_strategy
@@ -105,17 +106,18 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     start = _now_iso()
     monitor = Monitor(run_dir, spec, roles, echo=echo if progress else None)
     failure = None
-    try:
-        with _env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1"):
-            _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor)
-    except _Failed as exc:
-        failure = describe_failure(run_dir, roles, exc.failures, monitor)
-    except KeyboardInterrupt:
-        monitor.stop()
-        failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None,
-                   "message": "interrupted: every rank was stopped"}
-    finally:
-        monitor.stop()
+    with launch_helpers_reaped():  # nothing outlives `dtgen run`, however it ends
+        try:
+            with _env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1"), temp_dir_in(run_dir):
+                _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor)
+        except _Failed as exc:
+            failure = describe_failure(run_dir, roles, exc.failures, monitor)
+        except KeyboardInterrupt:
+            monitor.stop()
+            failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None,
+                       "message": "interrupted: every rank was stopped"}
+        finally:
+            monitor.stop()
     return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info)
 
 
@@ -141,10 +143,10 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor)
         shutdown_timeout=3,
     )
     monitor.start()
-    # The launcher logs every failure at length; dtgen reports failures itself.
-    quiet = logging.getLogger("torch.distributed.elastic")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)
+    # The launcher logs every failure and signal at length; dtgen reports them itself. Its
+    # module loggers each set their own level, so only a global switch silences them.
+    level = logging.root.manager.disable
+    logging.disable(logging.ERROR)
     try:
         elastic_launch(config, rank_main)(str(run_dir.resolve()), launch)
     except ChildFailedError as exc:
@@ -152,7 +154,7 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor)
     except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped the ranks
         raise KeyboardInterrupt(str(exc)) from None
     finally:
-        quiet.setLevel(level)
+        logging.disable(level)
 
 
 class _env:

@@ -110,9 +110,10 @@ def test_pipeline_note_prints_measured_beside_theoretical_bubble(tmp_path):
     m = measured_timeline(run.spec, run.trace)
     assert m.bubble.theory == pytest.approx(2 / 6)
     assert 0 < m.bubble.measured < 1
-    assert f"measured bubble {m.bubble.measured:.3f}" in m.timeline.note
-    assert "(p-1)/(m+p-1) = 2/6 = 0.333" in m.timeline.note
-    assert m.timeline.panels[0].note == f"bubble {m.bubble.measured:.2f} measured, 0.33 in theory"
+    assert f"measured bubble {m.bubble.measured:.1%}" in m.timeline.note
+    assert "vs 2/6 = 33.3% for balanced stages" in m.timeline.note
+    # the same words and formula as the expected timeline's caption
+    assert m.timeline.panels[0].note == f"bubble {m.bubble.measured:.0%} measured; $(p-1)/(m+p-1)$ = 33%"
 
 
 def test_sync_server_draws_one_update_per_step_above_the_workers(tmp_path):
@@ -382,7 +383,7 @@ def test_many_workers_are_elided_like_the_spec_diagrams(tmp_path):
     run = load_run(write_synthetic_run(tmp_path / "r", "allreduce-ring", workers=12, steps=6))
     lanes = measured_timeline(run.spec, run.trace).timeline.panels[0].lanes
     assert [lane.id for lane in lanes] == ["w1", "w2", "w3", "more", "w12"]
-    assert lanes[3].role == "gap" and lanes[3].label == "8 more"
+    assert lanes[3].role == "gap" and lanes[3].label == "8 more workers"
 
 
 def test_cli_figure_and_compare_on_run_directories(tmp_path):

@@ -30,7 +30,8 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width):
     else:
         from ..figures.write import figure_command
 
-        paths = figure_command(spec, out_dir, kind, formats, body_only, width=width)
+        paths = figure_command(spec, out_dir, kind, formats, body_only, width=width,
+                               notify=lambda line: click.echo(line, err=True))
     for path in paths:
         click.echo(f"wrote {path}")
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import re
 
 # Styles every topology picture defines (the flows keep the seed's names).
-TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "peer", "hostbox", "psbox",
-                   "stagebox", "elide", "brace", "ttl")
+TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "bus", "barrier", "peer", "hostbox", "psbox",
+                   "stagebox", "morebox", "elide", "brace", "ttl")
 # Styles of the timeline picture: one per box kind of the trace vocabulary
 # (docs/dev/runner-interface.md), plus lanes, axis and panel titles.
 BOX_KINDS = ("fetch", "forward", "backward", "slowdown", "optimizer", "update", "push",

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..shards import shard_tensors
+from ..texsafe import is_cjk
 from .model import elide
 
 # Icon node sizes (cm, width x height) as drawn: the picture plus the node's 1pt inner sep.
@@ -69,7 +70,8 @@ def text_cm(label: str) -> float:
         return len(shown if spaces else shown.replace(" ", ""))
 
     math = "".join(_MATH.findall(label))
-    return CHAR_CM * visible(_MATH.sub("", label)) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD
+    wide = sum(1 for ch in label if is_cjk(ch))  # a Chinese or Japanese glyph is a full em: two characters
+    return CHAR_CM * (visible(_MATH.sub("", label)) + wide) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD
 
 
 def effective_spacing(spec, kind: str) -> Spacing:

@@ -14,6 +14,7 @@ Must not import torch.
 
 from __future__ import annotations
 
+from ..strategies import strategy
 from .model import Layout
 from .spacing import effective_spacing
 from .topology_allreduce import allreduce_layout, hierarchical_layout, ring_layout, tree_layout
@@ -40,7 +41,4 @@ def build_layout(spec) -> Layout:
 
 
 def layout_kind(spec) -> str:
-    s = spec.strategy
-    if s.kind == "allreduce":
-        return {"native": "allreduce", "ring": "ring", "tree": "tree", "hierarchical": "hierarchical"}[s.algorithm]
-    return s.kind
+    return strategy(spec.strategy.kind).drawer(spec.strategy.algorithm)

@@ -88,7 +88,7 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
                           label_color=f"{colors['grad']}!85!otink"))
     mb = spec.strategy.microbatches
     nodes.append(Node("note", step, -1.45, kind="text",
-                      text=Tex(f"{spec.strategy.schedule.upper() if spec.strategy.schedule == 'gpipe' else '1F1B'} schedule, "
+                      text=Tex(f"{'GPipe' if spec.strategy.schedule == 'gpipe' else '1F1B'} schedule, "
                                f"{count_text(mb)} microbatches of {count_text(spec.training.batch_size // mb)} samples, "
                                f"{count_text(stages)} stages")))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges)

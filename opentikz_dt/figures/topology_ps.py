@@ -9,8 +9,8 @@ import re
 from ..shards import shard_tensors
 from ..texsafe import escape_text
 from ..workload import abbreviate_tensors
-from .model import Group, Layout, Node, Tex, elide
-from .spacing import Spacing
+from .model import Edge, Group, Layout, Node, Port, Tex, elide
+from .spacing import ICON_SIZE, Spacing
 from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
                               server_node, sync_pairs, worker_column)
 
@@ -44,6 +44,13 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
                             label=Tex(f"Parameter server ({count_text(servers.count)} shards)")))
         target = "psgroup"
     edges += sync_pairs(spec, members, target)
+    if spec.strategy.kind == "parameter-server" and servers.count == 1:
+        nodes, edges = _sync_or_async(spec, colsep, nodes, edges)
+    if spec.strategy.kind == "central-storage":
+        # TensorFlow's CentralStorageStrategy: the variables live on one device (no server
+        # process), every replica's gradients are reduced there in one synchronous step.
+        nodes.append(Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
+                          text=Tex(r"variables \weightlabel{} on one device;\\gradients \gradlabel{} summed there")))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
 
 
@@ -63,3 +70,18 @@ def _tensor_math(tensors: list[str]) -> str:
     if len(parts) > 6:
         parts = parts[:3] + [r"\ldots"] + parts[-2:]
     return "$" + ", ".join(parts) + "$"
+
+
+def _sync_or_async(spec, colsep, nodes, edges):
+    """Sync: a barrier bar in front of the server, which waits for every worker's gradient.
+    Async: no bar; each worker pushes and pulls at its own pace (the seed's distinction)."""
+    count = count_text(spec.topology.workers.count)
+    if spec.strategy.sync == "sync":
+        x = 2 * colsep - ICON_SIZE[spec.figure.icons["server"]][0] / 2 - 0.65  # clear of the arrowheads
+        nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
+        edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
+        text = f"sync: waits for all {count}\\\\\\gradlabel{{}}, then one update"
+    else:
+        text = "async: each worker pushes and\\\\pulls at its own pace, no barrier"
+    return nodes + [Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
+                         text=Tex(text))], edges

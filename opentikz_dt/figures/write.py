@@ -72,8 +72,9 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool,
-                   width: str | None = None) -> list[Path]:
-    """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them."""
+                   width: str | None = None, notify=None) -> list[Path]:
+    """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them.
+    `notify(line)` hears of every gap drawn wider than the spec asked (the CLI prints it on stderr)."""
     from ..spec import load_spec
 
     # A run directory is drawn by opentikz_dt.measured.figures.figure_run_command instead;
@@ -82,4 +83,9 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
 
     spec = with_width(load_spec(Path(target)), width)
     kinds = KINDS if kind == "all" else (kind,)
+    if notify is not None and "topology" in kinds:
+        from .topology import build_layout
+
+        for note in build_layout(spec).notes:
+            notify(f"{target}: {note}")
     return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only)

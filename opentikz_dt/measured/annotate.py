@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
+from ..figures.spacing import text_cm
 from ..figures.topology import build_layout
 from ..texsafe import escape_text
 from .plots import stragglers
@@ -97,21 +98,29 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             worker_port = edge.src if direction == "sent" else edge.dst
             side = ("above, sloped" if worker_port.dy >= 0 else "below, sloped") if edge.route == "line" \
                 else edge.label_side
-            edge = replace(edge, label=Tex(f"{edge.label}~{text}" if edge.label else text), label_pos=pos,
-                           label_side=side)
+            if edge.route == "ortho":  # a ring link: its traffic per step, not the chunk it carries first
+                label = Tex(f"{text}/step")
+            elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
+                label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
+            else:
+                label = Tex(f"{edge.label}~{text}" if edge.label else text)
+            edge = replace(edge, label=label, label_pos=pos, label_side=side)
             links.append(LinkBytes(edge.name, worker, direction, per_step))
         edges.append(edge)
+    edges = _ring_return_clear_of_labels(edges)
     totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
     macros = dict(layout.macros)
     if "titlelabel" in macros:
         macros["titlelabel"] = Tex("Measured: " + macros["titlelabel"])
+    # The strategy's own note sits a little lower: the worker labels above it grew by their step times.
+    nodes = [replace(n, y=n.y - 0.25) if n.name == "note" else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
     bottom = min((n.y for n in nodes if not n.rel), default=0.0)
     y = own[0].y - 0.95 if own else bottom - 1.45
-    lines = [f"measured, mean of {metrics['steps']:,} steps: bytes per step on each link; step time per worker"]
+    lines = [f"measured, mean of {metrics['steps']:,} steps: traffic per link per step; step time per worker"]
     if totals:
         lines.append("per step, " + "; ".join(
-            f"{w}: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
+            f"{_who(spec, w)}: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
             f"{human_bytes(traffic[_rank_of(w)]['recv'] / steps)} in" for w in totals[:4])
             + (" ..." if len(totals) > 4 else ""))
     if slow:
@@ -121,6 +130,25 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
                       text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
+
+
+def _who(spec, worker: str) -> str:
+    """How the footer names a worker: the pipeline stage it runs, else its label."""
+    if spec.strategy.kind == "pipeline":
+        return f"Stage {worker[1:]}"
+    return spec.topology.workers.label_of(worker)
+
+
+def _ring_return_clear_of_labels(edges: list) -> list:
+    """Ring links are labelled right of their inner bend; the return edge runs further out, past the longest label."""
+    inner = [e for e in edges if e.route == "ortho" and e.label]
+    if not inner:
+        return edges
+    outer = max(e.dx for e in edges if e.route == "ortho")
+    widest = max(text_cm(e.label) for e in inner if e.dx < outer) if any(e.dx < outer for e in inner) else 0.0
+    need = min(e.dx for e in inner) + widest + 0.35
+    return [replace(e, dx=round(max(e.dx, need), 2), label_pos=e.label_pos) if e.route == "ortho" and e.dx == outer else e
+            for e in edges]
 
 
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
