@@ -5,7 +5,7 @@ the GPU runs themselves are marked `gpu`."""
 import pytest
 
 from opentikz_dt.errors import RunError
-from opentikz_dt.runner.placement import choose_placement
+from opentikz_dt.runner.placement import check_strategy, choose_placement
 
 
 def test_cpu_when_no_gpu_or_asked():
@@ -53,3 +53,10 @@ def test_impossible_requests_are_one_clear_line(device, backend, ranks, gpus, me
     with pytest.raises(RunError) as caught:
         choose_placement(device, backend, ranks, gpus)
     assert str(caught.value) == message
+
+
+def test_pipeline_refuses_shared_gpus_but_not_its_own():
+    check_strategy(choose_placement("cuda", "auto", 2, 2), "pipeline")  # nccl: fine
+    check_strategy(choose_placement("cuda", "auto", 2, 1), "allreduce")  # dtgen's own messages are staged
+    with pytest.raises(RunError, match="strategy pipeline cannot share GPUs over gloo"):
+        check_strategy(choose_placement("cuda", "auto", 2, 1), "pipeline")

@@ -257,3 +257,27 @@ def test_custom_model_example_runs_and_draws_its_measured_figures(tmp_path):
     pdfs = sorted(p.name for p in written if p.suffix == ".pdf")
     assert "measured-timeline.pdf" in pdfs and "measured-topology.pdf" in pdfs
     assert all(p.read_bytes().startswith(b"%PDF") for p in written if p.suffix == ".pdf")
+
+
+@pytest.mark.gpu
+@pytest.mark.dist
+def test_gpu_ranks_share_a_gpu_over_gloo_and_use_nccl_alone(tmp_path):
+    """Skipped without CUDA. More ranks than GPUs: round-robin, gloo, host staging (ring
+    all-reduce: dtgen's own point-to-point messages; native: DDP); one rank: nccl."""
+    gpus = torch.cuda.device_count()
+    cases = [("ring", {"kind": "allreduce", "algorithm": "ring"}, gpus + 1, "gloo"),
+             ("native", {"kind": "allreduce"}, gpus + 1, "gloo"),
+             ("single", {"kind": "single"}, 1, "nccl")]
+    for name, strategy, workers, backend in cases:
+        data = {"name": f"gpu-{name}", "strategy": strategy, "topology": {"workers": {"count": workers}},
+                "training": {"model": dict(TINY_TRANSFORMER), "dataset": {"samples": 256}, "batch_size": 8,
+                             "steps": 4},
+                "runtime": {"device": "cuda", "timeout_s": 60}}
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        lines = []
+        run = launch_run(spec, out=tmp_path / name, progress=False, echo=lines.append)
+        assert lines[0].startswith("dtgen run: ") and backend in lines[0]
+        assert [r["device"] for r in run.run["ranks"]] == [f"cuda:{r % gpus}" for r in range(workers)]
+        assert run.run["backend"] == backend
+        assert all(loss == loss for loss in run.metrics["loss"])  # finite, not NaN
