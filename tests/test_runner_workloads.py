@@ -257,6 +257,14 @@ def test_custom_model_example_runs_and_draws_its_measured_figures(tmp_path):
     pdfs = sorted(p.name for p in written if p.suffix == ".pdf")
     assert "measured-timeline.pdf" in pdfs and "measured-topology.pdf" in pdfs
     assert all(p.read_bytes().startswith(b"%PDF") for p in written if p.suffix == ".pdf")
+    # the topology note states the real model, known from the run (a python model's size is not in the spec)
+    from opentikz_dt.measured.figures import render_run_figures
+    from opentikz_dt.measured.run import load_run
+
+    tex = render_run_figures(load_run(run.run_dir), only=("measured-topology",))["measured-topology"]
+    params = run.run["model"]["params"]
+    assert params == 16 * 64 + 64 + 2 * 64 + 64 * 64 + 64 + 64 * 4 + 4  # build(16, 64, 4) in model.py
+    assert "{model:build: 5.6 k parameters, 22.0 KiB per gradient}" in tex
 
 
 @pytest.mark.gpu
