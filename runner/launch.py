@@ -26,6 +26,7 @@ from ..spec import load_spec, spec_from_data
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
+from .placement import check_strategy
 from .preflight import preflight
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
@@ -102,6 +103,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
     placement = placement_for(spec, world // nnodes)
     echo(f"dtgen run: {placement.reason}")
+    check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     nodes = None
