@@ -98,7 +98,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         seen_alpha = _alpha(_mean_durations(run, "worker", "fetch") + _mean_durations(run, "worker", "push"),
                             shard_bytes, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "ring":
-        seen_alpha = _alpha(_mean_durations(run, "worker", "allreduce"), 4 * params / n, beta)
+        seen_alpha = _alpha(_ring_hops(run), 4 * params / n, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "native":
         d = _mean_durations(run, "worker", "allreduce")
         if d:
@@ -143,6 +143,23 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "noise": {"compute_ratios": _thin([round(r, 4) for r in ratios]),
                       "overhead_s": _thin([round(g / 1e6, 7) for g in gaps])}}
     return Calibration(data, f"{run.path}")
+
+
+def _ring_hops(run) -> list:
+    """One ring hop's time (µs) per rank and step: the hops after the first, which alone
+    absorbs the wait for the predecessor to be ready (the simulator adds that wait itself)."""
+    first = run.trace.steps[0]
+    hops: dict = {}
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] == "allreduce" and a["step"] != first:
+            hops.setdefault((e["pid"], a["step"]), []).append((e["ts"], e["dur"]))
+    out = []
+    for spans in hops.values():
+        spans.sort()
+        if len(spans) > 1:
+            out.append(sum(d for _, d in spans[1:]) / (len(spans) - 1))
+    return out
 
 
 def _thin(values: list, keep: int = 400) -> list:
