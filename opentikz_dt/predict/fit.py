@@ -99,6 +99,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
                             shard_bytes, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "ring":
         seen_alpha = _alpha(_ring_hops(run), 4 * params / n, beta)
+    elif kind == "allreduce" and spec.strategy.algorithm in ("tree", "hierarchical"):
+        seen_alpha = _collective_alpha(run, spec, 4 * params, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "native":
         d = _mean_durations(run, "worker", "allreduce")
         if d:
@@ -143,6 +145,39 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "noise": {"compute_ratios": _thin([round(r, 4) for r in ratios]),
                       "overhead_s": _thin([round(g / 1e6, 7) for g in gaps])}}
     return Calibration(data, f"{run.path}")
+
+
+def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
+    """Latency of the tree / hierarchical all-reduce: per step, the time from the last rank
+    joining to the last rank done (T), solved from T = alpha * A + beta * B of the
+    simulator's cost form (sim_peer: _tree, _hierarchical)."""
+    import math
+
+    from .sim_peer import TREE_CHUNK, TREE_MAX
+
+    first = run.trace.steps[0]
+    per_step: dict = {}
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] == "allreduce" and a["step"] != first:
+            item = per_step.setdefault(a["step"], {})
+            start, end = item.get(e["pid"], (math.inf, 0.0))
+            item[e["pid"]] = (min(start, e["ts"]), max(end, e["ts"] + e["dur"]))
+    totals = [max(end for _, end in r.values()) - max(start for start, _ in r.values()) for r in per_step.values()]
+    if not totals:
+        return None
+    n = spec.topology.workers.count
+    if spec.strategy.algorithm == "tree":
+        chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
+        hops = 2 * (math.ceil(math.log2(n)) + chunks - 1)
+        a, b = hops, hops * 2 * nbytes / chunks
+    else:
+        hosts = spec.topology.hosts
+        levels = math.ceil(math.log2(n // hosts)) if n // hosts > 1 else 0
+        a = 2 * levels + 2 * (hosts - 1)
+        b = 2 * levels * nbytes + (2 * (hosts - 1) / hosts * nbytes if hosts > 1 else 0)
+    t = statistics.fmean(totals) / 1e6
+    return max(0.0, (t - beta * b) / a) if a else None
 
 
 def _ring_hops(run) -> list:
