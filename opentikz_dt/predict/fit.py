@@ -101,6 +101,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         seen_alpha = _alpha(_ring_hops(run), 4 * params / n, beta)
     elif kind == "allreduce" and spec.strategy.algorithm in ("tree", "hierarchical"):
         seen_alpha = _collective_alpha(run, spec, 4 * params, beta)
+    elif kind == "gossip":
+        seen_alpha = _gossip_alpha(run, spec, 4 * params, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "native":
         d = _mean_durations(run, "worker", "allreduce")
         if d:
@@ -178,6 +180,26 @@ def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
         b = 2 * levels * nbytes + (2 * (hosts - 1) / hosts * nbytes if hosts > 1 else 0)
     t = statistics.fmean(totals) / 1e6
     return max(0.0, (t - beta * b) / a) if a else None
+
+
+def _gossip_alpha(run, spec, nbytes: float, beta: float) -> float | None:
+    """Latency of a gossip exchange: per rank and step, from the moment this rank and every
+    neighbour it talks to had started their exchange, to its end."""
+    from .sim_peer import neighbours
+
+    first = run.trace.steps[0]
+    spans = {(e["pid"], e["args"]["step"]): (e["ts"], e["ts"] + e["dur"]) for e in run.trace.events
+             if e["name"] == "gossip" and e["args"]["step"] != first}
+    n, peers = spec.topology.workers.count, spec.strategy.peers
+    out = []
+    for (rank, step), (start, end) in spans.items():
+        to, frm = neighbours(rank, n, peers)
+        starts = [spans[(p, step)][0] for p in set(to + frm) if (p, step) in spans]
+        out.append(end - max([start] + starts))
+    if not out:
+        return None
+    to, _ = neighbours(0, n, peers)
+    return max(0.0, statistics.fmean(out) / 1e6 - len(to) * nbytes * beta)
 
 
 def _ring_hops(run) -> list:
