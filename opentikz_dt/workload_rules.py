@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .strategies import strategy
 from .workload import MODEL_KEYS, workload_of
 
 MODEL = ("training", "model")
@@ -106,7 +107,7 @@ def _synthetic_rule(spec, kind: str, d: dict):
         for key in ("shape", "classes"):
             if key in d:
                 yield DATASET + (key,), f"'{key}' is for python models; synthetic data for {_a(kind)} follows the model"
-    data_parallel = 1 if spec.strategy.kind == "pipeline" else spec.topology.workers.count
+    data_parallel = spec.topology.workers.count if strategy(spec.strategy.kind).data_parallel else 1
     if d["samples"] < spec.training.batch_size * data_parallel:
         yield DATASET + ("samples",), (f"{d['samples']} samples are fewer than one global batch "
                                        f"({spec.training.batch_size} x {data_parallel})")
