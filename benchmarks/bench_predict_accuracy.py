@@ -127,7 +127,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f} (cores: {os.cpu_count()})", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="dtgen-bench-predict-") as tmp:
-        for name in args.only.split(","):
+        for name in [n for n in args.only.split(",") if n]:
             try:
                 rows.append(one(name, Path(tmp), probe, args.steps))
             except subprocess.CalledProcessError as exc:
