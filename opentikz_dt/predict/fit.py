@@ -146,7 +146,44 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "comm": comm,
             "noise": {"compute_ratios": _thin([round(r, 4) for r in ratios]),
                       "overhead_s": _thin([round(g / 1e6, 7) for g in gaps])}}
-    return Calibration(data, f"{run.path}")
+    cal = Calibration(data, f"{run.path}")
+    if pipeline:
+        cal = _solve_message_latency(cal, run)
+    return cal
+
+
+def _solve_message_latency(cal: Calibration, run) -> Calibration:
+    """Pipelines: a stage's `recv` span mixes the message with the wait for the peer's
+    compute, so the message latency is the one value that makes the simulated step time
+    equal the run's mean (bisection; the step time grows with the latency)."""
+    import copy
+
+    from .costs import Costs
+    from .rundir import metrics_of
+    from .simulate import simulate
+
+    target = statistics.fmean(run.metrics["step_time_s"].values()) if run.metrics["step_time_s"] else None
+    if not target:
+        return cal
+    steps = min(run.spec.training.steps, 40)
+
+    def step_time(alpha: float) -> float:
+        data = copy.deepcopy(cal.data)
+        data["comm"]["p2p"]["alpha_s"] = alpha
+        result = simulate(run.spec, Costs(Calibration(data), run.spec), steps, record=False)
+        return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+
+    lo, hi = 0.0, max(target, 1e-3)
+    if step_time(lo) >= target:
+        alpha = lo
+    else:
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if step_time(mid) < target else (lo, mid)
+        alpha = (lo + hi) / 2
+    data = copy.deepcopy(cal.data)
+    data["comm"]["p2p"]["alpha_s"] = alpha
+    return Calibration(data, cal.path)
 
 
 def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
