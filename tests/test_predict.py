@@ -303,3 +303,12 @@ def test_scaling_caption_names_the_calibration_file_not_its_path(tmp_path):
     from opentikz_dt.predict.sweep import caption
     notes = caption({"calibration": str(tmp_path / "cal.json")}, [], 20)
     assert "calibration cal.json" in notes[0] and str(tmp_path) not in notes[0]
+
+
+def test_phase_table_sets_negative_errors_with_a_dash_not_a_hyphen():
+    from types import SimpleNamespace
+    from opentikz_dt.predict.compare import Row, render_phase_table
+    spec = spec_from_data({"strategy": {"kind": "single"}})
+    run = SimpleNamespace(spec=spec, path="run", name="single")
+    tex = render_phase_table([Row("step time", 2.0, 1.0, "ms"), Row("samples/s", 100.0, 150.0, "1/s")], run, run)
+    assert "--50\\%" in tex and "+50\\%" in tex
