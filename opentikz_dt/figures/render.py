@@ -149,8 +149,9 @@ def _port(port: Port) -> Tex:
     return Tex(f"({port.node}{anchor})")
 
 
-def render_topology(spec, body_only: bool = False, layout: Layout | None = None) -> str:
-    """The topology figure of a spec as standalone TeX (or the bare picture)."""
+def render_topology(spec, body_only: bool = False, layout: Layout | None = None, note: str | None = None) -> str:
+    """The topology figure of a spec as standalone TeX (or the bare picture). `note`
+    replaces the model note from the spec (a run knows its python model's real size)."""
     layout = layout or build_layout(spec)
     context = base_context(spec, "topology", body_only, layout.names())
     context.update(
@@ -160,7 +161,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None)
         **fit_context(spec, layout),
         at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
         opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
-        model_note=Tex(escape_text(model_note(spec))),  # drawn as node `model` under the picture
+        model_note=Tex(escape_text(note or model_note(spec))),  # drawn as node `model` under the picture
     )
     return finish(environment().get_template("topology.tex.j2").render(context), body_only)
 

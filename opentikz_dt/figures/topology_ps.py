@@ -64,7 +64,7 @@ def _tensor_math(tensors: list[str], plain: bool = False) -> str:
     plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure;
     other models' names as abbreviated text ('blocks.0.*'), escaped."""
     if not tensors:
-        return "tensors of the\\built model"
+        return r"tensors of the\\built model"
     if not all(re.fullmatch(r"layers\.[0-9]+\.(weight|bias)", name) for name in tensors):
         shown = abbreviate_tensors(tensors, keep=3)
         count = f" ({len(tensors)})" if len(shown) < len(tensors) else ""  # how many the list stands for

@@ -187,7 +187,9 @@ def _ring_return_clear_of_labels(edges: list) -> list:
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured topology figure of a run as standalone TeX."""
     annotation = annotate_layout(run.spec, run.metrics)
-    return render_topology(run.spec, body_only=body_only, layout=annotation.layout)
+    # run.json's model (from the launcher's preflight) gives a python model's real size
+    note = (run.info.get("model") or {}).get("description")
+    return render_topology(run.spec, body_only=body_only, layout=annotation.layout, note=note)
 
 
 

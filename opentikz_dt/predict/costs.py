@@ -78,6 +78,14 @@ class Costs:
             return us * self.ratios[self.draw.randrange(len(self.ratios))]
         return us
 
+    def noisy_comm(self, us: float, step: int) -> float:
+        """A collective's duration: synthetic jitter only. Its calibrated cost is already the
+        in-run mean including waits for peers, which the simulator adds again from the spread
+        of each rank's arrival; drawing the spread here too would count it twice."""
+        if self.rng is not None:
+            return self.noisy(us, step)
+        return us
+
     def overhead(self, step: int) -> float:
         """Untraced time before a step (Python, batch gathering, preemption); none before step 0."""
         if step == 0:

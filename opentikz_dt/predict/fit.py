@@ -98,7 +98,11 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         seen_alpha = _alpha(_mean_durations(run, "worker", "fetch") + _mean_durations(run, "worker", "push"),
                             shard_bytes, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "ring":
-        seen_alpha = _alpha(_mean_durations(run, "worker", "allreduce"), 4 * params / n, beta)
+        seen_alpha = _alpha(_ring_hops(run), 4 * params / n, beta)
+    elif kind == "allreduce" and spec.strategy.algorithm in ("tree", "hierarchical"):
+        seen_alpha = _collective_alpha(run, spec, 4 * params, beta)
+    elif kind == "gossip":
+        seen_alpha = _gossip_alpha(run, spec, 4 * params, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "native":
         d = _mean_durations(run, "worker", "allreduce")
         if d:
@@ -142,7 +146,114 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "comm": comm,
             "noise": {"compute_ratios": _thin([round(r, 4) for r in ratios]),
                       "overhead_s": _thin([round(g / 1e6, 7) for g in gaps])}}
-    return Calibration(data, f"{run.path}")
+    cal = Calibration(data, f"{run.path}")
+    if pipeline:
+        cal = _solve_message_latency(cal, run)
+    return cal
+
+
+def _solve_message_latency(cal: Calibration, run) -> Calibration:
+    """Pipelines: a stage's `recv` span mixes the message with the wait for the peer's
+    compute, so the message latency is the one value that makes the simulated step time
+    equal the run's mean (bisection; the step time grows with the latency)."""
+    import copy
+
+    from .costs import Costs
+    from .rundir import metrics_of
+    from .simulate import simulate
+
+    target = statistics.fmean(run.metrics["step_time_s"].values()) if run.metrics["step_time_s"] else None
+    if not target:
+        return cal
+    steps = min(run.spec.training.steps, 40)
+
+    def step_time(alpha: float) -> float:
+        data = copy.deepcopy(cal.data)
+        data["comm"]["p2p"]["alpha_s"] = alpha
+        result = simulate(run.spec, Costs(Calibration(data), run.spec), steps, record=False)
+        return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+
+    lo, hi = 0.0, max(target, 1e-3)
+    if step_time(lo) >= target:
+        alpha = lo
+    else:
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if step_time(mid) < target else (lo, mid)
+        alpha = (lo + hi) / 2
+    data = copy.deepcopy(cal.data)
+    data["comm"]["p2p"]["alpha_s"] = alpha
+    return Calibration(data, cal.path)
+
+
+def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
+    """Latency of the tree / hierarchical all-reduce: per step, the time from the last rank
+    joining to the last rank done (T), solved from T = alpha * A + beta * B of the
+    simulator's cost form (sim_peer: _tree, _hierarchical)."""
+    import math
+
+    from .sim_peer import TREE_CHUNK, TREE_MAX
+
+    first = run.trace.steps[0]
+    per_step: dict = {}
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] == "allreduce" and a["step"] != first:
+            item = per_step.setdefault(a["step"], {})
+            start, end = item.get(e["pid"], (math.inf, 0.0))
+            item[e["pid"]] = (min(start, e["ts"]), max(end, e["ts"] + e["dur"]))
+    totals = [max(end for _, end in r.values()) - max(start for start, _ in r.values()) for r in per_step.values()]
+    if not totals:
+        return None
+    n = spec.topology.workers.count
+    if spec.strategy.algorithm == "tree":
+        chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
+        hops = 2 * (math.ceil(math.log2(n)) + chunks - 1)
+        a, b = hops, hops * 2 * nbytes / chunks
+    else:
+        hosts = spec.topology.hosts
+        levels = math.ceil(math.log2(n // hosts)) if n // hosts > 1 else 0
+        a = 2 * levels + 2 * (hosts - 1)
+        b = 2 * levels * nbytes + (2 * (hosts - 1) / hosts * nbytes if hosts > 1 else 0)
+    t = statistics.fmean(totals) / 1e6
+    return max(0.0, (t - beta * b) / a) if a else None
+
+
+def _gossip_alpha(run, spec, nbytes: float, beta: float) -> float | None:
+    """Latency of a gossip exchange: per rank and step, from the moment this rank and every
+    neighbour it talks to had started their exchange, to its end."""
+    from .sim_peer import neighbours
+
+    first = run.trace.steps[0]
+    spans = {(e["pid"], e["args"]["step"]): (e["ts"], e["ts"] + e["dur"]) for e in run.trace.events
+             if e["name"] == "gossip" and e["args"]["step"] != first}
+    n, peers = spec.topology.workers.count, spec.strategy.peers
+    out = []
+    for (rank, step), (start, end) in spans.items():
+        to, frm = neighbours(rank, n, peers)
+        starts = [spans[(p, step)][0] for p in set(to + frm) if (p, step) in spans]
+        out.append(end - max([start] + starts))
+    if not out:
+        return None
+    to, _ = neighbours(0, n, peers)
+    return max(0.0, statistics.fmean(out) / 1e6 - len(to) * nbytes * beta)
+
+
+def _ring_hops(run) -> list:
+    """One ring hop's time (µs) per rank and step: the hops after the first, which alone
+    absorbs the wait for the predecessor to be ready (the simulator adds that wait itself)."""
+    first = run.trace.steps[0]
+    hops: dict = {}
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] == "allreduce" and a["step"] != first:
+            hops.setdefault((e["pid"], a["step"]), []).append((e["ts"], e["dur"]))
+    out = []
+    for spans in hops.values():
+        spans.sort()
+        if len(spans) > 1:
+            out.append(sum(d for _, d in spans[1:]) / (len(spans) - 1))
+    return out
 
 
 def _thin(values: list, keep: int = 400) -> list:

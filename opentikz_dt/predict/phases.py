@@ -73,16 +73,24 @@ def untraced(run, role: str = "worker") -> list:
 
 
 def compute_ratios(run, role: str = "worker") -> list:
-    """Each steady (rank, step)'s forward + backward time over the mean: the spread of compute."""
+    """Each steady (rank, step)'s forward + backward time over that step's mean over ranks:
+    the skew between ranks. A slowdown every rank shares in a step (the machine got busier)
+    moves the mean, which the fitted costs already hold; only the skew makes ranks wait."""
     first = run.trace.steps[0] if run.trace.steps else 0
     per: dict = defaultdict(float)
     for e in run.trace.events:
         if e["name"] in ("forward", "backward") and e["args"]["step"] != first and role_of(run, e["pid"]) == role:
             per[(e["pid"], e["args"]["step"])] += e["dur"]
-    if not per:
-        return []
-    mean = sum(per.values()) / len(per)
-    return [v / mean for v in per.values()] if mean > 0 else []
+    by_step: dict = defaultdict(list)
+    for (rank, step), value in per.items():
+        by_step[step].append(value)
+    out = []
+    for (rank, step), value in per.items():
+        values = by_step[step]
+        mean = sum(values) / len(values)
+        if len(values) > 1 and mean > 0:
+            out.append(value / mean)
+    return out
 
 
 def server_gaps(run) -> list:

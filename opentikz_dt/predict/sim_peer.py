@@ -64,7 +64,7 @@ def native(sim, steps: int) -> None:
         comm_free = 0.0
         for index, (first, nbytes) in enumerate(buckets):
             begin = max(max(r[first] for r in ready), comm_free)
-            comm_free = begin + c.noisy(c.allreduce(nbytes, n), step)
+            comm_free = begin + c.noisy_comm(c.allreduce(nbytes, n), step)
             for k in range(n):
                 rec.span(k, "allreduce", 1, ready[k][first], comm_free, step, algorithm="native", phase="bucket",
                          chunk=index)
@@ -101,7 +101,7 @@ def _ring(sim, step: int, ready: list, ranks: list) -> list:
     t = list(ready)
     for phase in ("reduce-scatter", "all-gather"):
         for h in range(n - 1):
-            nxt = [max(t[i], t[i - 1]) + c.noisy(hop, step) for i in range(n)]
+            nxt = [max(t[i], t[i - 1]) + c.noisy_comm(hop, step) for i in range(n)]
             for i, k in enumerate(ranks):
                 rec.span(k, "allreduce", 1, t[i], nxt[i], step, algorithm="ring", phase=phase, chunk=h)
             t = nxt
@@ -115,8 +115,8 @@ def _tree(sim, step: int, ready: list, ranks: list) -> list:
     levels = math.ceil(math.log2(n))
     per = c.p2p(sim.nbytes / chunks) + c.p2p_bytes(sim.nbytes / chunks)  # two children share the link
     t0 = max(ready)
-    up = c.noisy((levels + chunks - 1) * per, step)
-    down = c.noisy((levels + chunks - 1) * per, step)
+    up = c.noisy_comm((levels + chunks - 1) * per, step)
+    down = c.noisy_comm((levels + chunks - 1) * per, step)
     for i, k in enumerate(ranks):
         rec.span(k, "allreduce", 1, ready[i], t0 + up, step, algorithm="tree", phase="reduce", chunk=0)
         rec.span(k, "allreduce", 1, t0 + up, t0 + up + down, step, algorithm="tree", phase="broadcast", chunk=0)
@@ -188,7 +188,7 @@ def gossip(sim, steps: int) -> None:
             to, frm = links[k]
             begin = max([ready[k]] + [ready[p] for p in to + frm])
             exchange = c.p2p(sim.nbytes) + (len(to) - 1) * c.p2p_bytes(sim.nbytes)
-            end = begin + c.noisy(exchange + 1e6 * c.add_s * sim.params * len(frm), step)
+            end = begin + c.noisy_comm(exchange + 1e6 * c.add_s * sim.params * len(frm), step)
             rec.span(k, "gossip", 1, ready[k], end, step, peers=[sim.ids[p] for p in frm])
             rec.moved(k, len(to) * sim.nbytes, len(frm) * sim.nbytes)
             rec.step(sim.ids[k], step, starts[k], end)
