@@ -26,6 +26,7 @@ from ..spec import load_spec, spec_from_data
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
+from .placement import check_strategy
 from .preflight import preflight
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
@@ -45,6 +46,16 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def refuse_existing_out(out: str | Path | None, force: bool, node_rank: int = 0) -> None:
+    """A run never writes into a file or, without --force, into a folder holding something."""
+    if out is None or node_rank != 0 or not Path(out).exists():
+        return
+    if not Path(out).is_dir():
+        raise RunError(f"{out}: exists and is not a directory")
+    if not force and any(Path(out).iterdir()):
+        raise RunError(f"{out}: directory exists and is not empty (use --force to overwrite)")
+
+
 def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 0) -> Path:
     if out is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -56,11 +67,8 @@ def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 
     else:
         run_dir = Path(out)
     if run_dir.exists() and node_rank == 0:  # other nodes share node 0's directory
-        if not run_dir.is_dir():
-            raise RunError(f"{run_dir}: exists and is not a directory")
+        refuse_existing_out(run_dir, force, node_rank)
         if any(run_dir.iterdir()):
-            if not force:
-                raise RunError(f"{run_dir}: directory exists and is not empty (use --force to overwrite)")
             # Remove only what a run writes, so `--out . --force` cannot wipe a project.
             for name in SUBDIRS:
                 shutil.rmtree(run_dir / name, ignore_errors=True)
@@ -88,12 +96,14 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     roles = load_strategy(spec.strategy.kind).roles(spec)
     world = len(roles)
     check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)
+    refuse_existing_out(out, force, node_rank)  # before the placement line and the trial forward pass
     spec_dir = str(Path(spec_path).resolve().parent)
     dataset_path = None
     if spec.training.dataset.get("kind") in ("file", "text"):
         dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
     placement = placement_for(spec, world // nnodes)
     echo(f"dtgen run: {placement.reason}")
+    check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     nodes = None

@@ -71,3 +71,13 @@ def choose_placement(device: str, backend: str, ranks: int, gpus: int) -> Placem
     return Placement("cuda", "gloo", gpus, (
         f"{_plural(ranks, 'rank')} round-robin on {_plural(gpus, 'GPU')} (up to {per_gpu} per GPU) with gloo, "
         f"tensors staged through host memory: nccl needs one GPU per rank ({why_device})"))
+
+
+def check_strategy(placement: Placement, kind: str) -> None:
+    """torch's pipeline schedules send GPU tensors point to point themselves, which gloo
+    cannot (it all-reduces and broadcasts GPU tensors, nothing else); dtgen's own
+    messages go through host copies, the schedules' do not."""
+    if kind == "pipeline" and placement.stage_through_host:
+        raise RunError("strategy pipeline cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
+                       "point to point, which gloo does not support; give each stage its own GPU (nccl) "
+                       "or set runtime.device: cpu")

@@ -93,3 +93,13 @@ def test_measured_ring_and_pipeline_topologies_keep_edges_off_their_labels(tmp_p
             assert "kB/step" in tex
         else:
             assert "Stage 2: " in tex and "w2:" not in tex
+    # at one column's width the annotated PS still keeps its labels apart and its text legible
+    import dataclasses
+
+    from opentikz_dt.figures.compile import pdf_words
+    from opentikz_dt.figures.fit import with_width
+
+    run = load_run(write_synthetic_run(tmp_path / "ps", "ps-sync", steps=12))
+    result = compile_pdf(render_annotated_topology(dataclasses.replace(run, spec=with_width(run.spec, "column"))))
+    assert check_figure_geometry(result.log) == []
+    assert min(size for _, size in pdf_words(result.pdf)) >= 5.95

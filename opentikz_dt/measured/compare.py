@@ -99,7 +99,7 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
     for s in summaries:
         name = escape_text(s.name) + ("$^{\\dagger}$" if s.ended_early else "")
         stale = "--" if s.staleness_mean is None else f"{s.staleness_mean:.2f} ({s.staleness_max:g})"
-        cells = [name, escape_text(s.strategy), f"{s.samples_per_s:,.0f}".replace(",", "\\,"), _cell(s.step_ms, ".1f"),
+        cells = [name, escape_text(s.strategy), f"{s.samples_per_s:,.0f}", _cell(s.step_ms, ".1f"),
                  _cell(s.time_to_loss_s, ".3f") if s.time_to_loss_s is not None else "not reached",
                  escape_text(human_bytes(s.bytes_per_step)), stale]
         rows.append(Tex(" & ".join(cells)))
