@@ -188,3 +188,32 @@ def test_central_storage_refuses_to_span_hosts(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "central-storage" in r.stderr and "cannot span hosts" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("how", ["sigkill", "link-down"])
+def test_losing_a_host_ends_the_run_and_names_it(tmp_path, netcluster, how):
+    timeout_s = 6
+    cluster = netcluster(2)
+    spec = write(tmp_path, ring_spec(steps=100000, runtime={"timeout_s": timeout_s}))
+    procs = launch_all(cluster, spec, tmp_path)
+    wait_for_step(tmp_path / "h1" / "progress" / "rank0.json", 3)
+    lost_at = time.monotonic()
+    if how == "sigkill":
+        procs[1].send_signal(signal.SIGKILL)
+    else:
+        cluster.link_state(2, "down")
+    out, _ = procs[0].communicate(timeout=timeout_s + 30 + 30)
+    ended = time.monotonic() - lost_at
+    assert procs[0].returncode == 3, out
+    assert ended <= timeout_s + 30, f"survivor took {ended:.0f} s"
+    assert f"lost host: node 1 ({cluster.addr(2)}, ranks 2, 3)" in out, out
+    assert "Traceback" not in out
+    try:
+        procs[1].communicate(timeout=timeout_s + 30)  # the cut-off node gives up too
+    except subprocess.TimeoutExpired:
+        pass
+    assert_no_processes(cluster)
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    assert trace["metadata"]["ended_early"] is True
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} >= {0, 1}
+    assert json.loads((tmp_path / "h1" / "run.json").read_text())["status"] == "failed"
