@@ -293,3 +293,18 @@ def test_emit_slurm_and_torchrun_scripts(tmp_path, repo):
             assert flag in line, (flag, line)
     r = _dtgen(repo / "examples" / "central-storage.yaml", "--emit", "slurm", "--nnodes", "2")
     assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_four_hosts_hierarchical(tmp_path, netcluster):
+    cluster = netcluster(4, "100mbit")
+    data = small_spec_data("allreduce", name="mh-4", topology={"workers": {"count": 4}, "hosts": 4},
+                           strategy={"algorithm": "hierarchical"}, training={"steps": 3})
+    spec = write(tmp_path, data)
+    outs = finish(launch_all(cluster, spec, tmp_path), timeout=180)
+    assert [rc for rc, _ in outs] == [0, 0, 0, 0], outs
+    run = json.loads((tmp_path / "h1" / "run.json").read_text())
+    assert [r["addr"] for r in run["ranks"]] == [cluster.addr(h) for h in range(1, 5)]
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    phases = {e["args"].get("phase") for e in trace["traceEvents"] if e.get("name") == "allreduce"}
+    assert "inter" in phases
+    assert_no_processes(cluster)
