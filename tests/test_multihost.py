@@ -308,3 +308,11 @@ def test_four_hosts_hierarchical(tmp_path, netcluster):
     phases = {e["args"].get("phase") for e in trace["traceEvents"] if e.get("name") == "allreduce"}
     assert "inter" in phases
     assert_no_processes(cluster)
+    # The annotated topology's host boxes carry the addresses measured, not just the spec's count.
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.measured.run import load_run
+
+    tex = render_annotated_topology(load_run(tmp_path / "h1"))
+    for h in range(1, 5):
+        assert f"({cluster.addr(h)})" in tex
+
