@@ -1,8 +1,11 @@
-"""The edit contract's invariants, as code. Each has an id listed in schemas/meta.json.
+"""The edit contract's invariants, as code.
 
-Spec invariants run on every load and every edit; TeX invariants run on generated
-figures. `dtgen contract --check` verifies this registry and meta.json agree.
-Must not import torch.
+Which invariants exist is the contract's business: each is one "id: description" line
+in schemas/meta.json plus one entry in schemas/contract.exec.json naming its check
+("module:function") and what it applies to. Spec invariants (applies_to "spec") run
+on every load and every edit: the check gets the Spec and yields (path, message).
+TeX invariants run on generated figures (edit/texcheck.py). Adding an invariant needs
+no registry here. Must not import torch.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import Issue
+from .errors import DtgenError, Issue
 from .palette import PALETTE_NAMES
 from .texsafe import LabelError, render_label
 
@@ -90,17 +93,65 @@ def tex_palette_only(tex: str) -> list[str]:
     return problems
 
 
-SPEC_INVARIANTS = [
-    Invariant("distinct-flow-colors", "spec", "data, gradient and weight flows keep distinct palette colours", _distinct_flow_colors),
-    Invariant("all-workers-synchronise", "spec", "every worker in the layout takes part in synchronisation (ids w1..wN, dense, no references outside)", _all_workers_synchronise),
-    Invariant("palette-names-only", "spec", "colours only through palette names, never hex or stock names", _palette_names_only),
-    Invariant("labels-safe", "spec", "every label is escaped text or allow-listed math", _labels_safe),
-]
+def spec_invariants() -> list[Invariant]:
+    """The contract's spec invariants with their checks resolved."""
+    from .contract import load_contract, resolve_check
+
+    found = []
+    for entry in load_contract()["edit_contract"]["invariants"]:
+        if entry.get("applies_to") != "spec":
+            continue
+        try:
+            check = resolve_check(entry["check"])
+        except (ImportError, AttributeError):
+            raise DtgenError(f"invariant {entry['id']} cannot be checked: {entry['check']} is missing "
+                             "(incomplete installation?)") from None
+        found.append(Invariant(entry["id"], "spec", entry["description"], check))
+    return found
+
+
+def _distinguishable_colors(spec):
+    # Imported here: the figures package imports this module for the TeX checks.
+    from .figures.timeline_styles import check_distinguishable
+
+    yield from check_distinguishable(spec)
 
 
 def check_spec_invariants(spec) -> list[Issue]:
     issues = []
-    for invariant in SPEC_INVARIANTS:
+    for invariant in spec_invariants():
         for path, message in invariant.check(spec):
             issues.append(spec.located.issue(path, f"{message} [invariant {invariant.id}]"))
     return issues
+
+
+def pdf_page_size_cm(pdf: bytes) -> tuple[float, float]:
+    """(width, height) of a PDF's first page in cm (pdfinfo reads compressed object streams too)."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from .figures.compile import tool
+
+    with tempfile.TemporaryDirectory(prefix="dtgen-pdfinfo-") as folder:
+        path = Path(folder) / "figure.pdf"
+        path.write_bytes(pdf)
+        out = subprocess.run([tool("pdfinfo"), str(path)], capture_output=True, text=True, timeout=60).stdout
+    match = re.search(r"^Page size:\s+([0-9.]+) x ([0-9.]+) pts", out, re.MULTILINE)
+    if not match:
+        raise DtgenError("pdfinfo did not report the page size of the compiled figure")
+    return float(match.group(1)) * 2.54 / 72, float(match.group(2)) * 2.54 / 72
+
+
+def figure_fits_width(pdf: bytes, spec) -> list[str]:
+    """TeX invariant: with figure.width set (set-size), the compiled figure is at most that wide."""
+    from .figures.fit import target_width_cm
+
+    target = target_width_cm(spec)
+    if target is None:
+        return []
+    width, _ = pdf_page_size_cm(pdf)
+    if width > target + 0.005:  # half a tenth of a millimetre: pdfinfo rounds the page size
+        return [f"the compiled figure is {width:.2f} cm wide but figure.width {spec.figure.width!r} allows "
+                f"{target:.2f} cm (reduce figure.colsep / rowsep, shorten labels, or choose a wider fit)"]
+    return []

@@ -24,6 +24,8 @@ def _type_of(node: dict, defs: dict) -> str:
     if "enum" in node:
         return " \\| ".join(f"`{v}`" for v in node["enum"])
     kind = node.get("type", "")
+    if isinstance(kind, list):  # e.g. training.model.layers: a list of widths or a block count
+        return " or ".join(_type_of({**node, "type": k}, defs) for k in kind)
     bounds = []
     if "minimum" in node or "exclusiveMinimum" in node:
         bounds.append(f"{'>' if 'exclusiveMinimum' in node else '≥'} {node.get('minimum', node.get('exclusiveMinimum'))}")
@@ -31,6 +33,7 @@ def _type_of(node: dict, defs: dict) -> str:
         bounds.append(f"≤ {node['maximum']}")
     if kind == "array":
         kind = "list of integers"
+        bounds = []
     if kind == "object" and "properties" not in node:
         kind = "mapping"
     return kind + (f" ({', '.join(bounds)})" if bounds else "")

@@ -36,7 +36,13 @@ def spec_schema() -> dict:
 
 
 def contract_meta() -> dict:
+    """The edit contract in OpenTikZ's format (prose; validates against its meta.schema.json)."""
     return load_json_resource("meta.json")
+
+
+def contract_exec() -> dict:
+    """The executable half of the contract, keyed by meta.json's ids."""
+    return load_json_resource("contract.exec.json")
 
 
 def skill_text() -> str:

@@ -5,41 +5,42 @@ Each rule returns Issues located at the key a user should change. Must not impor
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .errors import Issue
 from .spec import Spec
-
-NEEDS_SERVERS = {"parameter-server": (1, None), "central-storage": (1, 1)}
+from .strategies import kinds_with, strategy
+from .workload_rules import block_count, check_workload
 
 
 def check_rules(spec: Spec) -> list[Issue]:
     issues: list[Issue] = []
     for rule in (_sync_rule, _server_rule, _worker_rule, _host_rule, _pipeline_rule, _gossip_rule,
-                 _dataset_rule, _fault_rule):
+                 check_workload, _fault_rule):
         issues += [spec.located.issue(path, message) for path, message in rule(spec)]
     return issues
 
 
 def _sync_rule(spec: Spec):
     s = spec.strategy
-    if s.sync == "async" and s.kind != "parameter-server":
-        yield ("strategy", "sync"), f"async updates need a parameter server; strategy.kind is '{s.kind}' (use kind: parameter-server or sync: sync)"
-    if s.algorithm != "native" and s.kind != "allreduce":
-        yield ("strategy", "algorithm"), f"algorithm '{s.algorithm}' applies to kind: allreduce only, not '{s.kind}'"
+    described = strategy(s.kind)
+    if s.sync not in described.sync_modes:
+        owners = " or kind: ".join(kinds_with(lambda d: s.sync in d.sync_modes))
+        yield ("strategy", "sync"), f"{s.sync} updates need a parameter server; strategy.kind is '{s.kind}' (use kind: {owners} or sync: sync)"
+    if s.algorithm not in described.algorithms:
+        owners = ", ".join(kinds_with(lambda d: s.algorithm in d.algorithms))
+        yield ("strategy", "algorithm"), f"algorithm '{s.algorithm}' applies to kind: {owners} only, not '{s.kind}'"
 
 
 def _server_rule(spec: Spec):
     kind, count = spec.strategy.kind, spec.topology.servers.count
     path = ("topology", "servers", "count")
-    if kind in NEEDS_SERVERS:
-        low, high = NEEDS_SERVERS[kind]
+    low, high = strategy(kind).servers
+    if high != 0:
         if count < low:
             yield path, f"{kind} needs at least {low} server, got {count}"
         if high is not None and count > high:
             yield path, f"{kind} keeps the variables on one host: servers.count must be {high}, got {count}"
-        tensors = len(spec.training.param_tensors)
-        if kind == "parameter-server" and count > tensors:
+        tensors = len(spec.training.param_tensors)  # 0 for a python model: checked once it is built
+        if kind == "parameter-server" and tensors and count > tensors:
             yield path, f"{count} shards for {tensors} parameter tensors: each shard owns whole tensors, so at most {tensors}"
     elif count != 0:
         yield path, f"{kind} has no parameter server: servers.count must be 0, got {count}"
@@ -47,10 +48,13 @@ def _server_rule(spec: Spec):
 
 def _worker_rule(spec: Spec):
     w, kind = spec.topology.workers, spec.strategy.kind
-    if kind == "single" and w.count != 1:
-        yield ("topology", "workers", "count"), f"single trains on one device: workers.count must be 1, got {w.count}"
-    if kind in ("allreduce", "gossip", "pipeline") and w.count < 2:
-        yield ("topology", "workers", "count"), f"{kind} needs at least 2 workers, got {w.count}"
+    low, high = strategy(kind).workers
+    if high == 1 and w.count != 1:
+        yield ("topology", "workers", "count"), f"{kind} trains on one device: workers.count must be 1, got {w.count}"
+    elif high is not None and w.count > high:
+        yield ("topology", "workers", "count"), f"{kind} takes at most {high} workers, got {w.count}"
+    if w.count < low:
+        yield ("topology", "workers", "count"), f"{kind} needs at least {low} workers, got {w.count}"
 
 
 def _host_rule(spec: Spec):
@@ -69,9 +73,10 @@ def _pipeline_rule(spec: Spec):
         return
     if s.stages != spec.topology.workers.count:
         yield ("strategy", "stages"), f"pipeline stages must fit the workers: one stage per worker, so {spec.topology.workers.count}, got {s.stages}"
-    layers = len(t.layers) - 1
-    if s.stages > layers:
-        yield ("training", "model", "layers"), f"{s.stages} pipeline stages need at least {s.stages} layers; the model has {layers}"
+    blocks = block_count(spec)
+    if blocks is not None and s.stages > blocks[0]:
+        yield ("training", "model", "layers"), (f"{s.stages} pipeline stages need at least {s.stages} {blocks[1]}s;"
+                                                f" the model has {blocks[0]}")
     if s.schedule == "1f1b" and s.microbatches < s.stages:
         yield ("strategy", "microbatches"), f"1f1b needs at least as many microbatches as stages ({s.stages}), got {s.microbatches}"
     if t.batch_size % s.microbatches:
@@ -81,21 +86,6 @@ def _pipeline_rule(spec: Spec):
 def _gossip_rule(spec: Spec):
     if spec.strategy.kind == "gossip" and spec.strategy.peers >= spec.topology.workers.count:
         yield ("strategy", "peers"), f"each worker can have at most {spec.topology.workers.count - 1} peers"
-
-
-def _dataset_rule(spec: Spec):
-    d, t = spec.training.dataset, spec.training
-    if d["kind"] == "file":
-        if "path" not in d:
-            yield ("training", "dataset"), "a file dataset needs 'path' (a .npz with arrays x and y)"
-        elif spec.located and spec.located.file not in ("<spec>",):
-            target = Path(spec.located.file).parent / d["path"]
-            if not target.is_file():
-                yield ("training", "dataset", "path"), f"no such file: {target}"
-        return
-    data_parallel = 1 if spec.strategy.kind == "pipeline" else spec.topology.workers.count
-    if d["samples"] < t.batch_size * data_parallel:
-        yield ("training", "dataset", "samples"), f"{d['samples']} samples are fewer than one global batch ({t.batch_size} x {data_parallel})"
 
 
 def _fault_rule(spec: Spec):

@@ -13,7 +13,9 @@ With at least as many tensors as shards (a spec rule), every shard owns one or m
 
 from __future__ import annotations
 
+from .errors import DtgenError
 from .spec import Spec
+from .workload import workload_of
 
 
 def tensor_sizes(layers: tuple | list) -> dict[str, int]:
@@ -37,6 +39,22 @@ def assign_tensors(sizes: dict[str, int], server_ids: list[str]) -> dict[str, li
     return {sid: sorted(names, key=order.__getitem__) for sid, names in owned.items()}
 
 
-def shard_assignment(spec: Spec) -> dict[str, list[str]]:
-    """Server id (``ps`` or ``ps1..psS``) -> the parameter tensors it owns, in model order."""
-    return assign_tensors(tensor_sizes(spec.training.layers), spec.topology.servers.ids)
+def shard_assignment(spec: Spec, sizes: dict[str, int] | None = None) -> dict[str, list[str]]:
+    """Server id (``ps`` or ``ps1..psS``) -> the parameter tensors it owns, in model order.
+
+    `sizes` (name -> elements, model order) defaults to the spec's built-in model; the
+    runner passes the built model's own for a python model, which only it can know."""
+    if sizes is None:
+        workload = workload_of(spec)
+        if workload is None:
+            raise DtgenError(f"{spec.source}: the shards of a python model are known only once the runner builds it")
+        sizes = workload.tensor_sizes()
+    return assign_tensors(sizes, spec.topology.servers.ids)
+
+
+def shard_tensors(spec: Spec) -> dict[str, list[str]]:
+    """For figures: each shard's tensors, or empty lists for a python model (whose
+    tensors are assigned once the runner builds it)."""
+    if workload_of(spec) is None:
+        return {sid: [] for sid in spec.topology.servers.ids}
+    return shard_assignment(spec)

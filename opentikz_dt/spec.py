@@ -14,16 +14,24 @@ from pathlib import Path
 
 from .errors import SpecError
 from .schema import apply_defaults, check_schema
+from .strategies import STRATEGIES, strategy
+from .workload import fill_kind_defaults
 from .yamlpos import Located, load_located
 
-STRATEGY_TITLES = {
-    "single": "Single-device training",
-    "parameter-server": "Parameter-server training",
-    "central-storage": "Central-storage training",
-    "allreduce": "All-reduce data-parallel training",
-    "gossip": "Decentralized gossip training",
-    "pipeline": "Pipeline-parallel training",
+STRATEGY_TITLES = {s.kind: s.title for s in STRATEGIES}
+# Each all-reduce algorithm draws a different figure, so each has its own title.
+ALLREDUCE_TITLES = {
+    "native": "All-reduce data-parallel training",
+    "ring": "Ring all-reduce data-parallel training",
+    "tree": "Tree all-reduce data-parallel training",
+    "hierarchical": "Hierarchical all-reduce data-parallel training",
 }
+
+
+def default_title(kind: str, sync: str = "sync", algorithm: str = "native") -> str:
+    """The title a spec without one gets."""
+    title = ALLREDUCE_TITLES[algorithm] if kind == "allreduce" else STRATEGY_TITLES[kind]
+    return title + (" (asynchronous)" if sync == "async" else "")
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,7 @@ class Workers:
 
     def label_of(self, worker_id: str) -> str:
         """The worker's label: its override, else the pattern with {i} filled in."""
-        return self.labels.get(worker_id) or self.label.replace("{i}", worker_id[1:])
+        return self.labels.get(worker_id) or self.label.replace("{i}", f"{int(worker_id[1:]):,}")  # Worker 1,024
 
     def slowdown_of(self, worker_id: str) -> float:
         return float(self.slowdown.get(worker_id, 1.0))
@@ -93,14 +101,20 @@ class Training:
     lr: float
     momentum: float
     seed: int
+    model: dict = field(default_factory=dict)  # the resolved training.model section
+
+    @property
+    def model_kind(self) -> str:
+        return self.model.get("kind", "mlp")
 
     @property
     def param_tensors(self) -> list[str]:
-        """Names of the model's parameter tensors, in order (what PS shards own)."""
-        names = []
-        for i in range(len(self.layers) - 1):
-            names += [f"layers.{i}.weight", f"layers.{i}.bias"]
-        return names
+        """Names of the model's parameter tensors, in order (what PS shards own); empty
+        for a python model, known only once the runner imports it."""
+        from .workload import workload_of
+
+        workload = workload_of({"training": {"model": self.model or {"layers": list(self.layers)}}})
+        return workload.param_tensors if workload else []
 
 
 @dataclass(frozen=True)
@@ -145,17 +159,22 @@ class Spec:
 
 def resolve(data: dict, source_name: str = "spec") -> dict:
     """Schema defaults plus the defaults that depend on the strategy."""
+    asked_icons = ((data.get("figure") or {}).get("icons") or {})
     data = apply_defaults(data)
+    fill_kind_defaults(data["training"])
     kind = data["strategy"]["kind"]
+    described = strategy(kind)
+    if kind == "central-storage" and "server" not in asked_icons:
+        data["figure"]["icons"]["server"] = "database"  # a store of variables, not a server process
     workers = data["topology"]["workers"]
-    workers.setdefault("count", 1 if kind == "single" else 3)
+    workers.setdefault("count", described.default_workers)
     servers = data["topology"]["servers"]
-    servers.setdefault("count", 1 if kind in ("parameter-server", "central-storage") else 0)
-    servers.setdefault("label", "Central storage" if kind == "central-storage" else "Parameter server")
+    servers.setdefault("count", described.servers[0])
+    servers.setdefault("label", described.server_label)
     data["strategy"].setdefault("stages", workers["count"])
     stem = re.sub(r"[^a-z0-9-]+", "-", Path(source_name).stem.lower()).strip("-") or "spec"
     data.setdefault("name", stem[:63])
-    data.setdefault("title", STRATEGY_TITLES[kind] + (" (asynchronous)" if data["strategy"]["sync"] == "async" else ""))
+    data.setdefault("title", default_title(kind, data["strategy"]["sync"], data["strategy"].get("algorithm", "native")))
     return data
 
 
@@ -172,8 +191,9 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
             hosts=t["hosts"],
         ),
         strategy=Strategy(s["kind"], s["sync"], s["algorithm"], s["microbatches"], s["schedule"], s["stages"], s["peers"]),
-        training=Training(tuple(tr["model"]["layers"]), dict(tr["dataset"]), tr["batch_size"], tr["steps"],
-                          float(tr["optimizer"]["lr"]), float(tr["optimizer"]["momentum"]), tr["seed"]),
+        training=Training(tuple(tr["model"]["layers"]) if tr["model"]["kind"] == "mlp" else (), dict(tr["dataset"]),
+                          tr["batch_size"], tr["steps"], float(tr["optimizer"]["lr"]),
+                          float(tr["optimizer"]["momentum"]), tr["seed"], dict(tr["model"])),
         runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
                         dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
         figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),
@@ -186,7 +206,9 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
 
 def spec_from_located(located: Located) -> Spec:
     """Schema, defaults, rules and invariants on parsed YAML; raise SpecError with all issues."""
-    issues = check_schema(located)
+    from .workload_rules import check_sections
+
+    issues = check_schema(located) + check_sections(located)
     if issues:
         raise SpecError(issues)
     spec = build_spec(resolve(located.data, located.file), located)

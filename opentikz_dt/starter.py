@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .errors import DtgenError
 from .resources import schemas_dir
+from .strategies import strategy
 
 STRATEGY_BLOCKS = {
     "single": """\
@@ -41,8 +42,7 @@ strategy:
 def render_starter(kind: str) -> str:
     """The starter spec text for a strategy."""
     schema = (schemas_dir() / "spec.schema.json").resolve().as_uri()
-    workers = 1 if kind == "single" else 3
-    servers = 1 if kind in ("parameter-server", "central-storage") else 0
+    workers, servers = strategy(kind).default_workers, strategy(kind).servers[0]
     slowdown = "" if kind == "single" else "\n    slowdown: {}              # stragglers, e.g. {w3: 2.0} = w3 computes twice as slowly"
     return f"""\
 # yaml-language-server: $schema={schema}

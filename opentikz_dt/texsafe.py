@@ -40,6 +40,24 @@ _TEXT_ESCAPES = {
 }
 # pdflatex with T1 + utf8 typesets Latin-1 and these; anything else would halt the compile.
 _EXTRA_OK = set("–—‘’“”…•€")
+# Chinese and Japanese (CJK punctuation, kana, unified ideographs, full-width forms) compile
+# through CJKutf8 with the Arphic fonts (Debian latex-cjk-chinese); a figure whose labels use
+# them is set inside a CJK environment (needs_cjk), others are unchanged.
+CJK_RANGES = ((0x3000, 0x303F), (0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
+              (0xFF00, 0xFFEF))
+# Hangul needs Korean fonts for CJK (Debian latex-cjk-korean with fonts-unfonts-core), not installed here.
+HANGUL_RANGES = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7AF), (0xD7B0, 0xD7FF))
+CJK_PACKAGES = "latex-cjk-chinese fonts-arphic-uming fonts-arphic-ukai"
+
+
+def is_cjk(ch: str) -> bool:
+    code = ord(ch)
+    return any(lo <= code <= hi for lo, hi in CJK_RANGES)
+
+
+def needs_cjk(text: str) -> bool:
+    """True when a label has Chinese or Japanese characters (the figure then loads CJKutf8)."""
+    return any(is_cjk(ch) for ch in text)
 _CONTROL_SEQ = re.compile(r"\\([A-Za-z]+|.)", re.DOTALL)
 _MATH_OK_CHARS = re.compile(r"[A-Za-z0-9\s_^{}()\[\]+\-=*/,.;:'|<>!\\]*")
 
@@ -55,8 +73,13 @@ def _check_printable(text: str) -> None:
         code = ord(ch)
         if code < 32 or 127 <= code < 160:
             raise LabelError(f"control character U+{code:04X} is not allowed in a label")
-        if code > 255 and ch not in _EXTRA_OK:
-            raise LabelError(f"character {ch!r} (U+{code:04X}) cannot be typeset by pdflatex; use Latin-1 text")
+        if any(lo <= code <= hi for lo, hi in HANGUL_RANGES):
+            raise LabelError(f"Korean character {ch!r} (U+{code:04X}) cannot be typeset: pdflatex's CJK package "
+                             "needs the Korean fonts of Debian's latex-cjk-korean and fonts-unfonts-core, which "
+                             "dtgen does not install; use Chinese, Japanese or Latin-1 text")
+        if code > 255 and ch not in _EXTRA_OK and not is_cjk(ch):
+            raise LabelError(f"character {ch!r} (U+{code:04X}) cannot be typeset by pdflatex; use Latin-1, "
+                             "Chinese or Japanese text")
 
 
 def escape_text(text: str) -> str:

@@ -2,7 +2,9 @@
 
 We walk PyYAML's node tree ourselves (as pre-commit does) so every later message can
 point at the exact spot, and so an alias bomb is stopped by a node budget instead of
-being expanded into gigabytes.
+being expanded into gigabytes. Composing recurses once per nesting level, so a file
+nested thousands deep would end in a RecursionError: its depth is bounded on the event
+stream (which the parser produces without recursion) before anything is composed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .errors import Issue, SpecError
 
 MAX_FILE_BYTES = 1_000_000
 MAX_NODES = 20_000  # a real spec has ~100; aliases count every time they are used
+MAX_DEPTH = 64  # a real spec nests 3 or 4 deep; Python's recursion limit is ~1000
 
 PathKey = tuple  # ("topology", "workers", "count") or with list indexes
 
@@ -87,6 +90,10 @@ def load_located(path: str | Path, text: str | None = None) -> Located:
     if text is None:
         text = read_text(path)
     try:
+        too_deep = first_too_deep(yaml.parse(text, Loader=yaml.SafeLoader))
+        if too_deep:
+            mark, path = too_deep
+            raise SpecError([Issue(name, *_pos(mark), dotted(path[:1]), f"nested more than {MAX_DEPTH} levels deep")])
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -109,12 +116,47 @@ def load_located(path: str | Path, text: str | None = None) -> Located:
     return located
 
 
+def first_too_deep(events) -> tuple | None:
+    """(start mark, key path) of the first collection nested deeper than MAX_DEPTH, else None.
+
+    Works on PyYAML's and ruamel.yaml's events alike (same class names and marks), so
+    both the loader and the round-trip editor check depth before they compose.
+    """
+    frames: list[list] = []  # per open collection: [is_mapping, waiting_for_key, key or index]
+    for event in events:
+        kind = type(event).__name__
+        if kind in ("MappingEndEvent", "SequenceEndEvent"):
+            frames.pop()
+            continue
+        if kind not in ("ScalarEvent", "AliasEvent", "MappingStartEvent", "SequenceStartEvent"):
+            continue
+        if frames:
+            parent = frames[-1]
+            if not parent[0]:
+                parent[2] += 1
+            elif parent[1]:
+                parent[1], parent[2] = False, event.value if kind == "ScalarEvent" else "?"
+            else:
+                parent[1] = True
+        if kind.endswith("StartEvent"):
+            if len(frames) >= MAX_DEPTH:
+                return event.start_mark, tuple(frame[2] for frame in frames)
+            frames.append([True, True, None] if kind == "MappingStartEvent" else [False, False, -1])
+    return None
+
+
 def _build(node, path, located, budget, issues):
     budget[0] -= 1
     if budget[0] < 0:
         if budget[0] == -1:
             issues.append(Issue(located.file, *_pos(node.start_mark), "",
                                 f"document expands to more than {MAX_NODES} nodes (alias bomb?)"))
+        return None
+    if len(path) >= MAX_DEPTH and isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        # Only aliases get here: each one reuses a whole nested node, so depths add up.
+        # The node's own mark is where its anchor was defined: point at the top-level value.
+        issues.append(Issue(located.file, *located.where(path[:1]), dotted(path[:1]),
+                            f"nested more than {MAX_DEPTH} levels deep (through aliases)"))
         return None
     located.value_pos.setdefault(path, _pos(node.start_mark))
     if isinstance(node, yaml.MappingNode):

@@ -21,43 +21,87 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+class _Staged:
+    """A Work whose result lands in a host copy; wait() copies it to the device tensor."""
+
+    def __init__(self, work, host, target):
+        self.work, self.host, self.target = work, host, target
+
+    def wait(self, *args, **kwargs):
+        ok = self.work.wait(*args, **kwargs)
+        if self.target is not None:
+            self.target.copy_(self.host)
+        return ok
+
+    def is_completed(self):
+        return self.work.is_completed()
+
+    def source_rank(self):
+        return self.work.source_rank()
+
+
 class Comm:
-    def __init__(self, metrics, control_group=None, device=None):
+    """`stage_through_host`: gloo with GPU tensors (ranks sharing GPUs, runner/placement.py):
+    gloo's point-to-point ops take host tensors only, so every op goes through a host
+    copy (collectives too, to keep one code path)."""
+
+    def __init__(self, metrics, control_group=None, device=None, stage_through_host: bool = False):
         self.metrics = metrics
         self.control_group = control_group
         self.device = device
+        self.stage = stage_through_host
+
+    def _host(self, t):
+        return t.detach().to("cpu") if self.stage and t.device.type != "cpu" else t
+
+    def _sync_op(self, fn, t, *args, **kwargs):
+        """Run a blocking op on a host copy of `t`, then copy the result back."""
+        host = self._host(t)
+        out = fn(host, *args, **kwargs)
+        if host is not t:
+            t.copy_(host)
+        return out
 
     # --- point to point --------------------------------------------------------------
     def send(self, t, dst: int, tag: int = 0, group=None) -> None:
-        dist.send(t, dst, group=group, tag=tag)
+        dist.send(self._host(t), dst, group=group, tag=tag)
         self.metrics.sent += nbytes(t)
 
     def recv(self, t, src: int | None = None, tag: int = 0, group=None) -> int:
-        got = dist.recv(t, src, group=group, tag=tag)
+        got = self._sync_op(lambda h: dist.recv(h, src, group=group, tag=tag), t)
         self.metrics.recv += nbytes(t)
         return got
 
     def isend(self, t, dst: int, tag: int = 0, group=None):
         self.metrics.sent += nbytes(t)
-        return dist.isend(t, dst, group=group, tag=tag)
+        host = self._host(t)
+        work = dist.isend(host, dst, group=group, tag=tag)
+        return work if host is t else _Staged(work, host, None)  # keeps the host copy alive
 
     def irecv(self, t, src: int | None = None, tag: int = 0, group=None):
         self.metrics.recv += nbytes(t)
-        return dist.irecv(t, src, group=group, tag=tag)
+        host = self._host(t)
+        work = dist.irecv(host, src, group=group, tag=tag)
+        return work if host is t else _Staged(work, host, t)
 
     def batch_isend_irecv(self, ops, group=None) -> list:
         """ops: [("send"|"recv", tensor, peer) or (kind, tensor, peer, tag)]; returns the works."""
-        p2p = []
+        p2p, staged = [], []
         for op in ops:
             kind, t, peer = op[:3]
             tag = op[3] if len(op) > 3 else 0
+            host = self._host(t)
+            staged.append((host, t if (kind != "send" and host is not t) else None))
             if kind == "send":
                 self.metrics.sent += nbytes(t)
-                p2p.append(dist.P2POp(dist.isend, t, peer, group=group, tag=tag))
+                p2p.append(dist.P2POp(dist.isend, host, peer, group=group, tag=tag))
             else:
                 self.metrics.recv += nbytes(t)
-                p2p.append(dist.P2POp(dist.irecv, t, peer, group=group, tag=tag))
-        return dist.batch_isend_irecv(p2p) if p2p else []
+                p2p.append(dist.P2POp(dist.irecv, host, peer, group=group, tag=tag))
+        works = dist.batch_isend_irecv(p2p) if p2p else []
+        if not self.stage:
+            return works
+        return [_Staged(w, host, target) for w, (host, target) in zip(works, staged)]
 
     # --- collectives -----------------------------------------------------------------
     def _group_size(self, group) -> int:
@@ -68,6 +112,11 @@ class Comm:
         moved = nbytes(t) * 2 * (n - 1) // max(n, 1)
         self.metrics.sent += moved
         self.metrics.recv += moved
+        if self.stage and t.device.type != "cpu":
+            if async_op:
+                host = self._host(t)
+                return _Staged(dist.all_reduce(host, op=_OPS[op], group=group, async_op=True), host, t)
+            return self._sync_op(lambda h: dist.all_reduce(h, op=_OPS[op], group=group), t)
         return dist.all_reduce(t, op=_OPS[op], group=group, async_op=async_op)
 
     def reduce(self, t, dst: int, op: str = "sum", group=None):
@@ -75,19 +124,25 @@ class Comm:
         moved = nbytes(t) * (n - 1) // max(n, 1)
         self.metrics.sent += moved
         self.metrics.recv += moved
-        return dist.reduce(t, dst, op=_OPS[op], group=group)
+        return self._sync_op(lambda h: dist.reduce(h, dst, op=_OPS[op], group=group), t)
 
     def broadcast(self, t, src: int, group=None):
         n = self._group_size(group)
         moved = nbytes(t) * (n - 1) // max(n, 1)
         self.metrics.sent += moved
         self.metrics.recv += moved
-        return dist.broadcast(t, src, group=group)
+        return self._sync_op(lambda h: dist.broadcast(h, src, group=group), t)
 
     def all_gather(self, out: list, t, group=None):
         n = self._group_size(group)
         self.metrics.sent += nbytes(t) * (n - 1)
         self.metrics.recv += nbytes(t) * (n - 1)
+        if self.stage and t.device.type != "cpu":
+            host_out = [o.detach().to("cpu") for o in out]
+            dist.all_gather(host_out, self._host(t), group=group)
+            for o, h in zip(out, host_out):
+                o.copy_(h)
+            return None
         return dist.all_gather(out, t, group=group)
 
     def barrier(self, group=None) -> None:

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import torch
 
+from ..strategies import strategy
 from . import checkpoint
 from .dist import settle
 from .faults import fault_for, inject
-from .model import build_model, build_optimizer, loss_fn
+from .model import build_model, build_optimizer, make_loss
 
 
 class RankContext:
     def __init__(self, *, spec, run_dir, rank, world_size, local_rank, roles, backend, device, control_group,
-                 tracer, metrics, comm, data, attempt, start_step, resume_step, dataset_path=None):
+                 tracer, metrics, comm, data, attempt, start_step, resume_step, dataset_path=None, spec_dir=None):
         self.spec, self.run_dir = spec, Path(run_dir)
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.roles = roles
@@ -35,20 +36,22 @@ class RankContext:
         self.start_step = start_step
         self._resume_step = resume_step
         workers = [i for i, (role, _) in enumerate(roles) if role == "worker"]
-        self.dp_size = len(workers) if spec.strategy.kind not in ("single", "pipeline") else 1
+        self.dp_size = len(workers) if strategy(spec.strategy.kind).data_parallel else 1
         self._fault = fault_for(spec, rank, attempt)
         self._slowdown = spec.topology.workers.slowdown_of(self.id) if self.id.startswith("w") else 1.0
         self._ckpt_every = checkpoint.checkpoint_every(spec)
+        self.spec_dir = spec_dir  # where a python model's or dataset's module is looked up first
+        self._loss = make_loss(spec, spec_dir)
 
     # --- model and data ----------------------------------------------------------------
     def build_model(self):
-        return build_model(self.spec, self.device)
+        return build_model(self.spec, self.device, self.spec_dir)
 
     def build_optimizer(self, params):
         return build_optimizer(self.spec, params)
 
     def loss_fn(self, logits, y):
-        return loss_fn(logits, y)
+        return self._loss(logits, y)
 
     def batch(self, step: int, part: int = 0, parts: int | None = None):
         return self.data.batch(step, part, self.dp_size if parts is None else parts)
@@ -72,8 +75,7 @@ class RankContext:
 
     def global_batch(self, step: int):
         """All batch_size * dp_size rows of step's global batch."""
-        idx = self.data.indices(step, self.data.batch_size * self.dp_size).to(self.data.x.device)
-        return self.data.x[idx], self.data.y[idx]
+        return self.data.take(self.data.indices(step, self.data.batch_size * self.dp_size))
 
     def new_group(self, ranks, backend: str | None = None):
         from .dist import new_group

@@ -1,9 +1,18 @@
 """Training data and the global-batch rule of docs/dev/runner-interface.md.
 
 Step `s` of a run with data-parallel width D uses the global batch of `batch_size*D`
-rows at positions `s*G .. s*G+G-1` of an endless sequence of seeded epoch permutations
-(G = batch_size*D). The rows depend on G, not on D, so any split of the same global batch
-sees the same data; worker k takes rows `k*B:(k+1)*B`.
+samples at positions `s*G .. s*G+G-1` of an endless sequence of seeded epoch
+permutations (G = batch_size*D). The samples depend on G, not on D, so any split of
+the same global batch sees the same data; worker k takes samples `k*B:(k+1)*B`. This
+holds for every dataset kind: all of them are indexed the same way.
+
+Kinds: synthetic (seeded, shaped for the model: rows with a linear teacher for the mlp
+and python models, token streams from a seeded Markov chain for the transformer,
+images labelled by a random convolutional teacher for the cnn), file (.npz or .pt with
+tensors x and y; .pt is read with weights_only=True, never unpickling objects), text (a
+UTF-8 file as byte tokens: sample i is bytes [i*T, i*T+T] shifted by one for targets)
+and python (a user function returning a map-style Dataset of (x, y) pairs, collated
+per batch).
 """
 
 from __future__ import annotations
@@ -13,38 +22,166 @@ from pathlib import Path
 import torch
 
 from ..errors import RunError
+from .entry import call_entry, resolve_entry, spec_location
 
 
-def load_arrays(spec, dataset_path: str | None = None):
-    """(x float32 [N, in], y int64 [N]) on CPU: synthetic, or the spec's .npz file."""
-    ds, widths = spec.training.dataset, spec.training.layers
-    if ds.get("kind", "synthetic") == "file":
-        import numpy as np
+def _synthetic_rows(gen, n: int, shape, classes: int):
+    x = torch.randn(n, *shape, generator=gen)
+    teacher = torch.randn(x[0].numel(), classes, generator=gen)
+    return x, (x.reshape(n, -1) @ teacher).argmax(dim=1)
 
-        path = Path(dataset_path or ds["path"])
-        try:
-            arrays = np.load(path)
-            x, y = torch.as_tensor(arrays["x"], dtype=torch.float32), torch.as_tensor(arrays["y"], dtype=torch.int64)
-        except (OSError, KeyError, ValueError) as exc:
-            raise RunError(f"{path}: cannot read x and y from the dataset: {exc}") from None
-        if x.ndim != 2 or x.shape[1] != widths[0] or y.shape != (x.shape[0],):
-            raise RunError(f"{path}: x must be N x {widths[0]} and y N labels, got {tuple(x.shape)} and {tuple(y.shape)}")
-        return x, y
+
+def _synthetic_tokens(gen, n: int, seq_len: int, vocab: int):
+    """Sequences of a seeded Markov chain: each token is followed by one fixed successor
+    80% of the time (so the loss can fall well below log(vocab)), else a random token."""
+    successor = torch.randperm(vocab, generator=gen)
+    tokens = torch.empty(n, seq_len + 1, dtype=torch.int64)
+    tokens[:, 0] = torch.randint(vocab, (n,), generator=gen)
+    for t in range(seq_len):
+        follow = torch.rand(n, generator=gen) < 0.8
+        noise = torch.randint(vocab, (n,), generator=gen)
+        tokens[:, t + 1] = torch.where(follow, successor[tokens[:, t]], noise)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def _synthetic_images(gen, n: int, channels: int, size: int, classes: int):
+    """N(0,1) images labelled by the strongest of `classes` random 3x3 filters (after
+    ReLU, averaged over the image): learnable by a small convolutional network."""
+    x = torch.randn(n, channels, size, size, generator=gen)
+    filters = torch.randn(classes, channels, 3, 3, generator=gen)
+    scores = torch.cat([torch.relu(torch.nn.functional.conv2d(chunk, filters, padding=1)).mean(dim=(2, 3))
+                        for chunk in x.split(1024)])
+    return x, scores.argmax(dim=1)
+
+
+def synthetic_arrays(spec):
+    ds, m = spec.training.dataset, spec.training.model or {"kind": "mlp", "layers": list(spec.training.layers)}
     gen = torch.Generator().manual_seed(int(ds.get("seed", 0)))
-    n, d_in, classes = int(ds.get("samples", 16384)), widths[0], widths[-1]
-    x = torch.randn(n, d_in, generator=gen)
-    teacher = torch.randn(d_in, classes, generator=gen)
-    y = (x @ teacher).argmax(dim=1)
+    n, kind = int(ds.get("samples", 16384)), m["kind"]
+    if kind == "mlp":
+        return _synthetic_rows(gen, n, (m["layers"][0],), m["layers"][-1])
+    if kind == "transformer":
+        return _synthetic_tokens(gen, n, m["seq_len"], m["vocab"])
+    if kind == "cnn":
+        return _synthetic_images(gen, n, m["channels"], m["image_size"], m["classes"])
+    return _synthetic_rows(gen, n, tuple(ds["shape"]), ds["classes"])
+
+
+def _as_tensor(value, name: str, path: Path) -> torch.Tensor:
+    try:
+        t = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise RunError(f"{path}: {name} is not numeric (dtype {getattr(value, 'dtype', type(value).__name__)});"
+                       " use float inputs and integer labels") from None
+    if t.dtype == torch.bool or t.is_complex():
+        raise RunError(f"{path}: {name} has dtype {t.dtype}; use float inputs and integer labels")
+    return t.float() if t.is_floating_point() else t.long()
+
+
+def load_file(path: Path):
+    """(x, y) from a .npz or .pt; RunError naming the file otherwise."""
+    try:
+        if path.suffix == ".pt":
+            obj = _load_pt(path)
+            if not isinstance(obj, dict) or "x" not in obj or "y" not in obj:
+                raise RunError(f"{path}: expected a dict with tensors 'x' and 'y', got {type(obj).__name__}"
+                               + (f" with keys {sorted(obj)}" if isinstance(obj, dict) else ""))
+            x, y = obj["x"], obj["y"]
+        else:
+            import numpy as np
+
+            with np.load(path, allow_pickle=False) as arrays:
+                x, y = arrays["x"], arrays["y"]
+    except RunError:
+        raise
+    except (OSError, KeyError, ValueError, EOFError, RuntimeError) as exc:
+        raise RunError(f"{path}: cannot read x and y from the dataset: {exc}") from None
+    x, y = _as_tensor(x, "x", path), _as_tensor(y, "y", path)
+    if x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
+        raise RunError(f"{path}: x and y must hold one sample per row (the same count), "
+                       f"got {tuple(x.shape)} and {tuple(y.shape)}")
+    return x, y
+
+
+def _load_pt(path: Path):
+    import pickle
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise RunError(f"{path}: refused: this .pt holds Python objects that only weights_only=False would load, "
+                       f"and unpickling can run arbitrary code; save plain tensors (torch.save({{'x': x, 'y': y}})) "
+                       f"or an .npz ({first[:120]})") from None
+
+
+def load_text(path: Path, seq_len: int):
+    """Byte tokens of a UTF-8 file: x [N, T], y [N, T] (y is x shifted by one)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RunError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise RunError(f"{path}:{line}: not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
+                       "a text dataset is a UTF-8 file") from None
+    n = (len(raw) - 1) // seq_len
+    if n < 1:
+        raise RunError(f"{path}: {len(raw)} bytes hold no sample of seq_len {seq_len} + 1 tokens")
+    tokens = torch.frombuffer(bytearray(raw[:n * seq_len + 1]), dtype=torch.uint8).long()
+    x = tokens[:-1].view(n, seq_len)
+    y = tokens[1:].view(n, seq_len)
+    return x.contiguous(), y.contiguous()
+
+
+def load_python_dataset(spec, spec_dir):
+    ds = spec.training.dataset
+    key = ("training", "dataset", "entry")
+    fn = resolve_entry(ds["entry"], spec, key, spec_dir)
+    dataset = call_entry(fn, dict(ds.get("args", {})), spec, key, ds["entry"])
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise RunError(f"{spec_location(spec, key)}: {ds['entry']} returned {type(dataset).__name__}, "
+                       "not a map-style Dataset (it needs __len__ and __getitem__)")
+    return dataset
+
+
+def _check_mlp_rows(spec, path, x, y) -> None:
+    widths = spec.training.layers
+    if widths and (x.ndim != 2 or x.shape[1] != widths[0] or y.shape != (x.shape[0],)):
+        raise RunError(f"{path}: x must be N x {widths[0]} and y N labels, got {tuple(x.shape)} and {tuple(y.shape)}")
+
+
+def load_arrays(spec, dataset_path: str | None = None, spec_dir=None):
+    """(x, y) on CPU for tensor-backed kinds (synthetic, file, text)."""
+    ds = spec.training.dataset
+    kind = ds.get("kind", "synthetic")
+    if kind == "synthetic":
+        return synthetic_arrays(spec)
+    path = Path(dataset_path or Path(spec_dir or ".") / ds["path"])
+    if kind == "text":
+        return load_text(path, spec.training.model["seq_len"])  # a rule keeps text for the transformer
+    x, y = load_file(path)
+    _check_mlp_rows(spec, path, x, y)
     return x, y
 
 
 class Data:
-    """The dataset on one device plus the deterministic batch order."""
+    """The dataset plus the deterministic batch order; batches land on `device`."""
 
-    def __init__(self, spec, device, dataset_path: str | None = None):
-        x, y = load_arrays(spec, dataset_path)
-        self.x, self.y = x.to(device), y.to(device)
-        self.n = x.shape[0]
+    def __init__(self, spec, device, dataset_path: str | None = None, spec_dir=None):
+        self.device = torch.device(device)
+        self.dataset = None
+        if spec.training.dataset.get("kind") == "python":
+            self.dataset = load_python_dataset(spec, spec_dir)
+            self.n = len(self.dataset)
+        else:
+            x, y = load_arrays(spec, dataset_path, spec_dir)
+            self.x, self.y = x.to(self.device), y.to(self.device)
+            self.n = x.shape[0]
+        if self.n < 1:
+            raise RunError(f"{spec_location(spec, ('training', 'dataset'))}: the dataset is empty")
         self.batch_size = spec.training.batch_size
         self.seed = int(spec.training.dataset.get("seed", 0))
         self._perms: dict[int, torch.Tensor] = {}
@@ -70,8 +207,17 @@ class Data:
             out[mask] = self._perm(epoch)[pos[mask] % self.n]
         return out
 
+    def take(self, idx: torch.Tensor):
+        """The samples at `idx` as (x, y) on the device."""
+        if self.dataset is None:
+            idx = idx.to(self.x.device)
+            return self.x[idx], self.y[idx]
+        pairs = [self.dataset[i] for i in idx.tolist()]
+        x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
+        y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
+        return x.to(self.device), y.to(self.device)
+
     def batch(self, step: int, part: int, parts: int):
-        """Rows of worker `part` (of `parts`) for `step`; the global batch is batch_size*parts."""
+        """Samples of worker `part` (of `parts`) for `step`; the global batch is batch_size*parts."""
         idx = self.indices(step, self.batch_size * parts)[part * self.batch_size:(part + 1) * self.batch_size]
-        idx = idx.to(self.x.device)
-        return self.x[idx], self.y[idx]
+        return self.take(idx)

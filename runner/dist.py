@@ -1,7 +1,7 @@
 """The one place that sets up torch.distributed for a rank: backend, device, timeout.
 
-`runtime.backend`/`runtime.device` auto: NCCL with one GPU per local rank when CUDA is
-available, else gloo on CPU. On NCCL a gloo side group over all ranks carries the
+Device and backend follow runner/placement.py: NCCL with one GPU per local rank, gloo
+with ranks sharing GPUs round-robin, gloo on CPU. On NCCL a gloo side group over all ranks carries the
 control plane (object messages, any-source receives, health checks such as
 monitored_barrier), which NCCL cannot.
 """
@@ -9,42 +9,43 @@ monitored_barrier), which NCCL cannot.
 from __future__ import annotations
 
 import datetime
+import os
 
 import torch
 import torch.distributed as dist
 
-from ..errors import RunError
+from .placement import Placement, choose_placement
+
+
+def placement_for(spec, ranks_per_node: int | None = None) -> Placement:
+    """This node's Placement (runner/placement.py) for the spec; inside a rank the
+    launcher's LOCAL_WORLD_SIZE gives the ranks per node."""
+    if ranks_per_node is None:
+        ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return choose_placement(spec.runtime.device, spec.runtime.backend, ranks_per_node, gpus)
 
 
 def resolve_backend(spec) -> tuple[str, str]:
     """(backend, device kind) for a spec on this machine."""
-    backend, device = spec.runtime.backend, spec.runtime.device
-    cuda = torch.cuda.is_available()
-    if device == "auto":
-        device = "cuda" if cuda and backend != "gloo" else "cpu"
-    if backend == "auto":
-        backend = "nccl" if device == "cuda" else "gloo"
-    if device == "cuda" and not cuda:
-        raise RunError("runtime.device is cuda but CUDA is not available on this machine")
-    if backend == "nccl" and device != "cuda":
-        raise RunError("runtime.backend nccl needs runtime.device cuda (NCCL runs on GPUs only)")
-    return backend, device
+    placement = placement_for(spec)
+    return placement.backend, placement.device
 
 
 def setup_process_group(spec, rank: int, world_size: int, local_rank: int):
     """init_process_group from the launcher's env; returns (backend, torch.device, control group)."""
-    backend, kind = resolve_backend(spec)
+    placement = placement_for(spec)
+    backend = placement.backend
     timeout = datetime.timedelta(seconds=spec.runtime.timeout_s)
-    if kind == "cuda":
-        if local_rank >= torch.cuda.device_count():
-            raise RunError(f"rank {rank} needs GPU {local_rank} but this node has {torch.cuda.device_count()}:"
-                           " NCCL runs one GPU per local rank")
-        device = torch.device("cuda", local_rank)
+    if placement.device == "cuda":
+        device = torch.device("cuda", placement.gpu_of(local_rank))
         torch.cuda.set_device(device)
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout, device_id=device)
-        control = dist.new_group(backend="gloo", timeout=timeout)
     else:
         device = torch.device("cpu")
+    if backend == "nccl":
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout, device_id=device)
+        control = dist.new_group(backend="gloo", timeout=timeout)
+    else:  # gloo, on CPU or on GPUs shared round-robin (tensors staged through host memory)
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
         control = dist.group.WORLD
     return backend, device, control

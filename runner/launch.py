@@ -23,7 +23,11 @@ import yaml
 from .. import __version__
 from ..errors import RunError
 from ..spec import load_spec, spec_from_data
+from .dist import placement_for
+from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
+from .placement import check_strategy
+from .preflight import preflight
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
 
@@ -42,6 +46,16 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def refuse_existing_out(out: str | Path | None, force: bool, node_rank: int = 0) -> None:
+    """A run never writes into a file or, without --force, into a folder holding something."""
+    if out is None or node_rank != 0 or not Path(out).exists():
+        return
+    if not Path(out).is_dir():
+        raise RunError(f"{out}: exists and is not a directory")
+    if not force and any(Path(out).iterdir()):
+        raise RunError(f"{out}: directory exists and is not empty (use --force to overwrite)")
+
+
 def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 0) -> Path:
     if out is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -53,11 +67,8 @@ def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 
     else:
         run_dir = Path(out)
     if run_dir.exists() and node_rank == 0:  # other nodes share node 0's directory
-        if not run_dir.is_dir():
-            raise RunError(f"{run_dir}: exists and is not a directory")
+        refuse_existing_out(run_dir, force, node_rank)
         if any(run_dir.iterdir()):
-            if not force:
-                raise RunError(f"{run_dir}: directory exists and is not empty (use --force to overwrite)")
             # Remove only what a run writes, so `--out . --force` cannot wipe a project.
             for name in SUBDIRS:
                 shutil.rmtree(run_dir / name, ignore_errors=True)
@@ -85,6 +96,16 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     roles = load_strategy(spec.strategy.kind).roles(spec)
     world = len(roles)
     check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)
+    refuse_existing_out(out, force, node_rank)  # before the placement line and the trial forward pass
+    spec_dir = str(Path(spec_path).resolve().parent)
+    dataset_path = None
+    if spec.training.dataset.get("kind") in ("file", "text"):
+        dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
+    placement = placement_for(spec, world // nnodes)
+    echo(f"dtgen run: {placement.reason}")
+    check_strategy(placement, spec.strategy.kind)
+    # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
+    model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     nodes = None
     if nnodes > 1:
         from .multinode import NodeGroup
@@ -92,23 +113,20 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         nodes = NodeGroup(rdzv_endpoint, nnodes, node_rank, data, f"{spec.name}", rdzv_timeout)
     try:
         return _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint,
-                                rdzv_timeout, nodes, echo, progress)
+                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info)
     finally:
         if nodes is not None:
             nodes.stop()
 
 
 def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint, rdzv_timeout,
-                     nodes, echo, progress) -> RunResult:
+                     nodes, echo, progress, spec_dir, dataset_path, model_info) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
-    dataset_path = None
-    if spec.training.dataset.get("kind") == "file":
-        dataset_path = str((Path(spec_path).resolve().parent / spec.training.dataset["path"]).resolve())
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
     launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),
-              "node_rank": node_rank, "node_addr": nodes.addr if nodes else None,
+              "spec_dir": spec_dir, "node_rank": node_rank, "node_addr": nodes.addr if nodes else None,
               "node_token": node_token(), "rdzv_host": bool(nodes and nodes.hosts_store)}
     (run_dir / "launch.json").write_text(json.dumps(launch), encoding="utf-8")
     start = _now_iso()
@@ -119,24 +137,25 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
         nodes.start_heartbeat(spec.runtime.timeout_s + CUT_OFF_GRACE_S,
                               lambda silent: _cut_off(run_dir, nodes, silent, echo))
         env.update(gloo_env(nodes.addr))
-    try:
-        with _env(**env):
-            _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
-                     rdzv_timeout)
-    except _Failed as exc:
-        failure = describe_failure(run_dir, roles, exc.failures, monitor)
-    except KeyboardInterrupt:
-        monitor.stop()
-        failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None,
-                   "message": "interrupted: every rank was stopped"}
-    finally:
-        monitor.stop()
+    with launch_helpers_reaped():  # nothing outlives `dtgen run`, however it ends
+        try:
+            with _env(**env), temp_dir_in(run_dir):
+                _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
+                         rdzv_timeout)
+        except _Failed as exc:
+            failure = describe_failure(run_dir, roles, exc.failures, monitor)
+        except KeyboardInterrupt:
+            monitor.stop()
+            failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None,
+                       "message": "interrupted: every rank was stopped"}
+        finally:
+            monitor.stop()
     if failure is not None and nodes is not None:
         lost = lost_hosts_line(nodes, run_dir)
         if lost:
             failure["message"] = f"{lost}\n{failure['message']}"
             failure["lost"] = lost
-    return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo)
+    return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info)
 
 
 CUT_OFF_GRACE_S = 15
@@ -204,10 +223,10 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
         shutdown_timeout=3,
     )
     monitor.start()
-    # The launcher logs every failure at length; dtgen reports failures itself.
-    quiet = logging.getLogger("torch.distributed.elastic")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)
+    # The launcher logs every failure and signal at length; dtgen reports them itself. Its
+    # module loggers each set their own level, so only a global switch silences them.
+    level = logging.root.manager.disable
+    logging.disable(logging.ERROR)
     try:
         elastic_launch(config, rank_main)(str(run_dir.resolve()), launch)
     except ChildFailedError as exc:
@@ -215,7 +234,7 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
     except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped the ranks
         raise KeyboardInterrupt(str(exc)) from None
     finally:
-        quiet.setLevel(level)
+        logging.disable(level)
 
 
 class _env:
@@ -237,7 +256,7 @@ class _env:
                 os.environ[k] = v
 
 
-def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> RunResult:
+def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info=None) -> RunResult:
     import torch
 
     # Every rank's files reach node 0 (multinode.gather_to_node0), so node 0 merges;
@@ -261,7 +280,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> Ru
     metrics = merge_metrics(run_dir, roles, spec.training.steps)
     if not ended_early:
         try:
-            merge_model(run_dir, spec.training.param_tensors)
+            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors)
         except ValueError as exc:
             failure = {"rank": None, "role": None, "id": None, "exit_code": None, "log": None, "message": str(exc)}
     ranks = []
@@ -280,7 +299,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo) -> Ru
            "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
            "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
-           "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info}
+           "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
+           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")

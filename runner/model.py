@@ -1,13 +1,18 @@
-"""The model every strategy trains: a seeded MLP built from `training.model.layers`.
+"""The models a run trains: the built-in mlp, transformer and cnn, or the user's own.
 
-State-dict keys are `layers.{i}.weight` / `layers.{i}.bias`, the names in
-`spec.training.param_tensors` (what parameter-server shards own).
+Built-in parameter names and shapes are exactly those of opentikz_dt.workload (what the
+figures draw and parameter-server shards own; tests/test_runner_workloads.py checks it).
+Every rank builds the same initial parameters: on CPU, from `training.seed`, then moved.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
+
+from ..errors import RunError
+from .entry import call_entry, resolve_entry
 
 
 class MLP(nn.Module):
@@ -26,11 +31,128 @@ class MLP(nn.Module):
         return x
 
 
-def build_model(spec, device="cpu") -> MLP:
+class Attention(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, 4 * d)
+        self.proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x))."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, heads)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = FeedForward(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    """Decoder-only language model: token + position embedding, blocks, final norm, and
+    an output layer tied to the token embedding. Input [B, T] token ids, output
+    [B, T, vocab] logits for the next token."""
+
+    def __init__(self, layers: int, d_model: int, heads: int, seq_len: int, vocab: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model)
+        for emb in (self.tok, self.pos):  # N(0, 1) would make the tied logits huge
+            nn.init.normal_(emb.weight, std=0.02)
+
+    def embed(self, x):
+        return self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+
+    def head(self, h):
+        return F.linear(self.norm(h), self.tok.weight)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+class ResBlock(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
+
+
+class CNN(nn.Module):
+    """Residual image classifier: 3x3 stem, residual blocks at full resolution, global
+    average pool, linear head. No batch norm: its batch statistics would make a
+    data-parallel step differ from one step on the global batch."""
+
+    def __init__(self, layers: int, channels: int, image_size: int, width: int, classes: int):
+        super().__init__()
+        self.stem = nn.Conv2d(channels, width, 3, padding=1)
+        self.blocks = nn.ModuleList(ResBlock(width) for _ in range(layers))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def _builtin(m: dict) -> nn.Module:
+    kind = m["kind"]
+    if kind == "mlp":
+        return MLP(list(m["layers"]))
+    if kind == "transformer":
+        return Transformer(m["layers"], m["d_model"], m["heads"], m["seq_len"], m["vocab"])
+    return CNN(m["layers"], m["channels"], m["image_size"], m["width"], m["classes"])
+
+
+def _user_model(spec, spec_dir) -> nn.Module:
+    m = spec.training.model
+    key = ("training", "model", "entry")
+    factory = resolve_entry(m["entry"], spec, key, spec_dir)
+    model = call_entry(factory, dict(m.get("args", {})), spec, key, m["entry"])
+    if not isinstance(model, nn.Module):
+        from .entry import spec_location
+
+        raise RunError(f"{spec_location(spec, key)}: {m['entry']} returned {type(model).__name__}, "
+                       "not a torch nn.Module")
+    return model
+
+
+def build_model(spec, device="cpu", spec_dir=None) -> nn.Module:
     """The same initial parameters on every rank: built on CPU from `training.seed`."""
+    m = spec.training.model or {"kind": "mlp", "layers": list(spec.training.layers)}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.training.seed)
-        model = MLP(list(spec.training.layers))
+        model = _user_model(spec, spec_dir) if m["kind"] == "python" else _builtin(m)
     return model.to(device)
 
 
@@ -39,4 +161,16 @@ def build_optimizer(spec, params):
 
 
 def loss_fn(logits, y):
-    return nn.functional.cross_entropy(logits, y)
+    """Mean cross-entropy; sequence outputs [B, T, C] against [B, T] targets count every
+    position (equal positions per sample keep data-parallel means exact)."""
+    if logits.dim() > 2:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    return F.cross_entropy(logits, y)
+
+
+def make_loss(spec, spec_dir=None):
+    """The spec's loss: a python model's `loss: module:fn`, else cross-entropy."""
+    entry = spec.training.model.get("loss") if spec.training.model else None
+    if not entry:
+        return loss_fn
+    return resolve_entry(entry, spec, ("training", "model", "loss"), spec_dir)

@@ -2,7 +2,8 @@
 
 `small_spec_data(kind, **overrides)` builds a spec dict for a few fast steps;
 `run_small(data, tmp_root)` runs it (cached per spec within one Python process, so
-several tests can share one launch) and returns the RunResult.
+several tests can share one launch) and returns the RunResult. Without a root it runs
+under `DEFAULT_ROOT`, which the test suite points at a pytest temporary folder.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+DEFAULT_ROOT: Path | None = None  # where cached runs go; a fresh temporary folder if unset
 _CACHE: dict[str, object] = {}
 _COUNT = [0]
 
@@ -36,7 +38,10 @@ def small_spec_data(kind: str, **overrides) -> dict:
                      "batch_size": 32, "steps": 6, "optimizer": {"lr": 0.2}},
         "runtime": {"backend": "gloo", "device": "cpu", "timeout_s": 10},
     }
-    return deep_update(data, overrides)
+    data = deep_update(data, overrides)
+    if data["training"]["dataset"].get("kind", "synthetic") != "synthetic":
+        data["training"]["dataset"].pop("samples", None)  # a synthetic-only key
+    return data
 
 
 def write_spec(data: dict, directory: Path) -> Path:
@@ -53,7 +58,7 @@ def run_small(data: dict, root: Path | None = None, cache: bool = True, **launch
     key = json.dumps(data, sort_keys=True) + json.dumps(launch_kwargs, sort_keys=True, default=str)
     if cache and key in _CACHE:
         return _CACHE[key]
-    root = Path(root or tempfile.mkdtemp(prefix="dtgen-test-"))
+    root = Path(root or DEFAULT_ROOT or tempfile.mkdtemp(prefix="dtgen-test-"))
     _COUNT[0] += 1
     spec_path = write_spec(data, root / "specs" / str(_COUNT[0]))
     out = root / "runs" / f"{data.get('name', 'run')}-{_COUNT[0]}"

@@ -43,7 +43,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
 
     torch.set_num_threads(1)
     from ..spec import spec_from_data
-    from .dist import resolve_backend, setup_process_group, teardown
+    from .dist import placement_for, resolve_backend, setup_process_group, teardown
     from .strategies import load_strategy
 
     import yaml
@@ -57,7 +57,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
         backend, kind = resolve_backend(spec)
         if backend == "nccl" and spec.strategy.kind == "allreduce" and spec.strategy.algorithm in ("ring", "tree"):
             os.environ["NCCL_ALGO"] = spec.strategy.algorithm.capitalize()  # see strategies/allreduce.py
-        _write_rank_info(run_dir, rank, role, ident, f"cuda:{local_rank}" if kind == "cuda" else "cpu", backend, attempt)
+        _write_rank_info(run_dir, rank, role, ident, placement_for(spec).device_name(local_rank), backend, attempt)
         backend, device, control = setup_process_group(spec, rank, world, local_rank)
         ctx = _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt)
         hosts = multinode.exchange_hosts(run_dir, rank, world, local_rank, launch, control, ctx.tracer.clock)
@@ -127,7 +127,7 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
     tracer = Tracer(run_dir / "trace" / f"rank{rank}.jsonl", rank, ident, enabled=bool(tcfg.get("enabled", True)),
                     max_events=int(tcfg.get("max_events", 200_000)), sample_every=int(tcfg.get("sample_every", 1)),
                     world_size=world)
-    data = Data(spec, device, launch.get("dataset_path"))
+    data = Data(spec, device, launch.get("dataset_path"), launch.get("spec_dir"))
     # Start barrier, then one clock: rank 0 tells everyone its wall clock, its perf counter
     # at that instant and the step to resume from; each rank measures its perf counter's
     # offset to rank 0's by ping-pong (a barrier alone is off by scheduling delays, ms on a
@@ -151,7 +151,8 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
 
     metrics = Metrics(run_dir, rank, ident, role, clock)
     metrics.on_step = tracer.maybe_flush
-    comm = Comm(metrics, control_group=control, device=device)
+    comm = Comm(metrics, control_group=control, device=device,
+                stage_through_host=backend == "gloo" and device.type == "cuda")
     start_step = 0
     if resume is not None:
         snap = checkpoint.load(run_dir, resume, rank)
@@ -160,7 +161,7 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
     return RankContext(spec=spec, run_dir=run_dir, rank=rank, world_size=world, local_rank=local_rank, roles=roles,
                        backend=backend, device=device, control_group=control, tracer=tracer, metrics=metrics,
                        comm=comm, data=data, attempt=attempt, start_step=start_step, resume_step=resume,
-                       dataset_path=launch.get("dataset_path"))
+                       dataset_path=launch.get("dataset_path"), spec_dir=launch.get("spec_dir"))
 
 
 def _clock_offset_ns(rank: int, world: int, group, rounds: int = 8) -> tuple[int, int]:

@@ -1,14 +1,81 @@
-"""Shared fixtures and the skip rules for markers (gpu skips without CUDA; latex without pdflatex)."""
+"""Shared fixtures, the skip rules for markers (gpu skips without CUDA; latex without
+pdflatex), and the check that the suite leaves nothing in the temporary directory.
+
+The session gets a private TMPDIR (before collection, so torch and every subprocess see
+it); at the end anything left in it fails the session, and new files in the shared
+temporary directory that look like ours are reported. pytest's own tmp_path folders stay
+where pytest keeps them.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+# What dtgen and torch's launcher used to leave in the temporary directory.
+OURS = ("dtgen-*", "pytorch-errorfile-*", "torchelastic_*", "watchdog_timer_*")
+# torch makes its (empty) compile-cache folder on import wherever TMPDIR points.
+IGNORED_IF_EMPTY = ("torchinductor_*",)
+_session: dict = {}
+
+
+def pytest_configure(config):
+    shared = tempfile.gettempdir()
+    private = tempfile.mkdtemp(prefix="dtgen-pytest-tmp-")
+    _session.update(shared=Path(shared), private=Path(private), saved=os.environ.get("TMPDIR"),
+                    before=_ours_in(Path(shared)), set_temproot="PYTEST_DEBUG_TEMPROOT" not in os.environ)
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", shared)  # tmp_path stays where pytest keeps it
+    os.environ["TMPDIR"] = private
+    tempfile.tempdir = private
+
+
+def pytest_sessionfinish(session, exitstatus):
+    private, shared = _session["private"], _session["shared"]
+    left = sorted(str(p.relative_to(private)) for p in private.iterdir()
+                  if not (p.is_dir() and not any(p.iterdir()) and any(p.match(g) for g in IGNORED_IF_EMPTY)))
+    # Other test sessions' private folders come and go on a shared machine: not ours to report.
+    new_shared = sorted(name for name in _ours_in(shared) - _session["before"] if not name.startswith("dtgen-pytest-tmp-"))
+    report = session.config.pluginmanager.get_plugin("terminalreporter")
+    if new_shared and report:  # other programs on this machine may have made some: a warning
+        report.write_line(f"WARNING: new entries in {shared} during the tests: {', '.join(new_shared)}", yellow=True)
+    if left:
+        message = f"the tests left files in their TMPDIR (tests use tmp_path): {', '.join(left)}"
+        if report:
+            report.write_line(f"FAILED: {message}", red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config):
+    if "private" not in _session:
+        return
+    tempfile.tempdir = None
+    if _session["set_temproot"]:
+        os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
+    if _session["saved"] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = _session["saved"]
+    shutil.rmtree(_session["private"], ignore_errors=True)  # ours; reported above
+
+
+def _ours_in(folder: Path) -> set:
+    return {p.name for pattern in OURS for p in folder.glob(pattern)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cached_runs_in_tmp_path(tmp_path_factory):
+    """run_small's shared runs go to a pytest folder, not a fresh /tmp one each."""
+    from opentikz_dt.runner import testing
+
+    testing.DEFAULT_ROOT = tmp_path_factory.mktemp("runs")
+    yield
+    testing.DEFAULT_ROOT = None
 
 
 def pytest_collection_modifyitems(config, items):

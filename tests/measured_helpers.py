@@ -12,7 +12,7 @@ from pathlib import Path
 
 from opentikz_dt.figures.names import BOX_KINDS
 
-_BOX = re.compile(r"^\s*\\path\[tl-([a-z]+)\] \((-?[\d.]+),(-?[\d.]+)\) rectangle \((-?[\d.]+),(-?[\d.]+)\);", re.MULTILINE)
+_BOX = re.compile(r"^\s*\\path\[tl-([a-z]+)(?:-[bc])?\] \((-?[\d.]+),(-?[\d.]+)\) rectangle \((-?[\d.]+),(-?[\d.]+)\);", re.MULTILINE)  # -b, -c: later all-reduce phases
 _LANE = re.compile(r"\\node\[slbl, anchor=east\] \(([A-Za-z0-9-]+)-label\) at \(-0\.15,(-?[\d.]+)\)")
 
 

@@ -80,15 +80,16 @@ def test_init_to_stdout_and_refuses_overwrite(tmp_path):
 def test_contract_prints_meta_json():
     result = run_cli("contract")
     assert result.exit_code == 0
-    meta = json.loads(result.output)
+    shown = json.loads(result.output)
+    meta, executable = shown["meta.json"], shown["contract.exec.json"]
     contract = meta["edit_contract"]
     assert meta["type"] == "template"
     assert {"parameters", "node_naming", "styles", "operations", "invariants"} <= set(contract)
-    assert {"rename-node", "add-worker", "change-spacing", "swap-icon", "recolor"} <= set(contract["operations"])
+    assert {"rename-node", "add-worker", "change-spacing", "swap-icon", "recolor"} <= {op["id"] for op in contract["operations"]}
     for param in contract["parameters"]:
-        assert param["path"] and param["type"], param
-    for invariant in contract["invariants"]:
-        assert invariant["id"] and invariant["check"], invariant
+        assert executable["parameters"][param["name"]]["path"], param
+    for line in contract["invariants"]:
+        assert executable["invariants"][line.split(":")[0]]["check"], line
 
 
 @pytest.mark.parametrize("command", [["figure"], ["run"], ["validate"]])

@@ -39,8 +39,12 @@ def _broken(mutate):
      "operation recolor: invalid argument schema:"),
     (lambda c: c["invariants"].append({"id": "ghost", "applies_to": "spec", "description": "x", "check": "opentikz_dt.invariants:nothing"}),
      "invariant ghost: check opentikz_dt.invariants:nothing does not exist"),
-    (lambda c: c["invariants"].pop(0),
-     "invariant distinct-flow-colors: checked in code but not listed in the contract"),
+    (lambda c: c["operations"]["set-hosts"]["args"]["properties"]["count"].update(maximum=9999),
+     "operation set-hosts: --count maximum 9999 differs from topology.hosts's 1024"),
+    (lambda c: c["operations"]["set"]["writes"].pop(),
+     "operation set: the keys --key accepts and the keys it 'writes' differ"),
+    (lambda c: c["invariants"][0].update(applies_to="pdf"),
+     "invariant distinct-flow-colors: applies_to must be 'spec' or 'tex'"),
 ])
 def test_contract_check_finds_drift(mutate, expected):
     problems = check_contract(_broken(mutate))

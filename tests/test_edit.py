@@ -56,8 +56,8 @@ HAPPY = [
     ("ps-sync.yaml", "change-spacing", {"colsep": 5}, lambda s: s.figure.colsep == 5 and s.figure.rowsep == 2.5),
     ("ps-sync.yaml", "change-spacing", {"colsep": 6.5, "rowsep": 3}, lambda s: (s.figure.colsep, s.figure.rowsep) == (6.5, 3)),
     ("ps-sync.yaml", "swap-icon", {"role": "worker", "icon": "cpu"}, lambda s: s.figure.icons["worker"] == "cpu"),
-    ("ps-sync.yaml", "recolor", {"flow": "grad", "color": "otorange"}, lambda s: s.figure.colors["grad"] == "otorange"),
-    ("ps-sync.yaml", "recolor", {"flow": "server", "color": "otorange"}, lambda s: s.figure.colors["server"] == "otorange"),
+    ("ps-sync.yaml", "recolor", {"flow": "data", "color": "otblue"}, lambda s: s.figure.colors["data"] == "otblue"),
+    ("ps-sync.yaml", "recolor", {"flow": "server", "color": "otgray"}, lambda s: s.figure.colors["server"] == "otgray"),
     ("ps-sync.yaml", "set-sync", {"mode": "async"}, lambda s: s.strategy.sync == "async"),
     ("ps-async.yaml", "set-sync", {"mode": "sync"}, lambda s: s.strategy.sync == "sync"),
     ("ps-sync.yaml", "set-label", {"which": "grad", "text": "$g$"}, lambda s: s.figure.labels["grad"] == "$g$"),
@@ -73,6 +73,15 @@ HAPPY = [
     ("single.yaml", "set-strategy", {"kind": "gossip"}, lambda s: (s.topology.workers.count, s.strategy.peers) == (3, 2)),
     ("pipeline-gpipe.yaml", "set-strategy", {"kind": "central-storage"},
      lambda s: (s.strategy.kind, s.topology.servers.ids) == ("central-storage", ["ps"])),
+    ("ps-sync.yaml", "set-slowdown", {"worker": "w2", "factor": 2.5}, lambda s: s.topology.workers.slowdown == {"w2": 2.5}),
+    ("ps-sync.yaml", "set-size", {"fit": "page"}, lambda s: s.figure.width == "page"),
+    ("ps-sync.yaml", "set-palette", {"variant": "dark"}, lambda s: s.figure.palette == "dark"),
+    ("allreduce-ring.yaml", "set-hosts", {"count": 2}, lambda s: s.topology.hosts == 2),
+    ("ps-sync.yaml", "set-name", {"name": "fig-3"}, lambda s: s.name == "fig-3"),
+    ("ps-sync.yaml", "set-worker-labels", {"pattern": "GPU {i}"},
+     lambda s: [s.topology.workers.label_of(w) for w in s.topology.workers.ids] == ["GPU 1", "GPU 2", "GPU 3"]),
+    ("ps-sync.yaml", "set", {"key": "training.optimizer.lr", "value": "0.05"}, lambda s: s.training.lr == 0.05),
+    ("ps-sync.yaml", "set", {"key": "training.model.layers", "value": "[4, 8, 2]"}, lambda s: s.training.layers == (4, 8, 2)),
 ]
 
 
@@ -137,11 +146,17 @@ def test_set_strategy_follows_a_default_title_but_keeps_the_users_own(tmp_path):
     path = write(tmp_path, "title: My figure\nstrategy: {kind: parameter-server}\n", "own.yaml")
     edit(path, "set-strategy", kind="gossip")
     assert load_spec(path).title == "My figure"
+    path = write(tmp_path, "strategy: {kind: allreduce}\ntitle: All-reduce data-parallel training\n", "ring.yaml")
+    edit(path, "set-strategy", kind="allreduce", algorithm="ring")
+    assert load_spec(path).title == "Ring all-reduce data-parallel training"
 
 
 # -- refusals: byte-identical file, the reason named -----------------------------------
 
 REFUSALS = [
+    ("ps-sync.yaml", "recolor", {"flow": "grad", "color": "otorange"}, "invariant", "distinguishable-colors",
+     "figure.colors.grad: timeline figure: 'push' (figure.colors.grad) would be otorange, the colour reserved for "
+     "'forward' [invariant distinguishable-colors]"),
     ("ps-sync.yaml", "recolor", {"flow": "grad", "color": "otgray"}, "invariant", "distinct-flow-colors",
      "figure.colors.grad: flows must keep distinct colours: 'grad' and 'data' are both otgray [invariant distinct-flow-colors]"),
     ("allreduce-ring.yaml", "set-sync", {"mode": "async"}, "rule", None,
@@ -203,6 +218,15 @@ def test_refusal_of_a_spec_broken_before_the_edit(tmp_path):
     assert path.read_text() == "strategy: {kind: allreduce, algoritm: ring}\n"
 
 
+def test_a_spec_nested_thousands_deep_is_refused_with_one_located_line(tmp_path):
+    text = "name: deep\nextra: " + "[" * 3000 + "]" * 3000 + "\n"
+    path = write(tmp_path, text)
+    result = cli(path, "add-worker", "--no-compile")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.splitlines()[1] == f"{path}:2:71: extra: nested more than 64 levels deep"
+    assert path.read_text() == text
+
+
 @pytest.mark.parametrize("operation, words, message", [
     ("recolr", [], "unknown operation 'recolr'; did you mean 'recolor'?"),
     ("recolor", ["--colour", "otblue"], "recolor: unknown option --colour; did you mean --color?"),
@@ -239,7 +263,7 @@ def test_comments_order_and_styles_survive_a_chain_of_edits(tmp_path):
     assert CliRunner().invoke(main, ["init", "--strategy", "allreduce", str(path)]).exit_code == 0
     before = path.read_text()
     edit(path, "add-worker", label="GPU 3")
-    edit(path, "recolor", flow="grad", color="otorange")
+    edit(path, "recolor", flow="data", color="otblue")
     edit(path, "set-label", which="weight", text=r"$\mathbf{w}$")
     edit(path, "set-strategy", kind="parameter-server")  # removes `algorithm: ring  # ...`
     after = path.read_text()
@@ -289,20 +313,20 @@ def test_dry_run_prints_a_diff_and_writes_nothing(tmp_path):
 
 def test_json_result_shape(tmp_path):
     path = example(tmp_path, "ps-sync.yaml")
-    ok = cli(path, "recolor", "--flow", "grad", "--color", "otorange", "--json", "--no-compile")
+    ok = cli(path, "recolor", "--flow", "data", "--color", "otblue", "--json", "--no-compile")
     assert ok.exit_code == 0
     data = json.loads(ok.stdout)
     assert set(data) == {"ok", "operation", "args", "file", "changed", "written", "dry_run", "diff", "issues", "invariant",
-                         "refused_by", "skipped"}
-    assert data["skipped"] == ["figure-compiles", "no-overlaps"]
-    assert (data["ok"], data["operation"], data["args"], data["changed"], data["written"]) == (True, "recolor", {"flow": "grad", "color": "otorange"}, True, True)
-    assert data["issues"] == [] and data["invariant"] is None and "+    grad: otorange" in data["diff"]
-    refused = cli(path, "recolor", "--flow", "data", "--color", "otorange", "--json", "--no-compile")
+                         "refused_by", "skipped", "notes"}
+    assert data["skipped"] == ["figure-compiles", "figure-fits-width", "no-overlaps"]
+    assert (data["ok"], data["operation"], data["args"], data["changed"], data["written"]) == (True, "recolor", {"flow": "data", "color": "otblue"}, True, True)
+    assert data["issues"] == [] and data["invariant"] is None and "+    data: otblue" in data["diff"]
+    refused = cli(path, "recolor", "--flow", "weight", "--color", "otblue", "--json", "--no-compile")
     assert refused.exit_code == 1
     data = json.loads(refused.stdout)
     assert (data["ok"], data["written"], data["invariant"], data["refused_by"]) == (False, False, "distinct-flow-colors", "invariant")
     issue = data["issues"][0]
-    assert set(issue) == {"file", "line", "col", "path", "message"} and issue["path"] == "figure.colors.grad"
+    assert set(issue) == {"file", "line", "col", "path", "message"} and issue["path"] == "figure.colors.weight"
     bad = cli(path, "recolor", "--flow", "grad", "--json")
     assert bad.exit_code == 2
     data = json.loads(bad.stdout)
@@ -316,7 +340,7 @@ def test_cli_refusal_message_names_the_invariant(tmp_path):
     result = cli(path, "recolor", "--flow", "weight", "--color", "otgray", "--no-compile")
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == f"dtgen: error: {path}: recolor refused; nothing changed (line:col below point into the edited text, see --dry-run)"
-    assert "[invariant distinct-flow-colors]" in result.stderr.splitlines()[1]
+    assert any("[invariant distinct-flow-colors]" in line for line in result.stderr.splitlines()[1:])
     assert path.read_bytes() == before
 
 
@@ -324,7 +348,7 @@ def test_cli_applies_and_lists_operations_in_help(tmp_path):
     path = example(tmp_path, "ps-sync.yaml")
     result = cli(path, "rename-node", "--node", "w1", "--label", "GPU 0", "--no-compile")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, no-overlaps)\n"
+    assert result.stdout == f"{path}: rename-node applied; every invariant holds (not checked: figure-compiles, figure-fits-width, no-overlaps)\n"
     assert load_spec(path).topology.workers.label_of("w1") == "GPU 0"
     help_text = CliRunner().invoke(main, ["edit", "--help"]).output
     for name in OPERATIONS:
@@ -336,7 +360,7 @@ def test_full_check_compiles_the_figure(tmp_path):
     path = example(tmp_path, "ps-sync.yaml")
     result = edit_file(path, "add-worker", {"label": "GPU 3"})
     assert result.written
-    result = cli(path, "recolor", "--flow", "grad", "--color", "otorange", "--json")
+    result = cli(path, "recolor", "--flow", "server", "--color", "otgray", "--json")
     assert json.loads(result.stdout)["ok"], result.output
 
 
@@ -367,14 +391,19 @@ def test_an_overlap_is_refused_by_no_overlaps(tmp_path, monkeypatch):
     assert all(i.message.endswith("[invariant no-overlaps]") for i in result.issues)
     assert any(i.message.startswith("topology figure: ") and " overlap (" in i.message for i in result.issues)
     assert path.read_bytes() == before
+    located = [i for i in result.issues if i.path]  # named after the spec keys behind the nodes
+    assert located and all(" comes from " in i.message and i.line > 1 for i in located), result.issues
     assert edit_file(path, "change-spacing", {"colsep": 1}, compile=False).written  # --no-compile cannot see it
 
 
 def test_skill_document_covers_the_loop():
     text = CliRunner().invoke(main, ["skill"]).output
     for needle in ("dtgen contract", "dtgen edit", "--json", "dtgen validate", "dtgen figure",
-                   "never edit", "refused_by", "distinct-flow-colors"):
+                   "never edit", "refused_by", "distinct-flow-colors", "--ops", "notes", "dtgen mcp"):
         assert needle in text, needle
+    # the MCP registration snippet is valid JSON that starts this server
+    snippet = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    assert snippet["mcpServers"]["dtgen"]["args"] == ["mcp"]
     assert os.path.exists(REPO / "opentikz_dt" / "SKILL.md")
 
 

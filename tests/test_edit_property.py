@@ -32,9 +32,20 @@ LABELS = ["GPU 0", "worker_1 & 50%", r"$\nabla_\theta L$", r"$\mathbf{w}^{(t)}$"
           "a\\b", r"\$5", "$x_i$ and $y_i$"]
 
 
-def _value(prop: dict):
+# Likely values of the options whose schema is a pattern or a union of types.
+BY_NAME = {"worker": ["w1", "w2", "w3", "w9"], "fit": ["column", "page", "natural", "12cm"],
+           "name": ["fig-a", "exp2"], "value": ["2", "0.05", "true", "[4, 8, 2]", "gloo", "x"]}
+
+
+def _value(prop: dict, name: str = ""):
+    if name in BY_NAME:
+        return st.sampled_from(BY_NAME[name])
     if "enum" in prop:
         return st.sampled_from(prop["enum"])
+    if prop.get("type") == "integer":
+        return st.integers(prop["minimum"], prop["minimum"] + 3)
+    if prop.get("type") == "number" and "exclusiveMinimum" in prop:
+        return st.sampled_from([0.5, 1, 2.5])
     if prop.get("type") == "number":
         return st.floats(prop["minimum"], prop["maximum"]).map(lambda x: round(x, 1)).filter(
             lambda x: prop["minimum"] <= x <= prop["maximum"])
@@ -50,10 +61,10 @@ def operation_calls(draw):
     args = {}
     for key, prop in schema.get("properties", {}).items():
         if key in schema.get("required", []) or draw(st.booleans()):
-            args[key] = draw(_value(prop))
+            args[key] = draw(_value(prop, key))
     if not args and schema.get("minProperties"):
         key = sorted(schema["properties"])[0]
-        args[key] = draw(_value(schema["properties"][key]))
+        args[key] = draw(_value(schema["properties"][key], key))
     return name, args
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ruamel.yaml.error import YAMLError
+
 from opentikz_dt.edit.yamldoc import YamlDoc
 from opentikz_dt.starter import render_starter
 
@@ -70,3 +72,10 @@ def test_appending_after_a_block_sequence_keeps_the_next_sections_lines():
 ])
 def test_delete_keeps_what_belongs_to_the_next_key(text, path, expected):
     assert edited(text, lambda d: d.delete(path)) == expected
+
+
+@pytest.mark.parametrize("deep", ["x: " + "[" * 3000 + "]" * 3000 + "\n",
+                                  "x:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 200))], ids=["flow", "block"])
+def test_deep_nesting_is_refused_before_ruamel_composes(deep):
+    with pytest.raises(YAMLError, match=r"^line \d+, column \d+: x: nested more than 64 levels deep$"):
+        YamlDoc(deep)

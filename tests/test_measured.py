@@ -18,7 +18,7 @@ from opentikz_dt.measured.annotate import annotate_layout, human_bytes
 from opentikz_dt.measured.compare import default_loss_target, render_summary_table, summarize, time_to_loss
 from opentikz_dt.measured.figures import render_run_figures
 from opentikz_dt.measured.run import load_run
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 from opentikz_dt.measured.timeline import measured_timeline, pipeline_bubble
 from opentikz_dt.measured.trace import load_trace
 from opentikz_dt.measured.window import (MAX_BOXES, Cell, StepsOptionError, bound_boxes, parse_steps,
@@ -110,9 +110,10 @@ def test_pipeline_note_prints_measured_beside_theoretical_bubble(tmp_path):
     m = measured_timeline(run.spec, run.trace)
     assert m.bubble.theory == pytest.approx(2 / 6)
     assert 0 < m.bubble.measured < 1
-    assert f"measured bubble {m.bubble.measured:.3f}" in m.timeline.note
-    assert "(p-1)/(m+p-1) = 2/6 = 0.333" in m.timeline.note
-    assert m.timeline.panels[0].note == f"bubble {m.bubble.measured:.2f} measured, 0.33 in theory"
+    assert f"measured bubble {m.bubble.measured:.1%}" in m.timeline.note
+    assert "vs 2/6 = 33.3% for balanced stages" in m.timeline.note
+    # the same words and formula as the expected timeline's caption
+    assert m.timeline.panels[0].note == f"bubble {m.bubble.measured:.0%} measured; $(p-1)/(m+p-1)$ = 33%"
 
 
 def test_sync_server_draws_one_update_per_step_above_the_workers(tmp_path):
@@ -314,7 +315,7 @@ def test_synthetic_run_follows_the_interface(tmp_path):
     assert sorted(e["id"] for e in flows if e["ph"] == "s") == sorted(e["id"] for e in flows if e["ph"] == "f")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics) == {"steps", "loss", "wall_s", "samples_per_s", "step_time_s", "bytes", "staleness",
-                            "per_worker_samples_per_s"}
+                            "per_worker_samples_per_s", "steps_done", "warmup_s"}
 
 
 def test_sampled_trace_default_window_falls_back_to_single_steps(tmp_path):
@@ -382,7 +383,7 @@ def test_many_workers_are_elided_like_the_spec_diagrams(tmp_path):
     run = load_run(write_synthetic_run(tmp_path / "r", "allreduce-ring", workers=12, steps=6))
     lanes = measured_timeline(run.spec, run.trace).timeline.panels[0].lanes
     assert [lane.id for lane in lanes] == ["w1", "w2", "w3", "more", "w12"]
-    assert lanes[3].role == "gap" and lanes[3].label == "8 more"
+    assert lanes[3].role == "gap" and lanes[3].label == "8 more workers"
 
 
 def test_cli_figure_and_compare_on_run_directories(tmp_path):

@@ -9,7 +9,7 @@ from opentikz_dt.figures.compile import compile_pdf, pdf_text
 from opentikz_dt.measured.compare import compare_runs
 from opentikz_dt.measured.figures import render_run_figures, write_run_figures
 from opentikz_dt.measured.run import load_run
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 
 pytestmark = pytest.mark.latex
 KINDS = ["ps-sync", "ps-async", "allreduce-ring", "pipeline-1f1b"]
@@ -77,3 +77,29 @@ def test_dark_palette_figures_compile(tmp_path):
     written = write_run_figures(run_dir, tmp_path / "out", ("tex", "pdf"))
     assert sum(p.suffix == ".pdf" for p in written) == 6
     assert "\\pagecolor{otpaper}" in (tmp_path / "out" / "table-summary.tex").read_text()
+
+
+def test_measured_ring_and_pipeline_topologies_keep_edges_off_their_labels(tmp_path):
+    """The ring's return edge clears the per-link traffic labels; the pipeline's activation bytes
+    clear Stage 1's icon; the footer names stages, not ranks."""
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    for kind in ("allreduce-ring", "pipeline-1f1b"):
+        tex = render_annotated_topology(load_run(write_synthetic_run(tmp_path / kind, kind, steps=12)))
+        assert check_figure_geometry(compile_pdf(tex).log) == [], kind
+        assert "traffic per link per step" in tex
+        if kind == "allreduce-ring":
+            assert "kB/step" in tex
+        else:
+            assert "Stage 2: " in tex and "w2:" not in tex
+    # at one column's width the annotated PS still keeps its labels apart and its text legible
+    import dataclasses
+
+    from opentikz_dt.figures.compile import pdf_words
+    from opentikz_dt.figures.fit import with_width
+
+    run = load_run(write_synthetic_run(tmp_path / "ps", "ps-sync", steps=12))
+    result = compile_pdf(render_annotated_topology(dataclasses.replace(run, spec=with_width(run.spec, "column"))))
+    assert check_figure_geometry(result.log) == []
+    assert min(size for _, size in pdf_words(result.pdf)) >= 5.95

@@ -1,4 +1,5 @@
-"""`dtgen edit SPEC OP [--name value ...]`: one edit-contract operation on a spec file.
+"""`dtgen edit SPEC OP [--name value ...]`: one edit-contract operation on a spec file;
+`dtgen edit SPEC --ops FILE|-`: a list of them, applied all or none; `--list`: the operations.
 
 The operation's options are not click options: they come from its argument schema in
 schemas/meta.json (edit/args.py parses and checks them), so a new operation in the
@@ -27,23 +28,41 @@ class _EditCommand(click.Command):
 
 
 @click.command(cls=_EditCommand, context_settings={"ignore_unknown_options": True})
-@click.argument("spec", type=click.Path(dir_okay=False))
-@click.argument("operation")
+@click.argument("spec", type=click.Path(dir_okay=False), required=False)
+@click.argument("operation", required=False)
 @click.argument("words", nargs=-1, type=click.UNPROCESSED)
+@click.option("--ops", "ops_file", type=click.File("r", encoding="utf-8"), default=None, metavar="FILE|-",
+              help="Apply a list of operations from FILE (- for stdin) atomically: all or none. YAML/JSON list of "
+                   "{op: NAME, ARG: VALUE, ...}, or one 'OP --arg value ...' line each.")
+@click.option("--list", "list_ops", is_flag=True, help="List the operations with their options and exit.")
 @click.option("--dry-run", is_flag=True, help="Print the unified diff; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result (for agents).")
 @click.option("--no-compile", is_flag=True,
-              help="Skip the invariants that need pdflatex (figure-compiles, no-overlaps); faster, weaker.")
-def edit(spec, operation, words, dry_run, as_json, no_compile):
+              help="Skip the invariants that need pdflatex (figure-compiles, figure-fits-width, no-overlaps); faster, weaker.")
+def edit(spec, operation, words, ops_file, list_ops, dry_run, as_json, no_compile):
     """Apply one edit-contract OPERATION to SPEC in place, if every invariant still holds.
 
     Comments, key order and formatting of SPEC are kept. On refusal nothing changes and
-    the message names the rule or [invariant id] that refused and why.
+    the message names the rule or [invariant id] that refused and why. The result's
+    notes name side effects, edits no figure shows and comments that may be stale.
     """
-    from ..edit import EditRefusal, edit_file, error_result, parse_words
+    from ..edit import EditRefusal, edit_batch, edit_file, error_result, parse_words
+    from ..edit.batch import read_ops
 
+    if list_ops:
+        _list_operations(as_json)
+        return
+    if spec is None or (operation is None and ops_file is None):
+        raise click.UsageError("give SPEC and an OPERATION (or --ops FILE); dtgen edit --list shows the operations")
+    if ops_file is not None and (operation is not None or words):
+        raise click.UsageError("give either one OPERATION or --ops FILE, not both")
     try:
-        result = edit_file(spec, operation, parse_words(operation, words), dry_run=dry_run, compile=not no_compile)
+        if ops_file is not None:
+            operation = "batch"
+            steps = read_ops(ops_file.read(), getattr(ops_file, "name", "-"))
+            result = edit_batch(spec, steps, dry_run=dry_run, compile=not no_compile)
+        else:
+            result = edit_file(spec, operation, parse_words(operation, words), dry_run=dry_run, compile=not no_compile)
         code = 0
     except EditRefusal as exc:
         result, code = exc.result, exc.exit_code
@@ -61,6 +80,19 @@ def edit(spec, operation, words, dry_run, as_json, no_compile):
     _report(result)
 
 
+def _list_operations(as_json: bool) -> None:
+    from ..edit.args import operations_contract, usage
+
+    operations = operations_contract()
+    if as_json:
+        listed = [{"id": name, "summary": op["description"], "usage": usage(name), "args": op["args"]}
+                  for name, op in operations.items()]
+        click.echo(json.dumps(listed, indent=2, ensure_ascii=False))
+        return
+    for name, op in operations.items():
+        click.echo(f"{usage(name)}\n    {op['description']}")
+
+
 def _report(result) -> None:
     held = "every invariant holds" + (f" (not checked: {', '.join(result.skipped)})" if result.skipped else "")
     if result.dry_run:
@@ -70,3 +102,5 @@ def _report(result) -> None:
         click.echo(f"{result.file}: {result.operation} applied; {held}")
     else:
         click.echo(f"{result.file}: {result.operation}: nothing to change; {held}")
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ..strategies import KINDS
+
 
 @click.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -27,11 +29,18 @@ def validate(specs):
 @click.command()
 @click.option("--check", is_flag=True, help="Verify the contract against the templates and the code.")
 def contract(check):
-    """Print the edit contract (meta.json), or check it with --check."""
-    from ..contract import check_contract, load_contract
+    """Print the edit contract, or check it with --check.
+
+    The contract is two files keyed by the same ids: meta.json (OpenTikZ's format: the
+    prose its tools read) and contract.exec.json (argument schemas, spec paths, bounds,
+    checks). Both are printed, under their file names.
+    """
+    from ..contract import check_contract
+    from ..resources import contract_exec, contract_meta
 
     if not check:
-        click.echo(json.dumps(load_contract(), indent=2, ensure_ascii=False))
+        shown = {"meta.json": contract_meta(), "contract.exec.json": contract_exec()}
+        click.echo(json.dumps(shown, indent=2, ensure_ascii=False))
         return
     problems = check_contract()
     for problem in problems:
@@ -43,7 +52,7 @@ def contract(check):
 
 @click.command()
 @click.option("--strategy", "kind", default="parameter-server", show_default=True,
-              type=click.Choice(["single", "parameter-server", "central-storage", "allreduce", "gossip", "pipeline"]))
+              type=click.Choice(KINDS))
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 def init(kind, force, path):

@@ -6,9 +6,9 @@ result against the schema, the rules and every contract invariant, and writes it
 if all hold. Must not import torch.
 """
 
-from .apply import EditRefusal, EditResult, edit_file, error_result
+from .apply import EditRefusal, EditResult, edit_batch, edit_file, error_result
 from .args import EditArgumentError, parse_words, usage
 from .operations import OPERATIONS
 
-__all__ = ["OPERATIONS", "EditArgumentError", "EditRefusal", "EditResult", "edit_file", "error_result", "parse_words",
+__all__ = ["OPERATIONS", "EditArgumentError", "EditRefusal", "EditResult", "edit_batch", "edit_file", "error_result", "parse_words",
            "usage"]

@@ -1,11 +1,13 @@
-"""`edit_file`: apply one contract operation to a spec file, check everything, write or refuse.
+"""`edit_file` / `edit_batch`: apply contract operations to a spec file, check everything,
+write or refuse.
 
-The order is the contract's promise: arguments against the operation's schema; under
-the file's edit lock, re-read the file, apply the operation to the round-trip document,
-validate the new text exactly as `dtgen validate` would (schema, cross-field rules,
-spec invariants, every issue at once), render the figure and run the TeX invariants;
-only when all hold is the new text written, atomically. A refusal changes nothing.
-Must not import torch.
+The order is the contract's promise: arguments against each operation's schema; under
+the file's edit lock, re-read the file, apply the operations in turn to the round-trip
+document, validate the final text exactly as `dtgen validate` would (schema, cross-field
+rules, spec invariants, every issue at once), render the figures and run the TeX
+invariants; only when all hold is the new text written, atomically. A refusal -- of
+any one operation of a batch -- changes nothing. A result carries notes on what the
+arguments alone do not say (edit/notes.py). Must not import torch.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from ..schema import check_schema
 from ..spec import load_spec, resolve
 from ..yamlpos import load_located, read_text
 from .args import EditArgumentError, check_args
+from .notes import edit_notes
+from .nodepaths import locate_figure_problem
 from .operations import OPERATIONS, EditContext, OperationRefused
 from .safefile import locked, write_atomic
-from .texcheck import COMPILE_INVARIANTS, check_tex_invariants
+from .texcheck import check_tex_invariants, compile_invariants
 from .yamldoc import YamlDoc
 
 _INVARIANT_TAG = re.compile(r"\[invariant ([a-z0-9-]+)\]")
@@ -47,6 +51,7 @@ class EditResult:
     invariant: str | None = None  # the first contract invariant that refused the edit
     refused_by: str | None = None  # arguments | spec-before-edit | operation | schema | rule | invariant
     skipped: list = field(default_factory=list)  # invariants not checked (--no-compile)
+    notes: list = field(default_factory=list)  # side effects, edits no figure shows, comments that may be stale
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -80,18 +85,36 @@ def edit_file(path, operation: str, args: dict | None = None, *, dry_run: bool =
     """Apply `operation` to the spec at `path`; write it unless `dry_run`. Raises EditRefusal."""
     args = dict(args or {})
     check_args(operation, args)
+    return _edit(path, [(operation, args)], operation, args, dry_run, compile)
+
+
+def edit_batch(path, steps: list, *, dry_run: bool = False, compile: bool = True) -> EditResult:
+    """Apply [(operation, args), ...] in order, all or none: one check of the final spec, one write."""
+    if not steps:
+        raise EditArgumentError("batch: no operations given")
+    steps = [(operation, dict(args or {})) for operation, args in steps]
+    for index, (operation, args) in enumerate(steps, 1):
+        try:
+            check_args(operation, args)
+        except EditArgumentError as exc:
+            raise EditArgumentError(f"batch step {index}: {exc}") from None
+    listed = [{"op": operation, "args": args} for operation, args in steps]
+    return _edit(path, steps, "batch", {"ops": listed}, dry_run, compile)
+
+
+def _edit(path, steps: list, operation: str, args: dict, dry_run: bool, compile: bool) -> EditResult:
     name = str(path)
     target = Path(path).resolve()  # write through a symlink, do not replace it
     text = read_text(path)  # a missing or unreadable spec is reported before any lock file appears
     if dry_run:
-        return _propose(name, text, operation, args, compile, dry_run=True)[0]
+        return _propose(name, text, steps, operation, args, compile, dry_run=True)[0]
     if not os.access(target, os.W_OK):  # a rename could replace it anyway; respect the mode
         raise DtgenError(f"{name}: the file is read-only; nothing changed")
     try:
         with locked(target):
             # Re-read under the lock: a concurrent edit may have landed since we looked.
             text = read_text(target)
-            result, new_text = _propose(name, text, operation, args, compile, dry_run=False)
+            result, new_text = _propose(name, text, steps, operation, args, compile, dry_run=False)
             if result.changed:
                 write_atomic(target, new_text.encode("utf-8"))
                 result.written = True
@@ -100,8 +123,8 @@ def edit_file(path, operation: str, args: dict | None = None, *, dry_run: bool =
     return result
 
 
-def _apply(name: str, text: str, operation: str, args: dict, result: EditResult) -> str:
-    headline = f"{name}: {operation} refused: the spec has problems before the edit; fix them first (dtgen validate)"
+def _apply(name: str, text: str, operation: str, args: dict, result: EditResult, step: str = "") -> tuple[str, EditContext]:
+    headline = f"{name}: {step}{operation} refused: the spec has problems before the edit; fix them first (dtgen validate)"
     try:
         located = load_located(name, text)
     except SpecError as exc:
@@ -117,15 +140,19 @@ def _apply(name: str, text: str, operation: str, args: dict, result: EditResult)
     try:
         OPERATIONS[operation](context, **args)
     except OperationRefused as exc:
-        _refuse(result, "operation", [located.issue(exc.path, exc.message)], f"{name}: {operation} refused; nothing changed")
-    return doc.text()
+        _refuse(result, "operation", [located.issue(exc.path, exc.message)], f"{name}: {step}{operation} refused; nothing changed")
+    return doc.text(), context
 
 
-def _propose(name: str, text: str, operation: str, args: dict, compile: bool, *,
+def _propose(name: str, text: str, steps: list, operation: str, args: dict, compile: bool, *,
              dry_run: bool) -> tuple[EditResult, str]:
     result = EditResult(ok=False, operation=operation, args=args, file=name, dry_run=dry_run,
-                        skipped=[] if compile else sorted(COMPILE_INVARIANTS))
-    new_text = _apply(name, text, operation, args, result)
+                        skipped=[] if compile else compile_invariants())
+    new_text, contexts = text, []
+    for index, (step_operation, step_args) in enumerate(steps, 1):
+        step = f"batch step {index}: " if len(steps) > 1 or operation == "batch" else ""
+        new_text, context = _apply(name, new_text, step_operation, step_args, result, step)
+        contexts.append(context)
     result.changed = new_text != text
     result.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
                                                fromfile=f"a/{name}", tofile=f"b/{name}"))
@@ -140,9 +167,12 @@ def _propose(name: str, text: str, operation: str, args: dict, compile: bool, *,
         _refuse(result, kind, exc.issues, headline)
     problems = check_tex_invariants(spec, compile=compile)
     if problems:
-        issues = [Issue(name, 1, 1, "", f"{message} [invariant {invariant}]") for invariant, message in problems]
+        issues = [locate_figure_problem(spec, invariant, message) for invariant, message in problems]
         _refuse(result, "invariant", issues, headline)
     result.ok = True
+    result.notes = [note for context in contexts for note in context.notes]
+    if result.changed:
+        result.notes += edit_notes(name, text, new_text, contexts[0].data, spec, [s for s, _ in steps])
     return result, new_text
 
 

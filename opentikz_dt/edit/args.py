@@ -15,6 +15,11 @@ from ..contract import load_contract
 from ..errors import DtgenError
 
 
+# A suggestion must be a likely typo, not merely a shared prefix: at 0.5 'set-slowdown'
+# suggested 'set-sync'. 0.8 still catches a dropped, doubled or swapped letter.
+CLOSE_ENOUGH = 0.8
+
+
 class EditArgumentError(DtgenError):
     """Unknown operation, or arguments its schema does not allow (nothing was read or written)."""
 
@@ -26,9 +31,10 @@ def operations_contract() -> dict:
 def operation_schema(operation: str) -> dict:
     operations = operations_contract()
     if operation not in operations:
-        close = difflib.get_close_matches(operation, list(operations), n=1, cutoff=0.5)
+        close = difflib.get_close_matches(operation, list(operations), n=1, cutoff=CLOSE_ENOUGH)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise EditArgumentError(f"unknown operation '{operation}'{hint} (operations: {', '.join(operations)})")
+        raise EditArgumentError(f"unknown operation '{operation}'{hint} (operations: {', '.join(operations)}; "
+                                 "dtgen edit --list shows their options)")
     return operations[operation]["args"]
 
 
@@ -37,7 +43,11 @@ def usage(operation: str) -> str:
     schema = operation_schema(operation)
     parts = [operation]
     for name, prop in schema.get("properties", {}).items():
-        value = "|".join(map(str, prop["enum"])) if "enum" in prop else prop.get("type", "value").upper()
+        kind = prop.get("type", "value")
+        if "enum" in prop and len(prop["enum"]) <= 8:
+            value = "|".join(map(str, prop["enum"]))
+        else:  # a long list of choices (set --key) or a value of several types
+            value = name.upper() if "enum" in prop or not isinstance(kind, str) else kind.upper()
         word = f"--{name} {value}"
         parts.append(word if name in schema.get("required", []) else f"[{word}]")
     if schema.get("minProperties"):
@@ -72,7 +82,7 @@ def parse_words(operation: str, words) -> dict:
 def _options_hint(name: str, properties: dict) -> str:
     if not properties:
         return " (it takes no options)"
-    close = difflib.get_close_matches(name, list(properties), n=1, cutoff=0.5)
+    close = difflib.get_close_matches(name, list(properties), n=1, cutoff=CLOSE_ENOUGH)
     return f"; did you mean --{close[0]}?" if close else ""
 
 

@@ -10,18 +10,22 @@ Must not import torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..spec import STRATEGY_TITLES
+import yaml
+from ruamel.yaml.comments import CommentedSeq
+
+from ..spec import default_title
+from ..strategies import BY_KIND, STRATEGIES
+from ..workload import workload_of
 from .yamldoc import YamlDoc
 
 WORKERS = ("topology", "workers")
 SERVERS = ("topology", "servers")
 STRATEGY = ("strategy",)
-MIN_WORKERS = {"allreduce": 2, "gossip": 2, "pipeline": 2}
+MIN_WORKERS = {s.kind: s.workers[0] for s in STRATEGIES}
 # Strategy keys that only one kind reads; set-strategy removes them from the others.
-KIND_KEYS = {"algorithm": "allreduce", "microbatches": "pipeline", "schedule": "pipeline",
-             "stages": "pipeline", "peers": "gossip"}
+KIND_KEYS = {key: s.kind for s in STRATEGIES for key in s.options}
 DEFAULT_WORKERS = 3
 
 
@@ -38,6 +42,7 @@ class OperationRefused(Exception):
 class EditContext:
     doc: YamlDoc
     data: dict  # the spec before the edit, resolved (every default filled in)
+    notes: list = field(default_factory=list)  # what the user would not guess from the arguments
 
     @property
     def kind(self) -> str:
@@ -52,16 +57,12 @@ class EditContext:
         return self.data["topology"]["servers"]["count"]
 
 
-def _title(kind: str, sync: str) -> str:
-    """The title a spec without one gets (spec.resolve's rule)."""
-    return STRATEGY_TITLES[kind] + (" (asynchronous)" if sync == "async" else "")
-
-
-def _retitle(ctx: EditContext, kind: str, sync: str) -> None:
+def _retitle(ctx: EditContext, kind: str, sync: str, algorithm: str | None = None) -> None:
     # A title the user copied from the default follows the strategy; their own stays.
     old = ctx.doc.get(("title",))
-    if old is not None and old == _title(ctx.kind, ctx.data["strategy"]["sync"]):
-        ctx.doc.set(("title",), _title(kind, sync))
+    before = ctx.data["strategy"].get("algorithm", "native") if ctx.kind == "allreduce" else "native"
+    if old is not None and old == default_title(ctx.kind, ctx.data["strategy"]["sync"], before):
+        ctx.doc.set(("title",), default_title(kind, sync, algorithm or (before if kind == ctx.kind else "native")))
 
 
 def rename_node(ctx: EditContext, node: str, label: str) -> None:
@@ -155,13 +156,14 @@ def set_label(ctx: EditContext, which: str, text: str) -> None:
 
 
 def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, schedule: str | None = None) -> None:
-    for option, value, owner in (("algorithm", algorithm, "allreduce"), ("schedule", schedule, "pipeline")):
+    for option, value in (("algorithm", algorithm), ("schedule", schedule)):
+        owner = KIND_KEYS[option]
         if value is not None and kind != owner:
             raise OperationRefused(STRATEGY + (option,), f"--{option} applies to kind {owner} only, not '{kind}'")
     doc = ctx.doc
     doc.set(STRATEGY + ("kind",), kind)
     sync = ctx.data["strategy"]["sync"]
-    if kind != "parameter-server" and sync == "async":
+    if sync not in BY_KIND[kind].sync_modes:
         doc.set(STRATEGY + ("sync",), "sync")
         sync = "sync"
     for key, owner in KIND_KEYS.items():
@@ -177,7 +179,7 @@ def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, sche
         doc.set(STRATEGY + ("schedule",), schedule)
     if kind == "gossip" and ctx.data["strategy"]["peers"] >= workers:
         doc.set(STRATEGY + ("peers",), workers - 1)
-    _retitle(ctx, kind, sync)
+    _retitle(ctx, kind, sync, algorithm)
 
 
 def _fit_workers(ctx: EditContext, kind: str) -> int:
@@ -193,8 +195,9 @@ def _fit_workers(ctx: EditContext, kind: str) -> int:
             ctx.doc.set(("topology", "hosts"), 1)
         return 1
     if count < MIN_WORKERS.get(kind, 1):
-        layers = len(ctx.data["training"]["model"]["layers"]) - 1
-        count = max(2, min(DEFAULT_WORKERS, layers)) if kind == "pipeline" else DEFAULT_WORKERS
+        workload = workload_of(ctx.data)  # None for a python model: its size is known at run time
+        blocks = len(workload.blocks) if workload else DEFAULT_WORKERS
+        count = max(2, min(DEFAULT_WORKERS, blocks)) if kind == "pipeline" else DEFAULT_WORKERS
         ctx.doc.set(WORKERS + ("count",), count)
     return count
 
@@ -209,6 +212,59 @@ def _fit_servers(ctx: EditContext, kind: str) -> None:
         ctx.doc.set(SERVERS + ("count",), target)
 
 
+def set_slowdown(ctx: EditContext, worker: str, factor: float) -> None:
+    if int(worker[1:]) > ctx.workers:
+        raise OperationRefused(WORKERS + ("count",), f"no worker '{worker}': the workers are w1..w{ctx.workers}")
+    if factor == 1:  # 1 is "not a straggler": drop the entry rather than keep a no-op
+        ctx.doc.delete(WORKERS + ("slowdown", worker))
+        ctx.notes.append(f"--factor 1 removes {worker}'s slowdown entry (1 = normal speed)")
+    else:
+        ctx.doc.set(WORKERS + ("slowdown", worker), factor)
+
+
+def set_size(ctx: EditContext, fit: str) -> None:
+    if fit == "natural":
+        ctx.doc.delete(("figure", "width"))
+    else:
+        ctx.doc.set(("figure", "width"), fit)
+
+
+def set_palette(ctx: EditContext, variant: str) -> None:
+    ctx.doc.set(("figure", "palette"), variant)
+
+
+def set_hosts(ctx: EditContext, count: int) -> None:
+    ctx.doc.set(("topology", "hosts"), count)
+
+
+def set_name(ctx: EditContext, name: str) -> None:
+    ctx.doc.set(("name",), name)
+    ctx.notes.append(f"output files are now named after '{name}' (figures/{name}/, runs/{name}-...)")
+
+
+def set_worker_labels(ctx: EditContext, pattern: str) -> None:
+    ctx.doc.set(WORKERS + ("label",), pattern)
+    overrides = ctx.data["topology"]["workers"]["labels"]
+    if overrides:  # "all workers" means all: a per-worker label would still win
+        ctx.doc.delete(WORKERS + ("labels",))
+        ctx.notes.append("removed the per-worker label overrides " + ", ".join(
+            f"{w}: {text!r}" for w, text in overrides.items()) + " so every worker follows the pattern")
+
+
+def set_key(ctx: EditContext, key: str, value) -> None:
+    # The long tail of spec keys no named operation covers (training, runtime, ...).
+    # A command-line word is read as YAML, so "0.05" is a number and "[2, 16, 1]" a list.
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            pass
+    if isinstance(value, list):  # a short list reads best on one line, as the examples write layers
+        value = CommentedSeq(value)
+        value.fa.set_flow_style()
+    ctx.doc.set(tuple(key.split(".")), value)
+
+
 OPERATIONS = {
     "rename-node": rename_node,
     "add-worker": add_worker,
@@ -221,4 +277,11 @@ OPERATIONS = {
     "set-sync": set_sync,
     "set-strategy": set_strategy,
     "set-label": set_label,
+    "set-slowdown": set_slowdown,
+    "set-size": set_size,
+    "set-palette": set_palette,
+    "set-hosts": set_hosts,
+    "set-name": set_name,
+    "set-worker-labels": set_worker_labels,
+    "set": set_key,
 }

@@ -4,9 +4,11 @@ Which checks exist, and where their code lives, is read from schemas/meta.json
 (invariants with applies_to "tex", resolved by contract.resolve_check), so adding an
 invariant to the contract adds it to every edit. A check is called with the artifact
 its first parameter names: `tex` (the generated source), `log` (the pdflatex log of
-one compile) or `bboxes` (the geometry probe's boxes from that log); the compile is
-done once per figure and only when a check asks for it. `--no-compile` skips the
-invariants that need pdflatex, when speed matters more than the last guarantee.
+one compile), `bboxes` (the geometry probe's boxes from that log) or `pdf` (the
+compiled PDF's bytes); a check with a second parameter `spec` also gets the Spec. The
+compile is done once per figure and only when a check asks for it. `--no-compile`
+skips the invariants that need pdflatex (marked "compiles" in contract.exec.json), when
+speed matters more than the last guarantee.
 Must not import torch.
 """
 
@@ -17,13 +19,25 @@ import inspect
 from ..contract import load_contract, resolve_check
 from ..errors import CompileError, DtgenError, ToolMissingError
 
-# Invariants that need pdflatex; `--no-compile` skips exactly these.
-COMPILE_INVARIANTS = frozenset({"figure-compiles", "no-overlaps"})
+def needs_compile(invariant: dict) -> bool:
+    # "compiles": true in contract.exec.json marks checks that compile by themselves
+    # (figure-compiles takes the TeX); any check wanting log, bboxes or pdf compiles too.
+    return bool(invariant.get("compiles")) or _artifact(_resolve(invariant)) != "tex"
+
+
+def compile_invariants() -> list[str]:
+    """The TeX invariants that need pdflatex; `--no-compile` skips exactly these."""
+    return sorted(inv["id"] for inv in load_contract()["edit_contract"]["invariants"]
+                  if inv["applies_to"] == "tex" and needs_compile(inv))
 
 
 def tex_invariants(compile: bool = True) -> list[dict]:
     invariants = [inv for inv in load_contract()["edit_contract"]["invariants"] if inv["applies_to"] == "tex"]
-    return [inv for inv in invariants if compile or inv["id"] not in COMPILE_INVARIANTS]
+    return [inv for inv in invariants if compile or not needs_compile(inv)]
+
+
+def _artifact(check) -> str:
+    return next(iter(inspect.signature(check).parameters))
 
 
 def render_for_checks(spec) -> list[tuple[str, str]]:
@@ -38,7 +52,7 @@ def check_tex_invariants(spec, compile: bool = True) -> list[tuple[str, str]]:
     invariants = [(inv, _resolve(inv)) for inv in tex_invariants(compile)]
     problems: list[tuple[str, str]] = []
     for figure_name, tex in render_for_checks(spec):
-        artifacts = _Artifacts(tex)
+        artifacts = _Artifacts(tex, spec)
         for invariant, check in invariants:
             for message in artifacts.run(check):
                 problems.append((invariant["id"], f"{figure_name} figure: {message}"))
@@ -56,36 +70,38 @@ def _resolve(invariant: dict):
 class _Artifacts:
     """One figure's TeX and, on demand, its single compile's log and probe boxes."""
 
-    def __init__(self, tex: str):
+    def __init__(self, tex: str, spec=None):
         self.tex = tex
-        self._log: str | None = None
+        self.spec = spec
+        self._compiled = None
         self._failed = False
 
     def run(self, check) -> list[str]:
-        wanted = next(iter(inspect.signature(check).parameters))
+        wanted = _artifact(check)
         if wanted == "tex":
             argument = self.tex
         else:
-            log = self._compiled_log()
-            if log is None:  # figure-compiles reports the failure; nothing to measure
+            compiled = self._compile()
+            if compiled is None:  # figure-compiles reports the failure; nothing to measure
                 return []
-            argument = log if wanted == "log" else _bboxes(log)
+            argument = {"log": compiled.log, "pdf": compiled.pdf}.get(wanted) or _bboxes(compiled.log)
+        extra = [self.spec] if "spec" in inspect.signature(check).parameters else []
         try:
-            return [str(problem) for problem in check(argument)]
+            return [str(problem) for problem in check(argument, *extra)]
         except ToolMissingError:
             raise
         except DtgenError as exc:  # a failed compile is the invariant's finding, not a crash
             return [str(exc)]
 
-    def _compiled_log(self) -> str | None:
-        if self._log is None and not self._failed:
+    def _compile(self):
+        if self._compiled is None and not self._failed:
             from ..figures.compile import compile_cached
 
             try:  # memoised: figure-compiles (check_figure_compiles) already ran this compile
-                self._log = compile_cached(self.tex).log
+                self._compiled = compile_cached(self.tex)
             except CompileError:
                 self._failed = True
-        return self._log
+        return self._compiled
 
 
 def _bboxes(log: str):

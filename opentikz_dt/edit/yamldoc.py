@@ -5,7 +5,8 @@ never write YAML by hand: ruamel.yaml parses the text into CommentedMaps that re
 all of that, we change values in place, and it dumps the text back (byte-identical when
 nothing changed). Two ruamel habits need help, both about comments: the blank lines and
 comment lines *above* a key are stored on the key before it, so deleting or appending a
-key would lose or misplace them; `_take_tail`/`_give_tail` move them along.
+key would lose or misplace them; `_take_tail`/`_give_tail` move them along. ruamel
+composes recursively, so nesting depth is bounded on its event stream first.
 Must not import torch.
 """
 
@@ -20,6 +21,8 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScala
 from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
+from ..yamlpos import MAX_DEPTH, dotted, first_too_deep
+
 WIDTH = 4096  # never re-wrap a user's long line
 
 
@@ -30,6 +33,7 @@ class YamlDoc:
         self.newline = "\r\n" if "\r\n" in text else "\n"
         text = text.replace("\r\n", "\n")
         self._yaml = YAML(typ="rt")
+        _check_depth(text)  # before anything composes, indent guessing included
         self._yaml.preserve_quotes = True
         self._yaml.width = WIDTH
         self._yaml.indent(**_guess_indents(text))
@@ -98,6 +102,14 @@ class YamlDoc:
                 _put_before(mapping, keys[position], tail)
                 return
         # Nothing follows: the tail was trailing comments at the end of the file; they go.
+
+
+def _check_depth(text: str) -> None:
+    too_deep = first_too_deep(YAML(typ="rt").parse(text))  # a spare parser: parsing leaves state behind
+    if too_deep:
+        mark, path = too_deep
+        raise YAMLError(f"line {mark.line + 1}, column {mark.column + 1}: {dotted(path[:1])}: "
+                        f"nested more than {MAX_DEPTH} levels deep")
 
 
 def _guess_indents(text: str) -> dict:

@@ -47,3 +47,31 @@ class BBox:
 def parse_bboxes(log: str) -> list[BBox]:
     """Every probe line of a TeX log, in order (compile.py sets max_print_line so none wrap)."""
     return [BBox(m.group(1), *(float(m.group(i)) for i in range(2, 6))) for m in _LINE.finditer(log)]
+
+
+_PATH = re.compile(r"^PATH (\S+) (-?[\d.]+)pt (-?[\d.]+)pt$", re.MULTILINE)
+
+
+def parse_paths(log: str) -> dict[str, list[tuple[float, float]]]:
+    """Edge name -> the points (pt) the probe sampled along it, every 2pt, in drawing order."""
+    paths: dict[str, list[tuple[float, float]]] = {}
+    for m in _PATH.finditer(log):
+        paths.setdefault(m.group(1), []).append((float(m.group(2)), float(m.group(3))))
+    return paths
+
+
+_QUAD = re.compile(r"^QUAD (\S+) (-?[\d.]+)pt (-?[\d.]+)pt (-?[\d.]+)pt (-?[\d.]+)pt$", re.MULTILINE)
+
+
+def parse_quads(log: str, boxes: list[BBox]) -> dict[str, list[tuple[float, float]]]:
+    """Name -> corners (south west, south east, north east, north west) of every node that is
+    rotated (a sloped edge label): its BBOX corners alone do not say where its text is."""
+    corners = {m.group(1): [float(m.group(i)) for i in range(2, 6)] for m in _QUAD.finditer(log)}
+    out = {}
+    for box in boxes:
+        if box.name not in corners:
+            continue
+        sex, sey, nwx, nwy = corners[box.name]
+        if abs(sey - box.y0) > TOLERANCE_PT or abs(nwx - box.x0) > TOLERANCE_PT:
+            out[box.name] = [(box.x0, box.y0), (sex, sey), (box.x1, box.y1), (nwx, nwy)]
+    return out

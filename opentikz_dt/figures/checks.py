@@ -7,12 +7,13 @@ Must not import torch.
 
 from __future__ import annotations
 
+import math
 import re
 from itertools import combinations
 
 from ..errors import DtgenError
 from ..invariants import tex_palette_only
-from .bbox import BBox, parse_bboxes
+from .bbox import TOLERANCE_PT, BBox, parse_bboxes, parse_paths, parse_quads
 
 
 def check_figure_compiles(tex: str) -> list[str]:
@@ -46,11 +47,93 @@ def check_no_overlaps(bboxes: list[BBox]) -> list[str]:
 
 
 def check_figure_geometry(log: str) -> list[str]:
-    """Overlap problems from a compiled figure's log (the geometry probe's lines)."""
+    """Overlap problems from a compiled figure's log (the geometry probe's lines):
+    boxes against boxes, and every drawn edge against every text and icon it does not join."""
     boxes = parse_bboxes(log)
     if not boxes:
         return ["no geometry probe lines (BBOX ...) in the log"]
-    return check_no_overlaps(boxes)
+    rects = {b.name: _Rect.of(b, quads) for quads in [parse_quads(log, boxes)] for b in boxes}
+    overlaps = [p for p in check_no_overlaps(boxes) if _still_overlapping(p, rects)]
+    return overlaps + check_paths_clear(boxes, parse_paths(log), rects)
+
+
+# Text nodes keep 2pt of inner sep around their glyphs, icons 1pt: a path may graze 1pt of it.
+TEXT_MARGIN_PT = 1.0
+ICON_MARGIN_PT = 1.0
+
+
+class _Rect:
+    """A node's box as centre, unit axes and half extents: upright, or rotated (a sloped label)."""
+
+    def __init__(self, corners):
+        (x0, y0), (x1, y1), _, (x3, y3) = corners
+        self.cx, self.cy = (corners[0][0] + corners[2][0]) / 2, (corners[0][1] + corners[2][1]) / 2
+        w, h = math.hypot(x1 - x0, y1 - y0), math.hypot(x3 - x0, y3 - y0)
+        self.u = ((x1 - x0) / w, (y1 - y0) / w) if w else (1.0, 0.0)
+        self.v = ((x3 - x0) / h, (y3 - y0) / h) if h else (0.0, 1.0)
+        self.a, self.b = w / 2, h / 2
+
+    @classmethod
+    def of(cls, box: BBox, quads: dict) -> "_Rect":
+        return cls(quads.get(box.name) or [(box.x0, box.y0), (box.x1, box.y0), (box.x1, box.y1), (box.x0, box.y1)])
+
+    def holds(self, x, y, mu, mv) -> bool:
+        dx, dy = x - self.cx, y - self.cy
+        return (abs(dx * self.u[0] + dy * self.u[1]) < self.a - mu
+                and abs(dx * self.v[0] + dy * self.v[1]) < self.b - mv)
+
+    def reach(self, axis) -> float:
+        return self.a * abs(self.u[0] * axis[0] + self.u[1] * axis[1]) + self.b * abs(self.v[0] * axis[0] + self.v[1] * axis[1])
+
+    def overlaps(self, other: "_Rect") -> bool:
+        """Separating-axis test, counting only overlaps deeper than the probe's tolerance."""
+        for axis in (self.u, self.v, other.u, other.v):
+            gap = abs((other.cx - self.cx) * axis[0] + (other.cy - self.cy) * axis[1])
+            if gap >= self.reach(axis) + other.reach(axis) - TOLERANCE_PT:
+                return False
+        return True
+
+
+_PAIR = re.compile(r"^'(.+)' and '(.+)' overlap")
+
+
+def _still_overlapping(problem: str, rects: dict) -> bool:
+    a, b = _PAIR.match(problem).groups()
+    return rects[a].overlaps(rects[b])
+
+
+def _is_text(name: str) -> bool:
+    return name.endswith("-label") or name == "title" or name.startswith("note") or name.endswith("-more")
+
+
+def check_paths_clear(bboxes: list[BBox], paths: dict, rects: dict | None = None) -> list[str]:
+    """Edges that run through a text (a label, the title, a note) or through an icon or box
+    other than the ones they join. An edge is named <src>-<dst>-<style>; the nodes it
+    starts or ends at may touch it; its own label only its outer half (labels sit beside it)."""
+    rects = rects or {b.name: _Rect.of(b, {}) for b in bboxes}
+    problems = []
+    solid = [b for b in bboxes if not CONTAINERS.match(b.name) and abs(b.width) > 0.5 and abs(b.height) > 0.5]
+    names = {b.name for b in bboxes}
+    for edge, points in paths.items():
+        ends = _edge_ends(edge, names)
+        for box in solid:
+            if box.name in ends:
+                continue
+            rect = rects[box.name]
+            if box.name == f"{edge}-label":
+                mu, mv = rect.a / 2, rect.b / 2
+            else:
+                mu = mv = TEXT_MARGIN_PT if _is_text(box.name) else ICON_MARGIN_PT
+            hits = sum(1 for x, y in points if rect.holds(x, y, mu, mv))
+            if hits:
+                problems.append(f"edge '{edge}' runs through '{box.name}' ({2 * hits} pt of path)")
+    return problems
+
+
+def _edge_ends(edge: str, names: set) -> set:
+    """The probed node names an edge <src>-<dst>-<style> joins (names contain dashes too)."""
+    stem = edge.rsplit("-", 1)[0]
+    return {n for n in names if stem.startswith(n + "-") or stem.endswith("-" + n)}
 
 
 def check_palette_only(tex: str) -> list[str]:

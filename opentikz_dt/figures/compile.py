@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +29,8 @@ DEBIAN_PACKAGES = {
     "pdftocairo": "poppler-utils",
     "pdftoppm": "poppler-utils",
     "pdftotext": "poppler-utils",
+    "pdfinfo": "poppler-utils",
+    "latexmk": "latexmk",
 }
 TIMEOUT_S = 60.0
 EPOCH = "1700000000"
@@ -92,10 +95,35 @@ def compile_pdf(tex: str, timeout: float = TIMEOUT_S, keep_log: Path | None = No
             if keep_log is not None:
                 keep_log.write_text(log, encoding="latin-1")
                 where = f" (log: {keep_log})"
-            raise CompileError(f"{engine} failed: {first_error(log)}{where}")
+            hint = ""
+            if "CJKutf8.sty' not found" in log or "gbsn" in first_error(log):
+                hint = "; Chinese/Japanese labels need: sudo apt-get install latex-cjk-chinese fonts-arphic-uming"
+            raise CompileError(f"{engine} failed: {first_error(log)}{where}{hint}")
         if keep_log is not None:
             keep_log.write_text(log, encoding="latin-1")
+        missing = missing_glyphs(log)
+        if missing:
+            raise CompileError(f"{engine} failed: {missing}")
         return Compiled(out.read_bytes(), log)
+
+
+# pdflatex only warns when a font lacks a glyph and prints nothing in its place.
+_MISSING = re.compile(r"^Missing character: There is no (.) in font ([A-Za-z0-9-]+?)!$", re.MULTILINE)
+_CJK_FONT = re.compile(r"^[a-z]{4}u([0-9a-f]{2})$")  # Arphic CJKutf8 fonts: one per 256-code-point plane
+
+
+def missing_glyphs(log: str) -> str:
+    """'' when every character printed, else a message naming the first character a font lacks."""
+    match = _MISSING.search(log)
+    if not match:
+        return ""
+    char, font = match.groups()
+    plane = _CJK_FONT.match(font)
+    if plane:
+        code = int(plane.group(1), 16) * 256 + ord(char)
+        return (f"the installed CJK fonts (Arphic, Debian latex-cjk-chinese) have no glyph for {chr(code)!r} "
+                f"(U+{code:04X}); use a simplified Chinese form or Latin-1 text")
+    return f"font {font} has no glyph for {char!r}"
 
 
 _CACHE: "OrderedDict[str, Compiled | CompileError]" = OrderedDict()
@@ -174,3 +202,35 @@ def pdf_text(pdf: bytes, timeout: float = TIMEOUT_S) -> str:
         if proc.returncode != 0:
             raise CompileError(f"pdftotext failed: {proc.stderr.decode(errors='replace').strip()}")
         return (cwd / "figure.txt").read_text(encoding="utf-8", errors="replace")
+
+
+def pdf_page_size(pdf: bytes, timeout: float = TIMEOUT_S) -> tuple[float, float]:
+    """Width and height of the first page in TeX points (pdfinfo reports PostScript points)."""
+    program = tool("pdfinfo")
+    with tempfile.TemporaryDirectory(prefix="dtgen-info-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "figure.pdf").write_bytes(pdf)
+        proc = _run([program, "figure.pdf"], cwd, timeout, "pdfinfo")
+        match = re.search(r"^Page size:\s+([\d.]+) x ([\d.]+) pts", proc.stdout.decode(errors="replace"), re.MULTILINE)
+        if proc.returncode != 0 or not match:
+            raise CompileError(f"pdfinfo failed: {proc.stderr.decode(errors='replace').strip()}")
+        return float(match.group(1)) * 72.27 / 72, float(match.group(2)) * 72.27 / 72
+
+
+_WORD = re.compile(r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">([^<]*)</word>')
+# pdftotext's word box is the font's ascent + descent: 0.885 of the font size for Latin Modern (measured).
+WORD_BOX_PER_PT = 0.885
+
+
+def pdf_words(pdf: bytes, timeout: float = TIMEOUT_S) -> list[tuple[str, float]]:
+    """Every word of a PDF with its font size at final size (pt), from pdftotext's word boxes."""
+    program = tool("pdftotext")
+    with tempfile.TemporaryDirectory(prefix="dtgen-txt-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "figure.pdf").write_bytes(pdf)
+        proc = _run([program, "-bbox", "figure.pdf", "figure.html"], cwd, timeout, "pdftotext")
+        if proc.returncode != 0:
+            raise CompileError(f"pdftotext failed: {proc.stderr.decode(errors='replace').strip()}")
+        html = (cwd / "figure.html").read_text(encoding="utf-8", errors="replace")
+    return [(m.group(5), (float(m.group(4)) - float(m.group(2))) * 72.27 / 72 / WORD_BOX_PER_PT)
+            for m in _WORD.finditer(html)]

@@ -30,9 +30,11 @@ class Node:
     text: Tex = Tex("")
     label: Tex = Tex("")  # drawn as node <name>-label beside the node
     label_side: str = "below"
+    label_flush: str = ""  # "west": the label's west edge flush with the node's (arrows from the left clear it)
     style: str = ""  # box style (names.STYLES)
     rel: str = ""  # relative placement, e.g. "above=4pt of w1"
     min_height: float = 0.0  # cm, boxes only
+    min_width: float = 0.0  # cm, boxes only
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,8 @@ class Edge:
     label_side: str = "above"
     label_pos: float = 0.5
     label_color: str = ""  # palette tint of the label text (the flow's colour)
-    sloped: bool = True  # label follows the edge's slope (line and bend routes only)
+    sloped: bool = False  # label follows the edge's slope (line and bend routes only)
+    shorten: float = 0.0  # pt kept clear at both ends (edges ending at a label's text)
 
     @property
     def name(self) -> str:
@@ -78,6 +81,7 @@ class Group:
     style: str  # hostbox | psbox
     label: Tex = Tex("")
     label_side: str = "north west"  # corner of the box the label sits in
+    label_dx: float = 0.0  # cm right of that corner (clear of a line that runs down the box's edge)
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class Layout:
                 out.append(f"{group.name}-label")
         for brace in self.braces:
             out.append(f"{brace.name}-label")
-        out.append("title")
+        out += ["model", "title"]  # the model note under the picture (render_topology), the title above
         return out
 
 

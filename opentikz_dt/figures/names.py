@@ -20,7 +20,7 @@ Timeline figures name their lane labels <lane>-<panel>-label (w1-sync-label) so 
 sync and an async panel can share one picture; panel titles panel-<panel>, the legend
 legend-<kind>, the axis title axis-label. Auxiliary names (AUX_NODES): ar (the native
 all-reduce), workers (all workers: brace tip or group box), psgroup (box around the
-shards), title, note, legend, axis, panel. Coordinates h1-top / h1-bottom pad host boxes.
+shards), title, note, model (the model note under a topology), legend, axis, panel. Coordinates h1-top / h1-bottom pad host boxes.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from __future__ import annotations
 import re
 
 # Styles every topology picture defines (the flows keep the seed's names).
-TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "peer", "hostbox", "psbox",
-                   "stagebox", "elide", "brace", "ttl")
+TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "bus", "barrier", "peer", "hostbox", "psbox",
+                   "stagebox", "morebox", "elide", "brace", "ttl")
 # Styles of the timeline picture: one per box kind of the trace vocabulary
 # (docs/dev/runner-interface.md), plus lanes, axis and panel titles.
 BOX_KINDS = ("fetch", "forward", "backward", "slowdown", "optimizer", "update", "push",
@@ -54,7 +54,7 @@ NODE_PATTERNS = {
     "stage": r"s[1-9][0-9]*",
 }
 # Auxiliary nodes: the all-reduce collective, group boxes and annotations.
-AUX_NODES = ("ar", "workers", "psgroup", "title", "note", "legend", "axis", "panel")
+AUX_NODES = ("ar", "workers", "psgroup", "title", "note", "model", "legend", "axis", "panel")
 _BASE = re.compile(r"^(?:%s)$" % "|".join([f"(?:{p})" for p in NODE_PATTERNS.values()] + list(AUX_NODES)))
 _SUFFIX = re.compile(r"^(?:-[a-z0-9]+)*$")
 

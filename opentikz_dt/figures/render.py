@@ -20,12 +20,14 @@ from .. import __version__
 from ..errors import DtgenError
 from ..palette import PALETTE_NAMES, render_palette
 from ..resources import templates_dir
-from ..texsafe import LabelError, escape_text
+from ..texsafe import LabelError, escape_text, needs_cjk
+from ..workload import model_note
 from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
 from .topology import build_layout
+from .topology_fit import fit_context
 
-LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing"
+LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing, patterns"
 _TOKEN = re.compile(r"[A-Za-z0-9 .,=!\-]*")
 
 
@@ -95,8 +97,40 @@ def base_context(spec, kind: str, body_only: bool, names: list[str], source: str
         "colors": _palette_colors(spec),
         "names": names,
         "icons": (),  # icon macros the picture uses (topology sets them)
+        "cjk": spec_needs_cjk(spec),
+        "compact": False,  # a fitted topology: icons without their decorative text
         "node_list": Tex(" ".join(names)),
     }
+
+
+def without_line_spaces(tex: str) -> str:
+    """Every line ends in `%`, so a body \\input into \\sbox or \\resizebox adds no stray spaces
+    (each line end of the palette and icon definitions is a space in horizontal mode)."""
+    lines = []
+    for line in tex.splitlines():
+        if not line.strip():
+            continue
+        lines.append(line if line.lstrip().startswith("%") else line + "%")
+    return "\n".join(lines) + "\n"
+
+
+def finish(tex: str, body_only: bool) -> str:
+    return without_line_spaces(tex) if body_only else tex
+
+
+def spec_needs_cjk(spec) -> bool:
+    """True when any text of the spec (title, labels) is Chinese or Japanese: the figure loads CJKutf8."""
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from strings(item)
+
+    return any(needs_cjk(text) for text in strings(spec.data))
 
 
 def _at(layout: Layout):
@@ -108,23 +142,28 @@ def _at(layout: Layout):
 def _port(port: Port) -> Tex:
     anchor = "" if port.anchor == "center" else f".{port.anchor}"
     if port.level:
-        return Tex(f"({port.level} -| {port.node}{anchor})")
+        shift = f"[xshift={fmt(port.dx)}pt, yshift={fmt(port.dy)}pt]" if port.dx or port.dy else ""
+        return Tex(f"({shift}{port.level} -| {port.node}{anchor})")
     if port.dx or port.dy:
         return Tex(f"([xshift={fmt(port.dx)}pt, yshift={fmt(port.dy)}pt]{port.node}{anchor})")
     return Tex(f"({port.node}{anchor})")
 
 
-def render_topology(spec, body_only: bool = False, layout: Layout | None = None) -> str:
-    """The topology figure of a spec as standalone TeX (or the bare picture)."""
+def render_topology(spec, body_only: bool = False, layout: Layout | None = None, note: str | None = None) -> str:
+    """The topology figure of a spec as standalone TeX (or the bare picture). `note`
+    replaces the model note from the spec (a run knows its python model's real size)."""
     layout = layout or build_layout(spec)
     context = base_context(spec, "topology", body_only, layout.names())
     context.update(
         colsep=layout.colsep, rowsep=layout.rowsep, spacing_notes=layout.notes, labels=layout.macros,
         worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
         nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
-        at=_at(layout), port=_port, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+        **fit_context(spec, layout),
+        at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
+        opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+        model_note=Tex(escape_text(note or model_note(spec))),  # drawn as node `model` under the picture
     )
-    return environment().get_template("topology.tex.j2").render(context)
+    return finish(environment().get_template("topology.tex.j2").render(context), body_only)
 
 
 def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
@@ -132,8 +171,12 @@ def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
     from .schedule import expected_timeline
     from .timeline import draw_timeline
 
+    from .fit import target_width_cm
+    from .timeline_styles import tikz_styles
+
     timeline = timeline if timeline is not None else expected_timeline(spec)
-    drawing = draw_timeline(timeline)
+    drawing = draw_timeline(timeline, target_width_cm(spec))
     context = base_context(spec, "timeline", body_only, drawing.names())
-    context.update(d=drawing, title=drawing.title)
-    return environment().get_template("timeline.tex.j2").render(context)
+    styles = {kind: Tex(keys) for kind, keys in tikz_styles(_palette_colors(spec), spec.figure.palette).items()}
+    context.update(d=drawing, title=drawing.title, box_styles=styles)
+    return finish(environment().get_template("timeline.tex.j2").render(context), body_only)

@@ -47,11 +47,11 @@ def sample_figures() -> list[tuple[str, str]]:
 MEASURED_PREFIX = "measured-"
 
 
-def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120) -> list:
+def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120, kinds=("topology", "timeline")) -> list:
     """The PNGs of docs/figures/: every example's two figures, plus 1,024 workers and the dark palette.
     Writes only <name>-topology.png / <name>-timeline.png; never touches measured-*.png.
 
-        python -m opentikz_dt.figures.samples docs/figures
+        python -m opentikz_dt.figures.samples docs/figures [topology|timeline]
     """
     from pathlib import Path
 
@@ -71,12 +71,18 @@ def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120) -> list
     ps_sync = dict(next(spec for name, spec in specs if name == "ps-sync").data)
     ps_sync["figure"] = {**ps_sync["figure"], "palette": "dark"}
     specs.append(("ps-sync-dark", spec_from_data(ps_sync)))
+    for name in ("ps-sync", "pipeline-1f1b"):  # laid out for one column of a two-column paper
+        data = dict(next(spec for n, spec in specs if n == name).data)
+        data["figure"] = {**data["figure"], "width": "column"}
+        specs.append((f"{name}-column", spec_from_data(data)))
     reserved = [name for name, _ in specs if name.startswith(MEASURED_PREFIX)]
     if reserved:  # docs/figures/measured-*.png belong to the measured gallery (opentikz_dt.measured)
         raise DtgenError(f"example name {reserved[0]!r} would overwrite the measured gallery's {MEASURED_PREFIX}*.png")
     written = []
     for name, spec in specs:
         for kind, render in (("topology", render_topology), ("timeline", render_timeline)):
+            if kind not in kinds:
+                continue
             path = out / f"{name}-{kind}.png"
             path.write_bytes(pdf_to_png(compile_pdf(render(spec)).pdf, dpi=dpi))
             written.append(path)
@@ -86,5 +92,6 @@ def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120) -> list
 if __name__ == "__main__":
     import sys
 
-    for written_path in write_example_pngs(sys.argv[1] if len(sys.argv) > 1 else "docs/figures"):
+    chosen = tuple(sys.argv[2:]) or ("topology", "timeline")
+    for written_path in write_example_pngs(sys.argv[1] if len(sys.argv) > 1 else "docs/figures", kinds=chosen):
         print(written_path)

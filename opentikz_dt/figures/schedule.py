@@ -15,10 +15,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import DtgenError
-from .model import elide, stage_layers
+from ..workload import Workload, workload_of
+from .model import elide
 from .timeline import Box, Lane, Panel, Timeline, limit_boxes, window
 
 STEPS = 2
@@ -33,8 +34,17 @@ class CostModel:
     min_ms: float = 0.4  # shortest span (server update, optimizer step)
 
 
-def _params(widths) -> int:
-    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+# A python model's size is known only once the runner builds it: the expected
+# timeline then draws a nominal one (the measured timeline shows the real one).
+NOMINAL_PARAMS = 100_000
+
+
+def _model(spec) -> tuple[int, float, Workload | None]:
+    """(parameters, forward FLOPs per sample, workload) of the spec's model."""
+    workload = workload_of(spec)
+    if workload is None:
+        return NOMINAL_PARAMS, 2.0 * NOMINAL_PARAMS, None
+    return workload.params, workload.flops_per_sample, workload
 
 
 class _Sim:
@@ -43,20 +53,21 @@ class _Sim:
     def __init__(self, spec, cost: CostModel):
         self.spec, self.cost = spec, cost
         self.boxes: dict[str, list[Box]] = defaultdict(list)
-        t = spec.training
-        self.params = _params(t.layers)
+        self.params, self.flops, self.workload = _model(spec)
         self.bytes = 4 * self.params
 
-    def add(self, lane, start, end, kind, label=""):
-        if end > start:
-            self.boxes[lane].append(Box(start, end, kind, label))
+    def add(self, lane, start, end, kind, label="", phase=""):
+        if end - start > 1e-9 * max(1.0, abs(end)):  # not float residue of equal times
+            self.boxes[lane].append(Box(start, end, kind, label, phase))
         return end
 
-    def compute(self, worker_id, start, samples=None, params=None) -> float:
-        """forward, backward and the straggler delay of one step; returns the end time."""
+    def compute(self, worker_id, start, samples=None, flops=None, pace=1.0) -> float:
+        """forward, backward and the straggler delay of one step; returns the end time.
+        Forward time follows the model's FLOPs per sample (workload.py), backward twice that;
+        pace < 1 or > 1 is a worker's own speed (gossip peers do not run in lockstep)."""
         samples = samples or self.spec.training.batch_size
-        params = params or self.params
-        fwd = 2 * samples * params / self.cost.flops_per_ms
+        flops = flops if flops is not None else self.flops
+        fwd = samples * flops / self.cost.flops_per_ms * pace
         bwd = 2 * fwd
         t = self.add(worker_id, start, start + fwd, "forward", "fwd")
         t = self.add(worker_id, t, t + bwd, "backward", "bwd")
@@ -74,11 +85,17 @@ def _server_ids(spec):
     return spec.topology.servers.ids
 
 
+def _ps_link(sim, shards: int) -> float:
+    """Fetch or push of the whole model, sync and async alike: the shards' links carry their
+    parts in parallel and each worker has its own link (the server side is not the bottleneck)."""
+    return sim.link(sim.bytes / shards)
+
+
 def _ps_sync(spec, cost) -> tuple[_Sim, float]:
     sim = _Sim(spec, cost)
     workers, servers = spec.topology.workers.ids, _server_ids(spec)
     n, s = len(workers), len(servers)
-    comm = sim.link(sim.bytes / s, share=n)  # every worker shares each shard's link
+    comm = _ps_link(sim, s)
     update = max(cost.min_ms, (n + 1) * sim.params / s / cost.flops_per_ms)
     t = 0.0
     for _ in range(STEPS):
@@ -100,7 +117,7 @@ def _ps_async(spec, cost, until: float) -> _Sim:
     sim = _Sim(spec, cost)
     workers, servers = spec.topology.workers.ids, _server_ids(spec)
     s = len(servers)
-    comm = sim.link(sim.bytes / s)
+    comm = _ps_link(sim, s)
     update = max(cost.min_ms, 2 * sim.params / s / cost.flops_per_ms)
     heap = []
 
@@ -126,23 +143,37 @@ def _ps_async(spec, cost, until: float) -> _Sim:
 
 
 def _allreduce_phases(spec, sim) -> list[tuple[str, float, bool]]:
-    """(label, duration, leaders only) of each all-reduce phase, per the algorithm."""
+    """(label, duration, who takes part) of each all-reduce phase, per the algorithm: who is
+    False (everyone), True (host leaders only), or tree-up / tree-down (one tree level)."""
     n, b, lat = spec.topology.workers.count, sim.bytes, sim.cost.latency_ms
     algorithm = spec.strategy.algorithm
     if algorithm == "ring":
         step = (n - 1) * sim.link(b / n) if n > 1 else 0.0
         return [("reduce-scatter", step, False), ("all-gather", step, False)]
     if algorithm == "tree":
-        levels = math.ceil(math.log2(n))
-        return [("reduce", levels * sim.link(b), False), ("broadcast", levels * sim.link(b), False)]
+        levels = max(1, math.ceil(math.log2(n)))
+        return [("reduce", sim.link(b), "tree-up")] * levels + [("broadcast", sim.link(b), "tree-down")] * levels
     if algorithm == "hierarchical":
         hosts = spec.topology.hosts
         per_host = n // hosts
         intra = math.ceil(math.log2(max(per_host, 2))) * sim.link(b, factor=sim.cost.intra_host_factor)
         inter = 2 * (hosts - 1) * sim.link(b / hosts)
-        return [("intra", intra, False), ("inter", inter, True), ("bcast", intra, False)]
+        return [("intra-host reduce", intra, False), ("inter-host all-reduce", inter, True),
+                ("intra-host broadcast", intra, False)]
     ring = 2 * (n - 1) / n * b / sim.cost.bytes_per_ms + 2 * math.ceil(math.log2(n)) * lat
     return [("all-reduce", ring, False)]
+
+
+def _takes_part(index: int, who, level: int, levels: int, per_host: int) -> bool:
+    """Whether worker `index` (0-based) sends or receives in this phase. Tree: at reduce level l
+    (0-based) the workers at multiples of 2**l pair up, so leaves finish after the first level
+    and wait; the broadcast runs the levels backwards."""
+    if who == "tree-up" or who == "tree-down":
+        l = level if who == "tree-up" else 2 * levels - 1 - level
+        return index % (2 ** l) == 0
+    if who:  # leaders only
+        return index % per_host == 0
+    return True
 
 
 def _allreduce(spec, cost) -> tuple[_Sim, float]:
@@ -157,11 +188,12 @@ def _allreduce(spec, cost) -> tuple[_Sim, float]:
         barrier = max(ends.values())
         for w in workers:
             sim.add(w, ends[w], barrier, "wait")
-        for label, duration, leaders_only in phases:
+        levels = sum(1 for phase in phases if phase[2] == "tree-up")
+        for level, (label, duration, who) in enumerate(phases):
             for w in workers:
-                leader = (int(w[1:]) - 1) % per_host == 0
-                kind = "allreduce" if (leader or not leaders_only) else "wait"
-                sim.add(w, barrier, barrier + duration, kind, label if kind == "allreduce" else "")
+                kind = "allreduce" if _takes_part(int(w[1:]) - 1, who, level, levels, per_host) else "wait"
+                sim.add(w, barrier, barrier + duration, kind, label if kind == "allreduce" else "",
+                        phase=label if kind == "allreduce" else "")
             barrier += duration
         for w in workers:
             sim.add(w, barrier, barrier + opt, "optimizer", "opt")
@@ -180,11 +212,14 @@ def _gossip(spec, cost) -> tuple[_Sim, float]:
                 offsets.append(sign * hop)
     exchange = sim.link(sim.bytes * len(offsets))
     opt = max(cost.min_ms, 2 * sim.params / cost.flops_per_ms)
-    start = {w: 0.0 for w in workers}
+    # No global barrier: each worker runs at its own pace (a deterministic spread of +-12 %)
+    # and from its own start, and waits only for the neighbours it averages with.
+    pace = {w: 1.0 + 0.12 * ((3 * k) % 5 - 2) / 2 for k, w in enumerate(workers)}
+    start = {w: 0.25 * ((2 * k) % 3) for k, w in enumerate(workers)}
     for _ in range(STEPS):
         ready = {}
         for w in workers:
-            end = sim.compute(w, start[w])
+            end = sim.compute(w, start[w], pace=pace[w])
             ready[w] = sim.add(w, end, end + opt, "optimizer", "opt")
         for k, w in enumerate(workers):
             begin = max([ready[w]] + [ready[workers[(k + o) % n]] for o in offsets])
@@ -209,14 +244,13 @@ def _pipeline(spec, cost) -> tuple[_Sim, float]:
     sim = _Sim(spec, cost)
     s, workers = spec.strategy, spec.topology.workers
     stages, micro = s.stages, s.microbatches
-    widths = spec.training.layers
     samples = spec.training.batch_size // micro
-    spans = stage_layers(len(widths) - 1, stages)
-    fwd, comm = [], []
-    for k, (first, last) in enumerate(spans):
-        params = _params(widths[first - 1:last + 1])
-        fwd.append(2 * samples * params / cost.flops_per_ms * workers.slowdown_of(f"w{k + 1}"))
-        comm.append(sim.link(4 * samples * widths[last]))
+    # The ideal pipeline the caption's (p-1)/(m+p-1) describes: balanced stages (each a
+    # p-th of the model's FLOPs) and activation transfers hidden behind compute. A straggler
+    # stage (topology.workers.slowdown) still stretches its own boxes.
+    even = samples * sim.flops / stages / cost.flops_per_ms
+    fwd = [even * workers.slowdown_of(f"w{k + 1}") for k in range(stages)]
+    comm = [0.0] * stages
     ops = [_pipeline_ops(s.schedule, k, stages, micro) for k in range(stages)]
     done: dict[tuple, float] = {}
     free = [0.0] * stages
@@ -255,6 +289,7 @@ def _pipeline(spec, cost) -> tuple[_Sim, float]:
         lane = f"w{k + 1}"
         sim.add(lane, free[k], end, "wait", "bubble")
         sim.add(lane, end, end + opt, "optimizer", "opt")
+    sim.flush_ms = end
     return sim, end + opt
 
 
@@ -263,11 +298,23 @@ def bubble_fraction(stages: int, microbatches: int) -> float:
     return (stages - 1) / (microbatches + stages - 1)
 
 
-def _pipeline_title(spec) -> str:
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+
+
+def drawn_bubble(sim: _Sim, stages: int, end: float) -> float:
+    """The idle share of the stages' lanes up to `end` (the flush), from the drawn boxes."""
+    idle = sum(b.end_ms - b.start_ms for k in range(stages) for b in sim.boxes[f"w{k + 1}"]
+               if b.kind == "wait" and b.end_ms <= end + 1e-9)
+    return idle / (stages * end) if end > 0 else 0.0
+
+
+def _pipeline_title(spec, drawn: float) -> str:
     s = spec.strategy
     bubble = bubble_fraction(s.stages, s.microbatches)
-    return (f"{'GPipe' if s.schedule == 'gpipe' else '1F1B'}: {s.microbatches} microbatches, {s.stages} stages, "
-            f"bubble {bubble:.0%} = $(p-1)/(m+p-1)$")
+    head = f"{SCHEDULE_NAMES.get(s.schedule, s.schedule)}: {s.microbatches} microbatches, {s.stages} stages"
+    if abs(drawn - bubble) < 0.005:
+        return f"{head}, bubble {bubble:.0%} = $(p-1)/(m+p-1)$"
+    return f"{head}, bubble {drawn:.0%} (balanced stages: $(p-1)/(m+p-1)$ = {bubble:.0%})"
 
 
 def _single(spec, cost) -> tuple[_Sim, float]:
@@ -293,7 +340,8 @@ def _lanes(spec, sim: _Sim, with_servers: bool, prefix_label: str = "") -> tuple
     for k, index in enumerate(drawn):
         if index is None:
             hidden = workers.count - (len(drawn) - 1)
-            lanes.append(Lane(f"w{drawn[k - 1] + 1}-more", f"{hidden:,} more", (), role="gap"))
+            noun = "stages" if spec.strategy.kind == "pipeline" else "workers"
+            lanes.append(Lane(f"w{drawn[k - 1] + 1}-more", f"{hidden:,} more {noun}", (), role="gap", hidden=hidden))
             continue
         w = f"w{index}"
         label = workers.label_of(w)
@@ -327,10 +375,13 @@ def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
     else:
         builder, title = {
             "allreduce": (_allreduce, f"{spec.strategy.algorithm} all-reduce: compute, wait for all, reduce, step"),
-            "gossip": (_gossip, f"gossip: average with {spec.strategy.peers} ring neighbours, no global barrier"),
-            "pipeline": (_pipeline, _pipeline_title(spec)),
+            "gossip": (_gossip, f"gossip: average with {spec.strategy.peers} ring neighbours; no global barrier, "
+                                "each waits only for its neighbours"),
+            "pipeline": (_pipeline, ""),
             "single": (_single, "single device: forward, backward, optimizer step"),
         }[kind]
         sim, end = builder(spec, cost)
+        if kind == "pipeline":
+            title = _pipeline_title(spec, drawn_bubble(sim, spec.strategy.stages, sim.flush_ms))
         timeline = Timeline(spec.title, (Panel("main", title, _lanes(spec, sim, False)),), 0.0, end, note)
-    return limit_boxes(timeline)
+    return replace(limit_boxes(timeline), widen_events=True)

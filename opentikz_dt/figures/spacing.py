@@ -12,12 +12,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..shards import shard_assignment
+from ..shards import shard_tensors
+from ..texsafe import is_cjk
+from .topology_fit import fitted
 from .model import elide
 
 # Icon node sizes (cm, width x height) as drawn: the picture plus the node's 1pt inner sep.
 ICON_SIZE = {"gpu": (2.0, 1.23), "cpu": (1.5, 1.5), "server": (1.6, 1.3), "dataset": (1.42, 1.32),
              "database": (1.3, 1.45), "none": (1.47, 0.87)}
+# A fitted figure (topology_fit) draws the GPU without its text: the card is half as wide.
+COMPACT_ICON_SIZE = {**ICON_SIZE, "gpu": (1.2, 1.23)}
 CHAR_CM = 0.15  # upper estimate of one \footnotesize sans-serif character (measured 0.13-0.145)
 MATH_CHAR_CM = 0.2  # and of one math glyph (italic, with its spacing)
 LABEL_PAD = 0.14  # slbl inner sep, both sides
@@ -51,6 +55,12 @@ class Spacing:
         return out
 
 
+def icon_size(spec, role: str) -> tuple[float, float]:
+    """(width, height) cm of a role's icon node as drawn (compact in a fitted figure)."""
+    sizes = COMPACT_ICON_SIZE if fitted(spec) else ICON_SIZE
+    return sizes[spec.figure.icons[role]]
+
+
 def column_ys(slots, rowsep) -> list[float]:
     """y (cm) of each slot of a column, top to bottom, centred on 0; the ellipsis sits closer."""
     ys = [0.0]
@@ -69,7 +79,8 @@ def text_cm(label: str) -> float:
         return len(shown if spaces else shown.replace(" ", ""))
 
     math = "".join(_MATH.findall(label))
-    return CHAR_CM * visible(_MATH.sub("", label)) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD
+    wide = sum(1 for ch in label if is_cjk(ch))  # a Chinese or Japanese glyph is a full em: two characters
+    return CHAR_CM * (visible(_MATH.sub("", label)) + wide) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD
 
 
 def effective_spacing(spec, kind: str) -> Spacing:
@@ -85,10 +96,10 @@ class _Sizes:
     def __init__(self, spec):
         t, f = spec.topology, spec.figure
         self.spec = spec
-        data_w, self.data_h = ICON_SIZE[f.icons["data"]]
+        data_w, self.data_h = icon_size(spec, "data")
         self.data_icon_half = data_w / 2
-        self.worker_w, self.worker_h = ICON_SIZE[f.icons["worker"]]
-        self.server_w, _ = ICON_SIZE[f.icons["server"]]
+        self.worker_w, self.worker_h = icon_size(spec, "worker")
+        self.server_w, _ = icon_size(spec, "server")
         drawn = [i for i in elide(t.workers.count, f.max_workers_drawn) if i is not None]
         self.worker_label = max(text_cm(t.workers.label_of(f"w{i}")) for i in drawn)
         self.data_half = max(data_w, text_cm(t.data_label)) / 2
@@ -128,7 +139,7 @@ def _parameter_server(s: _Sizes) -> tuple[float, float]:
         server_half = max(s.server_w, text_cm(servers.label)) / 2
         box_top = 1.3 / 2 + LABEL_H  # the server icon, and its label below (the same by symmetry)
     else:  # shard boxes (label over tensors, \scriptsize) in the padded group box, its label above
-        tensors = max(len(names) for names in shard_assignment(s.spec).values())
+        tensors = max(len(names) for names in shard_tensors(s.spec).values())
         shard = max(0.9 * text_cm(servers.label_of(f"ps{servers.count}")), 0.45 * min(tensors, 6)) + 0.35
         server_half = max(PSBOX_W + 0.1, shard) / 2 + HOST_PAD
         box_top = 1.25 * (len(elide(servers.count, 4)) - 1) / 2 + 0.5 + HOST_PAD + LABEL_H
@@ -137,7 +148,7 @@ def _parameter_server(s: _Sizes) -> tuple[float, float]:
     # midpoint is level with the server, half the gap must hold a label; above it, any gap will do.
     top = column_ys(elide(s.spec.topology.workers.count, s.spec.figure.max_workers_drawn), rowsep)[0]
     level = (top + 0.4) / 2 < box_top + 0.1
-    to_server = s.column_half + server_half + (2 * s.flow + 0.1 if level else s.flow + GAP)
+    to_server = s.column_half + server_half + (2 * s.flow + 0.3 if level else s.flow + GAP)
     return max(s.data_to_column(), to_server), s.column_rowsep()
 
 

@@ -24,7 +24,8 @@ merging boxes too thin to see and refusing more than MAX_BOXES (TeX's limits: ab
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+import unicodedata
+from dataclasses import dataclass, replace
 
 from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
@@ -36,6 +37,7 @@ WIDTH_CM = 12.0
 LANE_H = 0.46
 LANE_GAP = 0.14
 PANEL_GAP = 1.35
+MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (up to the next one)
 MIN_VISIBLE_CM = 0.03  # boxes closer than this merge: the eye cannot tell them apart
 
 KIND_NAMES = {
@@ -51,6 +53,7 @@ class Box:
     end_ms: float
     kind: str
     label: str = ""
+    phase: str = ""  # all-reduce boxes: the phase's full name (reduce-scatter), one colour per phase
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Lane:
     label: str
     boxes: tuple = ()
     role: str = "worker"  # worker | server | stage | gap
+    hidden: int = 0  # gap lanes: how many lanes it stands for
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class Timeline:
     end_ms: float | None = None  # None: the end of the last box
     note: str = ""
     axis_label: str = "time (ms)"
+    widen_events: bool = False  # draw server updates at least MIN_EVENT_CM wide (expected schedules, not traces)
 
     def span(self) -> tuple[float, float]:
         ends = [b.end_ms for p in self.panels for lane in p.lanes for b in lane.boxes]
@@ -128,11 +133,11 @@ def merge_close(boxes, gap_ms: float) -> list[Box]:
     runs: list[int] = []
     thin = 3 * gap_ms
     for box in sorted(boxes, key=lambda b: (b.start_ms, b.end_ms)):
-        if (out and out[-1].kind == box.kind and box.start_ms - out[-1].end_ms < gap_ms
+        if (out and out[-1].kind == box.kind and out[-1].phase == box.phase and box.kind != "update" and box.start_ms - out[-1].end_ms < gap_ms
                 and box.end_ms - box.start_ms < thin and (runs[-1] > 1 or out[-1].end_ms - out[-1].start_ms < thin)):
             runs[-1] += 1
             out[-1] = Box(out[-1].start_ms, max(out[-1].end_ms, box.end_ms), box.kind,
-                          f"{KIND_NAMES[box.kind]} ×{runs[-1]:,}")
+                          f"{KIND_NAMES[box.kind]} ×{runs[-1]:,}", box.phase)
         else:
             out.append(box)
             runs.append(1)
@@ -160,6 +165,7 @@ class DrawnBox:
     x1: float
     y1: float
     text: Tex = Tex("")
+    text_style: str = "tl-forward-text"  # the label colour that reads on this fill
 
     @property
     def xc(self) -> float:
@@ -187,26 +193,42 @@ class DrawnPanel:
     lanes: tuple
     boxes: tuple
     ticks: tuple  # (x, Tex label)
-    note: Tex = Tex("")
+    title_lines: int = 1
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    style: str
+    name: Tex
+    x: float
+    y: float
+
+    @property
+    def node(self) -> str:
+        return f"legend-{self.style[3:]}"
 
 
 @dataclass(frozen=True)
 class TimelineDrawing:
     title: Tex
-    width: float
+    width: float  # the plot area (cm); lane labels sit left of 0
     panels: tuple
-    legend: tuple  # (style, Tex name)
+    legend: tuple  # LegendEntry, rows above the first panel
     axis_label: Tex
     note: Tex = Tex("")
-    names_: tuple = field(default=())
+    label_width: float = 2.0  # cm left of the plot area reserved for lane labels
+    legend_top: float = 0.0
+
+    @property
+    def text_width(self) -> float:
+        """Width for wrapped text (title, note): labels and plot area together, less the nodes' padding."""
+        return self.label_width + self.width - 0.25
 
     def names(self) -> list[str]:
-        out = ["title"] + [f"legend-{style[3:]}" for style, _ in self.legend]
+        out = ["title"] + [entry.node for entry in self.legend]
         for panel in self.panels:
             out.append(f"panel-{panel.name}")
             out += [f"{lane.name}-label" for lane in panel.lanes]
-            if panel.note:
-                out.append(f"panel-{panel.name}-note")
         out.append("axis-label")
         if self.note:
             out.append("note")
@@ -219,49 +241,173 @@ def _tick_text(value: float, step: float) -> Tex:
     return Tex(f"{round(value, 6):g}")
 
 
+# Text widths are estimated (Latin Modern Sans): about 0.55 em a character on average.
+CHAR_CM = {"scriptsize": 0.125, "footnotesize": 0.145, "small": 0.155}
+BORDER_CM = 2 * 8 / 28.45  # the standalone border on each side
+LABEL_GAP = 0.15  # lane label to plot area
+NARROW_CM = 11.0  # at or below this target width lanes, labels and legend are compacted
+NARROW_LABEL_CM = 1.6  # the longest lane label a narrow figure keeps
+NARROW_LANES = 5  # workers drawn at most when narrow (first ones, ellipsis, last)
+
+
+def _units(text: str) -> int:
+    """Character widths in average Latin characters: CJK characters count two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def text_cm(text: str, size: str = "footnotesize") -> float:
+    return CHAR_CM[size] * _units(text)
+
+
 def _fits(text: str, width_cm: float) -> bool:
-    return width_cm >= 0.13 * len(text) + 0.12
+    return width_cm >= text_cm(text, "scriptsize") + 0.12
 
 
-def draw_timeline(timeline: Timeline, width_cm: float = WIDTH_CM) -> TimelineDrawing:
-    """Centimetre geometry of a Timeline; raises when it has too many boxes to compile."""
+def _short_label(lane: Lane) -> str:
+    """The compact lane label of a narrow figure: W3, PS, PS 2, Stage 1."""
+    if lane.role == "server":
+        return "PS" if not lane.id[2:] else f"PS {lane.id[2:]}"
+    if lane.role == "worker" and lane.id[1:].isdigit():
+        return f"W{lane.id[1:]}"
+    return lane.label
+
+
+def _hidden(lane: Lane) -> int:
+    """How many processes a lane stands for (a gap lane: the count its label starts with)."""
+    if lane.role != "gap":
+        return 1
+    head = lane.label.split(" ", 1)[0].replace(",", "")
+    return lane.hidden or (int(head) if head.isdigit() else 1)
+
+
+def fit_lanes(lanes: tuple, max_workers: int) -> tuple:
+    """At most `max_workers` worker/stage lanes: the first ones, one gap lane counting the rest, the last."""
+    members = [k for k, lane in enumerate(lanes) if lane.role != "server"]
+    if len(members) <= max_workers:
+        return lanes
+    keep = set(members[:max_workers - 2] + members[-1:])
+    hidden = sum(_hidden(lane) for k, lane in enumerate(lanes) if k in members and k not in keep)
+    out, gap_done = [], False
+    for k, lane in enumerate(lanes):
+        if k in keep or k not in members:
+            out.append(lane)
+        elif not gap_done:
+            role = "stages" if any(lanes[m].role == "stage" for m in members) else "workers"
+            out.append(Lane(f"{lane.id.split('-')[0]}-more", f"{hidden:,} more {role}", (), role="gap", hidden=hidden))
+            gap_done = True
+    return tuple(out)
+
+
+def _legend(kinds_used: list, phases: dict, width: float, x0: float) -> tuple:
+    """Legend entries in rows that fit `width` (cm from x0), the first row on top."""
+    entries, rows, x = [], [[]], x0
+    for style in kinds_used:
+        name = phases.get(style) or KIND_NAMES[style[3:]]
+        need = 0.36 + 0.1 + text_cm(name) + 0.35
+        if rows[-1] and x + need > x0 + width:
+            rows.append([])
+            x = x0
+        rows[-1].append((style, name, x))
+        x += need
+    for r, row in enumerate(rows):
+        for style, name, xe in row:
+            entries.append(LegendEntry(style, Tex(escape_text(name)), xe, 0.42 * (len(rows) - 1 - r)))
+    return tuple(entries)
+
+
+# The order all-reduce phases run in, so a window that starts mid-step still gives the
+# first phase the plain fill and the legend lists them in order.
+PHASE_ORDER = ("reduce-scatter", "all-gather", "reduce", "broadcast", "intra-host reduce", "intra",
+               "inter-host all-reduce", "inter", "intra-host broadcast")
+
+
+def _phase_styles(panels) -> dict:
+    names = {b.phase for p in panels for lane in p.lanes for b in lane.boxes if b.kind == "allreduce" and b.phase}
+    ordered = sorted(names, key=lambda n: (PHASE_ORDER.index(n) if n in PHASE_ORDER else len(PHASE_ORDER), n))
+    styles = ("tl-allreduce", "tl-allreduce-b", "tl-allreduce-c")
+    return {name: styles[min(k, 2)] for k, name in enumerate(ordered)}
+
+
+def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> TimelineDrawing:
+    """Centimetre geometry of a Timeline, laid out for a target total width (None: natural,
+    a 12 cm plot area); raises when it has too many boxes to compile."""
     count = box_count(timeline)
     if count > MAX_BOXES:
         raise DtgenError(f"timeline has {count:,} boxes; at most {MAX_BOXES:,} can be drawn (window or aggregate it first)")
+    narrow = target_cm is not None and target_cm <= NARROW_CM
+    panels_in = [replace(p, lanes=fit_lanes(p.lanes, NARROW_LANES)) if narrow else p for p in timeline.panels]
+    # Narrow: a role's labels are abbreviated (PS, W1) only when one of them is too long to
+    # sit beside the lanes; labels that fit (GPU 1, a CJK name) stay as the spec gives them.
+    too_long = {lane.role for p in panels_in for lane in p.lanes
+                if narrow and lane.role != "gap" and 0.165 * _units(lane.label) > NARROW_LABEL_CM}
+    labels = {}
+    for panel in panels_in:
+        for lane in panel.lanes:
+            labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (
+                _short_label(lane) if lane.role in too_long else lane.label)
+    # lane labels: \footnotesize, wider than average text (capitals, digits), plus the node's padding
+    label_width = max([0.165 * _units(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.15
+    if target_cm is None:
+        width_cm = WIDTH_CM
+    else:
+        width_cm = max(3.0, target_cm - BORDER_CM - label_width - 0.3)  # 0.3: the last tick label's overhang
     start, end = timeline.span()
     if not end > start:
         end = start + 1.0
     scale = width_cm / (end - start)
     gap_ms = MIN_VISIBLE_CM / scale
-    step = nice_step(end - start)
+    step = nice_step(end - start, max(3, min(6, int(width_cm / 1.3))))
     ticks_ms = [start + k * step for k in range(int((end - start) / step + 1e-9) + 1)]
     kinds_used: list[str] = []
+    phases = _phase_styles(panels_in)  # phase name -> tl-allreduce[-b|-c], the style drawing it
+    shorts: dict = {}  # phase name -> the abbreviation inside its boxes (RS), explained by the legend
+    text_room = label_width + width_cm
     panels, y = [], 0.0
-    for panel in timeline.panels:
+    for panel in panels_in:
         if not panel.id.isalpha():
             raise DtgenError(f"panel id {panel.id!r} must be letters only")
+        title = render_label(panel.title) + (f" \\textmd{{({render_label(panel.note)})}}" if panel.note else "")
+        title_len = len(panel.title) + (len(panel.note) + 3 if panel.note else 0)
+        lines = max(1, math.ceil(text_cm("x" * title_len, "small") / text_room))
+        y -= 0.45 * (lines - 1)
         top = y
         lanes, boxes = [], []
         for lane in panel.lanes:
             yc = y - LANE_H / 2
             name = f"{lane.id}-{panel.id}"
-            lanes.append(DrawnLane(name, Tex(render_label(lane.label)), yc, lane.role == "gap"))
-            for box in merge_close(lane.boxes, gap_ms):
+            label = Tex(escape_text(lane.label)) if lane.role == "gap" else Tex(render_label(labels[(panel.id, lane.id)]))
+            lanes.append(DrawnLane(name, label, yc, lane.role == "gap"))
+            drawn = merge_close(lane.boxes, gap_ms)
+            for index, box in enumerate(drawn):
                 if box.kind not in BOX_KINDS:
                     raise DtgenError(f"unknown box kind {box.kind!r} (one of {', '.join(BOX_KINDS)})")
-                if box.kind not in kinds_used:
-                    kinds_used.append(box.kind)
+                style = f"tl-{box.kind}"
+                if box.kind == "allreduce" and box.phase:
+                    style = phases[box.phase]
+                    if box.label and box.label != box.phase and "×" not in box.label:  # not a merged run's count
+                        shorts[box.phase] = box.label
+                if style not in kinds_used:
+                    kinds_used.append(style)
                 x0, x1 = (box.start_ms - start) * scale, (box.end_ms - start) * scale
                 x1 = max(x1, x0 + 0.01)
-                text = escape_text(box.label) if box.label and _fits(box.label, x1 - x0) else ""
-                boxes.append(DrawnBox(f"tl-{box.kind}", x0, y - LANE_H, x1, y, Tex(text)))
+                if box.kind == "update" and timeline.widen_events:  # the event a PS figure is about: never a hairline
+                    following = [(b.start_ms - start) * scale for b in drawn[index + 1:index + 2]]
+                    x1 = max(x1, min([x0 + MIN_EVENT_CM, width_cm] + following))
+                thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
+                y0, y1 = (y - LANE_H * 0.62, y - LANE_H * 0.38) if thin else (y - LANE_H, y)
+                text = escape_text(box.label) if box.label and not thin and _fits(box.label, x1 - x0) else ""
+                boxes.append(DrawnBox(style, x0, y0, x1, y1, Tex(text), f"{style}-text"))
             y -= LANE_H + LANE_GAP
         bottom = y + LANE_GAP
         ticks = tuple(((t - start) * scale, _tick_text(t - start, step)) for t in ticks_ms)
-        panels.append(DrawnPanel(panel.id, Tex(render_label(panel.title)), top, bottom, tuple(lanes), tuple(boxes),
-                                 ticks, Tex(escape_text(panel.note)) if panel.note else Tex("")))
+        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines))
         y = bottom - PANEL_GAP
-    legend = tuple((f"tl-{kind}", Tex(KIND_NAMES[kind])) for kind in BOX_KINDS if kind in kinds_used)
+    order = [f"tl-{kind}" for kind in BOX_KINDS]
+    kinds_used.sort(key=lambda style: order.index(style) if style in order else order.index("tl-allreduce") + 0.5)
+    phase_names = {style: phase + (f" ({shorts[phase]})" if phase in shorts else "") for phase, style in phases.items()}
+    legend = _legend(kinds_used, phase_names, text_room, -label_width)
+    first = panels[0] if panels else None
+    legend_top = (first.top + 0.45 * (first.title_lines - 1) if first else 0.0) + 0.95
     return TimelineDrawing(Tex(render_label(timeline.title)), width_cm, tuple(panels), legend,
                            Tex(escape_text(timeline.axis_label)),
-                           Tex(escape_text(timeline.note)) if timeline.note else Tex(""))
+                           Tex(escape_text(timeline.note)) if timeline.note else Tex(""), label_width, legend_top)

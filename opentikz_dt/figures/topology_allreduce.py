@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import Spacing
+from .spacing import Spacing, icon_size, text_cm
 from .topology_common import (column_ys, count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout,
                               more_name, worker_column, worker_node)
 
@@ -33,7 +33,10 @@ def ring_layout(spec, sp: Spacing) -> Layout:
     count = spec.topology.workers.count
     nodes, members, elided = worker_column(spec, sp, colsep)
     edges, braces = data_fan(spec, members, elided, count)
-    inner, outer = 0.55, 1.25
+    # the links turn right of the icons and of their labels, where a label is the wider
+    widest = max(text_cm(spec.topology.workers.label_of(m)) for m in members)
+    inner = max(0.55, (widest - icon_size(spec, "worker")[0]) / 2 + 0.25)
+    outer = inner + 0.7
     for a, b in zip(members, members[1:]):
         skipped = int(b[1:]) - int(a[1:]) > 1
         edges.append(Edge(Port(a, "east", dy=-4), Port(b, "east", dy=4), "ring", route="ortho", dx=inner,
@@ -86,27 +89,31 @@ def tree_layout(spec, sp: Spacing) -> Layout:
         if i == 1:
             continue
         parent, side = i // 2, (-7 if i % 2 == 0 else 7)
-        first = i == 2
+        # Edges end 2pt short of the parent's label text; each flow labelled on its clear side.
         edges.append(Edge(Port(f"w{i}", "north", dx=-3), Port(f"w{parent}-label", "south", dx=side - 3), "grad",
-                          label=Tex("reduce") if first else Tex(""), label_side="above",
+                          label=Tex("reduce") if i == 2 else Tex(""), label_side="above left", shorten=2.0,
                           label_color=f"{colors['grad']}!85!otink"))
         edges.append(Edge(Port(f"w{parent}-label", "south", dx=side + 3), Port(f"w{i}", "north", dx=3), "wts",
-                          label=Tex("broadcast") if i == 3 else Tex(""), label_side="above",
+                          label=Tex("broadcast") if i == 3 else Tex(""), label_side="above right", shorten=2.0,
                           label_color=f"{colors['weight']}!70!otink"))
     members = [f"w{i}" for i in drawn]
     if count > len(drawn):
         deepest = int(math.log2(drawn[-1]))
+        leaves = [i for i in drawn if int(math.log2(i)) == deepest]
         y = -(deepest + 1) * level_h + 0.4
-        xmid = (min(xs.values()) + max(xs.values())) / 2 + offset
+        xmid = (xs[leaves[0]] + xs[leaves[-1]]) / 2 + offset
         more = f"w{len(drawn) + 1}-more"
         hidden = count_text(count - len(drawn) - 1)
-        nodes.append(Node(more, xmid, y, kind="text",
-                          text=Tex(f"$\\cdots$ {hidden} more workers, {math.ceil(math.log2(count + 1))} levels $\\cdots$")))
-        nodes.append(worker_node(spec, count, max(xs.values()) + offset, y - 1.6, label_side="below"))
-        for leaf in [i for i in drawn if int(math.log2(i)) == deepest]:
-            # each leaf drops straight down onto the ellipsis: the stubs do not meet in one point
+        # A dotted box as wide as the deepest drawn level stands for the hidden levels: every
+        # leaf's stub ends on it, and the last worker hangs below it, joined to it.
+        nodes.append(Node(more, xmid, y, kind="box", style="morebox", min_width=xs[leaves[-1]] - xs[leaves[0]] + 2.0,
+                          text=Tex(f"{hidden} more workers, {math.ceil(math.log2(count + 1))} levels")))
+        nodes.append(worker_node(spec, count, xs[leaves[-1]] + offset, y - 1.6, label_side="below"))
+        for leaf in leaves:
             edges.append(Edge(Port(f"w{leaf}-label", "south"), Port(f"w{leaf}-label", "south", level=f"{more}.north"),
-                              "grad", both=True, elided=True))
+                              "grad", both=True, elided=True, shorten=2.0))
+        edges.append(Edge(Port(f"w{count}", "north", level=f"{more}.south"), Port(f"w{count}", "north"), "grad",
+                          both=True, elided=True))
         members += [more, f"w{count}"]
     fit = tuple(members) + tuple(f"{m}-label" for m in members if m.startswith("w") and m[1:].isdigit())
     groups = [Group("workers", fit, "hostbox", label=Tex(f"tree all-reduce, {count_text(count)} workers"))]
@@ -123,9 +130,9 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
     host_slots = elide(hosts, 4)
     drawn_per_host = len([w for w in elide(per_host, 4) if w is not None])
     arch = 0.75 * (0.55 + 0.3 * (drawn_per_host - 2)) + 0.1 if drawn_per_host > 1 else 0.2
-    host_gap = max(3.75 + 2 * arch, rowsep)
+    host_gap = max(4.3 + 2 * arch, rowsep)  # the gap between host boxes holds the bus label and a host label
     ys = column_ys([s for s in host_slots], host_gap)
-    nodes, groups, edges, members = [], [], [], []
+    nodes, groups, edges, members, leaders = [], [], [], [], []
     colors = spec.figure.colors
     x0 = colsep
     for k, (slot, y) in enumerate(zip(host_slots, ys)):
@@ -144,7 +151,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
             node = worker_node(spec, first_id + ws - 1, x, y)
             nodes.append(node)
             inside += [node.name, f"{node.name}-label"]
-            x += 2.45
+            x += icon_size(spec, "worker")[0] + 0.45
         leader = f"w{first_id}"
         real = [n for n in inside if not n.endswith("-label")]
         for k, other in enumerate(real[1:]):
@@ -157,10 +164,14 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
                               "wts", route="arch", dx=-(0.55 + 0.3 * k),
                               label=Tex("broadcast") if first else Tex(""), label_side="below",
                               label_color=f"{colors['weight']}!70!otink"))
-        nodes.append(Node(f"h{slot}-top", x0, y + 0.8 + arch, kind="coord"))
-        nodes.append(Node(f"h{slot}-bottom", x0, y - 1.1 - arch, kind="coord"))
+        # The leaders' bus runs inside each box, left of its leader: the box reaches past it.
+        bus_x = x0 - icon_size(spec, "worker")[0] / 2 - 0.4
+        nodes.append(Node(f"h{slot}-bus", bus_x, y, kind="coord"))
+        nodes.append(Node(f"h{slot}-top", bus_x - 0.15, y + 0.8 + arch, kind="coord"))
+        nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - 1.1 - arch, kind="coord"))
+        leaders.append((f"h{slot}", leader, y))
         groups.append(Group(f"h{slot}", tuple(inside) + (f"h{slot}-top", f"h{slot}-bottom"), "hostbox",
-                            label=Tex(f"Host {slot}: {count_text(per_host)} workers")))
+                            label=Tex(f"Host {slot}: {count_text(per_host)} workers"), label_dx=0.55))
         members.append(f"h{slot}")
     elided = len(host_slots) != hosts
     # Host boxes exist only after the groups are drawn, so data -> host edges reference them by name.
@@ -170,10 +181,15 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
             Brace("workers", Port(members[-1], "south west", dx=-6), Port(members[0], "north west", dx=-6),
                   Tex(f"{count_text(hosts)} hosts"))]
     edges = fan + edges
-    for a, b in zip(members, members[1:]):
-        skipped = int(b[1:]) - int(a[1:]) > 1
-        edges.append(Edge(Port(a, "east", dy=-6), Port(b, "east", dy=6), "ring", route="ortho", dx=0.6, both=True,
-                          elided=skipped, label=Tex("" if skipped else r"inter-host\\all-reduce"),
-                          label_side="right, align=left", label_pos=0.25))
+    # Inter-host all-reduce among the host leaders (the first worker of each host): a bus
+    # inside the boxes' left edges, one arrow into each leader, so no two heads meet.
+    for (ha, _, ya), (hb, _, yb) in zip(leaders, leaders[1:]):
+        skipped = int(hb[1:]) - int(ha[1:]) > 1
+        label_y = ya - 1.1 - arch - 0.25 - 0.28  # in the gap, above the next host's label
+        edges.append(Edge(Port(f"{ha}-bus"), Port(f"{hb}-bus"), "bus", elided=skipped,
+                          label=Tex("inter-host all-reduce between leaders") if ha == leaders[0][0] else Tex(""),
+                          label_side="right", label_pos=round((ya - label_y) / (ya - yb), 3)))
+    for host, leader, _ in leaders:
+        edges.append(Edge(Port(f"{host}-bus"), Port(leader, "west"), "ring"))
     data = data_node(spec, 0.0, 0.0)
     return make_layout(spec, sp, [data] + nodes, edges, groups, braces)

@@ -50,8 +50,9 @@ def worker_node(spec, index, x, y, label_side="below") -> Node:
 
 
 def server_node(spec, x, y) -> Node:
+    # The label hangs right from the icon's west edge: arrows arriving from the lower left stay clear of it.
     return Node("ps", x, y, icon=ICON_MACROS[spec.figure.icons["server"]], color=spec.figure.colors["server"],
-                label=Tex(r"\pslabel"))
+                label=Tex(r"\pslabel"), label_flush="west")
 
 
 def ellipsis_node(name, x, y, vertical=True) -> Node:
@@ -94,13 +95,15 @@ def data_fan(spec, members, elided, count, noun="workers"):
         first, last = members[0], members[-1]
         hosts = spec.topology.hosts
         where = f"\\\\on {count_text(hosts)} hosts" if noun == "workers" and hosts > 1 else ""
-        braces.append(Brace("workers", Port(f"{last}-label", "south west", dx=-6),
+        # both ends on the column's west edge (level with the last label's bottom): the brace stands upright
+        braces.append(Brace("workers", Port(first, "north west", dx=-6, level=f"{last}-label.south"),
                             Port(first, "north west", dx=-6), Tex(f"{count_text(count)} {noun}{where}")))
         edges.append(Edge(Port("data", "east"), Port("workers"), "data", label=batch))
         return edges, braces
     for k, (member, dy) in enumerate(zip(members, spread(len(members), min(10.0, 4.0 * (len(members) - 1))))):
         edges.append(Edge(Port("data", "east", dy=dy), Port(member, "west"), "data",
-                          label=batch if k == 0 else Tex(""), label_side="above", label_pos=0.45))
+                          label=batch if k == 0 else Tex(""), label_side="above left" if dy > 0 else "above",
+                          label_pos=0.45))
     return edges, braces
 
 
@@ -117,10 +120,10 @@ def host_groups(spec, members, elided) -> list:
     return groups
 
 
-def sync_pairs(spec, members, target, half=12.0, back_style="wts", back_label=r"\weightlabel"):
+def sync_pairs(spec, members, target, half=15.0, back_style="wts", back_label=r"\weightlabel"):
     """Gradient to `target` and weights back, one offset pair per member, each on its own port."""
     colors = spec.figure.colors
-    ports = spread(len(members), min(half, 4.0 * (len(members) - 1)))
+    ports = spread(len(members), min(half, 5.0 * (len(members) - 1)))  # along the target's side, not one point
     step = abs(ports[0] - ports[1]) if len(ports) > 1 else 10.0
     off = 2.5 if step >= 7 else step * 0.3
     edges = []

@@ -4,9 +4,14 @@ gradients to the server (or the group box of its shards) and weights back. Must 
 
 from __future__ import annotations
 
-from ..shards import shard_assignment
-from .model import Group, Layout, Node, Tex, elide
-from .spacing import Spacing
+import re
+
+from ..shards import shard_tensors
+from ..texsafe import escape_text
+from ..workload import abbreviate_tensors
+from .model import Edge, Group, Layout, Node, Port, Tex, elide
+from .spacing import Spacing, icon_size
+from .topology_fit import fitted
 from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
                               server_node, sync_pairs, worker_column)
 
@@ -21,7 +26,7 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
         nodes.append(server_node(spec, 2 * colsep, 0.0))
         target = "ps"
     else:
-        owned = shard_assignment(spec)
+        owned = shard_tensors(spec)
         slots = elide(servers.count, 4)
         gap = 1.25
         top = gap * (len(slots) - 1) / 2
@@ -33,22 +38,57 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
                 shard_names.append(more_name("ps", slots, k))
                 continue
             # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
-            text = f"\\textbf{{\\pslabel{{}} {slot}}}\\\\[1pt]" + _tensor_math(owned[f"ps{slot}"])
+            text = f"\\textbf{{\\pslabel{{}} {slot}}}\\\\[1pt]" + _tensor_math(owned[f"ps{slot}"], fitted(spec))
             nodes.append(Node(f"ps{slot}", 2 * colsep, y, kind="box", style="psbox", text=Tex(text)))
             shard_names.append(f"ps{slot}")
         groups.append(Group("psgroup", tuple(shard_names), "hostbox",
-                            label=Tex(f"Parameter server ({count_text(servers.count)} shards)")))
+                            label=Tex(f"Parameter server{_line_break(spec)}({count_text(servers.count)} shards)")))
         target = "psgroup"
     edges += sync_pairs(spec, members, target)
+    if spec.strategy.kind == "parameter-server" and servers.count == 1:
+        nodes, edges = _sync_or_async(spec, colsep, nodes, edges)
+    if spec.strategy.kind == "central-storage":
+        # TensorFlow's CentralStorageStrategy: the variables live on one device (no server
+        # process), every replica's gradients are reduced there in one synchronous step.
+        nodes.append(Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
+                          text=Tex(r"variables \weightlabel{} on one device;\\gradients \gradlabel{} summed there")))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
 
 
-def _tensor_math(tensors: list[str]) -> str:
-    """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only)."""
+def _line_break(spec) -> str:
+    return "\\\\" if fitted(spec) else " "  # a fitted figure wraps the group label to the box's width
+
+
+def _tensor_math(tensors: list[str], plain: bool = False) -> str:
+    """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only);
+    plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure;
+    other models' names as abbreviated text ('blocks.0.*'), escaped."""
+    if not tensors:
+        return r"tensors of the\\built model"
+    if not all(re.fullmatch(r"layers\.[0-9]+\.(weight|bias)", name) for name in tensors):
+        shown = abbreviate_tensors(tensors, keep=3)
+        count = f" ({len(tensors)})" if len(shown) < len(tensors) else ""  # how many the list stands for
+        return ", ".join(escape_text(name) for name in shown) + count
     parts = []
     for name in tensors:
         _, index, kind = name.split(".")
-        parts.append(("W" if kind == "weight" else "b") + "_{" + str(int(index) + 1) + "}")
+        number = str(int(index) + 1)
+        parts.append(("W" if kind == "weight" else "b") + (number if plain else "_{" + number + "}"))
     if len(parts) > 6:
         parts = parts[:3] + [r"\ldots"] + parts[-2:]
-    return "$" + ", ".join(parts) + "$"
+    return ", ".join(parts) if plain else "$" + ", ".join(parts) + "$"
+
+
+def _sync_or_async(spec, colsep, nodes, edges):
+    """Sync: a barrier bar in front of the server, which waits for every worker's gradient.
+    Async: no bar; each worker pushes and pulls at its own pace (the seed's distinction)."""
+    count = count_text(spec.topology.workers.count)
+    if spec.strategy.sync == "sync":
+        x = 2 * colsep - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
+        nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
+        edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
+        text = f"sync: waits for all {count}\\\\\\gradlabel{{}}, then one update"
+    else:
+        text = "async: each worker pushes and\\\\pulls at its own pace, no barrier"
+    return nodes + [Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
+                         text=Tex(text))], edges

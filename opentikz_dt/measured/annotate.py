@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
+from ..figures.spacing import text_cm
+from ..figures.topology_fit import fitted
 from ..figures.topology import build_layout
 from ..texsafe import escape_text
 from .plots import stragglers
@@ -52,10 +54,10 @@ def _rank_of(worker: str) -> int:
 
 def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annotation:
     """The spec's Layout with measured bytes on links, step times under workers, the straggler marked."""
-    layout = layout or build_layout(spec)
     steps = max(1, metrics["steps"])
     traffic = metrics["bytes"]
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
+    layout = layout or _layout_for(spec, step_ms)
     slow = tuple(stragglers(metrics["step_time_s"]))
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     nodes = []
@@ -91,33 +93,49 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             per_step = traffic[_rank_of(worker)][direction] / steps
             text = escape_text(human_bytes(per_step))
             # Near the worker end, where the links of different workers are far apart.
-            pos = 0.42 if _WORKER.match(src) else 0.58
+            # (a fitted figure's rows are close: nearer the middle, clear of the next worker's label)
+            near = 0.5 if fitted(spec) else 0.42
+            pos = near if _WORKER.match(src) else 1 - near
+            if edge.route == "ortho":  # a ring link: beside its vertical run, as drawn
+                pos = edge.label_pos
             # Sloped along its link, on the outer side of the pair: the link that leaves the
             # worker's port higher up is labelled above, its partner below (TikZ keeps both upright).
             worker_port = edge.src if direction == "sent" else edge.dst
             side = ("above, sloped" if worker_port.dy >= 0 else "below, sloped") if edge.route == "line" \
                 else edge.label_side
-            edge = replace(edge, label=Tex(f"{edge.label}~{text}" if edge.label else text), label_pos=pos,
-                           label_side=side)
+            if edge.route == "ortho":  # a ring link: its traffic per step, not the chunk it carries first
+                label = Tex(f"{text}/step")
+            elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
+                label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
+            else:
+                label = Tex(f"{edge.label}~{text}" if edge.label else text)
+            edge = replace(edge, label=label, label_pos=pos, label_side=side)
             links.append(LinkBytes(edge.name, worker, direction, per_step))
         edges.append(edge)
+    edges = _ring_return_clear_of_labels(edges)
     totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
     macros = dict(layout.macros)
     if "titlelabel" in macros:
         macros["titlelabel"] = Tex("Measured: " + macros["titlelabel"])
+    # The strategy's own note sits a little lower: the worker labels above it grew by their step times.
+    nodes = [replace(n, y=n.y - 0.25) if n.name == "note" else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
-    bottom = min((n.y for n in nodes if not n.rel), default=0.0)
-    y = own[0].y - 0.95 if own else bottom - 1.45
-    lines = [f"measured, mean of {metrics['steps']:,} steps: bytes per step on each link; step time per worker"]
+    lines = [f"measured, mean of {metrics['steps']:,} steps: traffic per link per step; step time per worker"]
     if totals:
         lines.append("per step, " + "; ".join(
-            f"{w}: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
+            f"{_who(spec, w)}: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
             f"{human_bytes(traffic[_rank_of(w)]['recv'] / steps)} in" for w in totals[:4])
             + (" ..." if len(totals) > 4 else ""))
     if slow:
         lines.append(f"straggler, highlighted: {', '.join(slow)}")
+    if fitted(spec):
+        lines = [part for line in lines for part in _wrap(line)]
     text = Tex("\\\\".join(escape_text(line) for line in lines))
-    nodes.append(Node("measured-note", own[0].x if own else layout.colsep, y - 0.2 * (len(lines) - 1), kind="text",
+    # Hung below the strategy's bottom note, or below the lowest worker's label (a server's note
+    # hangs beside the server instead): however many lines it has.
+    below = "note" if own and not own[0].rel else min((n for n in nodes if _WORKER.match(n.name) and n.label and not n.rel),
+                                   key=lambda n: (n.y, -n.x)).name + "-label"
+    nodes.append(Node("measured-note", kind="text", rel=f"below=6pt of {below}.south west, anchor=north west",
                       text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
@@ -144,11 +162,56 @@ def measured_hosts(layout: Layout, ranks: list) -> Layout:
     return replace(layout, groups=tuple(groups))
 
 
+def _layout_for(spec, step_ms: dict) -> Layout:
+    """The spec's layout; at a target width (compact gaps) placed as if each worker's label
+    already held its step time, so the longer labels get their room."""
+    layout = build_layout(spec)
+    if not fitted(spec):
+        return layout
+    workers = spec.topology.workers
+    labels = {**workers.labels, **{w: f"{workers.label_of(w)}: {ms:.1f} ms/step" for w, ms in step_ms.items()
+                                   if _WORKER.match(w)}}
+    wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
+    return replace(build_layout(wide), macros=layout.macros)
+
+
+def _wrap(line: str, width: int = 46) -> list[str]:
+    """A long footer line as several (a fitted figure must not be widened by its footer)."""
+    words, lines = line.split(" "), [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}".strip()
+    return lines
+
+
+def _who(spec, worker: str) -> str:
+    """How the footer names a worker: the pipeline stage it runs, else its label."""
+    if spec.strategy.kind == "pipeline":
+        return f"Stage {worker[1:]}"
+    return spec.topology.workers.label_of(worker)
+
+
+def _ring_return_clear_of_labels(edges: list) -> list:
+    """Ring links are labelled right of their inner bend; the return edge runs further out, past the longest label."""
+    inner = [e for e in edges if e.route == "ortho" and e.label]
+    if not inner:
+        return edges
+    outer = max(e.dx for e in edges if e.route == "ortho")
+    widest = max(text_cm(e.label) for e in inner if e.dx < outer) if any(e.dx < outer for e in inner) else 0.0
+    need = min(e.dx for e in inner) + widest + 0.35
+    return [replace(e, dx=round(max(e.dx, need), 2), label_pos=e.label_pos) if e.route == "ortho" and e.dx == outer else e
+            for e in edges]
+
+
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured topology figure of a run as standalone TeX."""
     annotation = annotate_layout(run.spec, run.metrics)
     layout = measured_hosts(annotation.layout, run.info.get("ranks") or [])
-    return render_topology(run.spec, body_only=body_only, layout=layout)
+    # run.json's model (from the launcher's preflight) gives a python model's real size
+    note = (run.info.get("model") or {}).get("description")
+    return render_topology(run.spec, body_only=body_only, layout=layout, note=note)
 
 
 

@@ -48,7 +48,8 @@ def coordinates(points: list) -> Tex:
 
 
 def run_label(run: Run) -> Tex:
-    return Tex(escape_text(run.name))
+    predicted = run.info.get("predicted") is not None
+    return Tex(escape_text(f"{run.name} (predicted)" if predicted else run.name))
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,11 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
         series.append(LossSeries(run_label(run), COLORS[index % 5], DASHES[index % 5], MARKS[index % 5],
                                  len(by_step) <= 40, coordinates(by_step), coordinates(by_wall)))
     context = base_context(runs[0].spec, "loss plot", body_only, [], source=_source(runs))
-    context.update(series=series, legend=len(runs) > 1, legend_columns=min(len(runs), 4),
+    target = _target_cm(runs)
+    stacked = target is not None and target < 13.0  # two side-by-side axes would squeeze their text
+    room = (target - PLOT_BORDER_CM - 0.3) if target is not None else 14.4
+    context.update(stacked=stacked, plot_width=min(6.4, room if stacked else (room - 1.6) / 2),
+                   series=series, legend=len(runs) > 1, legend_columns=min(len(runs), 4),
                    ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
                    ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
                    notes=_notes(runs))
@@ -163,11 +168,19 @@ def render_throughput_plot(runs: list, body_only: bool = False) -> str:
             shift = (index - (count - 1) / 2) * (bar + 1)
             series.append(BarSeries(run_label(run), COLORS[index % 5], coordinates(points), shift, True))
             top = max([top] + list(rates.values()))
-    labels = ",".join("{%s}" % _worker_label(runs[0], w) for w in drawn)
+    width = _bar_width_cm(runs, len(drawn))
+    names, rotate = _tick_names(runs[0], drawn, width)
+    labels = ",".join("{%s}" % name for name in names)
     context = _bar_context(runs, "throughput plot", body_only, series, len(drawn), labels, _nice_max(top))
-    context.update(xlabel=Tex("worker"), ylabel=Tex("samples/s"),
-                   mean=mean, mean_label=Tex(f"mean {mean:,.0f}".replace(",", "\\,")) if mean is not None else Tex(""))
+    context.update(width=width, rotate=rotate)
+    # The mean goes in the axis title, not beside the axis: no text sticks out of a narrow figure.
+    xlabel = "worker" if mean is None else f"worker (dashed: mean {mean:,.0f})"
+    context.update(xlabel=Tex(escape_text(xlabel)), ylabel=Tex("samples/s"), mean=mean, mean_label=Tex(""))
     return environment().get_template("plot-bars.tex.j2").render(context)
+
+
+TICK_CHAR_CM = 0.13  # a \scriptsize sans character, about
+AXIS_MARGIN_CM = 1.6  # y tick labels and the y label, left of the bars
 
 
 def _worker_label(run: Run, worker: str) -> str:
@@ -175,6 +188,41 @@ def _worker_label(run: Run, worker: str) -> str:
         return render_label(run.spec.topology.workers.label_of(worker)) if worker[1:].isdigit() else escape_text(worker)
     except ValueError:
         return escape_text(worker)
+
+
+def _tick_names(run: Run, drawn: list, width_cm: float) -> tuple[list, bool]:
+    """(tick labels, rotated?) that fit one bar slot each: the workers' labels when they fit,
+    else W1, W2, ... (the axis title says "worker"), rotated when even those do not."""
+    slot = (width_cm - AXIS_MARGIN_CM) / max(1, len(drawn))
+    plain = [run.spec.topology.workers.label_of(w) if w[1:].isdigit() else w for w in drawn]
+    if all(TICK_CHAR_CM * len(text) + 0.2 <= slot for text in plain):
+        return [_worker_label(run, w) for w in drawn], False
+    short = [f"W{w[1:]}" if w[1:].isdigit() else escape_text(w) for w in drawn]
+    return short, not all(TICK_CHAR_CM * len(text) + 0.2 <= slot for text in short)
+
+
+def _plain_labels(run: Run) -> list:
+    return [run.spec.topology.workers.label_of(w) for w in run.metrics["per_worker_samples_per_s"] if w[1:].isdigit()]
+
+
+def _target_cm(runs: list) -> float | None:
+    from ..figures.fit import target_width_cm
+
+    return target_width_cm(runs[0].spec)
+
+
+def _bar_width_cm(runs: list, slots: int) -> float:
+    """The axis width: bars at their natural spacing, never wider than the target width allows."""
+    per_slot = 18 if len(runs) == 1 else 12 * len(runs) + 6
+    natural = max(5.5, min(14.0, 1.2 + slots * per_slot / 28.45))
+    if len(runs) == 1:  # room for tick labels such as "Worker 12" under every bar, up to 14 cm
+        longest = max((len(label) for label in _plain_labels(runs[0])), default=8)
+        natural = max(natural, min(14.0, AXIS_MARGIN_CM + slots * (TICK_CHAR_CM * longest + 0.3)))
+    target = _target_cm(runs)
+    return natural if target is None else min(natural, target - PLOT_BORDER_CM - 0.2)
+
+
+PLOT_BORDER_CM = 2 * 6 / 28.45  # the standalone border of plot-base.tex.j2
 
 
 def staleness_counts(values: list) -> dict:
@@ -203,7 +251,9 @@ def render_staleness_plot(runs: list, body_only: bool = False) -> str:
         top = max([top] + list(hist.values()))
     labels = ",".join(f"{{{k}}}" if k < MAX_STALENESS_BIN else f"{{$\\geq${k}}}" for k in range(last + 1))
     context = _bar_context(runs, "staleness histogram", body_only, series, last + 1, labels, _nice_max(top))
-    context.update(xlabel=Tex("staleness (versions behind)"), ylabel=Tex("updates"), mean=None, mean_label=Tex(""),
+    width = _bar_width_cm(runs, last + 1)
+    context.update(width=width, rotate=(width - AXIS_MARGIN_CM) / (last + 1) < TICK_CHAR_CM * 3 + 0.2,
+                   xlabel=Tex("staleness (versions behind)"), ylabel=Tex("updates"), mean=None, mean_label=Tex(""),
                    bar_width=bar, legend=compared)
     if not any(run.metrics["staleness"] for run in runs):
         context["notes"] = [Tex("no asynchronous updates: every update was current (staleness 0)")]

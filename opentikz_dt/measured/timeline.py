@@ -15,12 +15,14 @@ from dataclasses import dataclass
 
 from ..figures.model import elide
 from ..figures.names import BOX_KINDS
+from ..figures.schedule import SCHEDULE_NAMES
 from ..figures.timeline import Box, Lane, Panel, Timeline
 from .trace import COMM, Span, Trace
 from .window import MAX_BINS, MAX_BOXES, Cell, Window, bound_boxes, select_window, spans_in
 
 PHASES = {"reduce-scatter": "RS", "all-gather": "AG", "reduce": "R", "broadcast": "B", "intra": "intra",
           "inter": "inter"}
+PHASE_NAMES = {short: name for name, short in PHASES.items()}  # RS -> reduce-scatter: the legend names them
 OVERLAP_US = 1.0  # spans on one lane may touch within this slack (clock rounding)
 FAST_FACTOR = 8  # a lane this many times over its box budget is binned in one pass over raw events
 
@@ -46,7 +48,7 @@ class Measured:
 def box_label(span: Span, pipeline: bool, asynchronous: bool) -> str:
     """The short text drawn inside a box when it fits (the expected schedule's vocabulary)."""
     name, args = span.name, span.args
-    if pipeline and name in ("forward", "backward", "send", "recv") and isinstance(args.get("mb"), int):
+    if pipeline and name in ("forward", "backward") and isinstance(args.get("mb"), int):
         return str(args["mb"] + 1)
     if name == "update":
         return "U" if asynchronous else "Update"
@@ -150,7 +152,7 @@ def _title(spec) -> str:
     if kind == "allreduce":
         return f"{spec.strategy.algorithm} all-reduce"
     if kind == "pipeline":
-        return f"{'GPipe' if spec.strategy.schedule == 'gpipe' else '1F1B'} pipeline"
+        return f"{SCHEDULE_NAMES.get(spec.strategy.schedule, spec.strategy.schedule)} pipeline"
     return kind.replace("-", " ")
 
 
@@ -167,7 +169,8 @@ def _rows(spec, trace: Trace, pipeline: bool) -> list:
     rows: list = [(ids[rank], _label(spec, ids[rank]), "server", rank) for rank in servers]
     for index in shown:
         if index is None:
-            rows.append(("more", f"{len(workers) - (len(shown) - 1):,} more", "gap", None))
+            rows.append(("more", f"{len(workers) - (len(shown) - 1):,} more {'stages' if pipeline else 'workers'}",
+                         "gap", None))
         else:
             rank = workers[index - 1]
             rows.append((ids[rank], _label(spec, ids[rank]), "stage" if pipeline else "worker", rank))
@@ -201,8 +204,9 @@ def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -
             cells = sorted(cells + _bubbles(lane, window.t0, window.t1), key=lambda c: c.start)
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
-        lanes.append(Lane(lane_id, label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label) for c in cells),
-                          role=role))
+        lanes.append(Lane(lane_id, label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label,
+                                                    PHASE_NAMES.get(c.label, "") if c.kind == "allreduce" else "")
+                                                for c in cells), role=role))
         drawn.extend(lane)
     return lanes, tuple(drawn), len(drawn), aggregated, budget
 
@@ -310,14 +314,16 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
         lanes, drawn, count, aggregated, budget = _exact_lanes(spec, trace, window, rows, max_boxes, pipeline,
                                                                asynchronous)
     bubble = _bubble(spec, trace, window)
+    seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
     panel_note = ""
     if bubble is not None:
-        panel_note = f"bubble {bubble.measured:.2f} measured, {bubble.theory:.2f} in theory"
-    title = f"measured: {_title(spec)}, {window.label}"
+        panel_note = f"bubble {bubble.measured:.0%} {seen}; $(p-1)/(m+p-1)$ = {bubble.theory:.0%}"
+    title = f"{seen}: {_title(spec)}, {window.label}"
     notes = []
     if bubble is not None:
-        notes.append(f"measured bubble {bubble.measured:.3f} (run mean {bubble.run_mean:.3f}) vs (p-1)/(m+p-1) = "
-                     f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.3f}")
+        notes.append(f"{seen} bubble {bubble.measured:.1%} (run mean {bubble.run_mean:.1%}) vs "
+                     f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.1%} "
+                     f"for balanced stages")
     if aggregated:
         notes.append(f"{count:,} spans aggregated: where a lane has more than {budget:,}, "
                      f"equal time bins show each kind's share of the bin")

@@ -1,4 +1,7 @@
-"""Strategy registry: `strategy.kind` -> module with `roles(spec)` and `train(ctx)`.
+"""Strategy modules: `strategy.kind` -> module with `roles(spec)` and `train(ctx)`.
+
+Which module serves which kind is the strategy descriptor's `runner_module`
+(opentikz_dt/strategies.py).
 
 Modules are imported lazily so one broken or missing strategy only affects the specs
 that use it. The interface is documented in docs/dev/runner-interface.md.
@@ -8,14 +11,9 @@ from __future__ import annotations
 
 import importlib
 
-STRATEGIES = {
-    "single": "single",
-    "allreduce": "allreduce",
-    "gossip": "gossip",
-    "parameter-server": "parameter_server",
-    "central-storage": "central_storage",
-    "pipeline": "pipeline",
-}
+from ...strategies import STRATEGIES as DESCRIPTORS
+
+STRATEGIES = {s.kind: s.runner_module for s in DESCRIPTORS}  # kind -> module name here
 
 
 def load_strategy(kind: str):

@@ -32,15 +32,18 @@ def roles(spec):
     return workers + [("server", s) for s in spec.topology.servers.ids]
 
 
-def shards(spec) -> list[tuple[int, str, list[str]]]:
-    """(server rank, server id, tensor names) of every shard, in rank order."""
+def shards(spec, model) -> list[tuple[int, str, list[str]]]:
+    """(server rank, server id, tensor names) of every shard, in rank order. Sizes come
+    from the built model (the same as workload.py's for the built-in kinds; a python
+    model's are known only here)."""
     n = spec.topology.workers.count
-    return [(n + j, sid, names) for j, (sid, names) in enumerate(shard_assignment(spec).items())]
+    sizes = {name: p.numel() for name, p in model.named_parameters()}
+    return [(n + j, sid, names) for j, (sid, names) in enumerate(shard_assignment(spec, sizes).items())]
 
 
 def train(ctx) -> None:
     if ctx.role == "worker":
-        run_worker(ctx, shards(ctx.spec))
+        run_worker(ctx)
     elif ctx.spec.strategy.sync == "async":
         run_async_server(ctx)
     else:
@@ -49,10 +52,11 @@ def train(ctx) -> None:
 
 # --- worker -----------------------------------------------------------------------------
 
-def run_worker(ctx, shard_list) -> None:
+def run_worker(ctx) -> None:
     n, k = ctx.spec.topology.workers.count, ctx.rank
     sync = ctx.spec.strategy.sync == "sync"
     model = ctx.build_model()
+    shard_list = shards(ctx.spec, model)
     params = dict(model.named_parameters())
     owned = [[params[name] for name in names] for _, _, names in shard_list]
     bufs = [weights_buffer(tensors) for tensors in owned]
@@ -103,8 +107,9 @@ class _Shard:
 
     def __init__(self, ctx):
         n = ctx.spec.topology.workers.count
-        names = {sid: owned for _, sid, owned in shards(ctx.spec)}[ctx.id]
-        params = dict(ctx.build_model().named_parameters())
+        model = ctx.build_model()
+        names = {sid: owned for _, sid, owned in shards(ctx.spec, model)}[ctx.id]
+        params = dict(model.named_parameters())
         self.names = names
         self.tensors = [params[name] for name in names]
         self.opt = ctx.build_optimizer(self.tensors)

@@ -1,12 +1,16 @@
-"""`pipeline`: the MLP's Linear(+ReLU) layers split over the workers, one stage per rank,
-run by torch.distributed.pipelining (PipelineStage + ScheduleGPipe / Schedule1F1B).
+"""`pipeline`: the model cut into stages over the workers, one stage per rank (runner/split.py:
+the MLP's layers, the transformer's or cnn's blocks with the embedding on the first and the
+head on the last stage, an nn.Sequential's children), run by torch.distributed.pipelining
+(PipelineStage + ScheduleGPipe / Schedule1F1B).
 
-Split: L layers over P stages in order, the first `L mod P` stages one layer more
-(`stage_bounds`). Stage i keeps the full model's layers under their own names, so the
-stages' state dicts together are exactly `single`'s. Not data-parallel: every step
-is the whole batch of `batch_size` rows in `strategy.microbatches` equal microbatches;
-the last stage computes the mean cross-entropy per microbatch and the schedule scales
-the gradients by 1/microbatches, so the update equals `single` on the same batch.
+Split: L layers (blocks) over P stages in order, the first `L mod P` stages one more
+(`stage_bounds`). Stage i keeps the full model's parameters under their own names, so the
+stages' state dicts together are exactly `single`'s (the transformer's tied embedding is
+held by the first and the last stage, whose gradients are summed every step). Not
+data-parallel: every step is the whole batch of `batch_size` samples in
+`strategy.microbatches` equal microbatches; the last stage computes the mean loss per
+microbatch and the schedule scales the gradients by 1/microbatches, so the update equals
+`single` on the same batch.
 
 Tracing wraps the stage's chunk methods (private API of torch 2.13: the schedules call
 `get_{fwd,bwd}_{recv,send}_ops(i)` and `{forward,backward}_one_chunk(i)`):
@@ -22,8 +26,9 @@ from __future__ import annotations
 from time import perf_counter, perf_counter_ns
 
 import torch
-from torch import nn
 
+from ... import workload
+from ..split import TIED, stage_module
 
 
 def roles(spec):
@@ -32,28 +37,8 @@ def roles(spec):
 
 
 def stage_bounds(layers: int, stages: int) -> list[int]:
-    """Layer index boundaries: stage i owns layers bounds[i]..bounds[i+1]-1."""
-    base, extra = divmod(layers, stages)
-    bounds = [0]
-    for i in range(stages):
-        bounds.append(bounds[-1] + base + (1 if i < extra else 0))
-    return bounds
-
-
-class StagePart(nn.Module):
-    """Layers lo..hi-1 of the MLP, keeping their names (`layers.{i}.*`) and ReLUs."""
-
-    def __init__(self, model, lo: int, hi: int):
-        super().__init__()
-        self.last_layer = len(model.layers) - 1
-        self.layers = nn.ModuleDict({str(i): model.layers[i] for i in range(lo, hi)})
-
-    def forward(self, x):
-        for name, layer in self.layers.items():
-            x = layer(x)
-            if int(name) < self.last_layer:
-                x = torch.relu(x)
-        return x
+    """Layer (block) index boundaries: stage i owns layers bounds[i]..bounds[i+1]-1."""
+    return workload.stage_bounds(layers, stages)
 
 
 def train(ctx) -> None:
@@ -61,8 +46,8 @@ def train(ctx) -> None:
 
     spec, rank, stages = ctx.spec, ctx.rank, ctx.world_size
     microbatches = spec.strategy.microbatches
-    bounds = stage_bounds(len(spec.training.layers) - 1, stages)
-    part = StagePart(ctx.build_model(), bounds[rank], bounds[rank + 1])
+    part = stage_module(ctx.build_model(), rank, stages)
+    tied = _tied_parameters(ctx, part, stages)
     opt = ctx.build_optimizer(part.parameters())
     state = ctx.load_checkpoint()
     if state:
@@ -72,11 +57,10 @@ def train(ctx) -> None:
     hooks = _StageTrace(ctx, stage, rank)
     schedule_cls = ScheduleGPipe if spec.strategy.schedule == "gpipe" else Schedule1F1B
     schedule = schedule_cls(stage, microbatches, loss_fn=ctx.loss_fn)
-    # The schedule talks to its neighbours itself, so its traffic is counted here: per step
-    # every row's activation crosses each stage boundary once forward and its gradient back.
-    widths, row_bytes = spec.training.layers, 4 * spec.training.batch_size
-    edges = [bounds[rank]] if rank > 0 else []
-    edges += [bounds[rank + 1]] if rank < stages - 1 else []
+    # The schedule talks to its neighbours itself, so its traffic is counted here: per
+    # step every microbatch's activation crosses each stage boundary once forward and
+    # its gradient once back (sizes measured on the stage's own forward).
+    boundary = _BoundaryBytes(part, first=rank == 0, last=rank == stages - 1)
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = perf_counter()
@@ -90,15 +74,56 @@ def train(ctx) -> None:
             schedule.step(target=y, losses=losses)
         else:
             schedule.step()
+        if tied is not None:
+            tied(step)
         with ctx.tracer.span("optimizer", step=step):
             opt.step()
-        for edge in edges:
-            ctx.metrics.add_bytes(sent=row_bytes * widths[edge], recv=row_bytes * widths[edge])
+        moved = boundary.per_step(microbatches)
+        ctx.metrics.add_bytes(sent=moved, recv=moved)
         loss = torch.stack(losses).mean().item() if losses else None
         ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": part.state_dict(), "opt": opt.state_dict()})
         ctx.tracer.maybe_flush()
     ctx.save_model(part.state_dict())
+
+
+def _tied_parameters(ctx, part, stages: int):
+    """For a model whose first and last stage share a parameter (the transformer's token
+    embedding, reused as its output layer): a function summing the two copies'
+    gradients, traced as an `allreduce`; None otherwise. Every rank creates the group."""
+    kind = ctx.spec.training.model.get("kind", "mlp")
+    names = TIED.get(kind, ())
+    if not names or stages < 2:
+        return None
+    group = ctx.new_group([0, stages - 1])
+    if ctx.rank not in (0, stages - 1):
+        return None
+    params = dict(part.named_parameters())
+    tensors = [params[name] for name in names]
+
+    def all_reduce(step: int) -> None:
+        with ctx.tracer.span("allreduce", tid="comm", step=step, algorithm="native", phase="tied", chunk=0):
+            for t in tensors:
+                ctx.comm.all_reduce(t.grad, group=group)
+
+    return all_reduce
+
+
+class _BoundaryBytes:
+    """Bytes per microbatch entering and leaving a stage, seen by a forward hook."""
+
+    def __init__(self, part, first: bool, last: bool):
+        self.first, self.last = first, last
+        self.inputs = self.outputs = 0
+        part.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        self.inputs = sum(a.numel() * a.element_size() for a in args if torch.is_tensor(a))
+        self.outputs = output.numel() * output.element_size() if torch.is_tensor(output) else 0
+
+    def per_step(self, microbatches: int) -> int:
+        edges = (0 if self.first else self.inputs) + (0 if self.last else self.outputs)
+        return edges * microbatches
 
 
 _WRAPPED = ("forward_one_chunk", "backward_one_chunk", "get_fwd_recv_ops", "get_bwd_recv_ops",

@@ -1,0 +1,162 @@
+"""The notes an edit result carries: what the arguments alone would not tell the user.
+
+Three kinds, each found by comparing before and after rather than by trusting the
+operation to announce itself:
+- side effects: a resolved spec value changed that none of the edit's operations
+  writes by name (set-strategy resetting `sync`, a default title following the kind);
+- an edit no figure shows: the topology and timeline TeX render identically before and
+  after (an all-reduce figure draws no weight flow, so recolouring it shows nothing);
+- comments that may have gone stale: a comment line mentioning a changed key's old
+  value ("three workers" after add-worker), or the end-of-line comment of a changed key.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..contract import load_contract
+from ..errors import DtgenError
+from ..figures.names import number_word
+from ..spec import load_spec
+
+MAX_SHOWN = 60  # characters of a value or comment quoted in a note
+
+
+def edit_notes(name: str, old_text: str, new_text: str, old_data: dict, new_spec, operations: list[str]) -> list[str]:
+    changes = _meaningful(changed_values(old_data, new_spec.data), new_spec.strategy.kind)
+    written = _written_by(operations)
+    # The keys the operations name come first, so a stale comment is pinned on them.
+    changes = dict(sorted(changes.items(), key=lambda item: not _under(item[0], written)))
+    notes = side_effects(changes, written)
+    notes += unchanged_figures(name, old_text, new_spec, changes)
+    notes += stale_comments(new_text, new_spec, changes)
+    return notes
+
+
+def flatten(data, prefix: str = "") -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay values."""
+    if not isinstance(data, dict) or (prefix and not data):
+        return {prefix: data}
+    out = {}
+    for key, value in data.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def changed_values(old: dict, new: dict) -> dict:
+    """{dotted path: (old value, new value)} for every resolved leaf that differs (None: absent)."""
+    before, after = flatten(old), flatten(new)
+    return {path: (before.get(path), after.get(path)) for path in sorted(set(before) | set(after))
+            if before.get(path) != after.get(path)}
+
+
+def _shown(value) -> str:
+    if value is None or value == {}:
+        return "(unset)"
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
+
+
+def _written_by(operations: list[str]) -> list[str]:
+    contract_ops = load_contract()["edit_contract"]["operations"]
+    return [path for operation in operations for path in contract_ops.get(operation, {}).get("writes", [])]
+
+
+def _under(path: str, prefixes: list[str]) -> bool:
+    return any(path == p or path.startswith(p + ".") for p in prefixes)
+
+
+def _meaningful(changes: dict, kind: str) -> dict:
+    # A strategy key another kind owns is a resolved default nobody reads (a
+    # parameter-server spec's `stages` follows the worker count): not worth a note.
+    from .operations import KIND_KEYS
+
+    return {path: change for path, change in changes.items()
+            if not (path.startswith("strategy.") and KIND_KEYS.get(path.split(".")[1], kind) != kind)}
+
+
+def side_effects(changes: dict, written: list[str]) -> list[str]:
+    notes = []
+    for path, (old, new) in changes.items():
+        if not _under(path, written):
+            notes.append(f"side effect: {path} changed from {_shown(old)} to {_shown(new)}")
+    return notes
+
+
+def unchanged_figures(name: str, old_text: str, new_spec, changes: dict) -> list[str]:
+    from .texcheck import render_for_checks
+
+    try:
+        before = dict(render_for_checks(load_spec(name, text=old_text)))
+    except DtgenError:  # the old spec broke a rule the edit fixed: nothing to compare
+        return []
+    after = dict(render_for_checks(new_spec))
+    if any(drawn(before[figure]) != drawn(after[figure]) for figure in after):
+        return []
+    figures = " and ".join(after)
+    if not changes:
+        return [f"no figure changes: the edit only writes out values the spec already had (defaults), so the "
+                f"{figures} figures are unchanged"]
+    return [f"no figure changes: the {figures} figures render identically before and after "
+            f"(the edit changes {', '.join(changes)}, which these figures do not show)"]
+
+
+_STYLE_DEF = re.compile(r"^\s*([A-Za-z][\w-]*)/\.style\s*=")
+
+
+def drawn(tex: str) -> str:
+    """The TeX without definitions of styles nothing uses: recolouring a flow the figure
+    does not draw changes only such a definition, and that shows nothing."""
+    lines = tex.splitlines()
+    defined = {m.group(1): i for i, line in enumerate(lines) if (m := _STYLE_DEF.match(line))}
+    body = "\n".join(line for i, line in enumerate(lines) if i not in defined.values())
+    unused = {i for name, i in defined.items() if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", body)}
+    return "\n".join(line for i, line in enumerate(lines) if i not in unused)
+
+
+_COMMENT = re.compile(r"(?:^|\s)#(.*)$")
+
+
+def _value_patterns(value) -> list[re.Pattern]:
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int):
+        words = [str(value)] + ([number_word(value)] if 0 <= value < 10000 else [])
+        return [re.compile(rf"(?<![\w.]){re.escape(w)}(?![\w.])", re.IGNORECASE) for w in words]
+    if isinstance(value, float):
+        return [re.compile(rf"(?<![\w.]){re.escape(format(value, 'g'))}(?![\w.])")]
+    if isinstance(value, str) and len(value) >= 2:
+        return [re.compile(rf"(?<!\w){re.escape(value)}(?!\w)", re.IGNORECASE)]
+    return []
+
+
+def stale_comments(new_text: str, new_spec, changes: dict) -> list[str]:
+    lines = new_text.splitlines()
+    comments = {}
+    for number, line in enumerate(lines, 1):
+        match = _COMMENT.search(line)
+        if match and not _inside_quotes(line, match.start()):
+            comments[number] = match.group(1).strip()
+    notes, seen = [], set()
+    located = new_spec.located
+    for path, (old, new) in changes.items():
+        key_line = located.key_pos.get(tuple(path.split("."))) if located else None
+        own = key_line[0] if key_line else None
+        for number, comment in comments.items():
+            if number in seen:  # one note per comment line, for the first key it may contradict
+                continue
+            found = next((m.group(0) for p in _value_patterns(old) if (m := p.search(comment))), None)
+            if found or number == own:
+                seen.add(number)
+                why = (f"mentions {found!r}, the old value of {path}" if found
+                       else f"sits on the changed line of {path}")
+                notes.append(f"comment on line {number} {why} (now {_shown(new)}); check it still holds: "
+                             f"# {comment[:MAX_SHOWN]}")
+    return notes
+
+
+def _inside_quotes(line: str, position: int) -> bool:
+    # '#' inside a quoted scalar ("Worker #{i}") is not a comment.
+    before = line[:position]
+    return before.count('"') % 2 == 1 or before.count("'") % 2 == 1

@@ -1,0 +1,127 @@
+"""`dtgen export-template SPEC DIR`: the spec's topology figure as an OpenTikZ template folder.
+
+OpenTikZ's library holds static templates: `template.tex` (a standalone figure whose
+`\\def` parameter block at the top drives it, as seed 000), `template.meta.json` (its
+metadata and edit contract, checked by OpenTikZ's tools/validate.py against the .tex)
+and `preview.svg`. dtgen's topology figure already has that shape; the export drops
+what only dtgen needs (the "generated, do not edit" header, the geometry probe) and
+writes a contract describing this one figure: the macros it really defines, the styles
+it really declares and the libraries it really loads. Must not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from . import __version__
+from .contract import load_contract
+from .errors import DtgenError
+from .resources import contract_meta
+
+_DEF = re.compile(r"^\\def(\\[A-Za-z]+)\{(.*)\}%\s*(.*)$", re.MULTILINE)
+_STYLE = re.compile(r"(?<![\w-])([A-Za-z][\w-]*)/\.style\s*=")
+_LIBRARIES = re.compile(r"\\usetikzlibrary\{([^}]*)\}")
+_PACKAGES = re.compile(r"\\usepackage(?:\[[^\]]*\])?\{([^}]*)\}")
+_PROBE = re.compile(r"\\makeatletter\n% Geometry probe.*?\\makeatother\n", re.DOTALL)
+_PROBE_CALL = re.compile(r"^\s*\\dtgenbbox\{[^}]*\}\n", re.MULTILINE)
+_PROBE_PATH = re.compile(r"^\s*\\path\[probepath=[^\]]*\][^\n]*;\n", re.MULTILINE)
+
+# How to edit the exported figure by hand, in OpenTikZ's words (seed 000's operations).
+TEMPLATE_OPERATIONS = [
+    ("rename-node", "edit the matching label macro (\\datalabel, \\worker<n>label, \\pslabel, \\titlelabel)"),
+    ("change-spacing", "edit \\colsep (stage gap) or \\rowsep (worker gap); every position is derived from them"),
+    ("recolor", "change the palette name in a style (data, grad, wts, ...) or an icon's argument; keep the data, "
+                "gradient and weight flows in distinct colours; never inline hex"),
+    ("swap-icon", "replace a node's picture macro (\\gpupic, \\serverpic, \\datasetpic, ...) with another icon macro "
+                  "of the preamble, keeping its palette-colour argument"),
+    ("regenerate", "for structural changes (workers, servers, strategy, size) edit the dtgen spec and export again: "
+                   "dtgen edit SPEC OP, then dtgen export-template SPEC DIR"),
+]
+
+
+def template_tex(spec) -> str:
+    """The topology figure as a hand-editable template (no dtgen-only header or probe)."""
+    from .figures.render import render_topology
+
+    tex = render_topology(spec)
+    body = tex[tex.index("\\documentclass"):]
+    stripped = _PROBE_PATH.sub("", _PROBE_CALL.sub("", _PROBE.sub("", body)))
+    # The probe only measures for dtgen's checks; dropping it is cosmetic, so if the
+    # figures' probe has changed shape and something of it is left, keep it whole.
+    if not re.search(r"dtgen@|dtgenbbox|probepath", stripped):
+        body = stripped
+    header = (f"% OpenTikZ template exported by dtgen {__version__} from the spec '{spec.name}'.\n"
+              "% Edit the parameters block below; template.meta.json lists what each one controls.\n")
+    return header + body
+
+
+def template_meta(spec, tex: str) -> dict:
+    """template.meta.json for `tex`: OpenTikZ's schema, contract restricted to this figure."""
+    meta = contract_meta()
+    by_macro = {p["macro"]: p for p in load_contract()["edit_contract"]["parameters"]}
+    parameters = []
+    for macro, value, comment in _DEF.findall(tex):
+        entry = {"name": macro, "meaning": (by_macro.get(macro, {}).get("description") or comment or macro)}
+        known = by_macro.get(macro)
+        if known and known.get("type") == "number":
+            entry["type"] = "length-cm"
+            entry["invariant"] = f"{known['minimum']} <= value <= {known['maximum']}"
+        else:
+            entry["type"] = "text"
+        if value:
+            entry["default"] = value
+        parameters.append(entry)
+    if not parameters:
+        raise DtgenError("the topology figure has no \\def parameter block; cannot export a template")
+    styles = list(dict.fromkeys(_STYLE.findall(tex)))
+    libraries = [lib.strip() for group in _LIBRARIES.findall(tex) for lib in group.split(",") if lib.strip()]
+    packages = [pkg.strip() for group in _PACKAGES.findall(tex) for pkg in group.split(",") if pkg.strip()]
+    prose = meta["edit_contract"]
+    invariants = [line for line in prose["invariants"]
+                  if line.split(":")[0] in ("distinct-flow-colors", "palette-names-only", "figure-compiles", "no-overlaps")]
+    slug = re.sub(r"[^a-z0-9]+", "-", spec.name.lower()).strip("-") or "figure"
+    return {
+        "id": f"dtgen-{slug}",
+        "name": spec.title,
+        "type": "template",
+        "domain": meta["domain"],
+        "tags": meta["tags"],
+        "venue": meta.get("venue", []),
+        "author": meta["author"],
+        "license": meta["license"],
+        "requires": list(dict.fromkeys(packages + libraries)),
+        "preview": "preview.svg",
+        "description": f"{spec.title}: {spec.strategy.kind} with {spec.topology.workers.count} workers, exported by "
+                       "dtgen from a spec (regenerate with dtgen export-template for structural changes).",
+        "edit_contract": {
+            "parameters": parameters,
+            "node_naming": prose["node_naming"],
+            "styles": styles,
+            "operations": [{"id": op, "summary": summary} for op, summary in TEMPLATE_OPERATIONS],
+            "invariants": invariants,
+        },
+    }
+
+
+def export_template(spec_path, out_dir) -> list[Path]:
+    """Write template.tex, template.meta.json and preview.svg into `out_dir`; return their paths."""
+    from .figures.compile import compile_cached, pdf_to_svg
+    from .spec import load_spec
+
+    spec = load_spec(spec_path)
+    tex = template_tex(spec)
+    meta = template_meta(spec, tex)
+    svg = pdf_to_svg(compile_cached(tex).pdf)  # compile before writing anything: no half folder
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise DtgenError(f"{out}: exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data in (("template.tex", tex.encode("utf-8")),
+                       ("template.meta.json", (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode("utf-8")),
+                       ("preview.svg", svg)):
+        (out / name).write_bytes(data)
+        written.append(out / name)
+    return written

@@ -1,0 +1,90 @@
+"""Before any rank is spawned: build the model and the data once in the launcher and
+push two samples through one trial forward pass and the loss.
+
+A user's model or dataset that cannot work then fails in about a second with one line
+naming the spec key (an entry that does not import, a factory that raises or returns
+no nn.Module, samples whose shape the model does not take, an empty or too-small
+dataset, a text file that is not UTF-8, a .pt that only unpickling would load),
+instead of N ranks failing at once with N tracebacks. What it learns about the built
+model (parameter names and sizes) goes to run.json and orders model.pt.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import RunError
+from ..workload import human_bytes, human_count
+from .data import Data
+from .entry import spec_location
+from .model import build_model, make_loss
+
+
+def _describe(t) -> str:
+    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if torch.is_tensor(t) else type(t).__name__
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def preflight(spec, spec_dir, dataset_path, roles) -> dict:
+    """Check the model and data of `spec` (RunError if they cannot train); return the
+    model facts for run.json: kind, params, grad_bytes, param_tensors, description."""
+    model_where = spec_location(spec, ("training", "model"))
+    data_where = spec_location(spec, ("training", "dataset"))
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(spec, "cpu", spec_dir)
+        loss_fn = make_loss(spec, spec_dir)
+        data = Data(spec, "cpu", dataset_path, spec_dir)
+        dp = _data_parallel_width(spec, roles)
+        need = spec.training.batch_size * dp
+        if data.n < need:
+            raise RunError(f"{data_where}: the dataset has {data.n} samples, fewer than one global batch "
+                           f"({spec.training.batch_size} x {dp} = {need})")
+        x, y = data.take(data.indices(0, min(2, data.n)))
+        _trial_step(model, loss_fn, x, y, model_where)
+    names = [name for name, _ in model.named_parameters()]
+    _check_strategy(spec, model, names, roles, model_where)
+    params = sum(p.numel() for p in model.parameters())
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    kind = spec.training.model.get("kind", "mlp")
+    label = spec.training.model.get("entry", kind) if kind == "python" else kind
+    return {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names,
+            "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
+
+
+def _data_parallel_width(spec, roles) -> int:
+    if spec.strategy.kind in ("single", "pipeline"):
+        return 1
+    return sum(1 for role, _ in roles if role == "worker")
+
+
+def _trial_step(model, loss_fn, x, y, where: str) -> None:
+    try:
+        out = model(x)
+    except Exception as exc:
+        raise RunError(f"{where}: the model does not take the dataset's samples (a batch of 2: x {_describe(x)}, "
+                       f"y {_describe(y)}): {_first_line(exc)}") from None
+    try:
+        loss = loss_fn(out, y)
+    except Exception as exc:
+        raise RunError(f"{where}: the loss does not take the model's output {_describe(out)} with targets "
+                       f"{_describe(y)}: {_first_line(exc)}") from None
+    if not (torch.is_tensor(loss) and loss.numel() == 1 and loss.requires_grad):
+        raise RunError(f"{where}: the loss must be a scalar tensor that depends on the parameters, got "
+                       f"{_describe(loss)}")
+    loss.backward()
+
+
+def _check_strategy(spec, model, names, roles, where: str) -> None:
+    kind = spec.strategy.kind
+    if kind == "pipeline":
+        from .split import check_splittable
+
+        check_splittable(model, spec.strategy.stages, where)
+    servers = spec.topology.servers.count
+    if kind == "parameter-server" and servers > len(names):
+        raise RunError(f"{spec_location(spec, ('topology', 'servers', 'count'))}: {servers} shards for "
+                       f"{len(names)} parameter tensors: each shard owns whole tensors, so at most {len(names)}")

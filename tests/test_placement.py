@@ -1,0 +1,62 @@
+"""Device placement: which device and backend each rank gets, as a pure function of the
+request and the GPU count (runner/placement.py). No GPU is needed to test the choice;
+the GPU runs themselves are marked `gpu`."""
+
+import pytest
+
+from opentikz_dt.errors import RunError
+from opentikz_dt.runner.placement import check_strategy, choose_placement
+
+
+def test_cpu_when_no_gpu_or_asked():
+    p = choose_placement("auto", "auto", 4, 0)
+    assert (p.device, p.backend, p.gpus) == ("cpu", "gloo", 0)
+    assert p.reason == "4 ranks on the CPU with gloo (runtime.device auto: no CUDA GPU)"
+    assert [p.device_name(r) for r in range(2)] == ["cpu", "cpu"]
+    assert choose_placement("cpu", "auto", 2, 8).device == "cpu"
+    assert choose_placement("auto", "gloo", 2, 8).device == "cpu"  # gloo asked for: the CPU, as before
+
+
+def test_nccl_only_when_every_rank_has_its_own_gpu():
+    p = choose_placement("cuda", "auto", 4, 4)
+    assert (p.device, p.backend) == ("cuda", "nccl")
+    assert [p.device_name(r) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert not p.stage_through_host
+    assert p.reason == "4 ranks on 4 GPUs, one each, with nccl (runtime.device cuda)"
+    assert choose_placement("auto", "auto", 1, 1).backend == "nccl"
+
+
+def test_fewer_gpus_than_ranks_shares_them_round_robin_over_gloo():
+    p = choose_placement("cuda", "auto", 4, 1)
+    assert (p.device, p.backend, p.gpus) == ("cuda", "gloo", 1)
+    assert [p.gpu_of(r) for r in range(4)] == [0, 0, 0, 0]
+    assert p.stage_through_host
+    assert p.reason == ("4 ranks round-robin on 1 GPU (up to 4 per GPU) with gloo, tensors staged through host "
+                        "memory: nccl needs one GPU per rank (runtime.device cuda)")
+    q = choose_placement("auto", "auto", 5, 2)
+    assert [q.gpu_of(r) for r in range(5)] == [0, 1, 0, 1, 0]
+    assert "up to 3 per GPU" in q.reason and "runtime.device auto: 2 GPUs found" in q.reason
+
+
+def test_gloo_on_own_gpus_when_asked():
+    p = choose_placement("cuda", "gloo", 2, 2)
+    assert (p.device, p.backend, p.stage_through_host) == ("cuda", "gloo", True)
+
+
+@pytest.mark.parametrize("device, backend, ranks, gpus, message", [
+    ("cuda", "auto", 2, 0, "runtime.device is cuda but CUDA is not available on this machine"),
+    ("cpu", "nccl", 2, 2, "runtime.backend nccl needs runtime.device cuda (NCCL runs on GPUs only)"),
+    ("cuda", "nccl", 4, 1, "runtime.backend nccl needs one GPU per rank: 4 ranks on 1 GPU of this node; "
+                           "use backend auto (or gloo) to share the GPUs"),
+])
+def test_impossible_requests_are_one_clear_line(device, backend, ranks, gpus, message):
+    with pytest.raises(RunError) as caught:
+        choose_placement(device, backend, ranks, gpus)
+    assert str(caught.value) == message
+
+
+def test_pipeline_refuses_shared_gpus_but_not_its_own():
+    check_strategy(choose_placement("cuda", "auto", 2, 2), "pipeline")  # nccl: fine
+    check_strategy(choose_placement("cuda", "auto", 2, 1), "allreduce")  # dtgen's own messages are staged
+    with pytest.raises(RunError, match="strategy pipeline cannot share GPUs over gloo"):
+        check_strategy(choose_placement("cuda", "auto", 2, 1), "pipeline")

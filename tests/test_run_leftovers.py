@@ -1,0 +1,121 @@
+"""`dtgen run` leaves nothing behind: no process in its process group once it returns
+(after success, a failing rank, or Ctrl-C while ranks run) and no file in the
+temporary directory (the launcher's error files go to the run's logs/tmp/)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from multiprocessing import resource_tracker
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from opentikz_dt.runner.leftovers import launch_helpers_reaped  # noqa: E402
+from opentikz_dt.runner.testing import small_spec_data, write_spec  # noqa: E402
+
+DTGEN = [sys.executable, "-m", "opentikz_dt"]
+
+
+def _group(pgid: int) -> list[str]:
+    """'pid state command' of every process (zombies included) in process group `pgid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited while we looked
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:
+            found.append(f"{stat.parent.name} {fields[0]} {name}")
+    return found
+
+
+def _start(tmp_path: Path, data: dict) -> tuple[subprocess.Popen, Path, Path]:
+    """`dtgen run` in its own process group (as a shell runs it), with a private TMPDIR."""
+    spec, out, tmp = write_spec(data, tmp_path), tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*DTGEN, "run", str(spec), "--out", str(out)], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out, tmp
+
+
+def _wait(proc: subprocess.Popen, limit_s: float = 240) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=limit_s)  # generous: this box may be busy
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"dtgen run still running after {limit_s} s")
+    return proc.returncode, err
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("fault, code", [(None, 0), ({"rank": 0, "at_step": 1, "kind": "crash"}, 3)],
+                         ids=["success", "failing-rank"])
+def test_run_returns_with_its_process_group_empty(tmp_path, fault, code):
+    data = small_spec_data("single", name="leftovers", training={"steps": 2},
+                           runtime={"fault": fault} if fault else {})
+    proc, out, tmp = _start(tmp_path, data)
+    rc, err = _wait(proc)
+    assert _group(proc.pid) == []  # checked at once: a zombie adopted by PID 1 shows up here
+    assert rc == code, err
+    assert list(tmp.iterdir()) == []
+    if fault:  # the failed rank's error file stays with the run it explains
+        assert [p.name.startswith("pytorch-errorfile-") for p in (out / "logs" / "tmp").iterdir()] == [True]
+    else:
+        assert not (out / "logs" / "tmp").exists()
+
+
+@pytest.mark.dist
+def test_ctrl_c_stops_every_rank_keeps_the_partial_trace_and_exits_130(tmp_path):
+    data = small_spec_data("allreduce", name="interrupted", topology={"workers": {"count": 2}},
+                           training={"steps": 100_000})
+    proc, out, tmp = _start(tmp_path, data)
+    deadline = time.monotonic() + 180
+    while not _every_rank_stepped(out, 2):
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "the ranks never started"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    rc, err = _wait(proc)
+    assert _group(proc.pid) == []
+    assert rc == 130, err
+    assert err.splitlines()[-2:] == ["dtgen: error: interrupted: every rank was stopped",
+                                     f"run directory: {out} (partial trace kept)"]
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and run["failure"]["exit_code"] == 130
+    trace = json.loads((out / "trace.json").read_text())
+    assert trace["metadata"]["ended_early"] is True
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1}
+    assert list(tmp.iterdir()) == []
+
+
+def _every_rank_stepped(out: Path, world: int) -> bool:
+    try:
+        steps = [json.loads((out / "progress" / f"rank{r}.json").read_text())["step"] for r in range(world)]
+    except (OSError, ValueError, KeyError):
+        return False
+    return min(steps) >= 1
+
+
+def test_launch_helpers_reaped_stops_and_reaps_the_resource_tracker():
+    # A spawned child starts multiprocessing's resource tracker, as the launcher's ranks do.
+    tracker = resource_tracker._resource_tracker
+    if tracker._pid is not None:
+        pytest.skip("a resource tracker was already running in this test process")
+    with launch_helpers_reaped():
+        child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0,))
+        child.start()
+        child.join()
+        pid = tracker._pid
+        assert pid is not None
+    assert tracker._pid is None and not Path(f"/proc/{pid}").exists()  # exited and reaped, no zombie

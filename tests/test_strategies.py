@@ -1,0 +1,150 @@
+"""Every strategy descriptor (opentikz_dt/strategies.py) agrees with every side of dtgen:
+schema, contract, rules, starter, figures, measured figures and runner. A strategy added
+to one side and forgotten on another fails here, naming the side."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+from opentikz_dt.errors import SpecError
+from opentikz_dt.figures.names import BOX_KINDS
+from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.figures.spacing import _NEEDS as SPACING_RULES
+from opentikz_dt.figures.topology import _BUILDERS as TOPOLOGY_DRAWERS
+from opentikz_dt.figures.topology import build_layout
+from opentikz_dt.measured import compare
+from opentikz_dt.spec import load_spec, spec_from_data
+from opentikz_dt.starter import render_starter
+from opentikz_dt.strategies import COMMON_PHASES, KINDS, STRATEGIES
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "schemas" / "spec.schema.json").read_text())["properties"]["strategy"]["properties"]
+RUNNER = REPO / "runner"
+EVERY = [pytest.param(s, id=s.kind) for s in STRATEGIES]
+
+
+def _spec(s, **strategy):
+    """A valid spec of descriptor `s` at its defaults (hierarchical all-reduce needs 2 hosts)."""
+    topology = {"hosts": 2, "workers": {"count": 4}} if strategy.get("algorithm") == "hierarchical" else {}
+    return spec_from_data({"strategy": {"kind": s.kind, **strategy}, "topology": topology})
+
+
+def test_schema_and_contract_list_exactly_the_registered_kinds():
+    assert tuple(SCHEMA["kind"]["enum"]) == KINDS
+    assert set(SCHEMA["sync"]["enum"]) == {mode for s in STRATEGIES for mode in s.sync_modes}
+    assert set(SCHEMA["algorithm"]["enum"]) == {a for s in STRATEGIES for a in s.algorithms}
+    assert {option for s in STRATEGIES for option in s.options} <= set(SCHEMA)
+    lists = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            if "parameter-server" in node:
+                lists.append(node)
+            for value in node:
+                walk(value)
+
+    for contract in ("meta.json", "contract.exec.json"):  # the contract's prose and executable halves
+        if (REPO / "schemas" / contract).is_file():
+            walk(json.loads((REPO / "schemas" / contract).read_text()))
+    assert lists and all(tuple(found) == KINDS for found in lists), lists
+
+
+@pytest.mark.parametrize("s", EVERY)
+def test_rules_follow_the_descriptor(s):
+    assert _spec(s).topology.workers.count == s.default_workers
+    assert _spec(s).topology.servers.count == s.servers[0]
+    if s.workers[0] > 1:
+        with pytest.raises(SpecError, match=rf"{s.kind} needs at least {s.workers[0]} workers"):
+            spec_from_data({"strategy": {"kind": s.kind}, "topology": {"workers": {"count": s.workers[0] - 1}}})
+    for mode in SCHEMA["sync"]["enum"]:
+        data = {"strategy": {"kind": s.kind, "sync": mode}}
+        if mode in s.sync_modes:
+            spec_from_data(data)
+        else:
+            with pytest.raises(SpecError, match="strategy.sync"):
+                spec_from_data(data)
+    for algorithm in set(SCHEMA["algorithm"]["enum"]) - set(s.algorithms):
+        with pytest.raises(SpecError, match="strategy.algorithm"):
+            spec_from_data({"strategy": {"kind": s.kind, "algorithm": algorithm}})
+    spec = _spec(s)
+    global_batch = spec.training.batch_size * (spec.topology.workers.count if s.data_parallel else 1)
+    short = {"strategy": {"kind": s.kind}, "training": {"dataset": {"samples": global_batch - 1}}}
+    with pytest.raises(SpecError, match=rf"fewer than one global batch \({spec.training.batch_size} x "):
+        spec_from_data(short)
+    low, high = s.servers
+    if high is not None:
+        with pytest.raises(SpecError, match="topology.servers.count"):
+            spec_from_data({"strategy": {"kind": s.kind}, "topology": {"servers": {"count": high + 1}}})
+
+
+@pytest.mark.parametrize("s", EVERY)
+def test_starter_spec_exists_and_loads(s, tmp_path):
+    path = tmp_path / "starter.yaml"
+    path.write_text(render_starter(s.kind), encoding="utf-8")
+    assert load_spec(path).strategy.kind == s.kind
+
+
+def test_every_topology_drawer_is_registered_and_used():
+    named = {s.drawer(a) for s in STRATEGIES for a in s.algorithms}
+    assert named == set(TOPOLOGY_DRAWERS) == set(SPACING_RULES)
+
+
+@pytest.mark.parametrize("s", EVERY)
+def test_figures_draw_every_kind_and_algorithm(s):
+    for algorithm in s.algorithms:
+        spec = _spec(s, **({"algorithm": algorithm} if "algorithm" in s.options else {}))
+        assert build_layout(spec).nodes
+        timeline = expected_timeline(spec)
+        kinds = {box.kind for panel in timeline.panels for lane in panel.lanes for box in lane.boxes}
+        assert kinds and kinds <= set(BOX_KINDS), kinds - set(BOX_KINDS)
+
+
+def _string_literals(path: Path, seen: set) -> set:
+    """String constants in a runner module and in the runner modules it imports relatively."""
+    if path in seen or not path.is_file():
+        return set()
+    seen.add(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [node.module] if node.module else [alias.name for alias in node.names]
+            for name in names:
+                found |= _string_literals(path.parent / f"{name.replace('.', '/')}.py", seen)
+    return found
+
+
+@pytest.mark.parametrize("s", EVERY)
+def test_runner_module_exists_and_records_its_phases(s):
+    module = RUNNER / "strategies" / f"{s.runner_module}.py"
+    assert module.is_file(), f"no runner module for {s.kind}: {module}"
+    functions = {n.name for n in ast.parse(module.read_text()).body if isinstance(n, ast.FunctionDef)}
+    assert {"roles", "train"} <= functions
+    assert set(s.phases) <= set(BOX_KINDS), "the timeline has no style for a phase"
+    assert set(s.phases) <= _string_literals(module, set()), "the runner never names a phase it is said to record"
+
+
+def test_common_phases_are_recorded_by_the_rank_context():
+    assert set(COMMON_PHASES) <= _string_literals(RUNNER / "context.py", set()) & set(BOX_KINDS)
+
+
+def test_runner_serves_every_kind():
+    from opentikz_dt.runner.strategies import STRATEGIES as RUNNER_MODULES  # imports no torch
+
+    assert tuple(RUNNER_MODULES) == KINDS
+
+
+def test_measured_comparison_names_every_kind():
+    # strategy_name falls back to the bare kind, so a forgotten kind would pass unnoticed at run time.
+    function = next(n for n in ast.parse(inspect.getsource(compare)).body
+                    if isinstance(n, ast.FunctionDef) and n.name == "strategy_name")
+    table = next(n for n in ast.walk(function) if isinstance(n, ast.Dict))
+    assert {key.value for key in table.keys} == set(KINDS)

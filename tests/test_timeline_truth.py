@@ -1,0 +1,107 @@
+"""The expected timelines draw what the strategies do: measured on the drawn boxes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.figures.timeline import draw_timeline, fit_lanes
+from opentikz_dt.spec import spec_from_data
+
+
+def _spec(kind="parameter-server", workers=3, **extra):
+    data = {"strategy": {"kind": kind, **extra.pop("strategy", {})}, "topology": {"workers": {"count": workers}}}
+    data.update(extra)
+    return spec_from_data(data)
+
+
+def _drawn(timeline, panel=0):
+    """lane id -> [(style, x0, x1)] of the drawn boxes."""
+    drawing = draw_timeline(timeline)
+    p = drawing.panels[panel]
+    out = {lane.name.rsplit("-", 1)[0]: [] for lane in p.lanes}
+    for box in p.boxes:
+        lane = min(p.lanes, key=lambda lane: abs(lane.y - box.yc))
+        out[lane.name.rsplit("-", 1)[0]].append((box.style, box.x0, box.x1))
+    return drawing, out
+
+
+@pytest.mark.parametrize("stages, micro", [(3, 4), (4, 8), (2, 16)])
+def test_the_drawn_pipeline_bubble_is_the_captions_and_both_schedules_take_as_long(stages, micro):
+    ends = {}
+    for schedule in ("gpipe", "1f1b"):
+        timeline = expected_timeline(_spec("pipeline", stages, strategy={"schedule": schedule, "stages": stages,
+                                                                          "microbatches": micro},
+                                           training={"model": {"layers": [16] * 5}}))
+        drawing, lanes = _drawn(timeline)
+        flush = min(x0 for boxes in lanes.values() for style, x0, _ in boxes if style == "tl-optimizer")
+        idle = sum(min(x1, flush) - x0 for boxes in lanes.values() for style, x0, x1 in boxes
+                   if style == "tl-wait" and x0 < flush)
+        drawn_fraction = idle / (stages * flush)
+        caption = re.search(r"bubble (\d+)\\%", drawing.panels[0].title).group(1)  # the drawn (TeX) caption
+        assert drawn_fraction == pytest.approx((stages - 1) / (micro + stages - 1), abs=0.002)
+        assert int(caption) == round(100 * drawn_fraction)
+        ends[schedule] = flush
+    assert ends["gpipe"] == pytest.approx(ends["1f1b"], rel=1e-3)
+
+
+def test_a_straggler_stage_changes_the_caption_to_what_is_drawn():
+    timeline = expected_timeline(_spec("pipeline", 3, strategy={"microbatches": 4},
+                                       topology={"workers": {"count": 3, "slowdown": {"w2": 2.0}}}))
+    assert re.search(r"bubble \d+% \(balanced stages: \$\(p-1\)/\(m\+p-1\)\$ = 33%\)$", timeline.panels[0].title)
+
+
+def test_sync_and_async_parameter_servers_share_one_link_model_and_every_update_is_visible():
+    timeline = expected_timeline(_spec(workers=16))
+    lanes = {p.id: {lane.id: lane for lane in p.lanes} for p in timeline.panels}
+    fetch = {panel: [b.end_ms - b.start_ms for b in lanes[panel]["w1"].boxes if b.kind == "fetch"][0]
+             for panel in ("sync", "async")}
+    assert fetch["sync"] == pytest.approx(fetch["async"])
+    drawing = draw_timeline(timeline)
+    for panel, source in zip(drawing.panels, timeline.panels):
+        server = next(lane for lane in source.lanes if lane.role == "server")
+        updates = [b for b in panel.boxes if b.style == "tl-update"]
+        assert len(updates) == sum(1 for b in server.boxes if b.kind == "update")  # none merged
+        if panel.name == "sync":
+            assert min(b.x1 - b.x0 for b in updates) >= 0.12  # at least 1.2 mm, not a hairline
+        assert all(a.x1 <= b.x0 + 1e-9 for a, b in zip(updates, updates[1:]))  # one after another
+
+
+def test_tree_leaves_wait_while_inner_levels_reduce_and_broadcast():
+    timeline = expected_timeline(_spec("allreduce", 8, strategy={"algorithm": "tree"}))
+    busy = {lane.id: sum(b.end_ms - b.start_ms for b in lane.boxes if b.kind == "allreduce")
+            for lane in timeline.panels[0].lanes}
+    # 8 workers, 3 levels: the root w1 and w5 (its partner at the top level) take part in all 3
+    # levels each way, w3 and w7 in 2, the leaves w2, w4, w6, w8 in the first only
+    assert busy["w1"] == pytest.approx(3 * busy["w2"]) and busy["w5"] == pytest.approx(3 * busy["w2"])
+    assert busy["w3"] == pytest.approx(2 * busy["w2"]) and busy["w8"] == pytest.approx(busy["w2"])
+
+
+def test_gossip_workers_keep_their_own_pace_without_a_global_barrier():
+    timeline = expected_timeline(_spec("gossip", 6))
+    starts = {lane.id: [b.start_ms for b in lane.boxes if b.kind == "forward"] for lane in timeline.panels[0].lanes}
+    assert len({round(s[0], 6) for s in starts.values()}) > 1 and len({round(s[1], 6) for s in starts.values()}) > 1
+
+
+def test_a_narrow_figure_draws_the_first_workers_an_ellipsis_counting_the_rest_and_the_last():
+    timeline = expected_timeline(_spec(workers=1024, figure={"max_workers_drawn": 8},
+                                       training={"dataset": {"samples": 2000000}}))
+    lanes = fit_lanes(timeline.panels[0].lanes, 5)
+    assert [lane.id for lane in lanes] == ["ps", "w1", "w2", "w3", "w4-more", "w1024"]
+    assert lanes[4].label == "1,020 more workers"
+    assert [lane.id for lane in fit_lanes(lanes, 4)][-3:] == ["w2", "w3-more", "w1024"]
+    assert fit_lanes(lanes, 4)[-2].label == "1,021 more workers"
+
+
+def test_all_reduce_phases_get_their_own_fill_and_a_legend_entry_naming_the_abbreviation():
+    from opentikz_dt.figures.timeline import Box, Lane, Panel, Timeline
+
+    boxes = (Box(0, 1, "allreduce", "AG", "all-gather"), Box(1, 1.001, "allreduce", "AG", "all-gather"),
+             Box(2, 3, "allreduce", "RS", "reduce-scatter"), Box(3, 4, "wait"))
+    drawing = draw_timeline(Timeline("t", (Panel("main", "p", (Lane("w1", "W1", boxes),)),)))
+    legend = {entry.style: entry.name for entry in drawing.legend}
+    # the window starts in all-gather, yet reduce-scatter (first in the algorithm) keeps the plain fill
+    assert legend == {"tl-allreduce": "reduce-scatter (RS)", "tl-allreduce-b": "all-gather (AG)", "tl-wait": "idle / wait"}
+    assert {b.style for b in drawing.panels[0].boxes} == {"tl-allreduce", "tl-allreduce-b", "tl-wait"}
