@@ -102,7 +102,6 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     if spec.training.dataset.get("kind") in ("file", "text"):
         dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
     placement = placement_for(spec, world // nnodes)
-    echo(f"dtgen run: {placement.reason}")
     check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
@@ -123,6 +122,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                      nodes, echo, progress, spec_dir, dataset_path, model_info) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
+    echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
     launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),
@@ -134,7 +134,8 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
     failure = None
     env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1"}
     if nodes is not None:
-        nodes.start_heartbeat()
+        nodes.start_heartbeat(spec.runtime.timeout_s + CUT_OFF_GRACE_S,
+                              lambda silent: _cut_off(run_dir, nodes, silent, echo))
         env.update(gloo_env(nodes.addr))
     with launch_helpers_reaped():  # nothing outlives `dtgen run`, however it ends
         try:
@@ -155,6 +156,26 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
             failure["message"] = f"{lost}\n{failure['message']}"
             failure["lost"] = lost
     return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info)
+
+
+CUT_OFF_GRACE_S = 15
+
+
+def _cut_off(run_dir, nodes, silent: float, echo) -> None:
+    """This node lost the rendezvous store (its link, or node 0, is gone): stop its ranks
+    and leave, keeping the partial trace in its folder. Called from the heartbeat thread
+    while torch's agent may be blocked on the store."""
+    import signal
+
+    for p in (Path(run_dir) / "ranks").glob("rank*.json"):
+        try:
+            os.kill(int(json.loads(p.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+    echo(f"dtgen: error: node {nodes.node_rank} ({nodes.addr}) lost contact with node 0 at {nodes.endpoint} "
+         f"for {silent:.0f} s (link down or node 0 gone); its ranks were stopped\n"
+         f"run directory: {run_dir} (partial trace kept)")
+    os._exit(3)
 
 
 def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoint) -> None:

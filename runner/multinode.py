@@ -149,15 +149,38 @@ class NodeGroup:
             return default
 
     # --- heartbeats --------------------------------------------------------------------
-    def start_heartbeat(self) -> None:
+    def start_heartbeat(self, cut_off_s: float | None = None, on_cut_off=None) -> None:
+        """Bump this node's counter every second on a client of its own (short timeout).
+        A node that cannot reach the store for `cut_off_s` (its link is down, or node 0
+        is gone) calls `on_cut_off(seconds)`: torch's agent would wait on the store far
+        longer."""
+        from torch.distributed import TCPStore
+
+        host, port = parse_endpoint(self.endpoint)
+        client = TCPStore(host, port, is_master=False, timeout=timedelta(seconds=5), wait_for_workers=False)
+        key = self._key("alive", self.node_rank)
+
+        last_ok = [time.monotonic()]
+
         def beat():
             while not self._stop.wait(HEARTBEAT_S):
                 try:
-                    self.store.add(self._key("alive", self.node_rank), 1)
+                    client.add(key, 1)
+                    last_ok[0] = time.monotonic()
                 except Exception:
-                    pass  # node 0 (the store) is gone: the run fails on its own
+                    pass
 
-        self.store.add(self._key("alive", self.node_rank), 1)
+        def watch():
+            # A separate thread: on a cut link a store call can block in TCP retransmits
+            # for many minutes, whatever the store's timeout says (measured: 15 min).
+            while not self._stop.wait(HEARTBEAT_S):
+                silent = time.monotonic() - last_ok[0]
+                if cut_off_s is not None and on_cut_off is not None and silent > cut_off_s:
+                    on_cut_off(silent)
+                    return
+
+        threading.Thread(target=watch, name="dtgen-cut-off", daemon=True).start()
+        client.add(key, 1)
         self._thread = threading.Thread(target=beat, name="dtgen-heartbeat", daemon=True)
         self._thread.start()
 

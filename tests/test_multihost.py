@@ -188,3 +188,131 @@ def test_central_storage_refuses_to_span_hosts(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "central-storage" in r.stderr and "cannot span hosts" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("how", ["sigkill", "link-down"])
+def test_losing_a_host_ends_the_run_and_names_it(tmp_path, netcluster, how):
+    timeout_s = 6
+    cluster = netcluster(2)
+    spec = write(tmp_path, ring_spec(steps=100000, runtime={"timeout_s": timeout_s}))
+    procs = launch_all(cluster, spec, tmp_path)
+    wait_for_step(tmp_path / "h1" / "progress" / "rank0.json", 3)
+    lost_at = time.monotonic()
+    if how == "sigkill":
+        procs[1].send_signal(signal.SIGKILL)
+    else:
+        cluster.link_state(2, "down")
+    out, _ = procs[0].communicate(timeout=timeout_s + 30 + 30)
+    ended = time.monotonic() - lost_at
+    assert procs[0].returncode == 3, out
+    assert ended <= timeout_s + 30, f"survivor took {ended:.0f} s"
+    assert f"lost host: node 1 ({cluster.addr(2)}, ranks 2, 3)" in out, out
+    assert "Traceback" not in out
+    try:
+        procs[1].communicate(timeout=timeout_s + 30)  # the cut-off node gives up too
+    except subprocess.TimeoutExpired:
+        pass
+    assert_no_processes(cluster)
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    assert trace["metadata"]["ended_early"] is True
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} >= {0, 1}
+    assert json.loads((tmp_path / "h1" / "run.json").read_text())["status"] == "failed"
+
+
+def _dtgen(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "opentikz_dt", "run", *map(str, args)],
+                          capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def test_bad_node_layouts_are_refused_before_anything_is_written(tmp_path):
+    spec = write(tmp_path, ring_spec())
+    out = tmp_path / "o"
+    cases = [
+        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:1"], "--node-rank 2 must be below --nnodes 2"),
+        (["--nnodes", "4", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"], "topology.hosts: 2, but --nnodes 4"),
+    ]
+    odd = write(tmp_path, small_spec_data("parameter-server", topology={"workers": {"count": 2}, "hosts": 2}), "odd.yaml")
+    cases.append((["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"], "do not divide the 3 ranks"))
+    for i, (args, message) in enumerate(cases):
+        r = _dtgen(odd if i == 2 else spec, "--out", out, *args)
+        assert r.returncode != 0 and message in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_rendezvous_endpoint_that_never_answers(tmp_path, netcluster):
+    cluster = netcluster(2)
+    spec = write(tmp_path, ring_spec())
+    started = time.monotonic()
+    # Node 1 alone: nobody serves the endpoint on host 1.
+    r = cluster.run(2, [sys.executable, "-m", "opentikz_dt", "run", str(spec), "--out", str(tmp_path / "h2"),
+                        "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", f"{cluster.addr(1)}:{PORT}",
+                        "--rdzv-timeout", "4"], capture_output=True, text=True, env=ENV, timeout=60)
+    assert time.monotonic() - started < 4 + 20
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert f"rendezvous endpoint {cluster.addr(1)}:{PORT} did not answer within 4 s (--rdzv-timeout" in r.stderr
+
+
+def test_mismatched_specs_across_nodes_are_refused(tmp_path, netcluster):
+    cluster = netcluster(2)
+    a = write(tmp_path, ring_spec(steps=4), "a.yaml")
+    b = write(tmp_path, ring_spec(steps=5), "b.yaml")
+    procs = [launch(cluster, 1, a, tmp_path / "h1", "--rdzv-timeout", "30"),
+             launch(cluster, 2, b, tmp_path / "h2", "--rdzv-timeout", "30")]
+    outs = finish(procs, timeout=90)
+    for rc, out in outs:
+        assert rc != 0 and "spec differs between nodes" in out and "Traceback" not in out, out
+    assert "node 1 (" + cluster.addr(2) + ")" in outs[0][1]
+    assert not (tmp_path / "h1" / "trace").exists()
+    assert_no_processes(cluster)
+
+
+def test_emit_slurm_and_torchrun_scripts(tmp_path, repo):
+    spec = repo / "examples" / "allreduce-hierarchical.yaml"
+    r = _dtgen(spec, "--emit", "slurm", "--rdzv-timeout", "30", "--steps", "7")
+    assert r.returncode == 0, r.stderr
+    script = tmp_path / "job.sbatch"
+    script.write_text(r.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "#SBATCH --nodes=2" in r.stdout and "#SBATCH --ntasks-per-node=1" in r.stdout
+    srun = [line for line in r.stdout.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1
+    for flag in ('--nnodes "$SLURM_NNODES"', '--node-rank "$SLURM_NODEID"', '--rdzv-endpoint "$head:29500"',
+                 "--rdzv-timeout 30", "--steps 7"):
+        assert flag in srun[0], flag
+    r = _dtgen(spec, "--emit", "torchrun", "--rdzv-endpoint", "10.1.2.3:29400")
+    assert r.returncode == 0, r.stderr
+    script.write_text(r.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    lines = [line for line in r.stdout.splitlines() if "torchrun " in line]
+    assert len(lines) == 2
+    for node, line in enumerate(lines):
+        for flag in ("--nnodes=2", "--nproc-per-node=2", f"--node-rank={node}", "--rdzv-backend=c10d",
+                     "--rdzv-endpoint=10.1.2.3:29400", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+                     "-m opentikz_dt.runner.torchrun_entry"):
+            assert flag in line, (flag, line)
+    r = _dtgen(repo / "examples" / "central-storage.yaml", "--emit", "slurm", "--nnodes", "2")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_four_hosts_hierarchical(tmp_path, netcluster):
+    cluster = netcluster(4, "100mbit")
+    data = small_spec_data("allreduce", name="mh-4", topology={"workers": {"count": 4}, "hosts": 4},
+                           strategy={"algorithm": "hierarchical"}, training={"steps": 3})
+    spec = write(tmp_path, data)
+    outs = finish(launch_all(cluster, spec, tmp_path), timeout=180)
+    assert [rc for rc, _ in outs] == [0, 0, 0, 0], outs
+    run = json.loads((tmp_path / "h1" / "run.json").read_text())
+    assert [r["addr"] for r in run["ranks"]] == [cluster.addr(h) for h in range(1, 5)]
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    phases = {e["args"].get("phase") for e in trace["traceEvents"] if e.get("name") == "allreduce"}
+    assert "inter" in phases
+    assert_no_processes(cluster)
+    # The annotated topology's host boxes carry the addresses measured, not just the spec's count.
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.measured.run import load_run
+
+    tex = render_annotated_topology(load_run(tmp_path / "h1"))
+    for h in range(1, 5):
+        assert f"({cluster.addr(h)})" in tex
+

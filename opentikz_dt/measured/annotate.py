@@ -141,6 +141,27 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     return Annotation(annotated, tuple(links), step_ms, slow)
 
 
+_HOST = re.compile(r"^h([1-9][0-9]*)$")
+
+
+def measured_hosts(layout: Layout, ranks: list) -> Layout:
+    """Host boxes say where their workers actually ran: each box (h1..) gets the address
+    run.json measured for its workers, or, when they ran on several machines (the spec's
+    hosts did not match the nodes), how many. Boxes of workers without an address (a
+    one-machine run) are left as the spec drew them."""
+    addr = {f"w{r['rank'] + 1}": r.get("addr") for r in ranks if r.get("role") == "worker" and r.get("addr")}
+    if not addr:
+        return layout
+    groups = []
+    for group in layout.groups:
+        seen = sorted({addr[m] for m in group.members if m in addr}) if _HOST.match(group.name) else []
+        if seen:
+            where = seen[0] if len(seen) == 1 else f"ran on {len(seen)} machines"
+            group = replace(group, label=Tex(f"{group.label} ({escape_text(where)})"))
+        groups.append(group)
+    return replace(layout, groups=tuple(groups))
+
+
 def _layout_for(spec, step_ms: dict) -> Layout:
     """The spec's layout; at a target width (compact gaps) placed as if each worker's label
     already held its step time, so the longer labels get their room."""
@@ -187,9 +208,10 @@ def _ring_return_clear_of_labels(edges: list) -> list:
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured topology figure of a run as standalone TeX."""
     annotation = annotate_layout(run.spec, run.metrics)
+    layout = measured_hosts(annotation.layout, run.info.get("ranks") or [])
     # run.json's model (from the launcher's preflight) gives a python model's real size
     note = (run.info.get("model") or {}).get("description")
-    return render_topology(run.spec, body_only=body_only, layout=annotation.layout, note=note)
+    return render_topology(run.spec, body_only=body_only, layout=layout, note=note)
 
 
 
