@@ -52,6 +52,8 @@ def _model_section(model: dict):
     for key in model:
         if key not in MODEL_KEYS[kind]:
             users = ", ".join(k for k, keys in MODEL_KEYS.items() if key in keys)
+            if not users:  # a key no kind takes: the schema reports it, with a suggestion
+                continue
             yield MODEL + (key,), f"'{key}' applies to model kind {users}, not {kind}", False
     layers = model.get("layers")
     if kind == "mlp" and isinstance(layers, int) and not isinstance(layers, bool):
@@ -69,6 +71,8 @@ def _dataset_section(dataset: dict):
     for key in dataset:
         if key not in DATASET_KEYS[kind]:
             users = ", ".join(k for k, keys in DATASET_KEYS.items() if key in keys)
+            if not users:  # a key no kind takes: the schema reports it, with a suggestion
+                continue
             yield DATASET + (key,), f"'{key}' applies to dataset kind {users}, not {kind}", False
     if kind in ("file", "text") and "path" not in dataset:
         what = "a .npz or .pt with tensors x and y" if kind == "file" else "a UTF-8 text file"

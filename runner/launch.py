@@ -102,7 +102,6 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     if spec.training.dataset.get("kind") in ("file", "text"):
         dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
     placement = placement_for(spec, world // nnodes)
-    echo(f"dtgen run: {placement.reason}")
     check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
@@ -123,6 +122,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                      nodes, echo, progress, spec_dir, dataset_path, model_info) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
+    echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
     launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),

@@ -168,3 +168,11 @@ def test_an_invariant_is_one_line_in_meta_json_and_one_entry_in_the_exec_file(tm
     with pytest.raises(EditRefusal) as refused:
         edit_file(path, "set-label", {"which": "batch", "text": "shard"}, compile=False)
     assert refused.value.result.invariant == "no-batch-label"
+
+
+@pytest.mark.latex
+def test_what_dtgen_figure_fits_to_a_column_set_size_accepts(tmp_path):
+    # `dtgen figure --width column` and `dtgen edit set-size --fit column` measure the same
+    # thing (the compiled page, border included): the flagship example passes both.
+    path = example(tmp_path, "ps-sync.yaml")
+    assert edit_file(path, "set-size", {"fit": "column"}).written

@@ -390,7 +390,8 @@ def test_each_all_reduce_algorithm_and_central_storage_have_their_own_look():
 def test_a_fitted_figure_that_stays_wider_than_asked_is_reported():
     from opentikz_dt.figures.write import fit_shortfall
 
-    assert fit_shortfall("FIT natural 300.0pt target 241.85pt scale 0.80615\n") == ""  # scaled to the target
-    wide = fit_shortfall("FIT natural 400.0pt target 241.85pt scale 0.75\n")
-    assert "drawn 10.5 cm wide, not the 8.5 cm asked" in wide and "under 6 pt" in wide
+    # a column (8.5 cm = 241.85 pt) less the 8 pt border on each side leaves 225.85 pt of picture
+    assert fit_shortfall("FIT natural 300.0pt target 225.85pt scale 0.75283\n") == ""  # scaled to the target
+    wide = fit_shortfall("FIT natural 400.0pt target 225.85pt scale 0.75\n")
+    assert "drawn 11.1 cm wide, not the 8.5 cm asked" in wide and "under 6 pt" in wide
     assert fit_shortfall("no fit line") == ""

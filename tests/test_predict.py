@@ -288,3 +288,27 @@ def test_size_bound_names_the_reason():
     spec = spec_of({"kind": "gossip"})
     with pytest.raises(DtgenError, match="at most 2,000,000 per prediction"):
         check_size(apply_overrides(spec, (), workers=4000), 600)
+
+
+@pytest.mark.parametrize("values", [[135_222, 190_253], [2.7, 1906.0], [0.8, 0.9]])
+def test_log_ticks_label_at_least_two_values_inside_the_data(values):
+    # pgfplots ends a log axis at the data: ticks outside it are not drawn, and a sweep
+    # whose values span less than one 1-2-5 step got an axis with no numbers at all.
+    from opentikz_dt.predict.sweep import log_ticks
+    ticks = [float(t) for t in str(log_ticks(values)).split(",")]
+    assert sum(min(values) * 0.99 <= t <= max(values) * 1.01 for t in ticks) >= 2, ticks
+
+
+def test_scaling_caption_names_the_calibration_file_not_its_path(tmp_path):
+    from opentikz_dt.predict.sweep import caption
+    notes = caption({"calibration": str(tmp_path / "cal.json")}, [], 20)
+    assert "calibration cal.json" in notes[0] and str(tmp_path) not in notes[0]
+
+
+def test_phase_table_sets_negative_errors_with_a_dash_not_a_hyphen():
+    from types import SimpleNamespace
+    from opentikz_dt.predict.compare import Row, render_phase_table
+    spec = spec_from_data({"strategy": {"kind": "single"}})
+    run = SimpleNamespace(spec=spec, path="run", name="single")
+    tex = render_phase_table([Row("step time", 2.0, 1.0, "ms"), Row("samples/s", 100.0, 150.0, "1/s")], run, run)
+    assert "--50\\%" in tex and "+50\\%" in tex

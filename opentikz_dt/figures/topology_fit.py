@@ -23,6 +23,7 @@ MIN_SCALE = MIN_TEXT_PT / SMALLEST_TEXT_PT
 NARROW_CM = 12.0  # below this target, draw at most COMPACT_WORKERS members of a column
 COMPACT_WORKERS = 4
 PT_PER_CM = 72.27 / 2.54
+BORDER_PT = 8.0  # the standalone border on each side (templates/base.tex.j2)
 
 
 def fitted(spec) -> bool:
@@ -58,5 +59,9 @@ def fit_context(spec, layout) -> dict:
     """Template values: the target width in pt (None: natural width) and the smallest scale allowed."""
     width = target_width_cm(spec)
     floor = round(min(1.0, MIN_TEXT_PT / smallest_text_pt(layout)), 4)
-    return {"fit_pt": None if width is None else round(width * PT_PER_CM, 2), "fit_min_scale": floor,
+    # The target is the compiled PDF's width (what \includegraphics places, and what the
+    # figure-fits-width invariant measures), so the standalone border comes off it, as in
+    # the timeline's layout.
+    fit_pt = None if width is None else round(width * PT_PER_CM - 2 * BORDER_PT, 2)
+    return {"fit_pt": fit_pt, "fit_min_scale": floor,
             "compact": width is not None}

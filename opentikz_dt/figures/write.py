@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import DtgenError
 from .compile import compile_pdf, pdf_to_png, tex_to_svg
 from .render import render_timeline, render_topology
+from .topology_fit import BORDER_PT
 
 KINDS = ("topology", "timeline")
 FORMATS = ("tex", "pdf", "svg", "png")
@@ -58,7 +59,7 @@ def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats
             pdf = compiled.pdf
             shortfall = fit_shortfall(compiled.log)
             if shortfall and notify is not None:
-                notify(f"{stem.with_suffix('.pdf')}: {shortfall}")
+                notify(f"{stem.with_suffix('.tex')}: {shortfall}")  # the .tex is always written
         if "pdf" in formats:
             written.append(_write(stem.with_suffix(".pdf"), pdf))
         if "svg" in formats:
@@ -79,7 +80,9 @@ def fit_shortfall(log: str) -> str:
     natural, target, scale = (float(g) for g in match.groups())
     if natural * scale <= target + 0.5:
         return ""
-    return (f"drawn {natural * scale / 72.27 * 2.54:.1f} cm wide, not the {target / 72.27 * 2.54:.1f} cm asked: "
+    # The FIT line measures the picture; the user asked for a page width (border included).
+    drawn, asked = natural * scale + 2 * BORDER_PT, target + 2 * BORDER_PT
+    return (f"drawn {drawn / 72.27 * 2.54:.1f} cm wide, not the {asked / 72.27 * 2.54:.1f} cm asked: "
             f"scaled further, its smallest text would be under 6 pt")
 
 

@@ -75,7 +75,8 @@ def render_phase_table(rows: list[Row], measured, predicted, body_only: bool = F
     body = []
     for r in rows:
         unit = " (ms)" if r.unit == "ms" else ""
-        err = _err(r).replace("%", "\\%")
+        # A hyphen is not a minus: "-37%" would set shorter than "+60%"; an en dash matches.
+        err = _err(r).replace("%", "\\%").replace("-", "--", 1) if r.error is not None else _err(r)
         body.append(Tex(" & ".join([escape_text(r.label + unit), _fmt(r.measured, r.unit).replace(",", "\\,"),
                                     _fmt(r.predicted, r.unit).replace(",", "\\,"), err])))
     source = f"{measured.path} vs {predicted.path}"[:300]

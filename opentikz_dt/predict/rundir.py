@@ -104,8 +104,11 @@ def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, m
     (out / "trace").mkdir(parents=True)
     (out / "logs").mkdir()
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.data, sort_keys=False), encoding="utf-8")
+    # every event is serialised once: the same text goes to rank<r>.jsonl and trace.json
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    lines = {r: [encode(e) for e in evs] for r, evs in events.items()}
     for rank in range(len(roles)):
-        text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events.get(rank, []))
+        text = "".join(line + "\n" for line in lines.get(rank, []))
         if failed and rank == crash_rank:
             text += json.dumps({"ph": "X", "name": "forward", "pid": rank, "tid": 0, "ts": 1.0})[:25]
         (out / "trace" / f"rank{rank}.jsonl").write_text(text, encoding="utf-8")
@@ -125,11 +128,13 @@ def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, m
     (out / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
     if failed and not merged_on_crash:
         return
-    merged = sorted((e for evs in events.values() for e in evs), key=lambda e: e["ts"])
+    order = sorted((e["ts"], r, i) for r, evs in events.items() for i, e in enumerate(evs))
     metadata = {"spec": spec.name, "strategy": spec.strategy.kind, "sync": spec.strategy.sync,
                 "ended_early": failed}
     if predicted is not None:
         metadata["predicted"] = True
+    head = [encode(e) for e in _trace_events(result, roles)]
     with open(out / "trace.json", "w", encoding="utf-8") as handle:
-        json.dump({"traceEvents": _trace_events(result, roles) + merged, "displayTimeUnit": "ms",
-                   "metadata": metadata}, handle, separators=(",", ":"))
+        handle.write('{"traceEvents":[')
+        handle.write(",".join(head + [lines[r][i] for _, r, i in order]))
+        handle.write('],"displayTimeUnit":"ms","metadata":' + encode(metadata) + "}")

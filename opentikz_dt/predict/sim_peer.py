@@ -37,6 +37,8 @@ def _buckets(blocks) -> list[tuple[int, int]]:
 
 
 def _start(sim, k: int, step: int, free: list) -> float:
+    """Where step's traced work begins: after the untraced per-step time, which the runner's
+    step time counts (batch gathering sits inside forward_backward, before `forward`)."""
     return free[k] + sim.costs.overhead(step)
 
 
@@ -76,7 +78,7 @@ def native(sim, steps: int) -> None:
                 t = rec.span(k, "slowdown", 0, t, t + (sim.slow[k] - 1) * (t - starts[k]), step, factor=sim.slow[k])
             end = _optimizer(sim, k, step, t)
             rec.moved(k, moved, moved)
-            rec.step(sim.ids[k], step, starts[k], end)
+            rec.step(sim.ids[k], step, free[k], end)
             free[k] = end
 
 
@@ -161,7 +163,7 @@ def manual(sim, steps: int) -> None:
         ends = reduce(sim, step, ready, ranks) if n > 1 else ready
         for k in range(n):
             end = _optimizer(sim, k, step, ends[k])
-            rec.step(sim.ids[k], step, starts[k], end)
+            rec.step(sim.ids[k], step, free[k], end)
             free[k] = end
 
 
@@ -191,7 +193,7 @@ def gossip(sim, steps: int) -> None:
             end = begin + c.noisy_comm(exchange + 1e6 * c.add_s * sim.params * len(frm), step)
             rec.span(k, "gossip", 1, ready[k], end, step, peers=[sim.ids[p] for p in frm])
             rec.moved(k, len(to) * sim.nbytes, len(frm) * sim.nbytes)
-            rec.step(sim.ids[k], step, starts[k], end)
+            rec.step(sim.ids[k], step, free[k], end)
             free[k] = end
 
 
@@ -201,5 +203,6 @@ def single(sim, steps: int) -> None:
     t = 0.0
     for step in range(steps):
         start = t + sim.costs.overhead(step)
-        t = _optimizer(sim, 0, step, _compute(sim, 0, step, start, batch, 1))
-        rec.step(sim.ids[0], step, start, t)
+        end = _optimizer(sim, 0, step, _compute(sim, 0, step, start, batch, 1))
+        rec.step(sim.ids[0], step, t, end)
+        t = end

@@ -86,5 +86,6 @@ def pipeline(sim, steps: int) -> None:
                 rec.moved(s, tied, tied)
         for s in range(p):
             o = c.noisy(c.optimizer(stage_params[s], stage_tensors[s], active), step)
+            began = free_at[s]
             free_at[s] = rec.span(s, "optimizer", 0, free[s], free[s] + o, step)
-            rec.step(sim.ids[s], step, start[s], free_at[s])
+            rec.step(sim.ids[s], step, began, free_at[s])

@@ -102,7 +102,8 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     lat = assumed.get("latency_s")
     latency = f", latency {lat * 1e3:g} ms" if lat is not None else ""
     source = assumed.get("calibration", "")
-    source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {source}"
+    # The file's name only: a figure for a paper must not carry this machine's paths.
+    source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
     notes = [f"predicted from the {source}: every rank on its own core, compute as "
              f"calibrated solo; {link}{latency}; {steps} steps, first left out"]
     if skipped:
@@ -119,6 +120,10 @@ def log_ticks(values: list) -> Tex:
         decade *= 10
     if len(ticks) > 8:
         ticks = [t for t in ticks if f"{t:.6g}".lstrip("0.").startswith("1")]
+    if sum(lo <= t <= hi for t in ticks) < 2:
+        # The axis ends at the data: values within one 1-2-5 step (135k..190k) would
+        # leave it with no labelled tick at all. Label both ends, rounded.
+        ticks = sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")} | {t for t in ticks if lo <= t <= hi})
     return Tex(",".join(f"{t:.6g}" for t in ticks))
 
 
