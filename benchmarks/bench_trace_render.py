@@ -4,7 +4,7 @@
     python benchmarks/bench_trace_render.py --sizes 10000,100000
 
 For each size it writes a synthetic sync parameter-server run (4 workers + 1 server,
-opentikz_dt.measured.synth) whose trace.json holds about that many events, then times
+opentikz_dt.predict.synthetic) whose trace.json holds about that many events, then times
 `render` = load trace.json + choose the default window + build the Timeline + template
 to TeX (what `dtgen figure RUN_DIR --kind timeline` does before compiling), a
 whole-run render (every step in one window, aggregated to the box budget) and the
@@ -26,7 +26,7 @@ from pathlib import Path
 from opentikz_dt.figures.compile import compile_pdf
 from opentikz_dt.figures.render import render_timeline
 from opentikz_dt.measured.run import load_run
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 from opentikz_dt.measured.timeline import measured_timeline
 from opentikz_dt.measured.trace import load_trace
 

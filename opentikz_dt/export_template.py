@@ -26,6 +26,7 @@ _LIBRARIES = re.compile(r"\\usetikzlibrary\{([^}]*)\}")
 _PACKAGES = re.compile(r"\\usepackage(?:\[[^\]]*\])?\{([^}]*)\}")
 _PROBE = re.compile(r"\\makeatletter\n% Geometry probe.*?\\makeatother\n", re.DOTALL)
 _PROBE_CALL = re.compile(r"^\s*\\dtgenbbox\{[^}]*\}\n", re.MULTILINE)
+_PROBE_PATH = re.compile(r"^\s*\\path\[probepath=[^\]]*\][^\n]*;\n", re.MULTILINE)
 
 # How to edit the exported figure by hand, in OpenTikZ's words (seed 000's operations).
 TEMPLATE_OPERATIONS = [
@@ -46,7 +47,11 @@ def template_tex(spec) -> str:
 
     tex = render_topology(spec)
     body = tex[tex.index("\\documentclass"):]
-    body = _PROBE_CALL.sub("", _PROBE.sub("", body))
+    stripped = _PROBE_PATH.sub("", _PROBE_CALL.sub("", _PROBE.sub("", body)))
+    # The probe only measures for dtgen's checks; dropping it is cosmetic, so if the
+    # figures' probe has changed shape and something of it is left, keep it whole.
+    if not re.search(r"dtgen@|dtgenbbox|probepath", stripped):
+        body = stripped
     header = (f"% OpenTikZ template exported by dtgen {__version__} from the spec '{spec.name}'.\n"
               "% Edit the parameters block below; template.meta.json lists what each one controls.\n")
     return header + body

@@ -32,6 +32,7 @@ class Strategy:
     servers: tuple[int, int | None] = (0, 0)  # least and most server shards; the least is the default
     server_label: str = "Parameter server"  # default topology.servers.label
     drawers: tuple[str, ...] = ()  # topology drawer per algorithm (same order); default: the kind
+    data_parallel: bool = True  # every worker takes its own slice of the global batch (not pipeline)
 
     def drawer(self, algorithm: str) -> str:
         """The topology drawer (figures.topology) for this kind and algorithm."""
@@ -51,7 +52,7 @@ STRATEGIES = (
     Strategy("gossip", "Decentralized gossip training", "gossip", ("gossip", "optimizer"),
              options=("peers",), workers=(2, None)),
     Strategy("pipeline", "Pipeline-parallel training", "pipeline", ("send", "recv", "optimizer"),
-             options=("microbatches", "schedule", "stages"), workers=(2, None)),
+             options=("microbatches", "schedule", "stages"), workers=(2, None), data_parallel=False),
 )
 
 BY_KIND = {s.kind: s for s in STRATEGIES}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .strategies import strategy
 from .workload import MODEL_KEYS, workload_of
 
 MODEL = ("training", "model")
@@ -51,6 +52,8 @@ def _model_section(model: dict):
     for key in model:
         if key not in MODEL_KEYS[kind]:
             users = ", ".join(k for k, keys in MODEL_KEYS.items() if key in keys)
+            if not users:  # a key no kind takes: the schema reports it, with a suggestion
+                continue
             yield MODEL + (key,), f"'{key}' applies to model kind {users}, not {kind}", False
     layers = model.get("layers")
     if kind == "mlp" and isinstance(layers, int) and not isinstance(layers, bool):
@@ -68,6 +71,8 @@ def _dataset_section(dataset: dict):
     for key in dataset:
         if key not in DATASET_KEYS[kind]:
             users = ", ".join(k for k, keys in DATASET_KEYS.items() if key in keys)
+            if not users:  # a key no kind takes: the schema reports it, with a suggestion
+                continue
             yield DATASET + (key,), f"'{key}' applies to dataset kind {users}, not {kind}", False
     if kind in ("file", "text") and "path" not in dataset:
         what = "a .npz or .pt with tensors x and y" if kind == "file" else "a UTF-8 text file"
@@ -106,7 +111,7 @@ def _synthetic_rule(spec, kind: str, d: dict):
         for key in ("shape", "classes"):
             if key in d:
                 yield DATASET + (key,), f"'{key}' is for python models; synthetic data for {_a(kind)} follows the model"
-    data_parallel = 1 if spec.strategy.kind == "pipeline" else spec.topology.workers.count
+    data_parallel = spec.topology.workers.count if strategy(spec.strategy.kind).data_parallel else 1
     if d["samples"] < spec.training.batch_size * data_parallel:
         yield DATASET + ("samples",), (f"{d['samples']} samples are fewer than one global batch "
                                        f"({spec.training.batch_size} x {data_parallel})")

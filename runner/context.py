@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ..strategies import strategy
 from . import checkpoint
 from .dist import settle
 from .faults import fault_for, inject
@@ -35,7 +36,7 @@ class RankContext:
         self.start_step = start_step
         self._resume_step = resume_step
         workers = [i for i, (role, _) in enumerate(roles) if role == "worker"]
-        self.dp_size = len(workers) if spec.strategy.kind not in ("single", "pipeline") else 1
+        self.dp_size = len(workers) if strategy(spec.strategy.kind).data_parallel else 1
         self._fault = fault_for(spec, rank, attempt)
         self._slowdown = spec.topology.workers.slowdown_of(self.id) if self.id.startswith("w") else 1.0
         self._ckpt_every = checkpoint.checkpoint_every(spec)

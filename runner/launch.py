@@ -28,6 +28,7 @@ from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .placement import check_strategy
 from .preflight import preflight
+from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
 
 SUBDIRS = ("logs", "trace", "metrics", "progress", "failure", "ranks", "model_parts", "checkpoints")
@@ -45,6 +46,16 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def refuse_existing_out(out: str | Path | None, force: bool, node_rank: int = 0) -> None:
+    """A run never writes into a file or, without --force, into a folder holding something."""
+    if out is None or node_rank != 0 or not Path(out).exists():
+        return
+    if not Path(out).is_dir():
+        raise RunError(f"{out}: exists and is not a directory")
+    if not force and any(Path(out).iterdir()):
+        raise RunError(f"{out}: directory exists and is not empty (use --force to overwrite)")
+
+
 def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 0) -> Path:
     if out is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -56,11 +67,8 @@ def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 
     else:
         run_dir = Path(out)
     if run_dir.exists() and node_rank == 0:  # other nodes share node 0's directory
-        if not run_dir.is_dir():
-            raise RunError(f"{run_dir}: exists and is not a directory")
+        refuse_existing_out(run_dir, force, node_rank)
         if any(run_dir.iterdir()):
-            if not force:
-                raise RunError(f"{run_dir}: directory exists and is not empty (use --force to overwrite)")
             # Remove only what a run writes, so `--out . --force` cannot wipe a project.
             for name in SUBDIRS:
                 shutil.rmtree(run_dir / name, ignore_errors=True)
@@ -80,16 +88,15 @@ def resolve_spec(spec_path, steps: int | None):
 
 
 def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, node_rank: int = 0,
-               rdzv_endpoint: str | None = None, force: bool = False, echo=None, progress: bool = True) -> RunResult:
+               rdzv_endpoint: str | None = None, force: bool = False, echo=None, progress: bool = True,
+               rdzv_timeout: float = 120.0) -> RunResult:
     """Run a spec for real; write the run directory; return its metrics or raise RunError."""
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     spec, data = resolve_spec(spec_path, steps)
     roles = load_strategy(spec.strategy.kind).roles(spec)
     world = len(roles)
-    if nnodes < 1 or world % nnodes:
-        raise RunError(f"{world} ranks do not split evenly over {nnodes} nodes")
-    if nnodes > 1 and not rdzv_endpoint:
-        raise RunError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+    check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)
+    refuse_existing_out(out, force, node_rank)  # before the placement line and the trial forward pass
     spec_dir = str(Path(spec_path).resolve().parent)
     dataset_path = None
     if spec.training.dataset.get("kind") in ("file", "text"):
@@ -98,20 +105,43 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
+    nodes = None
+    if nnodes > 1:
+        from .multinode import NodeGroup
+
+        nodes = NodeGroup(rdzv_endpoint, nnodes, node_rank, data, f"{spec.name}", rdzv_timeout)
+    try:
+        return _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint,
+                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info)
+    finally:
+        if nodes is not None:
+            nodes.stop()
+
+
+def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint, rdzv_timeout,
+                     nodes, echo, progress, spec_dir, dataset_path, model_info) -> RunResult:
+    world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
     echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
     launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),
-              "spec_dir": spec_dir}
+              "spec_dir": spec_dir, "node_rank": node_rank, "node_addr": nodes.addr if nodes else None,
+              "node_token": node_token(), "rdzv_host": bool(nodes and nodes.hosts_store)}
     (run_dir / "launch.json").write_text(json.dumps(launch), encoding="utf-8")
     start = _now_iso()
     monitor = Monitor(run_dir, spec, roles, echo=echo if progress else None)
     failure = None
+    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1"}
+    if nodes is not None:
+        nodes.start_heartbeat(spec.runtime.timeout_s + CUT_OFF_GRACE_S,
+                              lambda silent: _cut_off(run_dir, nodes, silent, echo))
+        env.update(gloo_env(nodes.addr))
     with launch_helpers_reaped():  # nothing outlives `dtgen run`, however it ends
         try:
-            with _env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1"), temp_dir_in(run_dir):
-                _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor)
+            with _env(**env), temp_dir_in(run_dir):
+                _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
+                         rdzv_timeout)
         except _Failed as exc:
             failure = describe_failure(run_dir, roles, exc.failures, monitor)
         except KeyboardInterrupt:
@@ -120,7 +150,52 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
                        "message": "interrupted: every rank was stopped"}
         finally:
             monitor.stop()
+    if failure is not None and nodes is not None:
+        lost = lost_hosts_line(nodes, run_dir)
+        if lost:
+            failure["message"] = f"{lost}\n{failure['message']}"
+            failure["lost"] = lost
     return _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info)
+
+
+CUT_OFF_GRACE_S = 15
+
+
+def _cut_off(run_dir, nodes, silent: float, echo) -> None:
+    """This node lost the rendezvous store (its link, or node 0, is gone): stop its ranks
+    and leave, keeping the partial trace in its folder. Called from the heartbeat thread
+    while torch's agent may be blocked on the store."""
+    import signal
+
+    for p in (Path(run_dir) / "ranks").glob("rank*.json"):
+        try:
+            os.kill(int(json.loads(p.read_text(encoding="utf-8"))["pid"]), signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+    echo(f"dtgen: error: node {nodes.node_rank} ({nodes.addr}) lost contact with node 0 at {nodes.endpoint} "
+         f"for {silent:.0f} s (link down or node 0 gone); its ranks were stopped\n"
+         f"run directory: {run_dir} (partial trace kept)")
+    os._exit(3)
+
+
+def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoint) -> None:
+    """Refuse node layouts that cannot work, before anything is written or started."""
+    if node_rank >= nnodes:
+        raise RunError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (nodes are numbered 0..{nnodes - 1})")
+    if nnodes == 1:
+        return
+    if not endpoint:
+        raise RunError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+    hosts = spec.topology.hosts
+    if hosts != nnodes:
+        raise RunError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
+                       "(hierarchical groups and the topology figure follow topology.hosts)")
+    if spec.strategy.kind == "central-storage":
+        raise RunError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
+                       "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
+    if world % nnodes:
+        raise RunError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
+                       f"(workers + servers); every host runs the same number of ranks")
 
 
 class _Failed(Exception):
@@ -128,7 +203,7 @@ class _Failed(Exception):
         self.failures = failures  # global rank -> exit code
 
 
-def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor) -> None:
+def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor, rdzv_timeout=120.0) -> None:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -141,6 +216,9 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor)
         run_id=f"dtgen-{spec.name}-{launch['epoch_ns']}" if nnodes == 1 else f"dtgen-{spec.name}",
         rdzv_backend="c10d", rdzv_endpoint=endpoint or "localhost:0",
         max_restarts=spec.runtime.restarts, monitor_interval=0.2, start_method="spawn",
+        local_addr=launch["node_addr"] if nnodes > 1 else None,
+        # is_host given, so torch does not resolve this host's name (small clusters often cannot)
+        rdzv_configs={"join_timeout": int(rdzv_timeout), "is_host": launch["rdzv_host"]} if nnodes > 1 else {},
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs" / "elastic"), redirects=Std.NONE),
         shutdown_timeout=3,
     )
@@ -178,32 +256,27 @@ class _env:
                 os.environ[k] = v
 
 
-def _runs_rank0(run_dir) -> bool:
-    try:
-        info = json.loads((Path(run_dir) / "ranks" / "rank0.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return info.get("host") == socket.gethostname()
-
-
 def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info=None) -> RunResult:
     import torch
 
-    # c10d rendezvous (as torchrun) orders nodes by arrival, not by --node-rank: the node
-    # that ran global rank 0 merges (the run directory should be on a shared filesystem).
-    if nnodes > 1 and not _runs_rank0(run_dir):
+    # Every rank's files reach node 0 (multinode.gather_to_node0), so node 0 merges;
+    # c10d (as torchrun) may give global rank 0 to another node.
+    if nnodes > 1 and node_rank != 0:
         if failure is not None:
             raise RunError(f"{failure['message']}\nrun directory: {run_dir}")
-        echo(f"node {node_rank} done; the node that ran rank 0 merges the results into {run_dir}")
+        echo(f"node {node_rank} done; node 0 merges the results into its run directory")
         return RunResult(run_dir, {}, {})
 
     from .merge import merge_metrics, merge_model, merge_trace
     from .summary import render_summary
 
     ended_early = failure is not None
+    hosts = {e["rank"]: e for e in read_hosts(run_dir)}
+    # Each rank's clock offset to rank 0 and its bound (half the least ping-pong round trip).
+    clock = {str(r): e["clock"] for r, e in sorted(hosts.items()) if e.get("clock")}
     trace_info = merge_trace(run_dir, roles, {"spec": spec.name, "strategy": spec.strategy.kind,
                                                "sync": spec.strategy.sync, "algorithm": spec.strategy.algorithm,
-                                               "ended_early": ended_early})
+                                               "ended_early": ended_early, **({"clock": clock} if clock else {})})
     metrics = merge_metrics(run_dir, roles, spec.training.steps)
     if not ended_early:
         try:
@@ -218,7 +291,9 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
         except (OSError, ValueError):
             pass
         status = 0 if failure is None else (failure.get("exit_codes", {}).get(rank, "terminated"))
-        ranks.append({"rank": rank, "role": role, "id": ident, "host": info.get("host"), "pid": info.get("pid"),
+        where = hosts.get(rank, {})
+        ranks.append({"rank": rank, "role": role, "id": ident, "host": info.get("host"), "addr": where.get("addr"),
+                      "node_rank": where.get("node_rank"), "pid": info.get("pid"),
                       "device": info.get("device"), "backend": info.get("backend"), "exit_status": status})
     run = {"dtgen": __version__, "torch": torch.__version__, "backend": ranks[0]["backend"],
            "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
@@ -229,6 +304,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
+        error.lost = failure.get("lost")
         if failure.get("exit_code") == 130:
             error.exit_code = 130  # interrupted, as the CLI's own Ctrl-C handling
         raise error

@@ -33,6 +33,9 @@ def rank_main(run_dir: str, launch: dict) -> None:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     _redirect_output(run_dir, rank)
+    from . import multinode
+
+    multinode.die_with_parent()
     (run_dir / "failure" / f"rank{rank}.json").unlink(missing_ok=True)  # from an earlier attempt
     print(f"dtgen: rank {rank} attempt {attempt} pid {os.getpid()} host {socket.gethostname()}", flush=True)
 
@@ -57,6 +60,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
         _write_rank_info(run_dir, rank, role, ident, placement_for(spec).device_name(local_rank), backend, attempt)
         backend, device, control = setup_process_group(spec, rank, world, local_rank)
         ctx = _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt)
+        hosts = multinode.exchange_hosts(run_dir, rank, world, local_rank, launch, control, ctx.tracer.clock)
         tracer, metrics = ctx.tracer, ctx.metrics
         _flush_on_sigterm(tracer, metrics)
         if ctx.start_step:
@@ -64,6 +68,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
         strategy.train(ctx)
         tracer.flush()
         metrics.write()
+        multinode.gather_to_node0(run_dir, rank, world, hosts, control)  # no shared filesystem needed
         import torch.distributed as dist
 
         dist.barrier(group=control)  # nobody leaves while a peer may still talk to it
@@ -127,14 +132,18 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
     # at that instant and the step to resume from; each rank measures its perf counter's
     # offset to rank 0's by ping-pong (a barrier alone is off by scheduling delays, ms on a
     # busy machine). The run's epoch is node 0's launch time.
-    resume = checkpoint.latest_complete(run_dir, world) if rank == 0 else None
     dist.barrier(group=control)
+    from .multinode import agreed_checkpoint
+
+    resume = agreed_checkpoint(run_dir, rank, world, control)  # each node reads only its own folder
     info = torch.tensor([time.time_ns(), time.perf_counter_ns(), -1 if resume is None else resume,
                          int(launch["epoch_ns"])], dtype=torch.int64)
     dist.broadcast(info, 0, group=control)
-    offset_ns = _clock_offset_ns(rank, world, control)
-    print(f"dtgen: perf counter offset to rank 0: {offset_ns / 1000:.1f} us", flush=True)
+    offset_ns, rtt_ns = _clock_offset_ns(rank, world, control)
+    print(f"dtgen: perf counter offset to rank 0: {offset_ns / 1000:.1f} us "
+          f"(+- {rtt_ns / 2000:.1f} us, half the least round trip)", flush=True)
     tracer.set_clock(int(info[1]) + offset_ns, (int(info[0]) - int(info[3])) / 1000)
+    tracer.clock = {"offset_us": offset_ns / 1000, "bound_us": rtt_ns / 2000}  # hosts.json, trace metadata
     resume = None if int(info[2]) < 0 else int(info[2])
 
     def clock() -> float:
@@ -155,9 +164,10 @@ def _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backen
                        dataset_path=launch.get("dataset_path"), spec_dir=launch.get("spec_dir"))
 
 
-def _clock_offset_ns(rank: int, world: int, group, rounds: int = 8) -> int:
-    """This rank's perf_counter_ns minus rank 0's, from the ping-pong with the least
-    round-trip time (NTP's estimate); 0 on rank 0."""
+def _clock_offset_ns(rank: int, world: int, group, rounds: int = 8) -> tuple[int, int]:
+    """(this rank's perf_counter_ns minus rank 0's, the least round trip) from the
+    ping-pong with the least round-trip time (NTP's estimate: the offset is right to
+    within half that round trip); (0, 0) on rank 0."""
     import torch
     import torch.distributed as dist
 
@@ -172,14 +182,15 @@ def _clock_offset_ns(rank: int, world: int, group, rounds: int = 8) -> int:
                 t1 = time.perf_counter_ns()
                 if best is None or t1 - t0 < best[0]:
                     best = (t1 - t0, int(buf[0]) - (t0 + t1) // 2)
-            dist.send(torch.tensor([best[1]], dtype=torch.int64), peer, group=group)
-        return 0
+            dist.send(torch.tensor([best[1], best[0]], dtype=torch.int64), peer, group=group)
+        return 0, 0
     for _ in range(rounds):
         dist.recv(buf, 0, group=group)
         buf[0] = time.perf_counter_ns()
         dist.send(buf, 0, group=group)
-    dist.recv(buf, 0, group=group)
-    return int(buf[0])
+    answer = torch.zeros(2, dtype=torch.int64)
+    dist.recv(answer, 0, group=group)
+    return int(answer[0]), int(answer[1])
 
 
 def _write_rank_info(run_dir, rank, role, ident, device, backend, attempt) -> None:

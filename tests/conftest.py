@@ -29,7 +29,7 @@ def pytest_configure(config):
     shared = tempfile.gettempdir()
     private = tempfile.mkdtemp(prefix="dtgen-pytest-tmp-")
     _session.update(shared=Path(shared), private=Path(private), saved=os.environ.get("TMPDIR"),
-                    before=_ours_in(Path(shared)))
+                    before=_ours_in(Path(shared)), set_temproot="PYTEST_DEBUG_TEMPROOT" not in os.environ)
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", shared)  # tmp_path stays where pytest keeps it
     os.environ["TMPDIR"] = private
     tempfile.tempdir = private
@@ -55,6 +55,8 @@ def pytest_unconfigure(config):
     if "private" not in _session:
         return
     tempfile.tempdir = None
+    if _session["set_temproot"]:
+        os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
     if _session["saved"] is None:
         os.environ.pop("TMPDIR", None)
     else:
@@ -96,3 +98,27 @@ def _cuda_available() -> bool:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def netcluster():
+    """Factory for emulated clusters (scripts/netcluster.sh): `netcluster(hosts, link)`.
+    Every cluster it made is torn down afterwards, also when the test failed, and the
+    test fails if any of their namespaces is left."""
+    from opentikz_dt.runner.netcluster import NetCluster, namespaces, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    made = []
+
+    def make(hosts: int, link: str = "200mbit"):
+        cluster = NetCluster(hosts, link)
+        made.append(cluster)
+        return cluster.up()
+
+    yield make
+    for cluster in made:
+        cluster.down()
+    left = [ns for cluster in made for ns in namespaces(cluster.name + "-")]
+    assert not left, f"namespaces left behind: {left}"

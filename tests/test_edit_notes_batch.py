@@ -45,7 +45,7 @@ def test_a_recolour_the_figure_does_not_draw_says_so(tmp_path):
     result = edit_file(path, "recolor", {"flow": "weight", "color": "otblue"}, compile=False)
     assert result.written
     assert [n for n in result.notes if n.startswith("no figure changes") and "figure.colors.weight" in n]
-    shown = edit_file(path, "recolor", {"flow": "grad", "color": "otorange"}, compile=False)
+    shown = edit_file(path, "recolor", {"flow": "grad", "color": "otteal"}, compile=False)
     assert not [n for n in shown.notes if n.startswith("no figure changes")]
 
 
@@ -65,8 +65,8 @@ def test_comments_mentioning_an_old_value_are_flagged(tmp_path):
 def test_batch_is_all_or_none(tmp_path):
     path = example(tmp_path, "ps-sync.yaml")
     before = path.read_bytes()
-    ops = [("recolor", {"flow": "grad", "color": "otorange"}), ("add-worker", {}),
-           ("recolor", {"flow": "data", "color": "otorange"})]  # the third clashes with the first
+    ops = [("recolor", {"flow": "data", "color": "otblue"}), ("add-worker", {}),
+           ("recolor", {"flow": "weight", "color": "otblue"})]  # the third clashes with the first
     with pytest.raises(EditRefusal) as refused:
         edit_batch(path, ops, compile=False)
     assert refused.value.result.invariant == "distinct-flow-colors"
@@ -76,7 +76,7 @@ def test_batch_is_all_or_none(tmp_path):
     assert path.read_bytes() == before
     result = edit_batch(path, ops[:2] + [("set-slowdown", {"worker": "w4", "factor": 2})], compile=False)
     spec = load_spec(path)
-    assert result.written and spec.figure.colors["grad"] == "otorange" and spec.topology.workers.slowdown == {"w4": 2}
+    assert result.written and spec.figure.colors["data"] == "otblue" and spec.topology.workers.slowdown == {"w4": 2}
 
 
 def test_cli_ops_from_stdin_and_list(tmp_path):
@@ -141,9 +141,9 @@ def test_set_size_is_checked_against_the_compiled_width(tmp_path):
     assert load_spec(path).figure.width == "page"
 
 
-def _no_orange_gradients(spec):  # a spec invariant registered by the test below
-    if spec.figure.colors["grad"] == "otorange":
-        yield ("figure", "colors", "grad"), "gradients may not be orange here"
+def _no_blue_data(spec):  # a spec invariant registered by the test below
+    if spec.figure.colors["data"] == "otblue":
+        yield ("figure", "colors", "data"), "the data flow may not be blue here"
 
 
 def _no_batch_label(tex):  # a TeX invariant registered by the test below
@@ -155,16 +155,24 @@ def test_an_invariant_is_one_line_in_meta_json_and_one_entry_in_the_exec_file(tm
     from opentikz_dt.resources import contract_exec, contract_meta
 
     meta, executable = copy.deepcopy(contract_meta()), copy.deepcopy(contract_exec())
-    meta["edit_contract"]["invariants"] += ["no-orange-gradients: test only", "no-batch-label: test only"]
-    executable["invariants"]["no-orange-gradients"] = {"applies_to": "spec", "check": f"{__name__}:_no_orange_gradients"}
+    meta["edit_contract"]["invariants"] += ["no-blue-data: test only", "no-batch-label: test only"]
+    executable["invariants"]["no-blue-data"] = {"applies_to": "spec", "check": f"{__name__}:_no_blue_data"}
     executable["invariants"]["no-batch-label"] = {"applies_to": "tex", "check": f"{__name__}:_no_batch_label"}
     monkeypatch.setattr(contract, "contract_meta", lambda: meta)
     monkeypatch.setattr(contract, "contract_exec", lambda: executable)
     assert not [p for p in contract.check_contract() if "invariant" in p]
     path = example(tmp_path, "ps-sync.yaml")
     with pytest.raises(EditRefusal) as refused:
-        edit_file(path, "recolor", {"flow": "grad", "color": "otorange"}, compile=False)
-    assert refused.value.result.invariant == "no-orange-gradients"
+        edit_file(path, "recolor", {"flow": "data", "color": "otblue"}, compile=False)
+    assert refused.value.result.invariant == "no-blue-data"
     with pytest.raises(EditRefusal) as refused:
         edit_file(path, "set-label", {"which": "batch", "text": "shard"}, compile=False)
     assert refused.value.result.invariant == "no-batch-label"
+
+
+@pytest.mark.latex
+def test_what_dtgen_figure_fits_to_a_column_set_size_accepts(tmp_path):
+    # `dtgen figure --width column` and `dtgen edit set-size --fit column` measure the same
+    # thing (the compiled page, border included): the flagship example passes both.
+    path = example(tmp_path, "ps-sync.yaml")
+    assert edit_file(path, "set-size", {"fit": "column"}).written

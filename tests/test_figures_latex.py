@@ -288,3 +288,25 @@ def test_chinese_and_japanese_labels_compile_through_cjk_only_when_needed():
     # a glyph the Arphic fonts lack (the Japanese long-vowel mark) is an error naming it, not a blank
     with pytest.raises(CompileError, match=r"no glyph for 'ー' \(U\+30FC\)"):
         compile_pdf(render_topology(spec_from_data({"strategy": {"kind": "gossip"}, "title": "データ"})))
+
+
+def test_topologies_fit_one_column_with_legible_text():
+    """--width column: PS, sharded, pipeline, gossip and ring are at most 8.5 cm wide at final size
+    and no word is smaller than 6 pt (pdftotext word boxes); the layout adapted (compact gaps,
+    fewer workers), only the rest is scaled."""
+    from opentikz_dt.figures.compile import pdf_page_size, pdf_words
+    from opentikz_dt.figures.fit import with_width
+
+    sharded = load_spec(next(p for p in EXAMPLES if p.stem == "ps-sharded"))
+    sharded = spec_from_data({**sharded.data, "figure": {**sharded.data["figure"], "labels": {}}})  # no subscripts
+    specs = [load_spec(next(p for p in EXAMPLES if p.stem == stem)) for stem in ("ps-sync", "pipeline-1f1b", "gossip",
+                                                                                  "allreduce-ring")] + [sharded]
+    for spec in specs:
+        result = compile_pdf(render_topology(with_width(spec, "column")))
+        width, _ = pdf_page_size(result.pdf)
+        assert width / 72.27 * 2.54 <= 8.5 + 0.02, (spec.name, width)  # the page, border included
+        smallest = min(pdf_words(result.pdf), key=lambda w: w[1])
+        assert smallest[1] >= 6.0 - 0.05, (spec.name, smallest)
+        assert check_figure_geometry(result.log) == [], spec.name
+    natural, _ = pdf_page_size(compile_pdf(render_topology(specs[0])).pdf)
+    assert (natural - 16) / 72.27 * 2.54 > 9.0  # the natural figure is wider: the fit did something

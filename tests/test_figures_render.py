@@ -385,3 +385,13 @@ def test_each_all_reduce_algorithm_and_central_storage_have_their_own_look():
     big = render_topology(spec_from_data({"strategy": {"kind": "parameter-server"},
                                           "topology": {"workers": {"count": 1024}}, **BIG}))
     assert "Worker 1,024" in big and "Worker 1024" not in big
+
+
+def test_a_fitted_figure_that_stays_wider_than_asked_is_reported():
+    from opentikz_dt.figures.write import fit_shortfall
+
+    # a column (8.5 cm = 241.85 pt) less the 8 pt border on each side leaves 225.85 pt of picture
+    assert fit_shortfall("FIT natural 300.0pt target 225.85pt scale 0.75283\n") == ""  # scaled to the target
+    wide = fit_shortfall("FIT natural 400.0pt target 225.85pt scale 0.75\n")
+    assert "drawn 11.1 cm wide, not the 8.5 cm asked" in wide and "under 6 pt" in wide
+    assert fit_shortfall("no fit line") == ""

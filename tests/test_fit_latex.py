@@ -14,7 +14,7 @@ from opentikz_dt.figures.render import render_timeline
 from opentikz_dt.measured.plots import render_loss_plot, render_throughput_plot
 from opentikz_dt.measured.run import load_run
 from opentikz_dt.measured.timeline import measured_timeline
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 from opentikz_dt.spec import load_spec, spec_from_data
 
 pytestmark = pytest.mark.latex
@@ -51,7 +51,7 @@ def test_plots_and_measured_timelines_fit_one_column_and_tick_labels_never_run_t
     column = dataclasses.replace(eight, spec=with_width(eight.spec, "column"))
     bars = render_throughput_plot([column])
     measured = render_timeline(column.spec, measured_timeline(column.spec, column.trace).timeline)
-    assert "{W8}" in measured and "4 more workers" in measured  # W1..W3, the ellipsis lane, W8
+    assert "{Worker 8}" in measured and "4 more workers" in measured  # workers 1-3, the ellipsis lane, 8
     for tex in (bars, render_loss_plot([column]), measured):
         width, smallest, words = _measure(tex)
         assert width <= COLUMN_CM and smallest >= MIN_TEXT_PT

@@ -18,7 +18,7 @@ from opentikz_dt.measured.annotate import annotate_layout, human_bytes
 from opentikz_dt.measured.compare import default_loss_target, render_summary_table, summarize, time_to_loss
 from opentikz_dt.measured.figures import render_run_figures
 from opentikz_dt.measured.run import load_run
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 from opentikz_dt.measured.timeline import measured_timeline, pipeline_bubble
 from opentikz_dt.measured.trace import load_trace
 from opentikz_dt.measured.window import (MAX_BOXES, Cell, StepsOptionError, bound_boxes, parse_steps,
@@ -315,7 +315,7 @@ def test_synthetic_run_follows_the_interface(tmp_path):
     assert sorted(e["id"] for e in flows if e["ph"] == "s") == sorted(e["id"] for e in flows if e["ph"] == "f")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics) == {"steps", "loss", "wall_s", "samples_per_s", "step_time_s", "bytes", "staleness",
-                            "per_worker_samples_per_s"}
+                            "per_worker_samples_per_s", "steps_done", "warmup_s"}
 
 
 def test_sampled_trace_default_window_falls_back_to_single_steps(tmp_path):

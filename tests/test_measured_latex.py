@@ -9,7 +9,7 @@ from opentikz_dt.figures.compile import compile_pdf, pdf_text
 from opentikz_dt.measured.compare import compare_runs
 from opentikz_dt.measured.figures import render_run_figures, write_run_figures
 from opentikz_dt.measured.run import load_run
-from opentikz_dt.measured.synth import write_synthetic_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
 
 pytestmark = pytest.mark.latex
 KINDS = ["ps-sync", "ps-async", "allreduce-ring", "pipeline-1f1b"]
@@ -93,3 +93,13 @@ def test_measured_ring_and_pipeline_topologies_keep_edges_off_their_labels(tmp_p
             assert "kB/step" in tex
         else:
             assert "Stage 2: " in tex and "w2:" not in tex
+    # at one column's width the annotated PS still keeps its labels apart and its text legible
+    import dataclasses
+
+    from opentikz_dt.figures.compile import pdf_words
+    from opentikz_dt.figures.fit import with_width
+
+    run = load_run(write_synthetic_run(tmp_path / "ps", "ps-sync", steps=12))
+    result = compile_pdf(render_annotated_topology(dataclasses.replace(run, spec=with_width(run.spec, "column"))))
+    assert check_figure_geometry(result.log) == []
+    assert min(size for _, size in pdf_words(result.pdf)) >= 5.95

@@ -74,6 +74,11 @@ def test_rules_follow_the_descriptor(s):
     for algorithm in set(SCHEMA["algorithm"]["enum"]) - set(s.algorithms):
         with pytest.raises(SpecError, match="strategy.algorithm"):
             spec_from_data({"strategy": {"kind": s.kind, "algorithm": algorithm}})
+    spec = _spec(s)
+    global_batch = spec.training.batch_size * (spec.topology.workers.count if s.data_parallel else 1)
+    short = {"strategy": {"kind": s.kind}, "training": {"dataset": {"samples": global_batch - 1}}}
+    with pytest.raises(SpecError, match=rf"fewer than one global batch \({spec.training.batch_size} x "):
+        spec_from_data(short)
     low, high = s.servers
     if high is not None:
         with pytest.raises(SpecError, match="topology.servers.count"):

@@ -93,3 +93,15 @@ def test_a_narrow_figure_draws_the_first_workers_an_ellipsis_counting_the_rest_a
     assert lanes[4].label == "1,020 more workers"
     assert [lane.id for lane in fit_lanes(lanes, 4)][-3:] == ["w2", "w3-more", "w1024"]
     assert fit_lanes(lanes, 4)[-2].label == "1,021 more workers"
+
+
+def test_all_reduce_phases_get_their_own_fill_and_a_legend_entry_naming_the_abbreviation():
+    from opentikz_dt.figures.timeline import Box, Lane, Panel, Timeline
+
+    boxes = (Box(0, 1, "allreduce", "AG", "all-gather"), Box(1, 1.001, "allreduce", "AG", "all-gather"),
+             Box(2, 3, "allreduce", "RS", "reduce-scatter"), Box(3, 4, "wait"))
+    drawing = draw_timeline(Timeline("t", (Panel("main", "p", (Lane("w1", "W1", boxes),)),)))
+    legend = {entry.style: entry.name for entry in drawing.legend}
+    # the window starts in all-gather, yet reduce-scatter (first in the algorithm) keeps the plain fill
+    assert legend == {"tl-allreduce": "reduce-scatter (RS)", "tl-allreduce-b": "all-gather (AG)", "tl-wait": "idle / wait"}
+    assert {b.style for b in drawing.panels[0].boxes} == {"tl-allreduce", "tl-allreduce-b", "tl-wait"}

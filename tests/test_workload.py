@@ -117,3 +117,15 @@ def test_resolved_data_revalidates():
 def test_pipeline_rule_counts_blocks():
     with pytest.raises(SpecError, match="3 pipeline stages need at least 3 blocks; the model has 2"):
         _spec({"kind": "cnn"}, strategy="pipeline", topology={"workers": {"count": 3}})
+
+
+@pytest.mark.parametrize("section", ["model", "dataset"])
+def test_a_typo_is_reported_once_with_a_suggestion(section):
+    # A key no kind takes is a typo: one line from the schema ("did you mean"), not a
+    # second one claiming it "applies to model kind <nothing>".
+    training = {"model": {"kind": "transformer", "d_modle": 64}} if section == "model" \
+        else {"dataset": {"kind": "synthetic", "sampels": 64}}
+    with pytest.raises(SpecError) as caught:
+        spec_from_data({"strategy": {"kind": "single"}, "training": training})
+    lines = [str(issue) for issue in caught.value.issues]
+    assert len(lines) == 1 and "did you mean" in lines[0], lines

@@ -2,7 +2,7 @@
 
 One module per group of commands: spec.py (validate, init, contract, skill),
 figure.py (figure, compare), run.py (run), edit.py (edit), template.py
-(export-template), mcp.py (mcp: the MCP server over stdio).
+(export-template), mcp.py (mcp: the MCP server over stdio), predict.py (calibrate, predict).
 
 Errors from the library (DtgenError) become one clear message and a non-zero exit;
 `--debug` shows the traceback instead. Only `run` imports the runner (and torch).
@@ -49,10 +49,11 @@ def main(ctx, debug):
 def _register() -> None:
     # Command modules must not import torch at module level (`run` imports the
     # runner inside its body), so `dtgen --help` stays fast.
-    from . import edit, figure, mcp, run, spec, template
+    from . import edit, figure, mcp, predict, run, spec, template
 
     for command in (spec.validate, spec.contract, spec.init, spec.skill,
-                    figure.figure, figure.compare, run.run, edit.edit, template.export_template, mcp.mcp):
+                    figure.figure, figure.compare, run.run, edit.edit, template.export_template, mcp.mcp,
+                    predict.calibrate, predict.predict):
         main.add_command(command)
 
 

@@ -21,7 +21,10 @@ import click
 @click.option("--width", default=None, metavar="column|page|Ncm",
               help="Target width at final size (overrides figure.width in the spec): the layout adapts so "
                    "text stays legible instead of being scaled down.")
-def figure(spec, out_dir, kind, formats, body_only, steps, width):
+@click.option("--calibration", type=click.Path(path_type=Path, dir_okay=False),
+              help="Specs only: draw the expected timeline as predicted with this calibration (dtgen calibrate) "
+                   "instead of the illustrative cost model.")
+def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
     """Render SPEC's figures (or a run directory's measured ones) as standalone TeX (and PDF/SVG/PNG)."""
     if spec.is_dir():  # a run directory: its resolved spec.yaml and trace.json (measured figures)
         from ..measured.figures import figure_run_command
@@ -31,7 +34,7 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width):
         from ..figures.write import figure_command
 
         paths = figure_command(spec, out_dir, kind, formats, body_only, width=width,
-                               notify=lambda line: click.echo(line, err=True))
+                               notify=lambda line: click.echo(line, err=True), calibration=calibration)
     for path in paths:
         click.echo(f"wrote {path}")
 
@@ -46,8 +49,10 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width):
               help="Target loss for 'time to loss' (default: the lowest loss every run reached).")
 @click.option("--body-only", is_flag=True, help="Write bare pictures/tables for \\input into a paper.")
 def compare(runs, out_dir, formats, loss, body_only):
-    """Overlay RUN_DIRs in one set of plots and write a booktabs table of their summary metrics."""
+    """Overlay RUN_DIRs in one set of plots and write a booktabs table of their summary metrics.
+
+    Given a run and a prediction of it (dtgen predict), also compare them per phase, with the error."""
     from ..measured.compare import compare_runs
 
-    for path in compare_runs(list(runs), out_dir, tuple(formats) or ("tex",), loss, body_only):
+    for path in compare_runs(list(runs), out_dir, tuple(formats) or ("tex",), loss, body_only, echo=click.echo):
         click.echo(f"wrote {path}")

@@ -22,13 +22,23 @@ from ..errors import DtgenError
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes (machines).")
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This node's rank (0..nnodes-1).")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous endpoint, the same on every node.")
+@click.option("--rdzv-timeout", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="Seconds to wait for the rendezvous endpoint and for every node to join.")
+@click.option("--emit", type=click.Choice(["slurm", "torchrun"]),
+              help="Print a launch script for that engine (with these options) instead of running.")
 @click.option("--force", is_flag=True, help="Reuse a non-empty run directory (its previous run outputs are removed).")
-def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, force):
+def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, force):
     """Run SPEC with one process per rank (gloo on CPU, NCCL on GPUs); write trace and metrics."""
+    if emit:
+        from ..runner.emit import emit_script
+
+        click.echo(emit_script(emit, spec, out=out, steps=steps, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
+                               rdzv_timeout=rdzv_timeout), nl=False)
+        return
     if importlib.util.find_spec("torch") is None:
         raise DtgenError("dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
                          "(for the CPU build: pip install torch==2.13.0 first)")
     from ..runner.launch import launch_run
 
     launch_run(spec, out=out, steps=steps, nnodes=nnodes, node_rank=node_rank,
-               rdzv_endpoint=rdzv_endpoint, force=force, echo=lambda line: click.echo(line, err=True))
+               rdzv_endpoint=rdzv_endpoint, rdzv_timeout=rdzv_timeout, force=force, echo=lambda line: click.echo(line, err=True))

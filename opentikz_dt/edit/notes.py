@@ -94,9 +94,12 @@ def unchanged_figures(name: str, old_text: str, new_spec, changes: dict) -> list
     after = dict(render_for_checks(new_spec))
     if any(drawn(before[figure]) != drawn(after[figure]) for figure in after):
         return []
-    keys = ", ".join(changes) or "formatting only"
-    return [f"no figure changes: the {' and '.join(after)} figures render identically before and after "
-            f"(the edit changes {keys}, which these figures do not show)"]
+    figures = " and ".join(after)
+    if not changes:
+        return [f"no figure changes: the edit only writes out values the spec already had (defaults), so the "
+                f"{figures} figures are unchanged"]
+    return [f"no figure changes: the {figures} figures render identically before and after "
+            f"(the edit changes {', '.join(changes)}, which these figures do not show)"]
 
 
 _STYLE_DEF = re.compile(r"^\s*([A-Za-z][\w-]*)/\.style\s*=")

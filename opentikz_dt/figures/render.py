@@ -25,6 +25,7 @@ from ..workload import model_note
 from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
 from .topology import build_layout
+from .topology_fit import fit_context
 
 LIBRARIES = "positioning, arrows.meta, calc, fit, backgrounds, decorations.pathreplacing, patterns"
 _TOKEN = re.compile(r"[A-Za-z0-9 .,=!\-]*")
@@ -97,6 +98,7 @@ def base_context(spec, kind: str, body_only: bool, names: list[str], source: str
         "names": names,
         "icons": (),  # icon macros the picture uses (topology sets them)
         "cjk": spec_needs_cjk(spec),
+        "compact": False,  # a fitted topology: icons without their decorative text
         "node_list": Tex(" ".join(names)),
     }
 
@@ -156,6 +158,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None,
         colsep=layout.colsep, rowsep=layout.rowsep, spacing_notes=layout.notes, labels=layout.macros,
         worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
         nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
+        **fit_context(spec, layout),
         at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
         opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
         model_note=Tex(escape_text(note or model_note(spec))),  # drawn as node `model` under the picture

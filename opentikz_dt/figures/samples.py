@@ -51,7 +51,7 @@ def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120, kinds=(
     """The PNGs of docs/figures/: every example's two figures, plus 1,024 workers and the dark palette.
     Writes only <name>-topology.png / <name>-timeline.png; never touches measured-*.png.
 
-        python -m opentikz_dt.figures.samples docs/figures
+        python -m opentikz_dt.figures.samples docs/figures [topology|timeline]
     """
     from pathlib import Path
 
@@ -81,7 +81,7 @@ def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120, kinds=(
     written = []
     for name, spec in specs:
         for kind, render in (("topology", render_topology), ("timeline", render_timeline)):
-            if kind not in kinds or (name.endswith("-column") and kind == "topology"):
+            if kind not in kinds:
                 continue
             path = out / f"{name}-{kind}.png"
             path.write_bytes(pdf_to_png(compile_pdf(render(spec)).pdf, dpi=dpi))
@@ -92,5 +92,6 @@ def write_example_pngs(out_dir, examples_dir="examples", dpi: int = 120, kinds=(
 if __name__ == "__main__":
     import sys
 
-    for written_path in write_example_pngs(sys.argv[1] if len(sys.argv) > 1 else "docs/figures"):
+    chosen = tuple(sys.argv[2:]) or ("topology", "timeline")
+    for written_path in write_example_pngs(sys.argv[1] if len(sys.argv) > 1 else "docs/figures", kinds=chosen):
         print(written_path)

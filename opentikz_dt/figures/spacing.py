@@ -14,11 +14,14 @@ from dataclasses import dataclass
 
 from ..shards import shard_tensors
 from ..texsafe import is_cjk
+from .topology_fit import fitted
 from .model import elide
 
 # Icon node sizes (cm, width x height) as drawn: the picture plus the node's 1pt inner sep.
 ICON_SIZE = {"gpu": (2.0, 1.23), "cpu": (1.5, 1.5), "server": (1.6, 1.3), "dataset": (1.42, 1.32),
              "database": (1.3, 1.45), "none": (1.47, 0.87)}
+# A fitted figure (topology_fit) draws the GPU without its text: the card is half as wide.
+COMPACT_ICON_SIZE = {**ICON_SIZE, "gpu": (1.2, 1.23)}
 CHAR_CM = 0.15  # upper estimate of one \footnotesize sans-serif character (measured 0.13-0.145)
 MATH_CHAR_CM = 0.2  # and of one math glyph (italic, with its spacing)
 LABEL_PAD = 0.14  # slbl inner sep, both sides
@@ -50,6 +53,12 @@ class Spacing:
                 out.append(f"figure.{key} {asked:g} cm is too tight for these labels and icons: "
                            f"dtgen draws it at {used:.2f} cm")
         return out
+
+
+def icon_size(spec, role: str) -> tuple[float, float]:
+    """(width, height) cm of a role's icon node as drawn (compact in a fitted figure)."""
+    sizes = COMPACT_ICON_SIZE if fitted(spec) else ICON_SIZE
+    return sizes[spec.figure.icons[role]]
 
 
 def column_ys(slots, rowsep) -> list[float]:
@@ -87,10 +96,10 @@ class _Sizes:
     def __init__(self, spec):
         t, f = spec.topology, spec.figure
         self.spec = spec
-        data_w, self.data_h = ICON_SIZE[f.icons["data"]]
+        data_w, self.data_h = icon_size(spec, "data")
         self.data_icon_half = data_w / 2
-        self.worker_w, self.worker_h = ICON_SIZE[f.icons["worker"]]
-        self.server_w, _ = ICON_SIZE[f.icons["server"]]
+        self.worker_w, self.worker_h = icon_size(spec, "worker")
+        self.server_w, _ = icon_size(spec, "server")
         drawn = [i for i in elide(t.workers.count, f.max_workers_drawn) if i is not None]
         self.worker_label = max(text_cm(t.workers.label_of(f"w{i}")) for i in drawn)
         self.data_half = max(data_w, text_cm(t.data_label)) / 2
@@ -139,7 +148,7 @@ def _parameter_server(s: _Sizes) -> tuple[float, float]:
     # midpoint is level with the server, half the gap must hold a label; above it, any gap will do.
     top = column_ys(elide(s.spec.topology.workers.count, s.spec.figure.max_workers_drawn), rowsep)[0]
     level = (top + 0.4) / 2 < box_top + 0.1
-    to_server = s.column_half + server_half + (2 * s.flow + 0.1 if level else s.flow + GAP)
+    to_server = s.column_half + server_half + (2 * s.flow + 0.3 if level else s.flow + GAP)
     return max(s.data_to_column(), to_server), s.column_rowsep()
 
 

@@ -24,7 +24,8 @@ merging boxes too thin to see and refusing more than MAX_BOXES (TeX's limits: ab
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+import unicodedata
+from dataclasses import dataclass, replace
 
 from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
@@ -245,11 +246,17 @@ CHAR_CM = {"scriptsize": 0.125, "footnotesize": 0.145, "small": 0.155}
 BORDER_CM = 2 * 8 / 28.45  # the standalone border on each side
 LABEL_GAP = 0.15  # lane label to plot area
 NARROW_CM = 11.0  # at or below this target width lanes, labels and legend are compacted
+NARROW_LABEL_CM = 1.6  # the longest lane label a narrow figure keeps
 NARROW_LANES = 5  # workers drawn at most when narrow (first ones, ellipsis, last)
 
 
+def _units(text: str) -> int:
+    """Character widths in average Latin characters: CJK characters count two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def text_cm(text: str, size: str = "footnotesize") -> float:
-    return CHAR_CM[size] * len(text)
+    return CHAR_CM[size] * _units(text)
 
 
 def _fits(text: str, width_cm: float) -> bool:
@@ -308,6 +315,19 @@ def _legend(kinds_used: list, phases: dict, width: float, x0: float) -> tuple:
     return tuple(entries)
 
 
+# The order all-reduce phases run in, so a window that starts mid-step still gives the
+# first phase the plain fill and the legend lists them in order.
+PHASE_ORDER = ("reduce-scatter", "all-gather", "reduce", "broadcast", "intra-host reduce", "intra",
+               "inter-host all-reduce", "inter", "intra-host broadcast")
+
+
+def _phase_styles(panels) -> dict:
+    names = {b.phase for p in panels for lane in p.lanes for b in lane.boxes if b.kind == "allreduce" and b.phase}
+    ordered = sorted(names, key=lambda n: (PHASE_ORDER.index(n) if n in PHASE_ORDER else len(PHASE_ORDER), n))
+    styles = ("tl-allreduce", "tl-allreduce-b", "tl-allreduce-c")
+    return {name: styles[min(k, 2)] for k, name in enumerate(ordered)}
+
+
 def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> TimelineDrawing:
     """Centimetre geometry of a Timeline, laid out for a target total width (None: natural,
     a 12 cm plot area); raises when it has too many boxes to compile."""
@@ -316,12 +336,17 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
         raise DtgenError(f"timeline has {count:,} boxes; at most {MAX_BOXES:,} can be drawn (window or aggregate it first)")
     narrow = target_cm is not None and target_cm <= NARROW_CM
     panels_in = [replace(p, lanes=fit_lanes(p.lanes, NARROW_LANES)) if narrow else p for p in timeline.panels]
+    # Narrow: a role's labels are abbreviated (PS, W1) only when one of them is too long to
+    # sit beside the lanes; labels that fit (GPU 1, a CJK name) stay as the spec gives them.
+    too_long = {lane.role for p in panels_in for lane in p.lanes
+                if narrow and lane.role != "gap" and 0.165 * _units(lane.label) > NARROW_LABEL_CM}
     labels = {}
     for panel in panels_in:
         for lane in panel.lanes:
-            labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (_short_label(lane) if narrow else lane.label)
+            labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (
+                _short_label(lane) if lane.role in too_long else lane.label)
     # lane labels: \footnotesize, wider than average text (capitals, digits), plus the node's padding
-    label_width = max([0.165 * len(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.15
+    label_width = max([0.165 * _units(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.15
     if target_cm is None:
         width_cm = WIDTH_CM
     else:
@@ -334,7 +359,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
     step = nice_step(end - start, max(3, min(6, int(width_cm / 1.3))))
     ticks_ms = [start + k * step for k in range(int((end - start) / step + 1e-9) + 1)]
     kinds_used: list[str] = []
-    phases: dict = {}  # phase name -> tl-allreduce[-b|-c], the style drawing it
+    phases = _phase_styles(panels_in)  # phase name -> tl-allreduce[-b|-c], the style drawing it
     shorts: dict = {}  # phase name -> the abbreviation inside its boxes (RS), explained by the legend
     text_room = label_width + width_cm
     panels, y = [], 0.0
@@ -358,8 +383,8 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
                     raise DtgenError(f"unknown box kind {box.kind!r} (one of {', '.join(BOX_KINDS)})")
                 style = f"tl-{box.kind}"
                 if box.kind == "allreduce" and box.phase:
-                    style = phases.setdefault(box.phase, ("tl-allreduce", "tl-allreduce-b", "tl-allreduce-c")[min(len(phases), 2)])
-                    if box.label and box.label != box.phase:
+                    style = phases[box.phase]
+                    if box.label and box.label != box.phase and "×" not in box.label:  # not a merged run's count
                         shorts[box.phase] = box.label
                 if style not in kinds_used:
                     kinds_used.append(style)

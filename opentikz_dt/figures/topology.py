@@ -14,11 +14,14 @@ Must not import torch.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..strategies import strategy
 from .model import Layout
 from .spacing import effective_spacing
 from .topology_allreduce import allreduce_layout, hierarchical_layout, ring_layout, tree_layout
 from .topology_peer import gossip_layout, pipeline_layout, single_layout
+from .topology_fit import compact_spec, fitted
 from .topology_ps import parameter_server_layout
 
 _BUILDERS = {
@@ -37,6 +40,9 @@ _BUILDERS = {
 def build_layout(spec) -> Layout:
     """The drawable topology of a spec's strategy, at the effective spacing."""
     kind = layout_kind(spec)
+    if fitted(spec):  # at a target width the gaps are the tightest the content allows: no notes
+        spec = compact_spec(spec)
+        return dataclasses.replace(_BUILDERS[kind](spec, effective_spacing(spec, kind)), notes=())
     return _BUILDERS[kind](spec, effective_spacing(spec, kind))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import ICON_SIZE, Spacing
+from .spacing import Spacing, icon_size, text_cm
 from .topology_common import (column_ys, count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout,
                               more_name, worker_column, worker_node)
 
@@ -33,7 +33,10 @@ def ring_layout(spec, sp: Spacing) -> Layout:
     count = spec.topology.workers.count
     nodes, members, elided = worker_column(spec, sp, colsep)
     edges, braces = data_fan(spec, members, elided, count)
-    inner, outer = 0.55, 1.25
+    # the links turn right of the icons and of their labels, where a label is the wider
+    widest = max(text_cm(spec.topology.workers.label_of(m)) for m in members)
+    inner = max(0.55, (widest - icon_size(spec, "worker")[0]) / 2 + 0.25)
+    outer = inner + 0.7
     for a, b in zip(members, members[1:]):
         skipped = int(b[1:]) - int(a[1:]) > 1
         edges.append(Edge(Port(a, "east", dy=-4), Port(b, "east", dy=4), "ring", route="ortho", dx=inner,
@@ -148,7 +151,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
             node = worker_node(spec, first_id + ws - 1, x, y)
             nodes.append(node)
             inside += [node.name, f"{node.name}-label"]
-            x += 2.45
+            x += icon_size(spec, "worker")[0] + 0.45
         leader = f"w{first_id}"
         real = [n for n in inside if not n.endswith("-label")]
         for k, other in enumerate(real[1:]):
@@ -162,7 +165,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
                               label=Tex("broadcast") if first else Tex(""), label_side="below",
                               label_color=f"{colors['weight']}!70!otink"))
         # The leaders' bus runs inside each box, left of its leader: the box reaches past it.
-        bus_x = x0 - ICON_SIZE[spec.figure.icons["worker"]][0] / 2 - 0.4
+        bus_x = x0 - icon_size(spec, "worker")[0] / 2 - 0.4
         nodes.append(Node(f"h{slot}-bus", bus_x, y, kind="coord"))
         nodes.append(Node(f"h{slot}-top", bus_x - 0.15, y + 0.8 + arch, kind="coord"))
         nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - 1.1 - arch, kind="coord"))

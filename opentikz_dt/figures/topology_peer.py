@@ -8,7 +8,8 @@ import math
 
 from ..workload import workload_of
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import Spacing
+from .spacing import Spacing, icon_size, text_cm
+from .topology_fit import fitted
 from .topology_common import count_text, data_node, ellipsis_node, make_layout, more_name, worker_node
 
 
@@ -16,15 +17,18 @@ def gossip_layout(spec, sp: Spacing) -> Layout:
     colsep = sp.colsep
     count = spec.topology.workers.count
     slots = elide(count, spec.figure.max_workers_drawn)
-    rx = max(3.4, len(slots) * 3.9 / (2 * math.pi))
+    compact = fitted(spec)  # a fitted figure: a tighter ring, every label above or below its worker
+    rx = max(2.3, len(slots) * 2.9 / (2 * math.pi)) if compact else max(3.4, len(slots) * 3.9 / (2 * math.pi))
     ry = rx * 0.72
-    cx = colsep + rx + 1.6  # room for the side labels left of the ring
+    cx = colsep + rx + (0.9 if compact else 1.6)  # room for the side labels left of the ring
     nodes, names = [], []
     for k, slot in enumerate(slots):
         angle = math.pi / 2 - 2 * math.pi * k / len(slots)
         x, y = cx + rx * math.cos(angle), ry * math.sin(angle)
         sin, cos = math.sin(angle), math.cos(angle)
         side = "above" if sin > 0.7 else "below" if sin < -0.7 else ("right" if cos > 0 else "left")
+        if compact and side in ("left", "right"):
+            side = "below"
         if slot is None:
             nodes.append(ellipsis_node(more_name("w", slots, k), x, y, vertical=False))
             names.append(more_name("w", slots, k))
@@ -57,7 +61,11 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
     colsep = sp.colsep
     stages = spec.strategy.stages
     slots = elide(stages, min(spec.figure.max_workers_drawn, 6))
-    step = max(3.5, 0.78 * colsep)
+    if fitted(spec):  # as close as the icons, the flow labels between them and the worker labels allow
+        widest = max(text_cm(spec.topology.workers.label_of(f"w{s}")) for s in slots if s is not None)
+        step = max(icon_size(spec, "worker")[0] + 1.4, widest + 0.3)
+    else:
+        step = max(3.5, 0.78 * colsep)
     workload = workload_of(spec)  # None for a python model: its layers are known at run time
     layers = workload.stage_blocks(stages) if workload else [(0, 0)] * stages
     word = workload.block_word if workload else ""

@@ -10,7 +10,8 @@ from ..shards import shard_tensors
 from ..texsafe import escape_text
 from ..workload import abbreviate_tensors
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import ICON_SIZE, Spacing
+from .spacing import Spacing, icon_size
+from .topology_fit import fitted
 from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
                               server_node, sync_pairs, worker_column)
 
@@ -37,11 +38,11 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
                 shard_names.append(more_name("ps", slots, k))
                 continue
             # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
-            text = f"\\textbf{{\\pslabel{{}} {slot}}}\\\\[1pt]" + _tensor_math(owned[f"ps{slot}"])
+            text = f"\\textbf{{\\pslabel{{}} {slot}}}\\\\[1pt]" + _tensor_math(owned[f"ps{slot}"], fitted(spec))
             nodes.append(Node(f"ps{slot}", 2 * colsep, y, kind="box", style="psbox", text=Tex(text)))
             shard_names.append(f"ps{slot}")
         groups.append(Group("psgroup", tuple(shard_names), "hostbox",
-                            label=Tex(f"Parameter server ({count_text(servers.count)} shards)")))
+                            label=Tex(f"Parameter server{_line_break(spec)}({count_text(servers.count)} shards)")))
         target = "psgroup"
     edges += sync_pairs(spec, members, target)
     if spec.strategy.kind == "parameter-server" and servers.count == 1:
@@ -54,8 +55,13 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
 
 
-def _tensor_math(tensors: list[str]) -> str:
+def _line_break(spec) -> str:
+    return "\\\\" if fitted(spec) else " "  # a fitted figure wraps the group label to the box's width
+
+
+def _tensor_math(tensors: list[str], plain: bool = False) -> str:
     """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only);
+    plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure;
     other models' names as abbreviated text ('blocks.0.*'), escaped."""
     if not tensors:
         return r"tensors of the\\built model"
@@ -66,10 +72,11 @@ def _tensor_math(tensors: list[str]) -> str:
     parts = []
     for name in tensors:
         _, index, kind = name.split(".")
-        parts.append(("W" if kind == "weight" else "b") + "_{" + str(int(index) + 1) + "}")
+        number = str(int(index) + 1)
+        parts.append(("W" if kind == "weight" else "b") + (number if plain else "_{" + number + "}"))
     if len(parts) > 6:
         parts = parts[:3] + [r"\ldots"] + parts[-2:]
-    return "$" + ", ".join(parts) + "$"
+    return ", ".join(parts) if plain else "$" + ", ".join(parts) + "$"
 
 
 def _sync_or_async(spec, colsep, nodes, edges):
@@ -77,7 +84,7 @@ def _sync_or_async(spec, colsep, nodes, edges):
     Async: no bar; each worker pushes and pulls at its own pace (the seed's distinction)."""
     count = count_text(spec.topology.workers.count)
     if spec.strategy.sync == "sync":
-        x = 2 * colsep - ICON_SIZE[spec.figure.icons["server"]][0] / 2 - 0.65  # clear of the arrowheads
+        x = 2 * colsep - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
         nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
         edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
         text = f"sync: waits for all {count}\\\\\\gradlabel{{}}, then one update"

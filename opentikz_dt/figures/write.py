@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import DtgenError
 from .compile import compile_pdf, pdf_to_png, tex_to_svg
 from .render import render_timeline, render_topology
+from .topology_fit import BORDER_PT
 
 KINDS = ("topology", "timeline")
 FORMATS = ("tex", "pdf", "svg", "png")
@@ -36,7 +37,7 @@ def render_texts(spec, kinds=KINDS, body_only: bool = False, timeline=None) -> d
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,
-                   timeline=None, dpi: int = 300) -> list[Path]:
+                   timeline=None, dpi: int = 300, notify=None) -> list[Path]:
     """Write <name>-<kind>.tex (always) plus the requested formats; return the paths written.
 
     With body_only the .tex files hold the bare picture for \\input into a paper; PDF,
@@ -54,7 +55,11 @@ def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats
         written.append(_write(stem.with_suffix(".tex"), body.encode("utf-8")))
         pdf = None
         if "pdf" in formats or "png" in formats:
-            pdf = compile_pdf(tex, keep_log=None).pdf
+            compiled = compile_pdf(tex, keep_log=None)
+            pdf = compiled.pdf
+            shortfall = fit_shortfall(compiled.log)
+            if shortfall and notify is not None:
+                notify(f"{stem.with_suffix('.tex')}: {shortfall}")  # the .tex is always written
         if "pdf" in formats:
             written.append(_write(stem.with_suffix(".pdf"), pdf))
         if "svg" in formats:
@@ -62,6 +67,23 @@ def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats
         if "png" in formats:
             written.append(_write(stem.with_suffix(".png"), pdf_to_png(pdf, dpi=dpi)))
     return written
+
+
+def fit_shortfall(log: str) -> str:
+    """'' unless a fitted topology stayed wider than its target (its text would fall below
+    6 pt if scaled further): the compiled picture's FIT line says by how much."""
+    import re
+
+    match = re.search(r"^FIT natural ([\d.]+)pt target ([\d.]+)pt scale ([\d.]+)$", log, re.MULTILINE)
+    if not match:
+        return ""
+    natural, target, scale = (float(g) for g in match.groups())
+    if natural * scale <= target + 0.5:
+        return ""
+    # The FIT line measures the picture; the user asked for a page width (border included).
+    drawn, asked = natural * scale + 2 * BORDER_PT, target + 2 * BORDER_PT
+    return (f"drawn {drawn / 72.27 * 2.54:.1f} cm wide, not the {asked / 72.27 * 2.54:.1f} cm asked: "
+            f"scaled further, its smallest text would be under 6 pt")
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -72,9 +94,10 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool,
-                   width: str | None = None, notify=None) -> list[Path]:
+                   width: str | None = None, notify=None, calibration=None) -> list[Path]:
     """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them.
-    `notify(line)` hears of every gap drawn wider than the spec asked (the CLI prints it on stderr)."""
+    `notify(line)` hears of every gap drawn wider than the spec asked (the CLI prints it on stderr)
+    and of a calibration's warnings; with `calibration` the timeline is the predicted one."""
     from ..spec import load_spec
 
     # A run directory is drawn by opentikz_dt.measured.figures.figure_run_command instead;
@@ -88,4 +111,12 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
 
         for note in build_layout(spec).notes:
             notify(f"{target}: {note}")
-    return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only)
+    timeline = None
+    if calibration is not None and "timeline" in kinds:  # a prediction instead of the illustrative schedule
+        from ..predict.expected import predicted_timeline
+
+        timeline, warnings = predicted_timeline(spec, calibration)
+        for line in warnings:
+            (notify or print)(f"dtgen: warning: {line}")
+    return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only, timeline=timeline,
+                          notify=notify)

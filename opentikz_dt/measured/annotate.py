@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
 from ..figures.spacing import text_cm
+from ..figures.topology_fit import fitted
 from ..figures.topology import build_layout
 from ..texsafe import escape_text
 from .plots import stragglers
@@ -53,10 +54,10 @@ def _rank_of(worker: str) -> int:
 
 def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annotation:
     """The spec's Layout with measured bytes on links, step times under workers, the straggler marked."""
-    layout = layout or build_layout(spec)
     steps = max(1, metrics["steps"])
     traffic = metrics["bytes"]
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
+    layout = layout or _layout_for(spec, step_ms)
     slow = tuple(stragglers(metrics["step_time_s"]))
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     nodes = []
@@ -92,7 +93,11 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             per_step = traffic[_rank_of(worker)][direction] / steps
             text = escape_text(human_bytes(per_step))
             # Near the worker end, where the links of different workers are far apart.
-            pos = 0.42 if _WORKER.match(src) else 0.58
+            # (a fitted figure's rows are close: nearer the middle, clear of the next worker's label)
+            near = 0.5 if fitted(spec) else 0.42
+            pos = near if _WORKER.match(src) else 1 - near
+            if edge.route == "ortho":  # a ring link: beside its vertical run, as drawn
+                pos = edge.label_pos
             # Sloped along its link, on the outer side of the pair: the link that leaves the
             # worker's port higher up is labelled above, its partner below (TikZ keeps both upright).
             worker_port = edge.src if direction == "sent" else edge.dst
@@ -115,8 +120,6 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     # The strategy's own note sits a little lower: the worker labels above it grew by their step times.
     nodes = [replace(n, y=n.y - 0.25) if n.name == "note" else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
-    bottom = min((n.y for n in nodes if not n.rel), default=0.0)
-    y = own[0].y - 0.95 if own else bottom - 1.45
     lines = [f"measured, mean of {metrics['steps']:,} steps: traffic per link per step; step time per worker"]
     if totals:
         lines.append("per step, " + "; ".join(
@@ -125,11 +128,62 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             + (" ..." if len(totals) > 4 else ""))
     if slow:
         lines.append(f"straggler, highlighted: {', '.join(slow)}")
+    if fitted(spec):
+        lines = [part for line in lines for part in _wrap(line)]
     text = Tex("\\\\".join(escape_text(line) for line in lines))
-    nodes.append(Node("measured-note", own[0].x if own else layout.colsep, y - 0.2 * (len(lines) - 1), kind="text",
+    # Hung below the strategy's bottom note, or below the lowest worker's label (a server's note
+    # hangs beside the server instead): however many lines it has.
+    below = "note" if own and not own[0].rel else min((n for n in nodes if _WORKER.match(n.name) and n.label and not n.rel),
+                                   key=lambda n: (n.y, -n.x)).name + "-label"
+    nodes.append(Node("measured-note", kind="text", rel=f"below=6pt of {below}.south west, anchor=north west",
                       text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
+
+
+_HOST = re.compile(r"^h([1-9][0-9]*)$")
+
+
+def measured_hosts(layout: Layout, ranks: list) -> Layout:
+    """Host boxes say where their workers actually ran: each box (h1..) gets the address
+    run.json measured for its workers, or, when they ran on several machines (the spec's
+    hosts did not match the nodes), how many. Boxes of workers without an address (a
+    one-machine run) are left as the spec drew them."""
+    addr = {f"w{r['rank'] + 1}": r.get("addr") for r in ranks if r.get("role") == "worker" and r.get("addr")}
+    if not addr:
+        return layout
+    groups = []
+    for group in layout.groups:
+        seen = sorted({addr[m] for m in group.members if m in addr}) if _HOST.match(group.name) else []
+        if seen:
+            where = seen[0] if len(seen) == 1 else f"ran on {len(seen)} machines"
+            group = replace(group, label=Tex(f"{group.label} ({escape_text(where)})"))
+        groups.append(group)
+    return replace(layout, groups=tuple(groups))
+
+
+def _layout_for(spec, step_ms: dict) -> Layout:
+    """The spec's layout; at a target width (compact gaps) placed as if each worker's label
+    already held its step time, so the longer labels get their room."""
+    layout = build_layout(spec)
+    if not fitted(spec):
+        return layout
+    workers = spec.topology.workers
+    labels = {**workers.labels, **{w: f"{workers.label_of(w)}: {ms:.1f} ms/step" for w, ms in step_ms.items()
+                                   if _WORKER.match(w)}}
+    wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
+    return replace(build_layout(wide), macros=layout.macros)
+
+
+def _wrap(line: str, width: int = 46) -> list[str]:
+    """A long footer line as several (a fitted figure must not be widened by its footer)."""
+    words, lines = line.split(" "), [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}".strip()
+    return lines
 
 
 def _who(spec, worker: str) -> str:
@@ -154,9 +208,10 @@ def _ring_return_clear_of_labels(edges: list) -> list:
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured topology figure of a run as standalone TeX."""
     annotation = annotate_layout(run.spec, run.metrics)
+    layout = measured_hosts(annotation.layout, run.info.get("ranks") or [])
     # run.json's model (from the launcher's preflight) gives a python model's real size
     note = (run.info.get("model") or {}).get("description")
-    return render_topology(run.spec, body_only=body_only, layout=annotation.layout, note=note)
+    return render_topology(run.spec, body_only=body_only, layout=layout, note=note)
 
 
 

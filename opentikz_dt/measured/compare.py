@@ -79,7 +79,8 @@ def summarize(run: Run, target: float | None) -> Summary:
     sent = sum(b["sent"] for b in m["bytes"].values())
     stale = [v for v in m["staleness"] if math.isfinite(v)]
     times = list(m["step_time_s"].values())
-    return Summary(run.name, strategy_name(run.spec), m["samples_per_s"],
+    name = f"{run.name} (predicted)" if run.info.get("predicted") is not None else run.name
+    return Summary(name, strategy_name(run.spec), m["samples_per_s"],
                    statistics.fmean(times) * 1000 if times else None, time_to_loss(m, target), sent / steps,
                    statistics.fmean(stale) if stale else None, max(stale) if stale else None, run.failed)
 
@@ -98,7 +99,7 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
     for s in summaries:
         name = escape_text(s.name) + ("$^{\\dagger}$" if s.ended_early else "")
         stale = "--" if s.staleness_mean is None else f"{s.staleness_mean:.2f} ({s.staleness_max:g})"
-        cells = [name, escape_text(s.strategy), f"{s.samples_per_s:,.0f}".replace(",", "\\,"), _cell(s.step_ms, ".1f"),
+        cells = [name, escape_text(s.strategy), f"{s.samples_per_s:,.0f}", _cell(s.step_ms, ".1f"),
                  _cell(s.time_to_loss_s, ".3f") if s.time_to_loss_s is not None else "not reached",
                  escape_text(human_bytes(s.bytes_per_step)), stale]
         rows.append(Tex(" & ".join(cells)))
@@ -112,8 +113,9 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
 
 
 def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "pdf"),
-                 loss: float | None = None, body_only: bool = False) -> list:
-    """Write compare-loss, compare-throughput, compare-staleness (async runs) and compare-table; return the paths."""
+                 loss: float | None = None, body_only: bool = False, echo=None) -> list:
+    """Write compare-loss, compare-throughput, compare-staleness (async runs) and compare-table; return the paths.
+    A run and a prediction of it also get compare-phases (per phase, with the error), echoed as text."""
     if not run_dirs:
         raise DtgenError("dtgen compare needs at least one run directory")
     runs = [load_run(path) for path in run_dirs]
@@ -129,4 +131,12 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
     written = []
     for stem, make in makers.items():
         written += write_outputs(make(False), out_dir, stem, formats, body=make(True) if body_only else None)
+    from ..predict.compare import pair, write_phase_comparison
+
+    both = pair(runs)
+    if both is not None:
+        paths, text = write_phase_comparison(*both, out_dir, formats, body_only)
+        written += paths
+        if echo is not None:
+            echo(text)
     return written

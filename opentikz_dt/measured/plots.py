@@ -48,7 +48,8 @@ def coordinates(points: list) -> Tex:
 
 
 def run_label(run: Run) -> Tex:
-    return Tex(escape_text(run.name))
+    predicted = run.info.get("predicted") is not None
+    return Tex(escape_text(f"{run.name} (predicted)" if predicted else run.name))
 
 
 @dataclass(frozen=True)

@@ -314,13 +314,14 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
         lanes, drawn, count, aggregated, budget = _exact_lanes(spec, trace, window, rows, max_boxes, pipeline,
                                                                asynchronous)
     bubble = _bubble(spec, trace, window)
+    seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
     panel_note = ""
     if bubble is not None:
-        panel_note = f"bubble {bubble.measured:.0%} measured; $(p-1)/(m+p-1)$ = {bubble.theory:.0%}"
-    title = f"measured: {_title(spec)}, {window.label}"
+        panel_note = f"bubble {bubble.measured:.0%} {seen}; $(p-1)/(m+p-1)$ = {bubble.theory:.0%}"
+    title = f"{seen}: {_title(spec)}, {window.label}"
     notes = []
     if bubble is not None:
-        notes.append(f"measured bubble {bubble.measured:.1%} (run mean {bubble.run_mean:.1%}) vs "
+        notes.append(f"{seen} bubble {bubble.measured:.1%} (run mean {bubble.run_mean:.1%}) vs "
                      f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.1%} "
                      f"for balanced stages")
     if aggregated:

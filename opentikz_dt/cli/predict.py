@@ -1,0 +1,73 @@
+"""`dtgen calibrate` (measure this machine, or fit a finished run) and `dtgen predict` (simulate a spec).
+
+`calibrate` with a spec starts processes (torch, imported in the command body);
+`calibrate --from RUN_DIR` and `predict` never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import click
+
+from ..errors import DtgenError
+
+
+@click.command()
+@click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-o", "--out", type=click.Path(path_type=Path, dir_okay=False), default="calibration.json",
+              show_default=True, help="Calibration file to write.")
+@click.option("--from", "from_run", type=click.Path(path_type=Path, file_okay=False),
+              help="Fit from a finished run directory's trace instead of measuring.")
+@click.option("--base", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --from: a measured calibration for what the run cannot show (message sizes, collectives).")
+@click.option("--ranks", type=click.IntRange(min=2, max=64), help="Processes to measure with (default: the spec's ranks).")
+def calibrate(spec, out, from_run, base, ranks):
+    """Measure what predictions need on this machine (per-block compute, messages, collectives, cores)."""
+    if from_run is not None:
+        from ..predict.calibration import load_calibration
+        from ..predict.fit import fit_from_run
+
+        cal = fit_from_run(from_run, load_calibration(base) if base else None)
+        click.echo(f"wrote {cal.save(out)} (fitted from {from_run})")
+        return
+    if importlib.util.find_spec("torch") is None:
+        raise DtgenError("dtgen calibrate needs PyTorch to measure (or use --from RUN_DIR)")
+    from ..runner.calibrate import calibrate as measure
+    from ..spec import load_spec, spec_from_data
+
+    loaded = load_spec(spec) if spec is not None else spec_from_data({"strategy": {"kind": "parameter-server"}})
+    click.echo(f"wrote {measure(loaded, out, ranks)}")
+
+
+@click.command()
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--calibration", type=click.Path(path_type=Path, dir_okay=False),
+              help="Calibration file (dtgen calibrate); without it, the illustrative cost model.")
+@click.option("--workers", type=click.IntRange(min=1), help="Override topology.workers.count.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any spec value (repeatable).")
+@click.option("--steps", type=click.IntRange(min=2), help="Override training.steps.")
+@click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False),
+              help="Predicted run directory (default runs/<name>-predicted); a sweep's figure folder.")
+@click.option("--sweep", metavar="workers=2,4,...", help="Predict at each worker count; write a scaling figure.")
+@click.option("--link", metavar="10gbit", help="Link bandwidth between workers instead of the calibrated one.")
+@click.option("--latency-ms", type=click.FloatRange(min=0), help="Message latency instead of the calibrated one.")
+@click.option("--dedicated", is_flag=True, help="Every rank on its own core (a cluster), not sharing this machine's.")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
+              help="Sweep figure formats (repeatable; the .tex is always written).")
+def predict(spec, calibration, workers, sets, steps, out, sweep, link, latency_ms, dedicated, formats):
+    """Simulate SPEC's schedule and write a predicted run directory (trace.json, metrics.json)."""
+    if sweep is not None:
+        from ..predict.sweep import sweep_command
+
+        for path in sweep_command(spec, sweep, calibration, sets, steps, out, link, latency_ms, dedicated,
+                                  tuple(formats) or ("tex",), echo=click.echo):
+            click.echo(f"wrote {path}")
+        return
+    from ..predict.predict import predict as run_prediction
+
+    path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated)
+    for line in warnings:
+        click.echo(f"dtgen: warning: {line}", err=True)
+    click.echo(f"wrote {path}")

@@ -1,0 +1,109 @@
+"""`dtgen compare RUN PREDICTION`: measured against predicted, per phase, with the error.
+
+Rows: the mean step time and samples/s from metrics.json, then every phase (role and
+span name, phases.py) either side has, in ms per rank and step. Error = (predicted -
+measured) / measured. Written as a booktabs table (compare-phases) and printed as text.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..figures.model import Tex
+from ..figures.render import base_context, environment
+from ..texsafe import escape_text
+from .phases import phase_times
+
+ORDER = ("fetch", "wait", "forward", "backward", "slowdown", "push", "allreduce", "gossip", "recv", "send",
+         "optimizer", "update")
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    measured: float | None
+    predicted: float | None
+    unit: str
+
+    @property
+    def error(self) -> float | None:
+        if not self.measured or self.predicted is None:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+
+def mean_step_ms(run) -> float | None:
+    times = list(run.metrics["step_time_s"].values())
+    return statistics.fmean(times) * 1000 if times else None
+
+
+def phase_rows(measured, predicted) -> list[Row]:
+    rows = [Row("step time", mean_step_ms(measured), mean_step_ms(predicted), "ms"),
+            Row("samples/s", measured.metrics["samples_per_s"] or None, predicted.metrics["samples_per_s"] or None,
+                "1/s")]
+    m, p = phase_times(measured), phase_times(predicted)
+    keys = sorted(set(m) | set(p), key=lambda k: (k[0] != "worker" and k[0] != "stage", k[0],
+                                                 ORDER.index(k[1]) if k[1] in ORDER else len(ORDER), k[1]))
+    for key in keys:
+        rows.append(Row(f"{key[0]} {key[1]}", m[key] / 1000 if key in m else None,
+                        p[key] / 1000 if key in p else None, "ms"))
+    return rows
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "--"
+    return f"{value:,.0f}" if unit == "1/s" else f"{value:.3f}"
+
+
+def _err(row: Row) -> str:
+    return "--" if row.error is None else f"{row.error:+.0%}"
+
+
+def format_rows(rows: list[Row], measured_name: str, predicted_name: str) -> str:
+    lines = [f"{'phase (ms per rank and step)':32} {'measured':>10} {'predicted':>10} {'error':>7}"]
+    for r in rows:
+        lines.append(f"{r.label:32} {_fmt(r.measured, r.unit):>10} {_fmt(r.predicted, r.unit):>10} {_err(r):>7}")
+    lines.append(f"measured: {measured_name}; predicted: {predicted_name}")
+    return "\n".join(lines)
+
+
+def render_phase_table(rows: list[Row], measured, predicted, body_only: bool = False) -> str:
+    header = ["Phase", "Measured", "Predicted", "Error"]
+    body = []
+    for r in rows:
+        unit = " (ms)" if r.unit == "ms" else ""
+        # A hyphen is not a minus: "-37%" would set shorter than "+60%"; an en dash matches.
+        err = _err(r).replace("%", "\\%").replace("-", "--", 1) if r.error is not None else _err(r)
+        body.append(Tex(" & ".join([escape_text(r.label + unit), _fmt(r.measured, r.unit).replace(",", "\\,"),
+                                    _fmt(r.predicted, r.unit).replace(",", "\\,"), err])))
+    source = f"{measured.path} vs {predicted.path}"[:300]
+    context = base_context(measured.spec, "measured vs predicted", body_only, [], source=source)
+    note = escape_text(f"{measured.name}: measured run vs prediction; ms per rank and step, first step left out")
+    context.update(colspec=Tex("lrrr"), header=Tex(" & ".join(header)), rows=body, footnote=Tex(note),
+                   ncols=len(header))
+    return environment().get_template("table-summary.tex.j2").render(context)
+
+
+def pair(runs: list):
+    """(measured, predicted) when the runs are one measurement and one prediction, else None."""
+    if len(runs) != 2:
+        return None
+    flags = [run.info.get("predicted") is not None for run in runs]
+    if flags.count(True) != 1:
+        return None
+    return (runs[1], runs[0]) if flags[0] else (runs[0], runs[1])
+
+
+def write_phase_comparison(measured, predicted, out_dir, formats, body_only: bool = False) -> tuple[list, str]:
+    """compare-phases (.tex and formats) and the text table; returns (paths, text)."""
+    from ..measured.export import write_outputs
+
+    rows = phase_rows(measured, predicted)
+    text = format_rows(rows, str(measured.path), str(predicted.path))
+    paths = write_outputs(render_phase_table(rows, measured, predicted), out_dir, "compare-phases", formats,
+                          body=render_phase_table(rows, measured, predicted, True) if body_only else None)
+    (out_dir / "compare-phases.txt").write_text(text + "\n", encoding="utf-8")
+    return paths + [out_dir / "compare-phases.txt"], text

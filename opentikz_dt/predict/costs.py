@@ -1,0 +1,162 @@
+"""Durations (µs) of every piece of a step, from a calibration and the spec.
+
+`Costs` is what the simulator asks: forward/backward of a range of blocks for some
+samples, optimizer and server update, messages and collectives. Options for what-if
+predictions: `link` (bytes/s between workers, e.g. 10 Gbit/s) replaces the calibrated
+bandwidth, `latency_s` the calibrated latency, and `dedicated` gives every rank its own
+core (no CPU sharing), as on a cluster. `jitter` (a random.Random) makes synthetic runs
+noisy; predictions are deterministic. Must not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..errors import DtgenError
+from .blocks import model_blocks, model_signature
+from .calibration import FORMAT, Calibration, machine_info
+
+_LINK = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g|t)?(bit|b|bps|byte)?(?:/s)?\s*$", re.IGNORECASE)
+
+
+def parse_link(text: str) -> float:
+    """'10gbit' -> bytes/s. Accepts kbit/mbit/gbit/tbit and kb/mb/gb (bytes)."""
+    match = _LINK.match(str(text))
+    if not match:
+        raise DtgenError(f"--link: {text!r} is not a bandwidth (e.g. 10gbit, 100mbit, 1gb)")
+    value = float(match.group(1)) * {None: 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[
+        (match.group(2) or "").lower() or None]
+    unit = (match.group(3) or "bit").lower()
+    rate = value / 8 if unit in ("bit", "bps") else value
+    if rate <= 0:
+        raise DtgenError(f"--link: {text!r} must be more than 0")
+    return rate
+
+
+class Costs:
+    def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
+                 dedicated: bool = False, jitter=None):
+        self.cal, self.spec = cal, spec
+        d = cal.data
+        self.blocks = model_blocks(spec)
+        self.fwd_fit = [tuple(b["forward"]) for b in d["compute"]["blocks"]]
+        self.bwd_fit = [tuple(b["backward"]) for b in d["compute"]["blocks"]]
+        self.opt_fit = tuple(d["compute"]["optimizer"])
+        self.add_s = d["compute"]["add_per_param_s"]
+        self.overhead_us = d["compute"]["step_overhead_s"] * 1e6
+        # after an update an async server packs and sends the weights, untraced (optional key)
+        self.server_us = float(d["compute"].get("server_overhead_s", 0.0)) * 1e6
+        self.cores = 1e9 if dedicated else cal.cores
+        self.comm = {}
+        for kind in ("p2p", "allreduce", "broadcast", "reduce"):
+            alpha, beta = cal.comm(kind)
+            if link is not None:
+                beta = 1.0 / link
+            if latency_s is not None:
+                alpha = latency_s
+            self.comm[kind] = (alpha * 1e6, beta * 1e6)
+        self.rng = jitter
+        self._cache: dict = {}
+        noise = d.get("noise") or {}
+        self.ratios = [float(r) for r in noise.get("compute_ratios", []) if r > 0]
+        self.overheads = [1e6 * float(v) for v in noise.get("overhead_s", []) if v >= 0]
+        self.draw = None
+        if self.rng is None and (self.ratios or self.overheads):
+            import random
+
+            self.draw = random.Random(0)  # seeded: a prediction is reproducible
+
+    # ------------------------------------------------------------ noise (synthetic runs only)
+    def noisy(self, us: float, step: int) -> float:
+        """A duration as one step sees it: synthetic jitter, or a draw from the calibrated
+        spread (on shared cores a step is sometimes preempted; sync strategies pay the
+        slowest worker's draw, so the spread matters, not only the mean)."""
+        if self.rng is not None:
+            return us * (4.0 if step == 0 else 1.0) * self.rng.uniform(0.85, 1.25)
+        if self.ratios:
+            return us * self.ratios[self.draw.randrange(len(self.ratios))]
+        return us
+
+    def noisy_comm(self, us: float, step: int) -> float:
+        """A collective's duration: synthetic jitter only. Its calibrated cost is already the
+        in-run mean including waits for peers, which the simulator adds again from the spread
+        of each rank's arrival; drawing the spread here too would count it twice."""
+        if self.rng is not None:
+            return self.noisy(us, step)
+        return us
+
+    def overhead(self, step: int) -> float:
+        """Untraced time before a step (Python, batch gathering, preemption); none before step 0."""
+        if step == 0:
+            return 0.0
+        if self.overheads and self.draw is not None:
+            return self.overheads[self.draw.randrange(len(self.overheads))]
+        return self.noisy(self.overhead_us, step) if self.rng is not None else self.overhead_us
+
+    # ------------------------------------------------------------ compute
+    def share(self, active: int) -> float:
+        """How much slower compute runs when `active` processes compute at once."""
+        return max(1.0, active / self.cores)
+
+    def forward(self, samples: float, lo: int = 0, hi: int | None = None, active: int = 1) -> float:
+        return self._blocks(self.fwd_fit, samples, lo, hi, active)
+
+    def backward(self, samples: float, lo: int = 0, hi: int | None = None, active: int = 1) -> float:
+        return self._blocks(self.bwd_fit, samples, lo, hi, active)
+
+    def _blocks(self, fits, samples, lo, hi, active) -> float:
+        key = (id(fits), samples, lo, hi, active)  # asked once per rank and step: cache
+        value = self._cache.get(key)
+        if value is None:
+            hi = len(fits) if hi is None else hi
+            value = self._cache[key] = self.share(active) * 1e6 * sum(c0 + c1 * samples for c0, c1 in fits[lo:hi])
+        return value
+
+    def optimizer(self, params: int, tensors: int, active: int = 1) -> float:
+        c0, c1 = self.opt_fit
+        return self.share(active) * 1e6 * (c0 * tensors + c1 * params)
+
+    def update(self, params: int, tensors: int, grads: int) -> float:
+        """A server summing `grads` gradients and taking one optimizer step."""
+        return 1e6 * self.add_s * params * grads + self.optimizer(params, tensors)
+
+    # ------------------------------------------------------------ communication
+    def p2p(self, nbytes: float) -> float:
+        alpha, beta = self.comm["p2p"]
+        return alpha + nbytes * beta
+
+    def p2p_bytes(self, nbytes: float) -> float:
+        """The bandwidth part alone (a message queued behind others on one link)."""
+        return nbytes * self.comm["p2p"][1]
+
+    def allreduce(self, nbytes: float, n: int) -> float:
+        if n <= 1:
+            return 0.0
+        alpha, beta = self.comm["allreduce"]
+        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
+
+    def broadcast(self, nbytes: float, n: int) -> float:
+        alpha, beta = self.comm["broadcast"]
+        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (alpha + nbytes * beta)
+
+    def reduce(self, nbytes: float, n: int) -> float:
+        alpha, beta = self.comm["reduce"]
+        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (alpha + nbytes * beta)
+
+
+def illustrative_calibration(spec, flops_per_s: float = 2e9, bytes_per_s: float = 1e8, latency_s: float = 3e-4,
+                             per_call_s: float = 2e-5) -> Calibration:
+    """A calibration from round numbers (no measurement): for synthetic runs and what-if sweeps."""
+    blocks = model_blocks(spec)
+    data = {
+        "dtgen_calibration": FORMAT, "source": "illustrative", "machine": machine_info(),
+        "model": model_signature(spec), "ranks": 1, "cores_effective": 1e6,
+        "compute": {"blocks": [{"name": b.name, "forward": [per_call_s, b.flops / flops_per_s],
+                                "backward": [2 * per_call_s, 2 * b.flops / flops_per_s]} for b in blocks],
+                    "optimizer": [per_call_s, 4 / flops_per_s], "add_per_param_s": 1 / flops_per_s,
+                    "step_overhead_s": 0.0},
+        "comm": {k: {"alpha_s": latency_s, "beta_s_per_byte": 1 / bytes_per_s}
+                 for k in ("p2p", "allreduce", "broadcast", "reduce")},
+    }
+    return Calibration(data, "<illustrative>")

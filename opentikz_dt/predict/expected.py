@@ -1,0 +1,34 @@
+"""The expected timeline of `dtgen figure SPEC --calibration FILE`: a prediction, drawn as a run.
+
+Simulates a few steps with the calibration, writes them as a run directory in a
+temporary folder and draws them through the measured timeline (same template, same
+window choice), titled "predicted" and with the calibration named in the note.
+Without a calibration the illustrative schedule (figures/schedule.py) stays.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from ..measured.timeline import measured_timeline
+from ..measured.trace import load_trace
+from .predict import costs_for
+from .rundir import write_run_dir
+from .simulate import simulate
+
+STEPS = 12  # enough for a window after warm-up
+
+
+def predicted_timeline(spec, calibration) -> tuple[object, list]:
+    """(Timeline, warnings) of the spec's first STEPS steps as the calibration predicts them."""
+    steps = min(STEPS, max(3, spec.training.steps))
+    costs, assumed, warnings = costs_for(spec, calibration)
+    result = simulate(spec, costs, steps)
+    with tempfile.TemporaryDirectory(prefix="dtgen-expected-") as tmp:
+        run_dir = write_run_dir(Path(tmp) / "run", spec, result, steps, predicted=assumed)
+        timeline = measured_timeline(spec, load_trace(run_dir), None).timeline
+    note = f"predicted from calibration {Path(str(calibration)).name} (dtgen predict); {timeline.note}"
+    return dataclasses.replace(timeline, note=note), warnings

@@ -1,0 +1,109 @@
+"""Per-phase times of a run directory (measured or predicted), from its trace.
+
+A phase is (role, span name): `worker forward`, `server update`, `stage recv`, ...
+Its time is the mean over steady steps (the first step left out, as the metrics do)
+and over the ranks that have it, of the span time per rank and step.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+ROLE_OF_ID = {"w": "worker", "p": "server"}
+
+
+def role_of(run, rank: int) -> str:
+    ident = run.trace.ids.get(rank, "")
+    if run.spec.strategy.kind == "pipeline":
+        return "stage"
+    if ident.startswith("ps"):
+        return "storage" if run.spec.strategy.kind == "central-storage" else "server"
+    return "worker"
+
+
+def phase_times(run) -> dict:
+    """{(role, name): mean µs per rank and steady step}."""
+    trace = run.trace
+    steps = trace.steps
+    if not steps:
+        return {}
+    first = steps[0]
+    total: dict = defaultdict(float)
+    seen: dict = defaultdict(set)
+    for e in trace.events:
+        step = e["args"]["step"]
+        if step == first:
+            continue
+        key = (role_of(run, e["pid"]), e["name"])
+        total[key] += e["dur"]
+        seen[key].add((e["pid"], step))
+    ranks: dict = defaultdict(set)
+    step_set: dict = defaultdict(set)
+    for key, pairs in seen.items():
+        for rank, step in pairs:
+            ranks[key].add(rank)
+            step_set[key].add(step)
+    return {key: total[key] / (len(ranks[key]) * len(step_set[key])) for key in total}
+
+
+def untraced(run, role: str = "worker") -> list:
+    """Per rank of `role` and steady step: the time of the step no span covers (µs), from the
+    step's first span to the next step's first span. The per-step overhead."""
+    ext = run.trace.extents
+    spans: dict = defaultdict(list)
+    for e in run.trace.events:
+        spans[(e["pid"], e["args"]["step"])].append((e["ts"], e["ts"] + e["dur"]))
+    out = []
+    for rank in run.trace.ranks:
+        if role_of(run, rank) != role:
+            continue
+        steps = sorted(s for r, s in ext if r == rank)
+        for a, b in zip(steps, steps[1:]):
+            if b != a + 1 or a == steps[0]:
+                continue
+            covered, end = 0.0, float("-inf")
+            for t0, t1 in sorted(spans[(rank, a)]):
+                t1 = min(t1, ext[(rank, b)][0])
+                if t1 > max(t0, end):
+                    covered += t1 - max(t0, end)
+                end = max(end, t1)
+            out.append(max(0.0, ext[(rank, b)][0] - ext[(rank, a)][0] - covered))
+    return out
+
+
+def compute_ratios(run, role: str = "worker") -> list:
+    """Each steady (rank, step)'s forward + backward time over that step's mean over ranks:
+    the skew between ranks. A slowdown every rank shares in a step (the machine got busier)
+    moves the mean, which the fitted costs already hold; only the skew makes ranks wait."""
+    first = run.trace.steps[0] if run.trace.steps else 0
+    per: dict = defaultdict(float)
+    for e in run.trace.events:
+        if e["name"] in ("forward", "backward") and e["args"]["step"] != first and role_of(run, e["pid"]) == role:
+            per[(e["pid"], e["args"]["step"])] += e["dur"]
+    by_step: dict = defaultdict(list)
+    for (rank, step), value in per.items():
+        by_step[step].append(value)
+    out = []
+    for (rank, step), value in per.items():
+        values = by_step[step]
+        mean = sum(values) / len(values)
+        if len(values) > 1 and mean > 0:
+            out.append(value / mean)
+    return out
+
+
+def server_gaps(run) -> list:
+    """Untraced time on servers (and central storage) after each update, before their next
+    span: packing and sending the new weights, posting receives (µs). Workers wait for it."""
+    per_rank: dict = defaultdict(list)
+    for e in run.trace.events:
+        if role_of(run, e["pid"]) in ("server", "storage"):
+            per_rank[e["pid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    out = []
+    for spans in per_rank.values():
+        spans.sort()
+        for (t0, t1, name), (n0, _, _) in zip(spans, spans[1:]):
+            if name == "update":
+                out.append(max(0.0, n0 - t1))
+    return out

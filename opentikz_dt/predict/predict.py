@@ -1,0 +1,113 @@
+"""`dtgen predict`: a spec (with overrides) and a calibration -> a predicted run directory.
+
+Overrides (`--set key=value`, `--workers N`) edit the resolved spec data and validate it
+again, so a prediction is always of a spec that could run. Must not import torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import yaml
+
+from ..errors import DtgenError, SpecError
+from ..spec import load_spec, spec_from_data
+from .calibration import Calibration, load_calibration
+from .costs import Costs, illustrative_calibration, parse_link
+from .rundir import write_run_dir
+from .simulate import roles, simulate
+
+MAX_RANKS = 4096
+MAX_RANK_STEPS = 2_000_000  # ranks x steps a prediction may simulate (about a minute here)
+MAX_EVENTS = 3_000_000      # trace events a predicted trace.json may hold (about 300 MB)
+
+
+def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
+    """The spec with `key.path=value` overrides (YAML values) applied and validated again."""
+    data = copy.deepcopy(spec.data)
+    pairs = list(sets) + ([f"topology.workers.count={workers}"] if workers is not None else [])
+    for item in pairs:
+        key, sep, raw = str(item).partition("=")
+        if not sep or not key.strip():
+            raise DtgenError(f"--set {item!r}: expected key.path=value, e.g. topology.workers.count=64")
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise DtgenError(f"--set {item!r}: the value is not YAML") from None
+    if not pairs:
+        return spec
+    if workers is not None and data["strategy"]["kind"] == "pipeline":
+        data["strategy"]["stages"] = workers
+    dataset = data["training"]["dataset"]
+    if workers is not None and dataset.get("kind", "synthetic") == "synthetic":
+        # a prediction reads no data: let the synthetic set hold one global batch at any width
+        dataset["samples"] = max(int(dataset.get("samples", 1)), data["training"]["batch_size"] * workers)
+    try:
+        return spec_from_data(data, name=f"{spec.source} (with --set)")
+    except SpecError as exc:
+        raise DtgenError(f"the overrides make an invalid spec:\n{exc}") from None
+
+
+def check_size(spec, steps: int) -> None:
+    """Refuse simulations too large to be useful, with the bound and its reason."""
+    ranks = len(roles(spec))
+    if ranks > MAX_RANKS:
+        raise DtgenError(f"{ranks:,} ranks: predictions go up to {MAX_RANKS:,} ranks (the trace and figures "
+                         "of one run stay readable and the simulation under a minute)")
+    if ranks * steps > MAX_RANK_STEPS:
+        raise DtgenError(f"{ranks:,} ranks x {steps:,} steps = {ranks * steps:,} rank-steps: at most "
+                         f"{MAX_RANK_STEPS:,} per prediction (about a minute of simulation); use --steps")
+
+
+def costs_for(spec, calibration: str | Path | None, link: str | None = None, latency_ms: float | None = None,
+              dedicated: bool = False) -> tuple[Costs, dict, list]:
+    """Costs for the spec, what the prediction assumed, and warnings to print."""
+    if calibration is None:
+        cal: Calibration = illustrative_calibration(spec)
+        warnings = []
+    else:
+        cal = load_calibration(calibration, spec)
+        warnings = list(cal.warnings)
+    rate = parse_link(link) if link else None
+    latency = latency_ms / 1e3 if latency_ms is not None else None
+    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated)
+    assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
+               "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
+               "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated}
+    return costs, assumed, warnings
+
+
+def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | None = None,
+            steps: int | None = None, link: str | None = None, latency_ms: float | None = None,
+            dedicated: bool = False) -> tuple[Path, list]:
+    """Write the predicted run directory; returns (its path, warnings)."""
+    spec = apply_overrides(load_spec(spec_path), sets, workers)
+    if steps is not None:
+        spec = apply_overrides(spec, (f"training.steps={steps}",))
+    steps = spec.training.steps
+    check_size(spec, steps)
+    costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated)
+    result = simulate(spec, costs, steps)
+    events = sum(len(v) for v in result.events.values())
+    if events > MAX_EVENTS:
+        raise DtgenError(f"the prediction would write {events:,} trace events (at most {MAX_EVENTS:,}): "
+                         "use fewer --steps or workers")
+    out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
+    path = write_run_dir(out, spec, result, steps, predicted=assumed)
+    return path, warnings
+
+
+def is_prediction(run_dir: str | Path) -> bool:
+    try:
+        info = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("predicted") is not None

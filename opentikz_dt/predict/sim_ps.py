@@ -1,0 +1,183 @@
+"""Parameter server (sync and async, S shards) and central storage, as the runner schedules them.
+
+Worker step (runner/strategies/parameter_server.py): finish the fetch posted during the
+last push (`wait` until the shard sent, then `fetch`), forward, backward, straggler
+sleep, `push` to every shard. A shard sends its weights to N workers and receives N
+gradients over its one link, so transfers queue there. Sync shards update once all N
+pushes landed; async shards apply each push alone in arrival order.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..shards import shard_assignment
+from .blocks import tensor_sizes
+
+
+def _shards(spec, blocks):
+    sizes = tensor_sizes(spec)
+    out = []
+    for sid, names in shard_assignment(spec).items():
+        params = sum(sizes[n] for n in names)
+        out.append((sid, params, len(names), 4 * params))
+    return out
+
+
+def _compute(sim, k: int, step: int, t: float, samples: int, active: int) -> float:
+    """forward, backward, straggler sleep of worker rank k from t; returns the end."""
+    c, rec = sim.costs, sim.rec
+    f = c.noisy(c.forward(samples, active=active), step)
+    b = c.noisy(c.backward(samples, active=active), step)
+    t = rec.span(k, "forward", 0, t, t + f, step)
+    t = rec.span(k, "backward", 0, t, t + b, step)
+    slow = sim.slow[k]
+    if slow > 1:
+        t = rec.span(k, "slowdown", 0, t, t + (slow - 1) * (f + b), step, factor=slow)
+    return t
+
+
+def ps_sync(sim, steps: int) -> None:
+    spec, c, rec = sim.spec, sim.costs, sim.rec
+    n = spec.topology.workers.count
+    shards = _shards(spec, sim.blocks)
+    names = [sid for sid, *_ in shards]
+    msg = [c.p2p(nbytes) for *_, nbytes in shards]          # one message to or from a shard
+    queued = [c.p2p_bytes(nbytes) for *_, nbytes in shards]  # one more message ahead on the shard's link
+    total = sum(nbytes for *_, nbytes in shards)
+    batch = spec.training.batch_size
+    sent = [0.0] * len(shards)          # when each shard sent the weights of this step
+    server_free = [0.0] * len(shards)
+    push_end = [0.0] * n                # end of each worker's last push (fetch posted there)
+    for step in range(steps):
+        ready = []
+        last_sent = max(sent)
+        for k in range(n):
+            t0 = arrive = push_end[k]
+            for j in range(len(shards)):
+                arrive = max(arrive, sent[j] + c.noisy(msg[j] + k * queued[j], step))
+            s = max(min(last_sent, arrive), t0)
+            if s > t0:
+                rec.span(k, "wait", 1, t0, s, step)
+            rec.span(k, "fetch", 1, s, arrive, step, version=step)
+            # the untraced part of a step (unpacking, batch gathering, preemption) follows the fetch
+            ready.append((_compute(sim, k, step, arrive + c.overhead(step), batch, n), k, t0))
+        ready.sort()
+        rx_free = [0.0] * len(shards)
+        for t1, k, t0 in ready:
+            end = t1
+            for j in range(len(shards)):
+                rx_free[j] = max(t1 + c.noisy(msg[j], step), rx_free[j] + queued[j])
+                end = max(end, rx_free[j])
+            rec.span(k, "push", 1, t1, end, step, shards=names)
+            rec.moved(k, total, total)
+            if rec.record:
+                for j in range(len(shards)):
+                    rec.flow(k, "s", rec.flow_id(k, step, n + j), 1, max(t1, end - 1))
+            push_end[k] = end
+            rec.step(sim.ids[k], step, t0, end)
+        for j, (sid, params, tensors, nbytes) in enumerate(shards):
+            ps = n + j
+            rec.moved(ps, n * nbytes, n * nbytes)
+            start = max(rx_free[j], server_free[j])
+            rec.span(ps, "wait", 1, server_free[j], start, step)
+            u = c.noisy(c.update(params, tensors, n), step)
+            rec.span(ps, "update", 0, start, start + u, step, worker="all", version=step + 1, staleness=0)
+            if rec.record:
+                for k in range(n):
+                    rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, start + 1)
+            server_free[j] = sent[j] = start + u
+
+
+def ps_async(sim, steps: int) -> None:
+    spec, c, rec = sim.spec, sim.costs, sim.rec
+    n = spec.topology.workers.count
+    shards = _shards(spec, sim.blocks)
+    batch = spec.training.batch_size
+    version = [0] * len(shards)
+    sent_version = [[0] * n for _ in shards]
+    server_free = [0.0] * len(shards)
+    heap = []
+
+    def start_step(k: int, step: int, push_end: float, sent: list) -> None:
+        t0 = push_end
+        arrive = t0
+        for j, (sid, params, tensors, nbytes) in enumerate(shards):
+            arrive = max(arrive, sent[j] + c.noisy(c.p2p(nbytes) + (k * c.p2p_bytes(nbytes) if step == 0 else 0),
+                                                   step))
+        s = max(min(max(sent), arrive), push_end)
+        if s > push_end:
+            rec.span(k, "wait", 1, push_end, s, step)
+        rec.span(k, "fetch", 1, s, arrive, step, version=min(sent_version[j][k] for j in range(len(shards))))
+        t1 = _compute(sim, k, step, arrive + c.overhead(step), batch, n)
+        heapq.heappush(heap, (t1, k, step, t0))
+
+    for k in range(n):
+        start_step(k, 0, 0.0, [0.0] * len(shards))
+    while heap:
+        t1, k, step, t0 = heapq.heappop(heap)
+        end, sent = t1, []
+        for j, (sid, params, tensors, nbytes) in enumerate(shards):
+            ps = n + j
+            landed = t1 + c.noisy(c.p2p(nbytes), step)
+            begin = max(landed, server_free[j])
+            rec.span(ps, "wait", 1, server_free[j], begin, step)
+            stale = version[j] - sent_version[j][k]
+            version[j] += 1
+            u = c.noisy(c.update(params, tensors, 1), step)
+            rec.span(ps, "update", 0, begin, begin + u, step, worker=sim.ids[k], version=version[j], staleness=stale)
+            if rec.record:
+                rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, begin + 1)
+            rec.result.staleness.append(stale)
+            # an async server packs and sends this worker's reply before it takes the next push
+            server_free[j] = begin + u + c.noisy(c.server_us, step)
+            sent_version[j][k] = version[j]
+            sent.append(server_free[j])
+            end = max(end, landed)
+            rec.send(k, ps, nbytes)
+            rec.send(ps, k, nbytes)
+        rec.span(k, "push", 1, t1, end, step, shards=[s[0] for s in shards])
+        for j in range(len(shards)):
+            if rec.record:
+                rec.flow(k, "s", rec.flow_id(k, step, n + j), 1, max(t1, end - 1))
+        rec.step(sim.ids[k], step, t0, end)
+        if step + 1 < steps:
+            start_step(k, step + 1, end, sent)
+
+
+def central_storage(sim, steps: int) -> None:
+    spec, c, rec = sim.spec, sim.costs, sim.rec
+    n = spec.topology.workers.count
+    storage = n
+    params = sum(b.params for b in sim.blocks)
+    tensors = sum(b.tensors for b in sim.blocks)
+    nbytes = 4 * params
+    batch = spec.training.batch_size
+    free = [0.0] * n
+    storage_free = 0.0
+    for step in range(steps):
+        starts = list(free)
+        sent = storage_free
+        done = max(starts + [sent]) + c.noisy(c.broadcast(nbytes, n + 1), step)
+        rec.span(storage, "fetch", 1, sent, done, step, version=step)
+        ready = []
+        for k in range(n):
+            rec.span(k, "wait", 1, starts[k], sent, step)
+            rec.span(k, "fetch", 1, max(sent, starts[k]), done, step, version=step)
+            ready.append(_compute(sim, k, step, done + c.overhead(step), batch, n))
+            rec.moved(k, nbytes, nbytes)
+        reduced = max(ready) + c.noisy(c.reduce(nbytes, n + 1), step)
+        rec.moved(storage, n * nbytes, n * nbytes)
+        rec.span(storage, "wait", 1, done, reduced, step)
+        for k in range(n):
+            rec.span(k, "push", 1, ready[k], reduced, step)
+            if rec.record:
+                rec.flow(k, "s", rec.flow_id(k, step, storage), 1, reduced - 1)
+            if rec.record:
+                rec.flow(storage, "f", rec.flow_id(k, step, storage), 0, reduced + 1)
+            rec.step(sim.ids[k], step, starts[k], reduced)
+            free[k] = reduced
+        u = c.noisy(c.update(params, tensors, 1), step)
+        storage_free = rec.span(storage, "update", 0, reduced, reduced + u, step, worker="all", version=step + 1,
+                                staleness=0)

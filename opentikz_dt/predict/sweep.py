@@ -1,0 +1,168 @@
+"""`dtgen predict SPEC --sweep workers=2,4,...,1024`: predicted scaling, as a pgfplots figure and a table.
+
+Every point is a full simulation (no trace kept, so 1,024 workers x 100 steps take
+seconds). A second axis, `--set key=v1,v2,...` with a comma list, gives one line per
+value (e.g. strategy.algorithm=ring,tree,native). Points the spec rules refuse (a
+pipeline with more stages than layers, hosts that do not divide the workers) are left
+out and named in the caption. A sweep assumes a cluster: every rank on its own core,
+compute as calibrated solo, links as calibrated or `--link`. Must not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DtgenError
+from ..figures.model import Tex
+from ..figures.render import base_context, environment
+from ..measured.export import write_outputs
+from ..measured.plots import COLORS, DASHES, MARKS
+from ..spec import load_spec
+from ..texsafe import escape_text
+from .predict import apply_overrides, check_size, costs_for
+from .rundir import metrics_of
+from .simulate import simulate
+
+MAX_POINTS = 64
+MAX_SERIES = 5  # palette colours
+
+
+@dataclass(frozen=True)
+class Point:
+    series: str
+    workers: int
+    samples_per_s: float
+    step_ms: float
+
+
+def parse_sweep(text: str) -> list[int]:
+    key, sep, values = str(text).partition("=")
+    if key.strip() != "workers" or not sep:
+        raise DtgenError(f"--sweep {text!r}: expected workers=N,N,... (e.g. workers=2,4,8,16)")
+    try:
+        counts = sorted({int(v) for v in values.split(",") if v.strip()})
+    except ValueError:
+        raise DtgenError(f"--sweep {text!r}: worker counts must be whole numbers") from None
+    if not counts or counts[0] < 1:
+        raise DtgenError(f"--sweep {text!r}: worker counts must be 1 or more")
+    if len(counts) > MAX_POINTS:
+        raise DtgenError(f"--sweep: {len(counts)} worker counts, at most {MAX_POINTS} per figure")
+    return counts
+
+
+def _series(sets: tuple) -> tuple[list, tuple]:
+    """(label, fixed sets) per line: the one --set with a comma list becomes the lines."""
+    fixed, varying = [], None
+    for item in sets:
+        key, _, value = str(item).partition("=")
+        if "," in value and not value.strip().startswith(("[", "{")):
+            if varying is not None:
+                raise DtgenError("--sweep: only one --set may list several values (one line per value)")
+            varying = (key, [v.strip() for v in value.split(",")])
+        else:
+            fixed.append(item)
+    if varying is None:
+        return [("", ())], tuple(fixed)
+    if len(varying[1]) > MAX_SERIES:
+        raise DtgenError(f"--set {varying[0]}: {len(varying[1])} values, at most {MAX_SERIES} lines per figure")
+    return [(f"{varying[0].split('.')[-1]}={v}", (f"{varying[0]}={v}",)) for v in varying[1]], tuple(fixed)
+
+
+def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: int | None = None,
+              link: str | None = None, latency_ms: float | None = None) -> tuple[list, list, object, dict]:
+    """(points, skipped, base spec, assumptions)."""
+    counts = parse_sweep(sweep)
+    lines, fixed = _series(sets)
+    base = apply_overrides(load_spec(spec_path), fixed)
+    if steps is not None:
+        base = apply_overrides(base, (f"training.steps={steps}",))
+    points, skipped, assumed = [], [], {}
+    for label, extra in lines:
+        for n in counts:
+            try:
+                spec = apply_overrides(base, extra, workers=n)
+            except DtgenError:
+                skipped.append(f"{label + ' ' if label else ''}{n}")
+                continue
+            check_size(spec, spec.training.steps)
+            costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True)
+            result = simulate(spec, costs, record=False)
+            m = metrics_of(result, spec, spec.training.steps)
+            step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
+            points.append(Point(label or base.name, n, m["samples_per_s"], step))
+    return points, skipped, base, assumed
+
+
+def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
+    rate = assumed.get("link_bytes_per_s")
+    link = f"links {rate * 8 / 1e9:g} Gbit/s" if rate else "links as calibrated"
+    lat = assumed.get("latency_s")
+    latency = f", latency {lat * 1e3:g} ms" if lat is not None else ""
+    source = assumed.get("calibration", "")
+    # The file's name only: a figure for a paper must not carry this machine's paths.
+    source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
+    notes = [f"predicted from the {source}: every rank on its own core, compute as "
+             f"calibrated solo; {link}{latency}; {steps} steps, first left out"]
+    if skipped:
+        notes.append("not valid for this spec, left out: " + ", ".join(skipped[:8]) + (" ..." if len(skipped) > 8 else ""))
+    return [escape_text(n) for n in notes]
+
+
+def log_ticks(values: list) -> Tex:
+    """1-2-5 ticks covering the values (a log axis with a tick or three per decade)."""
+    lo, hi = min(values), max(values)
+    ticks, decade = [], 10.0 ** math.floor(math.log10(max(lo, 1e-12)))
+    while decade <= hi * 10:
+        ticks += [m * decade for m in (1, 2, 5) if lo / 1.5 <= m * decade <= hi * 1.5]
+        decade *= 10
+    if len(ticks) > 8:
+        ticks = [t for t in ticks if f"{t:.6g}".lstrip("0.").startswith("1")]
+    if sum(lo <= t <= hi for t in ticks) < 2:
+        # The axis ends at the data: values within one 1-2-5 step (135k..190k) would
+        # leave it with no labelled tick at all. Label both ends, rounded.
+        ticks = sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")} | {t for t in ticks if lo <= t <= hi})
+    return Tex(",".join(f"{t:.6g}" for t in ticks))
+
+
+def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: bool = False) -> str:
+    labels = list(dict.fromkeys(p.series for p in points))
+    counts = sorted({p.workers for p in points})
+    if not counts:
+        raise DtgenError("--sweep: no worker count gives a valid spec")
+    series = []
+    for i, label in enumerate(labels):
+        mine = sorted((p for p in points if p.series == label), key=lambda p: p.workers)
+        series.append({"label": Tex(escape_text(label)), "color": COLORS[i % 5], "dash": DASHES[i % 5],
+                       "mark": MARKS[i % 5],
+                       "throughput": Tex(" ".join(f"({p.workers},{max(p.samples_per_s, 1e-9):.6g})" for p in mine)),
+                       "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine))})
+    context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
+    context.update(series=series, legend=len(labels) > 1, legend_columns=min(len(labels), 4),
+                   xmin=counts[0] / 1.3, xmax=counts[-1] * 1.3, xticks=Tex(",".join(map(str, counts))),
+                   xticklabels=Tex(",".join(f"{c:,}".replace(",", "{,}") for c in counts)),
+                   yticks_rate=log_ticks([max(p.samples_per_s, 1e-9) for p in points]),
+                   yticks_step=log_ticks([max(p.step_ms, 1e-9) for p in points]),
+                   notes=caption(assumed, skipped, spec.training.steps))
+    return environment().get_template("plot-scaling.tex.j2").render(context)
+
+
+def render_scaling_table(points: list) -> str:
+    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10}"]
+    lines += [f"{p.series:28} {p.workers:>8,} {p.samples_per_s:>14,.0f} {p.step_ms:>10.3f}" for p in points]
+    return "\n".join(lines) + "\n"
+
+
+def sweep_command(spec_path, sweep, calibration, sets, steps, out, link, latency_ms, dedicated, formats,
+                  echo=print) -> list:
+    started = time.perf_counter()
+    points, skipped, spec, assumed = run_sweep(spec_path, sweep, calibration, sets, steps, link, latency_ms)
+    out = Path(out) if out is not None else Path("figures") / f"{spec.name}-scaling"
+    table = render_scaling_table(points)
+    echo(table.rstrip())
+    echo(f"simulated {len(points)} points in {time.perf_counter() - started:.1f} s")
+    written = write_outputs(render_scaling(points, skipped, spec, assumed), out, "predicted-scaling", formats)
+    (out / "predicted-scaling.txt").write_text(table, encoding="utf-8")
+    return written + [out / "predicted-scaling.txt"]

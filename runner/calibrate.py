@@ -1,0 +1,308 @@
+"""`dtgen calibrate`: measure what the predictor needs, with as many processes as the run has.
+
+The run's CPU sharing, its gloo costs between processes and its per-call overheads are
+only what they are with the run's process count on this machine, so the probe starts
+that many processes (gloo on CPU, one thread each) and measures, each rank at once
+where the run does things at once:
+  - every model block's forward and backward at two batch sizes, first on rank 0
+    alone (solo costs) and then on all ranks at once (how much slower sharing the
+    cores makes them: the effective core count);
+  - SGD optimizer step (per tensor and per element) and gradient summation;
+  - point-to-point messages at several sizes (pairs ping-pong at once) and
+    all-reduce / broadcast / reduce over all ranks at several sizes, fitted to
+    latency + bytes / bandwidth;
+  - the per-step work the trace does not cover (batch gathering, loss.item()).
+Rank 0 writes the calibration JSON (opentikz_dt/predict/calibration.py documents it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPS = 25
+
+
+def _median_time(fn, reps: int = REPS) -> float:
+    """Mean seconds per call, the slowest call left out. A mean, not a median: on shared
+    cores a step pays for the occasional preemption, and step times are means."""
+    fn()  # warm: first calls allocate
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return statistics.fmean(times[:-1]) if len(times) > 2 else statistics.fmean(times)
+
+
+def _rate(fn, seconds: float = 0.4) -> tuple[float, list]:
+    """(seconds per call, each call's time) of fn called back to back for about `seconds`:
+    the throughput with the cores shared, and the spread of single calls (preemptions)."""
+    fn()
+    times, t0 = [], time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return elapsed / len(times), times
+
+
+def _fit(points) -> tuple[float, float]:
+    """Least squares y = a + b x over (x, y) points, both clipped at 0."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+    b = max(b, 0.0)
+    return max(my - b * mx, 0.0), b
+
+
+def _units(spec, model) -> list:
+    """Callables per unit, in the order of opentikz_dt.workload (prologue, blocks, epilogue)."""
+    kind = spec.training.model_kind
+    if kind == "mlp":
+        layers = list(model.layers)
+        last = len(layers) - 1
+        return [(lambda x, layer=layer, relu=(i < last): torch.relu(layer(x)) if relu else layer(x))
+                for i, layer in enumerate(layers)]
+    if kind == "transformer":
+        return [model.embed, *model.blocks, model.head]
+    if kind == "cnn":
+        return [lambda x: torch.relu(model.stem(x)), *model.blocks, lambda h: model.head(h.mean(dim=(2, 3)))]
+    raise ValueError(f"the probe times built-in model kinds only, not {kind!r}")
+
+
+def _block_times(spec, sizes) -> list[dict]:
+    """Mean forward and backward seconds of every unit at each batch size (the last with the loss)."""
+    from .data import synthetic_arrays
+    from .model import build_model, loss_fn
+
+    model = build_model(spec)
+    units = _units(spec, model)
+    xs, ys = synthetic_arrays(spec)
+    out = [{"forward": [], "backward": []} for _ in units]
+    for rows in sizes:
+        h, target = xs[:rows], ys[:rows]
+        for i, unit in enumerate(units):
+            x = h.detach().requires_grad_(h.is_floating_point())
+            last = i == len(units) - 1
+
+            def fwd(unit=unit, x=x, last=last):
+                y = unit(x)
+                return loss_fn(y, target) if last else y
+
+            with torch.no_grad():
+                h = unit(x)  # the next unit's input
+            grad = None if last else torch.ones_like(h)
+            out[i]["forward"].append((rows, _median_time(fwd)))
+
+            def bwd_timed(fwd=fwd, grad=grad):
+                y = fwd()
+                t0 = time.perf_counter()
+                y.backward(grad)
+                return time.perf_counter() - t0
+
+            bwd_timed()
+            times = sorted(bwd_timed() for _ in range(REPS))
+            out[i]["backward"].append((rows, statistics.fmean(times[:-1])))
+    return out
+
+
+def _step_loop(spec):
+    """One forward and backward of the whole model at the worker batch (the sharing probe)."""
+    from .data import synthetic_arrays
+    from .model import build_model, loss_fn
+
+    model = build_model(spec)
+    xs, ys = synthetic_arrays(spec)
+    x, y = xs[:spec.training.batch_size], ys[:spec.training.batch_size]
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+
+    return step
+
+
+def _optimizer_times(spec) -> tuple[list, float]:
+    from .model import build_model, build_optimizer
+
+    params = list(build_model(spec).parameters())
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = build_optimizer(spec, params)
+    total = sum(p.numel() for p in params)
+    flat = torch.nn.Parameter(torch.zeros(total))
+    flat.grad = torch.randn(total)
+    flat_opt = build_optimizer(spec, [flat])
+    t_all, t_flat = _median_time(opt.step), _median_time(flat_opt.step)
+    per_param = t_flat / total
+    per_tensor = max(0.0, (t_all - t_flat) / max(1, len(params) - 1))
+    a, b = torch.zeros(total), torch.randn(total)
+    add = _median_time(lambda: a.add_(b)) / total
+    return [per_tensor, per_param], add
+
+
+def _p2p(rank: int, world: int, sizes) -> list:
+    """One-way seconds per size, pairs (0,1), (2,3), ... ping-ponging at once."""
+    import torch.distributed as dist
+
+    peer = rank ^ 1
+    out = []
+    for nbytes in sizes:
+        buf = torch.zeros(max(1, nbytes // 4))
+        dist.barrier()
+        if peer >= world:
+            out.append((nbytes, math.nan))
+            continue
+
+        def pingpong():
+            if rank % 2 == 0:
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+            else:
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+
+        out.append((nbytes, _median_time(pingpong) / 2))
+    return out
+
+
+def _collectives(world: int, sizes) -> dict:
+    import torch.distributed as dist
+
+    ops = {"allreduce": lambda t: dist.all_reduce(t), "broadcast": lambda t: dist.broadcast(t, 0),
+           "reduce": lambda t: dist.reduce(t, 0)}
+    out = {}
+    for name, op in ops.items():
+        points = []
+        for nbytes in sizes:
+            buf = torch.zeros(max(1, nbytes // 4))
+            dist.barrier()
+            points.append((nbytes, _median_time(lambda: op(buf))))
+        out[name] = points
+    return out
+
+
+def _overhead(spec) -> float:
+    """Per-step work outside the traced spans: gather the batch rows, loss.item(), a clock read."""
+    from .data import synthetic_arrays
+
+    x, y = synthetic_arrays(spec)
+    n = len(x)
+    loss = torch.tensor(1.0)
+    idx = torch.randperm(n)[:spec.training.batch_size]
+
+    def skeleton():
+        x[idx], y[idx]
+        loss.item()
+        time.perf_counter()
+
+    return _median_time(skeleton, 50)
+
+
+def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path: str) -> None:
+    import torch.distributed as dist
+
+    from ..spec import spec_from_data
+
+    torch.set_num_threads(1)
+    spec = spec_from_data(spec_data)
+    store = dist.FileStore(store_path, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    try:
+        batch = spec.training.batch_size
+        sizes = sorted({max(1, batch // max(1, spec.strategy.microbatches)), batch})
+        if len(sizes) == 1:
+            sizes = [max(1, batch // 4), batch] if batch > 1 else [1, 2]
+        solo = _block_times(spec, sizes) if rank == 0 else None
+        step = _step_loop(spec)
+        solo_step = _rate(step)[0] if rank == 0 else None
+        dist.barrier()
+        together, calls = _rate(step)  # every rank at once, as workers compute in a run
+        optimizer, add = _optimizer_times(spec) if rank == 0 else (None, None)
+        dist.barrier()
+        overhead = _overhead(spec)
+        from ..predict.blocks import model_blocks
+
+        model_bytes = 4 * sum(b.params for b in model_blocks(spec))
+        msg_sizes = sorted({256, 16 << 10, max(1024, model_bytes // 4), max(4096, model_bytes), 4 << 20})
+        p2p = _p2p(rank, world, msg_sizes)
+        coll = _collectives(world, sorted({1024, max(4096, model_bytes), 4 << 20}))
+        gathered = [None] * world
+        dist.all_gather_object(gathered, {"together": together, "calls": calls, "overhead": overhead, "p2p": p2p})
+        if rank == 0:
+            _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path) -> None:
+    from ..predict.blocks import model_signature
+    from ..predict.calibration import FORMAT, Calibration, machine_info
+
+    batch = spec.training.batch_size
+    from ..predict.blocks import model_blocks
+
+    blocks = []
+    for unit, entry in zip(model_blocks(spec), solo):
+        blocks.append({"name": unit.name, "forward": list(_fit(entry["forward"])),
+                       "backward": list(_fit(entry["backward"]))})
+    shared = statistics.fmean(g["together"] for g in gathered)
+    cores = max(1.0, min(float(world), world * solo_step / shared)) if shared > 0 else float(world)
+    pairs = [p for g in gathered for p in g["p2p"] if not math.isnan(p[1])]
+    comm = {}
+    alpha, beta = _fit(pairs) if pairs else (0.0, 0.0)
+    comm["p2p"] = {"alpha_s": alpha, "beta_s_per_byte": beta}
+    n = world
+    a, b = _fit(coll["allreduce"])
+    comm["allreduce"] = {"alpha_s": a / (2 * (n - 1)) if n > 1 else a,
+                         "beta_s_per_byte": b * n / (2 * (n - 1)) if n > 1 else b}
+    levels = max(1, math.ceil(math.log2(n))) if n > 1 else 1
+    for name in ("broadcast", "reduce"):
+        a, b = _fit(coll[name])
+        comm[name] = {"alpha_s": a / levels, "beta_s_per_byte": b / levels}
+    # how single steps spread around the mean when every rank computes at once
+    ratios = sorted(t / g["together"] for g in gathered for t in g["calls"] if g["together"] > 0)
+    if len(ratios) > 400:
+        ratios = [ratios[int(i * len(ratios) / 400)] for i in range(400)]
+    data = {"dtgen_calibration": FORMAT, "source": "probe", "machine": machine_info(),
+            "torch": torch.__version__, "model": model_signature(spec), "ranks": world,
+            "cores_effective": round(cores, 3),
+            "compute": {"blocks": blocks, "optimizer": optimizer, "add_per_param_s": add,
+                        "step_overhead_s": statistics.fmean(g["overhead"] for g in gathered)},
+            "comm": comm,
+            "noise": {"compute_ratios": [round(r, 4) for r in ratios]},
+            "measured": {"batch": batch, "solo_step_s": solo_step, "shared_step_s": shared,
+                         "p2p": pairs, "collectives": coll}}
+    Calibration(data).save(out_path)
+
+
+def calibrate(spec, out_path: str | Path, ranks: int | None = None) -> Path:
+    """Run the probe with `ranks` processes (default: the spec's world size); write the calibration."""
+    import torch.multiprocessing as mp
+
+    from ..predict.simulate import roles
+
+    world = ranks or len(roles(spec))
+    world = max(2, world)
+    out_path = Path(out_path)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory(prefix="dtgen-calibrate-") as tmp:
+        store = os.path.join(tmp, "store")
+        part = os.path.join(tmp, "calibration.json")
+        mp.start_processes(_rank_main, args=(world, spec.data, store, part), nprocs=world, join=True,
+                           start_method="spawn")
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(part, out_path) if Path(part).stat().st_dev == out_path.parent.stat().st_dev else \
+            out_path.write_bytes(Path(part).read_bytes())
+    return out_path

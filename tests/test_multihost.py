@@ -1,0 +1,318 @@
+"""Multi-host runs on an emulated cluster (scripts/netcluster.sh): one network namespace
+per host, links shaped with tc tbf, one `dtgen run` launcher per host, each with its
+own run folder (no shared filesystem). Skipped without root."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opentikz_dt.runner.netcluster import NetCluster, namespaces
+from opentikz_dt.runner.testing import small_spec_data
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow]
+PORT = 29500
+ENV = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR")
+
+
+def write(tmp_path, data, name="spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def launch(cluster, host: int, spec: Path, out: Path, *extra, nnodes=None):
+    nnodes = nnodes or cluster.hosts
+    argv = [sys.executable, "-m", "opentikz_dt", "run", str(spec), "--out", str(out), "--nnodes", str(nnodes),
+            "--node-rank", str(host - 1), "--rdzv-endpoint", f"{cluster.addr(1)}:{PORT}", *extra]
+    return cluster.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+
+
+def launch_all(cluster, spec, tmp_path, *extra):
+    return [launch(cluster, h, spec, tmp_path / f"h{h}", *extra) for h in range(1, cluster.hosts + 1)]
+
+
+def finish(procs, timeout=120):
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        outs.append((p.returncode, out))
+    return outs
+
+
+def wait_for_step(progress: Path, step: int, timeout=90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(progress.read_text())["step"] >= step:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{progress} never reached step {step}")
+
+
+def assert_no_processes(cluster, within=15.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        left = {h: cluster.pids(h) for h in range(1, cluster.hosts + 1)}
+        if not any(left.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"processes left in the cluster's namespaces: {left}")
+
+
+def ring_spec(hosts=2, workers=4, steps=4, **over):
+    return small_spec_data("allreduce", name=f"mh-{hosts}", topology={"workers": {"count": workers}, "hosts": hosts},
+                           strategy={"algorithm": "ring"}, training={"steps": steps}, **over)
+
+
+def test_netcluster_shapes_links_and_cleans_up(tmp_path):
+    """The test bed itself: addresses, hostnames, the shaped rate, teardown, --latency."""
+    from opentikz_dt.runner.netcluster import unavailable_reason
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    cluster = NetCluster(2, "80mbit")
+    try:
+        cluster.up()
+        assert namespaces(cluster.name + "-") == [f"{cluster.name}-br", f"{cluster.name}-h1", f"{cluster.name}-h2"]
+        name = cluster.run(2, ["hostname"], capture_output=True, text=True).stdout.strip()
+        assert name == f"{cluster.name}-h2"
+        sink = cluster.popen(2, [sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        sent = cluster.run(1, [sys.executable, "-c", SOURCE.format(addr=cluster.addr(2))],
+                           capture_output=True, text=True, timeout=60)
+        assert sent.returncode == 0, sent.stderr
+        mb_s = float(sink.communicate(timeout=30)[0])
+        assert 5.0 < mb_s < 80 / 8 * 1.15, f"{mb_s:.1f} MB/s over an 80mbit (10 MB/s) link"
+    finally:
+        cluster.down()
+    assert namespaces(cluster.name + "-") == []
+    r = subprocess.run(["bash", str(Path(__file__).parent.parent / "scripts" / "netcluster.sh"), "up", "--name",
+                        cluster.name, "--hosts", "1", "--link", "10mbit", "--latency", "5"],
+                       capture_output=True, text=True)
+    assert namespaces(cluster.name + "-") == []
+    if r.returncode:  # netem missing: a clear refusal, nothing left
+        assert "--latency needs the netem qdisc" in r.stderr
+    else:
+        subprocess.run(["bash", str(SCRIPT_PATH), "down", "--name", cluster.name], check=True)
+
+
+SCRIPT_PATH = Path(__file__).parent.parent / "scripts" / "netcluster.sh"
+SINK = """
+import socket, time
+s = socket.socket(); s.bind(("0.0.0.0", 5001)); s.listen(1)
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    b = c.recv(1 << 16)
+    if not b: break
+    if t0 is None: t0 = time.perf_counter()
+    n += len(b)
+print(n / (time.perf_counter() - t0) / 1e6)
+"""
+SOURCE = """
+import socket
+s = socket.create_connection(("{addr}", 5001)); s.sendall(b"x" * (8 << 20)); s.close()
+"""
+
+
+def test_two_hosts_separate_folders_gather_to_node0(tmp_path, netcluster):
+    cluster = netcluster(2)
+    spec = write(tmp_path, ring_spec())
+    outs = finish(launch_all(cluster, spec, tmp_path))
+    assert [rc for rc, _ in outs] == [0, 0], outs
+    assert "node 1 done" in outs[1][1]
+    h1, h2 = tmp_path / "h1", tmp_path / "h2"
+    # Node 1's folder has only its own ranks; node 0's has everyone's, gathered.
+    assert sorted(p.name for p in (h2 / "trace").iterdir()) == ["rank2.jsonl", "rank3.jsonl"]
+    assert not (h2 / "trace.json").exists()
+    trace = json.loads((h1 / "trace.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1, 2, 3}
+    metrics = json.loads((h1 / "metrics.json").read_text())
+    assert len(metrics["loss"]) == 4 and set(metrics["step_time_s"]) == {"w1", "w2", "w3", "w4"}
+    assert sorted(p.name for p in (h1 / "logs").glob("rank*.log")) == [f"rank{r}.log" for r in range(4)]
+    run = json.loads((h1 / "run.json").read_text())
+    assert [(r["addr"], r["node_rank"]) for r in run["ranks"]] == [
+        (cluster.addr(1), 0), (cluster.addr(1), 0), (cluster.addr(2), 1), (cluster.addr(2), 1)]
+    assert {r["host"] for r in run["ranks"]} == {cluster.namespace(1), cluster.namespace(2)}
+    # One machine, one monotonic clock: each measured offset to rank 0 must be within the
+    # bound the trace states (half the least ping-pong round trip) of the true offset, 0.
+    clock = trace["metadata"]["clock"]
+    assert set(clock) == {"0", "1", "2", "3"}
+    for r, c in clock.items():
+        assert abs(c["offset_us"]) <= c["bound_us"] + 1.0, (r, c)
+    assert clock["2"]["bound_us"] > 0
+
+
+STRATEGIES = {
+    "allreduce-native": {"strategy": {"kind": "allreduce", "algorithm": "native"}, "topology": {"workers": {"count": 2}}},
+    "gossip": {"strategy": {"kind": "gossip", "peers": 1}, "topology": {"workers": {"count": 2}}},
+    "ps-async": {"strategy": {"kind": "parameter-server", "sync": "async"},
+                 "topology": {"workers": {"count": 2}, "servers": {"count": 2}}},
+    "pipeline": {"strategy": {"kind": "pipeline", "microbatches": 2}, "topology": {"workers": {"count": 2}}},
+}
+
+
+@pytest.mark.parametrize("case", list(STRATEGIES))
+def test_two_hosts_every_strategy(tmp_path, netcluster, case):
+    over = STRATEGIES[case]
+    data = small_spec_data(over["strategy"]["kind"], name=f"mh-{case}", training={"steps": 3})
+    data["strategy"] = over["strategy"]
+    data["topology"] = dict(over["topology"], hosts=2)
+    spec = write(tmp_path, data)
+    cluster = netcluster(2)
+    outs = finish(launch_all(cluster, spec, tmp_path))
+    assert [rc for rc, _ in outs] == [0, 0], outs
+    run = json.loads((tmp_path / "h1" / "run.json").read_text())
+    assert run["status"] == "ok"
+    assert {r["node_rank"] for r in run["ranks"]} == {0, 1}
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(run["world_size"]))
+
+
+def test_central_storage_refuses_to_span_hosts(tmp_path):
+    data = small_spec_data("central-storage", topology={"workers": {"count": 2}, "hosts": 2})
+    spec = write(tmp_path, data)
+    r = subprocess.run([sys.executable, "-m", "opentikz_dt", "run", str(spec), "--out", str(tmp_path / "o"),
+                        "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"],
+                       capture_output=True, text=True, env=ENV)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "central-storage" in r.stderr and "cannot span hosts" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("how", ["sigkill", "link-down"])
+def test_losing_a_host_ends_the_run_and_names_it(tmp_path, netcluster, how):
+    timeout_s = 6
+    cluster = netcluster(2)
+    spec = write(tmp_path, ring_spec(steps=100000, runtime={"timeout_s": timeout_s}))
+    procs = launch_all(cluster, spec, tmp_path)
+    wait_for_step(tmp_path / "h1" / "progress" / "rank0.json", 3)
+    lost_at = time.monotonic()
+    if how == "sigkill":
+        procs[1].send_signal(signal.SIGKILL)
+    else:
+        cluster.link_state(2, "down")
+    out, _ = procs[0].communicate(timeout=timeout_s + 30 + 30)
+    ended = time.monotonic() - lost_at
+    assert procs[0].returncode == 3, out
+    assert ended <= timeout_s + 30, f"survivor took {ended:.0f} s"
+    assert f"lost host: node 1 ({cluster.addr(2)}, ranks 2, 3)" in out, out
+    assert "Traceback" not in out
+    try:
+        procs[1].communicate(timeout=timeout_s + 30)  # the cut-off node gives up too
+    except subprocess.TimeoutExpired:
+        pass
+    assert_no_processes(cluster)
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    assert trace["metadata"]["ended_early"] is True
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} >= {0, 1}
+    assert json.loads((tmp_path / "h1" / "run.json").read_text())["status"] == "failed"
+
+
+def _dtgen(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "opentikz_dt", "run", *map(str, args)],
+                          capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def test_bad_node_layouts_are_refused_before_anything_is_written(tmp_path):
+    spec = write(tmp_path, ring_spec())
+    out = tmp_path / "o"
+    cases = [
+        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:1"], "--node-rank 2 must be below --nnodes 2"),
+        (["--nnodes", "4", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"], "topology.hosts: 2, but --nnodes 4"),
+    ]
+    odd = write(tmp_path, small_spec_data("parameter-server", topology={"workers": {"count": 2}, "hosts": 2}), "odd.yaml")
+    cases.append((["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"], "do not divide the 3 ranks"))
+    for i, (args, message) in enumerate(cases):
+        r = _dtgen(odd if i == 2 else spec, "--out", out, *args)
+        assert r.returncode != 0 and message in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_rendezvous_endpoint_that_never_answers(tmp_path, netcluster):
+    cluster = netcluster(2)
+    spec = write(tmp_path, ring_spec())
+    started = time.monotonic()
+    # Node 1 alone: nobody serves the endpoint on host 1.
+    r = cluster.run(2, [sys.executable, "-m", "opentikz_dt", "run", str(spec), "--out", str(tmp_path / "h2"),
+                        "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", f"{cluster.addr(1)}:{PORT}",
+                        "--rdzv-timeout", "4"], capture_output=True, text=True, env=ENV, timeout=60)
+    assert time.monotonic() - started < 4 + 20
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert f"rendezvous endpoint {cluster.addr(1)}:{PORT} did not answer within 4 s (--rdzv-timeout" in r.stderr
+
+
+def test_mismatched_specs_across_nodes_are_refused(tmp_path, netcluster):
+    cluster = netcluster(2)
+    a = write(tmp_path, ring_spec(steps=4), "a.yaml")
+    b = write(tmp_path, ring_spec(steps=5), "b.yaml")
+    procs = [launch(cluster, 1, a, tmp_path / "h1", "--rdzv-timeout", "30"),
+             launch(cluster, 2, b, tmp_path / "h2", "--rdzv-timeout", "30")]
+    outs = finish(procs, timeout=90)
+    for rc, out in outs:
+        assert rc != 0 and "spec differs between nodes" in out and "Traceback" not in out, out
+    assert "node 1 (" + cluster.addr(2) + ")" in outs[0][1]
+    assert not (tmp_path / "h1" / "trace").exists()
+    assert_no_processes(cluster)
+
+
+def test_emit_slurm_and_torchrun_scripts(tmp_path, repo):
+    spec = repo / "examples" / "allreduce-hierarchical.yaml"
+    r = _dtgen(spec, "--emit", "slurm", "--rdzv-timeout", "30", "--steps", "7")
+    assert r.returncode == 0, r.stderr
+    script = tmp_path / "job.sbatch"
+    script.write_text(r.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "#SBATCH --nodes=2" in r.stdout and "#SBATCH --ntasks-per-node=1" in r.stdout
+    srun = [line for line in r.stdout.splitlines() if line.startswith("srun ")]
+    assert len(srun) == 1
+    for flag in ('--nnodes "$SLURM_NNODES"', '--node-rank "$SLURM_NODEID"', '--rdzv-endpoint "$head:29500"',
+                 "--rdzv-timeout 30", "--steps 7"):
+        assert flag in srun[0], flag
+    r = _dtgen(spec, "--emit", "torchrun", "--rdzv-endpoint", "10.1.2.3:29400")
+    assert r.returncode == 0, r.stderr
+    script.write_text(r.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    lines = [line for line in r.stdout.splitlines() if "torchrun " in line]
+    assert len(lines) == 2
+    for node, line in enumerate(lines):
+        for flag in ("--nnodes=2", "--nproc-per-node=2", f"--node-rank={node}", "--rdzv-backend=c10d",
+                     "--rdzv-endpoint=10.1.2.3:29400", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+                     "-m opentikz_dt.runner.torchrun_entry"):
+            assert flag in line, (flag, line)
+    r = _dtgen(repo / "examples" / "central-storage.yaml", "--emit", "slurm", "--nnodes", "2")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_four_hosts_hierarchical(tmp_path, netcluster):
+    cluster = netcluster(4, "100mbit")
+    data = small_spec_data("allreduce", name="mh-4", topology={"workers": {"count": 4}, "hosts": 4},
+                           strategy={"algorithm": "hierarchical"}, training={"steps": 3})
+    spec = write(tmp_path, data)
+    outs = finish(launch_all(cluster, spec, tmp_path), timeout=180)
+    assert [rc for rc, _ in outs] == [0, 0, 0, 0], outs
+    run = json.loads((tmp_path / "h1" / "run.json").read_text())
+    assert [r["addr"] for r in run["ranks"]] == [cluster.addr(h) for h in range(1, 5)]
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    phases = {e["args"].get("phase") for e in trace["traceEvents"] if e.get("name") == "allreduce"}
+    assert "inter" in phases
+    assert_no_processes(cluster)
+    # The annotated topology's host boxes carry the addresses measured, not just the spec's count.
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.measured.run import load_run
+
+    tex = render_annotated_topology(load_run(tmp_path / "h1"))
+    for h in range(1, 5):
+        assert f"({cluster.addr(h)})" in tex
+
