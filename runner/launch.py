@@ -112,14 +112,14 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         nodes = NodeGroup(rdzv_endpoint, nnodes, node_rank, data, f"{spec.name}", rdzv_timeout)
     try:
         return _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint,
-                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info)
+                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info, placement)
     finally:
         if nodes is not None:
             nodes.stop()
 
 
 def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint, rdzv_timeout,
-                     nodes, echo, progress, spec_dir, dataset_path, model_info) -> RunResult:
+                     nodes, echo, progress, spec_dir, dataset_path, model_info, placement) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
     echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts

@@ -136,6 +136,13 @@ class NodeGroup:
                            f"{self.nnodes} did not join within {self.timeout_s:g} s (--rdzv-timeout)") from None
         hashes = {r: self.store.get(k).decode() for r, k in enumerate(keys)}
         differ = [r for r, h in hashes.items() if h != hashes[0]]
+        self.store.set(self._key("checked", self.node_rank), "1")
+        if differ and self.hosts_store:
+            # Serve the store until every node has read the hashes, so each can say why it stops.
+            try:
+                self.store.wait([self._key("checked", r) for r in range(self.nnodes)], timedelta(seconds=10))
+            except Exception:
+                pass
         if differ:
             addrs = {r: self._get(self._key("addr", r)) for r in differ}
             where = ", ".join(f"node {r} ({addrs[r]})" for r in differ)

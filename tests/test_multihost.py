@@ -33,7 +33,9 @@ def launch(cluster, host: int, spec: Path, out: Path, *extra, nnodes=None):
     nnodes = nnodes or cluster.hosts
     argv = [sys.executable, "-m", "opentikz_dt", "run", str(spec), "--out", str(out), "--nnodes", str(nnodes),
             "--node-rank", str(host - 1), "--rdzv-endpoint", f"{cluster.addr(1)}:{PORT}", *extra]
-    return cluster.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    # TMPDIR in the test's folder: a killed launcher cannot remove torch's temporary files.
+    env = dict(ENV, TMPDIR=str(out.parent))
+    return cluster.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def launch_all(cluster, spec, tmp_path, *extra):
