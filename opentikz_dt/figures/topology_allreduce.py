@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
@@ -123,6 +124,11 @@ def tree_layout(spec, sp: Spacing) -> Layout:
     return make_layout(spec, sp, [data] + nodes, edges, groups)
 
 
+# How far a host box reaches below its workers' centre, before the broadcast arch: the icon,
+# the label (with room for descenders, as "ms/step" has) and the arch's own label.
+BOX_BELOW = 1.3
+
+
 def hierarchical_layout(spec, sp: Spacing) -> Layout:
     colsep, rowsep = sp.colsep, sp.rowsep
     t = spec.topology
@@ -135,6 +141,10 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
     nodes, groups, edges, members, leaders = [], [], [], [], []
     colors = spec.figure.colors
     x0 = colsep
+    # Workers side by side: a pitch of the wider of icon and label (a measured figure's
+    # labels carry step times and are much wider than the icons).
+    worker_w = icon_size(spec, "worker")[0]
+    half = max([worker_w] + [text_cm(t.workers.label_of(f"w{i}")) for i in range(1, t.workers.count + 1)]) / 2
     for k, (slot, y) in enumerate(zip(host_slots, ys)):
         if slot is None:
             nodes.append(ellipsis_node(more_name("h", host_slots, k), x0 + 1.3, y))
@@ -151,7 +161,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
             node = worker_node(spec, first_id + ws - 1, x, y)
             nodes.append(node)
             inside += [node.name, f"{node.name}-label"]
-            x += icon_size(spec, "worker")[0] + 0.45
+            x += 2 * half + 0.45
         leader = f"w{first_id}"
         real = [n for n in inside if not n.endswith("-label")]
         for k, other in enumerate(real[1:]):
@@ -164,11 +174,11 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
                               "wts", route="arch", dx=-(0.55 + 0.3 * k),
                               label=Tex("broadcast") if first else Tex(""), label_side="below",
                               label_color=f"{colors['weight']}!70!otink"))
-        # The leaders' bus runs inside each box, left of its leader: the box reaches past it.
-        bus_x = x0 - icon_size(spec, "worker")[0] / 2 - 0.4
+        # The leaders' bus runs inside each box, left of its leader and its label: the box reaches past it.
+        bus_x = x0 - half - 0.4
         nodes.append(Node(f"h{slot}-bus", bus_x, y, kind="coord"))
         nodes.append(Node(f"h{slot}-top", bus_x - 0.15, y + 0.8 + arch, kind="coord"))
-        nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - 1.1 - arch, kind="coord"))
+        nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - BOX_BELOW - arch, kind="coord"))
         leaders.append((f"h{slot}", leader, y))
         groups.append(Group(f"h{slot}", tuple(inside) + (f"h{slot}-top", f"h{slot}-bottom"), "hostbox",
                             label=Tex(f"Host {slot}: {count_text(per_host)} workers"), label_dx=0.55))
@@ -185,11 +195,15 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
     # inside the boxes' left edges, one arrow into each leader, so no two heads meet.
     for (ha, _, ya), (hb, _, yb) in zip(leaders, leaders[1:]):
         skipped = int(hb[1:]) - int(ha[1:]) > 1
-        label_y = ya - 1.1 - arch - 0.25 - 0.28  # in the gap, above the next host's label
+        label_y = ya - BOX_BELOW - arch - 0.25 - 0.28  # in the gap, above the next host's label
         edges.append(Edge(Port(f"{ha}-bus"), Port(f"{hb}-bus"), "bus", elided=skipped,
                           label=Tex("inter-host all-reduce between leaders") if ha == leaders[0][0] else Tex(""),
                           label_side="right", label_pos=round((ya - label_y) / (ya - yb), 3)))
     for host, leader, _ in leaders:
         edges.append(Edge(Port(f"{host}-bus"), Port(leader, "west"), "ring"))
     data = data_node(spec, 0.0, 0.0)
+    if not elided and len(members) > 2:
+        # The fan to the outer hosts leaves steeply (the host boxes are tall): a label under
+        # the icon would be crossed where it is wider than the icon, so it sits to the left.
+        data = dataclasses.replace(data, label_side="left")
     return make_layout(spec, sp, [data] + nodes, edges, groups, braces)

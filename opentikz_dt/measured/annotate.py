@@ -15,7 +15,7 @@ from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
 from ..figures.spacing import text_cm
 from ..figures.topology_fit import fitted
-from ..figures.topology import build_layout
+from ..figures.topology import build_layout, layout_kind
 from ..texsafe import escape_text
 from .plots import stragglers
 from .run import Run
@@ -135,7 +135,15 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     # hangs beside the server instead): however many lines it has.
     below = "note" if own and not own[0].rel else min((n for n in nodes if _WORKER.match(n.name) and n.label and not n.rel),
                                    key=lambda n: (n.y, -n.x)).name + "-label"
-    nodes.append(Node("measured-note", kind="text", rel=f"below=6pt of {below}.south west, anchor=north west",
+    gap = "6pt"
+    host = next((g for g in layout.groups if below in g.members), None)
+    if host is not None:  # clear of the host box around that label: below its lowest point, past its padding
+        bottom = f"{host.name}-bottom"
+        below = f"{bottom}" if bottom in host.members else f"{below}.south west"
+        gap = "6pt+7pt"  # hostbox inner sep
+    else:
+        below = f"{below}.south west"
+    nodes.append(Node("measured-note", kind="text", rel=f"below={gap} of {below}, anchor=north west",
                       text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
@@ -163,10 +171,11 @@ def measured_hosts(layout: Layout, ranks: list) -> Layout:
 
 
 def _layout_for(spec, step_ms: dict) -> Layout:
-    """The spec's layout; at a target width (compact gaps) placed as if each worker's label
-    already held its step time, so the longer labels get their room."""
+    """The spec's layout; at a target width (compact gaps), or where workers sit side by side
+    (hierarchical all-reduce's hosts), placed as if each worker's label already held its step
+    time, so the longer labels get their room."""
     layout = build_layout(spec)
-    if not fitted(spec):
+    if not fitted(spec) and layout_kind(spec) != "hierarchical":
         return layout
     workers = spec.topology.workers
     labels = {**workers.labels, **{w: f"{workers.label_of(w)}: {ms:.1f} ms/step" for w, ms in step_ms.items()
