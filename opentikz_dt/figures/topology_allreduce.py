@@ -127,6 +127,9 @@ def tree_layout(spec, sp: Spacing) -> Layout:
 # How far a host box reaches below its workers' centre, before the broadcast arch: the icon,
 # the label (with room for descenders, as "ms/step" has) and the arch's own label.
 BOX_BELOW = 1.3
+# Nested intra-host arcs (control points, cm): far enough apart that a label on an inner
+# arc (a measured figure's bytes per step) stays clear of the arc around it.
+ARC_STEP = 0.9
 
 
 def hierarchical_layout(spec, sp: Spacing) -> Layout:
@@ -135,7 +138,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
     hosts, per_host = t.hosts, t.workers.count // t.hosts
     host_slots = elide(hosts, 4)
     drawn_per_host = len([w for w in elide(per_host, 4) if w is not None])
-    arch = 0.75 * (0.55 + 0.3 * (drawn_per_host - 2)) + 0.1 if drawn_per_host > 1 else 0.2
+    arch = 0.75 * (0.55 + ARC_STEP * (drawn_per_host - 2)) + 0.1 if drawn_per_host > 1 else 0.2
     host_gap = max(4.3 + 2 * arch, rowsep)  # the gap between host boxes holds the bus label and a host label
     ys = column_ys([s for s in host_slots], host_gap)
     nodes, groups, edges, members, leaders = [], [], [], [], []
@@ -167,11 +170,11 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
         for k, other in enumerate(real[1:]):
             first = slot == 1 and k == len(real) - 2  # label the outermost arcs
             edges.append(Edge(Port(other, "north", dx=-4), Port(leader, "north", dx=4 + 5 * k), "grad",
-                              route="arch", dx=0.55 + 0.3 * k,
+                              route="arch", dx=0.55 + ARC_STEP * k,
                               label=Tex("intra-host reduce") if first else Tex(""), label_side="above",
                               label_color=f"{colors['grad']}!85!otink"))
             edges.append(Edge(Port(f"{leader}-label", "south", dx=4 + 5 * k), Port(f"{other}-label", "south", dx=-4),
-                              "wts", route="arch", dx=-(0.55 + 0.3 * k),
+                              "wts", route="arch", dx=-(0.55 + ARC_STEP * k),
                               label=Tex("broadcast") if first else Tex(""), label_side="below",
                               label_color=f"{colors['weight']}!70!otink"))
         # The leaders' bus runs inside each box, left of its leader and its label: the box reaches past it.
