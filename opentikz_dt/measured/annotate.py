@@ -186,8 +186,8 @@ def _layout_for(spec, step_ms: dict) -> Layout:
     labels = {**workers.labels, **{w: f"{workers.label_of(w)}: {ms:.1f} ms/step" for w, ms in step_ms.items()
                                    if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
-    if spec.topology.hosts > 1:  # a link label gains its bytes per step ("888 kB")
-        flows = {k: f"{v}~888 kB" for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
+    if spec.topology.hosts > 1:  # a link label gains its bytes per step ("888 kB", a little spare)
+        flows = {k: f"{v}~888.8 kB" for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
         wide = replace(wide, figure=replace(spec.figure, labels={**spec.figure.labels, **flows}))
     return replace(build_layout(wide), macros=layout.macros)
 
