@@ -146,3 +146,13 @@ def test_measured_multihost_topology_has_no_overlaps(tmp_path, width):
         assert f"(198.18.0.{host})" in tex
     assert "ms/step" in tex
     assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+def test_a_measured_figure_wider_than_its_target_width_is_reported(tmp_path):
+    # The summary table has a fixed set of columns: at one column it stays wider than asked,
+    # and the user hears it (the CLI prints these lines on stderr); the timeline fits.
+    run_dir = write_synthetic_run(tmp_path / "r", "ps-sync", steps=12)
+    heard = []
+    write_run_figures(run_dir, tmp_path / "out", ("pdf",), only=("table-summary", "measured-timeline"),
+                      width="column", notify=heard.append)
+    assert len(heard) == 1 and "table-summary.tex: drawn" in heard[0] and "8.5 cm asked" in heard[0], heard
