@@ -206,7 +206,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
         edges.append(Edge(Port(f"{host}-bus"), Port(leader, "west"), "ring"))
     data = data_node(spec, 0.0, 0.0)
     if not elided and len(members) > 2:
-        # The fan to the outer hosts leaves steeply (the host boxes are tall): a label under
-        # the icon would be crossed where it is wider than the icon, so it sits to the left.
-        data = dataclasses.replace(data, label_side="left")
+        # The fan to the outer hosts leaves steeply (the host boxes are tall): a centred label
+        # under the icon would be crossed where it reaches past the icon's east edge.
+        data = dataclasses.replace(data, label_flush="east")
     return make_layout(spec, sp, [data] + nodes, edges, groups, braces)
