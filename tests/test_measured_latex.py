@@ -105,8 +105,8 @@ def test_measured_ring_and_pipeline_topologies_keep_edges_off_their_labels(tmp_p
     assert min(size for _, size in pdf_words(result.pdf)) >= 5.95
 
 
-def _multihost_hierarchical_run(path, hosts=4, per_host=2):
-    """A synthetic hierarchical all-reduce run with run.json's ranks on distinct hosts,
+def _multihost_run(path, algorithm="hierarchical", hosts=4, per_host=2):
+    """A synthetic all-reduce run with run.json's ranks on distinct hosts,
     as a multi-host launch writes them (addr and node_rank per rank)."""
     import json
     import random
@@ -118,7 +118,7 @@ def _multihost_hierarchical_run(path, hosts=4, per_host=2):
     from opentikz_dt.spec import spec_from_data
 
     data = {"name": "mh-hier", "topology": {"workers": {"count": hosts * per_host}, "hosts": hosts},
-            "strategy": {"kind": "allreduce", "algorithm": "hierarchical"}, "training": {"steps": 8}}
+            "strategy": {"kind": "allreduce", "algorithm": algorithm}, "training": {"steps": 8}}
     spec = spec_from_data(data, name="mh-hier")
     result = simulate(spec, Costs(synthetic_calibration(spec), spec, jitter=random.Random(0)), 8)
     write_run_dir(path, spec, result, 8, loss=synthetic_loss(8), dtgen="synthetic")
@@ -129,20 +129,22 @@ def _multihost_hierarchical_run(path, hosts=4, per_host=2):
     return path
 
 
-@pytest.mark.parametrize("width", [None, "column"])
-def test_measured_multihost_topology_has_no_overlaps(tmp_path, width):
+@pytest.mark.parametrize("algorithm, hosts, width", [("hierarchical", 4, None), ("hierarchical", 4, "column"),
+                                                     ("native", 2, None)])
+def test_measured_multihost_topology_has_no_overlaps(tmp_path, algorithm, hosts, width):
     # 4 hosts x 2 workers: the step-time labels of side-by-side workers, the leaders' bus and
-    # the footer under the last host box must all stay clear of each other.
+    # the footer under the last host box must all stay clear of each other; a link leaving a
+    # host box keeps its bytes label off the box's border.
     from dataclasses import replace
 
     from opentikz_dt.figures.checks import check_figure_geometry
     from opentikz_dt.measured.annotate import render_annotated_topology
 
-    run = load_run(_multihost_hierarchical_run(tmp_path / "run"))
+    run = load_run(_multihost_run(tmp_path / "run", algorithm, hosts))
     if width:
         run = replace(run, spec=replace(run.spec, figure=replace(run.spec.figure, width=width)))
     tex = render_annotated_topology(run)
-    for host in range(1, 5):
+    for host in range(1, hosts + 1):
         assert f"(198.18.0.{host})" in tex
     assert "ms/step" in tex
     assert check_figure_geometry(compile_pdf(tex).log) == []
