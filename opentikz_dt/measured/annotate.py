@@ -17,19 +17,12 @@ from ..figures.spacing import text_cm
 from ..figures.topology_fit import fitted
 from ..figures.topology import build_layout
 from ..texsafe import escape_text
+from ..workload import human_bytes
 from .plots import stragglers
 from .run import Run
 
 _WORKER = re.compile(r"^w([1-9][0-9]*)$")
 SENDING = ("grad", "act", "ring", "peer")
-
-
-def human_bytes(value: float) -> str:
-    """88104 -> '88.1 kB' (SI units, 3 significant digits)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.0f} B"
 
 
 @dataclass(frozen=True)
@@ -127,8 +120,8 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     own = [n for n in nodes if n.name == "note"]
     lines = [f"measured, mean of {metrics['steps']:,} steps: traffic per link per step; step time per worker"]
     if totals:
-        lines.append("per step, " + "; ".join(
-            f"{_who(spec, w)}: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
+        lines.append("; ".join(
+            f"{_who(spec, w)} per step: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
             f"{human_bytes(traffic[_rank_of(w)]['recv'] / steps)} in" for w in totals[:4])
             + (" ..." if len(totals) > 4 else ""))
     if slow:
