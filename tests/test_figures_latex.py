@@ -310,3 +310,12 @@ def test_topologies_fit_one_column_with_legible_text():
         assert check_figure_geometry(result.log) == [], spec.name
     natural, _ = pdf_page_size(compile_pdf(render_topology(specs[0])).pdf)
     assert (natural - 16) / 72.27 * 2.54 > 9.0  # the natural figure is wider: the fit did something
+
+
+def test_a_steep_data_fan_stays_clear_of_the_data_label():
+    # 8 workers drawn: the arrow to the last leaves the data icon steeply enough to cut a
+    # centred "Training data" label where it reaches past the icon; the label moves aside.
+    data = {"name": "fan", "topology": {"workers": {"count": 8}}, "strategy": {"kind": "parameter-server"}}
+    tex = render_topology(spec_from_data(data))
+    assert check_figure_geometry(compile_pdf(tex).log) == []
+    assert re.search(r"south east, anchor=north east\] \(data-label\)", tex)

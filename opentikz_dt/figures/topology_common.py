@@ -7,10 +7,12 @@ widened to what the content needs). Must not import torch.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..texsafe import render_label
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
 from .names import ICON_MACROS, worker_label_macro
-from .spacing import Spacing, column_ys
+from .spacing import ICON_SIZE, Spacing, column_ys, text_cm
 
 
 def count_text(n: int) -> str:
@@ -32,10 +34,28 @@ def label_macros(spec, worker_ids) -> dict:
 
 
 def make_layout(spec, sp: Spacing, nodes, edges=(), groups=(), braces=()) -> Layout:
+    nodes = _data_label_clear_of_fan(spec, list(nodes), edges)
     worker_ids = [n.name for n in nodes if n.name.startswith("w") and n.name[1:].isdigit()]
     return Layout(title=Tex(r"\titlelabel"), colsep=sp.colsep, rowsep=sp.rowsep,
                   nodes=tuple(nodes), edges=tuple(edges), groups=tuple(groups), braces=tuple(braces),
                   macros=label_macros(spec, worker_ids), notes=tuple(Tex(note) for note in sp.notes()))
+
+
+def _data_label_clear_of_fan(spec, nodes: list, edges) -> list:
+    """A centred "Training data" label reaches past the icon's east edge, where the data
+    fan leaves: with many workers the steepest arrow cuts through it. Then the label hangs
+    flush with the icon's east edge instead (the fan leaves from there, above it)."""
+    data = next((n for n in nodes if n.name == "data" and n.kind == "icon" and not n.label_flush), None)
+    if data is None:
+        return nodes
+    width, height = ICON_SIZE[spec.figure.icons["data"]]
+    overhang = text_cm(spec.topology.data_label) / 2 - width / 2
+    by_name = {n.name: n for n in nodes}
+    slopes = [abs(by_name[e.dst.node].y - data.y) / max(by_name[e.dst.node].x - data.x - width / 2, 0.1)
+              for e in edges if e.src.node == "data" and e.dst.node in by_name and not by_name[e.dst.node].rel]
+    if overhang > 0 and slopes and max(slopes) * overhang > height / 2 - 0.1:  # 0.1 cm: the arrow's width and a margin
+        nodes = [dataclasses.replace(n, label_flush="east") if n is data else n for n in nodes]
+    return nodes
 
 
 def data_node(spec, x=0.0, y=0.0) -> Node:
