@@ -227,6 +227,33 @@ def test_losing_a_host_ends_the_run_and_names_it(tmp_path, netcluster, how):
     assert json.loads((tmp_path / "h1" / "run.json").read_text())["status"] == "failed"
 
 
+def test_replacement_launcher_resumes_from_the_checkpoint(tmp_path, netcluster):
+    """Kill host 2's launcher after a checkpoint; a new launcher on host 2 (same folder)
+    rejoins, every rank resumes from the last common checkpoint and the run finishes."""
+    cluster = netcluster(2)
+    # w2 sleeps 40x its compute time: slow enough steps to kill mid-run, on any load.
+    data = ring_spec(workers=2, steps=60, runtime={"timeout_s": 6, "restarts": 1, "checkpoint_every": 10})
+    data["topology"]["workers"]["slowdown"] = {"w2": 40.0}
+    spec = write(tmp_path, data)
+    procs = launch_all(cluster, spec, tmp_path)
+    deadline = time.monotonic() + 90
+    while not (tmp_path / "h2" / "checkpoints" / "step9" / "rank1.pt").exists():
+        assert time.monotonic() < deadline and procs[1].poll() is None, "no checkpoint on host 2"
+        time.sleep(0.1)
+    procs[1].send_signal(signal.SIGKILL)
+    procs[1].wait()
+    replacement = launch(cluster, 2, spec, tmp_path / "h2", "--force")
+    outs = finish([procs[0], replacement], timeout=150)
+    assert [rc for rc, _ in outs] == [0, 0], outs
+    run = json.loads((tmp_path / "h1" / "run.json").read_text())
+    assert run["status"] == "ok" and run["attempts"] == 2
+    assert len(json.loads((tmp_path / "h1" / "metrics.json").read_text())["loss"]) == 60
+    for host, rank in ((1, 0), (2, 1)):
+        log = (tmp_path / f"h{host}" / "logs" / f"rank{rank}.log").read_text()
+        assert "resuming from the checkpoint after step" in log, log
+    assert_no_processes(cluster)
+
+
 def _dtgen(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "opentikz_dt", "run", *map(str, args)],
                           capture_output=True, text=True, env=ENV, timeout=timeout)
