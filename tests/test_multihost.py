@@ -242,7 +242,7 @@ def test_replacement_launcher_resumes_from_the_checkpoint(tmp_path, netcluster):
         time.sleep(0.1)
     procs[1].send_signal(signal.SIGKILL)
     procs[1].wait()
-    replacement = launch(cluster, 2, spec, tmp_path / "h2", "--force")
+    replacement = launch(cluster, 2, spec, tmp_path / "h2")  # the same command, the same folder
     outs = finish([procs[0], replacement], timeout=150)
     assert [rc for rc, _ in outs] == [0, 0], outs
     run = json.loads((tmp_path / "h1" / "run.json").read_text())
