@@ -212,16 +212,18 @@ def human_count(n: float) -> str:
     return f"{int(n)}"
 
 
-def human_bytes(n: float) -> str:
-    for div, suffix in ((2**30, " GiB"), (2**20, " MiB"), (2**10, " KiB")):
-        if n >= div:
-            return f"{n / div:.1f}{suffix}"
-    return f"{int(n)} B"
+def human_bytes(value: float) -> str:
+    """88104 -> '88.1 kB': SI units, 3 significant digits; the one byte format of every
+    figure and summary, so a figure never mixes kB and KiB."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
 
 
 def describe_model(spec) -> str:
     """One line for figure notes and run summaries, e.g.
-    'transformer (2 blocks, d_model 64): 109.6 k parameters, 428.0 KiB per gradient'."""
+    'transformer (2 blocks, d_model 64): 109.6 k parameters, 438 kB per gradient'."""
     m = model_section(spec)
     kind = m.get("kind", "mlp")
     if kind == "python":
@@ -237,7 +239,7 @@ def describe_model(spec) -> str:
 
 def model_note(spec) -> str:
     """The short line a topology figure prints under the drawing (plain text, not TeX),
-    e.g. 'transformer: 109.6 k parameters, 428.0 KiB per gradient'."""
+    e.g. 'transformer: 109.6 k parameters, 438 kB per gradient'."""
     m = model_section(spec)
     if m.get("kind") == "python":
         return f"python model {m['entry']}"

@@ -109,3 +109,10 @@ def test_missing_spec_is_one_located_line(tmp_path, command):
     result = run_cli(*command, str(missing))
     assert result.exit_code == 2
     assert result.output == f"{missing}:1:1: no such file\n"
+
+
+def test_run_takes_dash_o_like_every_other_command(tmp_path):
+    # figure, compare, calibrate and predict all take -o; run took only --out.
+    result = CliRunner().invoke(main, ["run", "examples/ps-sync.yaml", "-o", str(tmp_path / "r"), "--emit", "torchrun"])
+    assert result.exit_code == 0, result.output
+    assert f"--out {tmp_path / 'r'}" in result.output

@@ -310,5 +310,7 @@ def test_phase_table_sets_negative_errors_with_a_dash_not_a_hyphen():
     from opentikz_dt.predict.compare import Row, render_phase_table
     spec = spec_from_data({"strategy": {"kind": "single"}})
     run = SimpleNamespace(spec=spec, path="run", name="single")
-    tex = render_phase_table([Row("step time", 2.0, 1.0, "ms"), Row("samples/s", 100.0, 150.0, "1/s")], run, run)
+    tex = render_phase_table([Row("step time", 2.0, 1.0, "ms"), Row("samples/s", 100.0, 150.0, "1/s"),
+                              Row("worker backward", 1.0, 0.998, "ms")], run, run)
     assert "--50\\%" in tex and "+50\\%" in tex
+    assert "& 0\\%" in tex and "-0" not in tex  # a rounding to zero has no sign

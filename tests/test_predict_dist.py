@@ -45,11 +45,19 @@ def _predicted_step(spec, cal) -> float:
 def test_fit_from_a_real_trace_predicts_the_run(tmp_path, name):
     from opentikz_dt.runner.testing import run_small
 
-    run = load_run(run_small(_data(name), tmp_path).run_dir)
-    cal = fit_from_run(run.path)
-    measured = statistics.fmean(run.metrics["step_time_s"].values())
-    predicted = _predicted_step(run.spec, load_calibration(cal.save(tmp_path / "fit.json"), run.spec))
-    assert predicted == pytest.approx(measured, rel=0.35), (predicted, measured)
+    # A 2-core machine under other load can stretch a few steps of a 24-step run by 2x
+    # (BENCHMARKS.md: run-to-run noise up to 64%); a second run separates that noise from a
+    # model regression, which misses on both.
+    misses = []
+    for attempt in range(2):
+        run = load_run(run_small(_data(name), tmp_path / f"try{attempt}", cache=attempt == 0).run_dir)
+        cal = fit_from_run(run.path)
+        measured = statistics.fmean(run.metrics["step_time_s"].values())
+        predicted = _predicted_step(run.spec, load_calibration(cal.save(run.path / "fit.json"), run.spec))
+        if predicted == pytest.approx(measured, rel=0.35):
+            return
+        misses.append((predicted, measured))
+    pytest.fail(f"fitted prediction off by more than 35% in both runs: (predicted, measured) s = {misses}")
 
 
 def test_probe_calibration_with_real_processes(tmp_path):

@@ -264,7 +264,7 @@ def test_custom_model_example_runs_and_draws_its_measured_figures(tmp_path):
     tex = render_run_figures(load_run(run.run_dir), only=("measured-topology",))["measured-topology"]
     params = run.run["model"]["params"]
     assert params == 16 * 64 + 64 + 2 * 64 + 64 * 64 + 64 + 64 * 4 + 4  # build(16, 64, 4) in model.py
-    assert "{model:build: 5.6 k parameters, 22.0 KiB per gradient}" in tex
+    assert "{model:build: 5.6 k parameters, 22.5 kB per gradient}" in tex
 
 
 @pytest.mark.gpu

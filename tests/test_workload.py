@@ -75,7 +75,7 @@ def test_python_model_is_known_only_at_run_time():
 
 def test_describe_model_states_kind_size_and_gradient_bytes():
     spec = _spec({"kind": "transformer", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "vocab": 64})
-    assert describe_model(spec) == "transformer (2 blocks, d_model 16, seq 8): 7.7 k parameters, 30.2 KiB per gradient"
+    assert describe_model(spec) == "transformer (2 blocks, d_model 16, seq 8): 7.7 k parameters, 31 kB per gradient"
     assert describe_model(_spec({"layers": [4, 8, 3]})) == "mlp (widths 4-8-3): 67 parameters, 268 B per gradient"
 
 

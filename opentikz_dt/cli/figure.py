@@ -29,7 +29,8 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
     if spec.is_dir():  # a run directory: its resolved spec.yaml and trace.json (measured figures)
         from ..measured.figures import figure_run_command
 
-        paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps, width=width)
+        paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps, width=width,
+                                   notify=lambda line: click.echo(f"dtgen: warning: {line}", err=True))
     else:
         from ..figures.write import figure_command
 

@@ -53,7 +53,9 @@ def calibrate(spec, out, from_run, base, ranks):
 @click.option("--sweep", metavar="workers=2,4,...", help="Predict at each worker count; write a scaling figure.")
 @click.option("--link", metavar="10gbit", help="Link bandwidth between workers instead of the calibrated one.")
 @click.option("--latency-ms", type=click.FloatRange(min=0), help="Message latency instead of the calibrated one.")
-@click.option("--dedicated", is_flag=True, help="Every rank on its own core (a cluster), not sharing this machine's.")
+@click.option("--dedicated", is_flag=True,
+              help="Every rank on its own core (a cluster), not sharing this machine's. Sweeps always "
+                   "assume this: 1,024 ranks cannot meaningfully share a few cores.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Sweep figure formats (repeatable; the .tex is always written).")
 def predict(spec, calibration, workers, sets, steps, out, sweep, link, latency_ms, dedicated, formats):

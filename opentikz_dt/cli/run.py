@@ -16,7 +16,7 @@ from ..errors import DtgenError
 
 @click.command()
 @click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+@click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False),
               help="Run directory (default runs/<name>-<timestamp>/).")
 @click.option("--steps", type=click.IntRange(min=1), help="Override training.steps.")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes (machines).")

@@ -169,7 +169,7 @@ def _tree(s: _Sizes) -> tuple[float, float]:
 
 def _hierarchical(s: _Sizes) -> tuple[float, float]:
     t = s.spec.topology
-    box = s.worker_half + HOST_PAD
+    box = s.worker_half + 0.55 + HOST_PAD  # the leaders' bus runs inside the box, left of the first worker
     if len(elide(t.hosts, 4)) < t.hosts:
         return s.data_icon_half + s.brace(f"{t.hosts:,} hosts") + box + GAP / 2, 1.2
     return s.data_half + s.batch + 2 * GAP + box, 1.2

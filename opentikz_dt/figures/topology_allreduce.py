@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
@@ -123,18 +124,30 @@ def tree_layout(spec, sp: Spacing) -> Layout:
     return make_layout(spec, sp, [data] + nodes, edges, groups)
 
 
+# How far a host box reaches below its workers' centre, before the broadcast arch: the icon,
+# the label (with room for descenders, as "ms/step" has) and the arch's own label.
+BOX_BELOW = 1.3
+# Nested intra-host arcs (control points, cm): far enough apart that a label on an inner
+# arc (a measured figure's bytes per step) stays clear of the arc around it.
+ARC_STEP = 0.9
+
+
 def hierarchical_layout(spec, sp: Spacing) -> Layout:
     colsep, rowsep = sp.colsep, sp.rowsep
     t = spec.topology
     hosts, per_host = t.hosts, t.workers.count // t.hosts
     host_slots = elide(hosts, 4)
     drawn_per_host = len([w for w in elide(per_host, 4) if w is not None])
-    arch = 0.75 * (0.55 + 0.3 * (drawn_per_host - 2)) + 0.1 if drawn_per_host > 1 else 0.2
+    arch = 0.75 * (0.55 + ARC_STEP * (drawn_per_host - 2)) + 0.1 if drawn_per_host > 1 else 0.2
     host_gap = max(4.3 + 2 * arch, rowsep)  # the gap between host boxes holds the bus label and a host label
     ys = column_ys([s for s in host_slots], host_gap)
     nodes, groups, edges, members, leaders = [], [], [], [], []
     colors = spec.figure.colors
     x0 = colsep
+    # Workers side by side: a pitch of the wider of icon and label (a measured figure's
+    # labels carry step times and are much wider than the icons).
+    worker_w = icon_size(spec, "worker")[0]
+    half = max([worker_w] + [text_cm(t.workers.label_of(f"w{i}")) for i in range(1, t.workers.count + 1)]) / 2
     for k, (slot, y) in enumerate(zip(host_slots, ys)):
         if slot is None:
             nodes.append(ellipsis_node(more_name("h", host_slots, k), x0 + 1.3, y))
@@ -151,24 +164,24 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
             node = worker_node(spec, first_id + ws - 1, x, y)
             nodes.append(node)
             inside += [node.name, f"{node.name}-label"]
-            x += icon_size(spec, "worker")[0] + 0.45
+            x += 2 * half + 0.45
         leader = f"w{first_id}"
         real = [n for n in inside if not n.endswith("-label")]
         for k, other in enumerate(real[1:]):
             first = slot == 1 and k == len(real) - 2  # label the outermost arcs
             edges.append(Edge(Port(other, "north", dx=-4), Port(leader, "north", dx=4 + 5 * k), "grad",
-                              route="arch", dx=0.55 + 0.3 * k,
+                              route="arch", dx=0.55 + ARC_STEP * k,
                               label=Tex("intra-host reduce") if first else Tex(""), label_side="above",
                               label_color=f"{colors['grad']}!85!otink"))
             edges.append(Edge(Port(f"{leader}-label", "south", dx=4 + 5 * k), Port(f"{other}-label", "south", dx=-4),
-                              "wts", route="arch", dx=-(0.55 + 0.3 * k),
+                              "wts", route="arch", dx=-(0.55 + ARC_STEP * k),
                               label=Tex("broadcast") if first else Tex(""), label_side="below",
                               label_color=f"{colors['weight']}!70!otink"))
-        # The leaders' bus runs inside each box, left of its leader: the box reaches past it.
-        bus_x = x0 - icon_size(spec, "worker")[0] / 2 - 0.4
+        # The leaders' bus runs inside each box, left of its leader and its label: the box reaches past it.
+        bus_x = x0 - half - 0.4
         nodes.append(Node(f"h{slot}-bus", bus_x, y, kind="coord"))
         nodes.append(Node(f"h{slot}-top", bus_x - 0.15, y + 0.8 + arch, kind="coord"))
-        nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - 1.1 - arch, kind="coord"))
+        nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - BOX_BELOW - arch, kind="coord"))
         leaders.append((f"h{slot}", leader, y))
         groups.append(Group(f"h{slot}", tuple(inside) + (f"h{slot}-top", f"h{slot}-bottom"), "hostbox",
                             label=Tex(f"Host {slot}: {count_text(per_host)} workers"), label_dx=0.55))
@@ -185,11 +198,15 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
     # inside the boxes' left edges, one arrow into each leader, so no two heads meet.
     for (ha, _, ya), (hb, _, yb) in zip(leaders, leaders[1:]):
         skipped = int(hb[1:]) - int(ha[1:]) > 1
-        label_y = ya - 1.1 - arch - 0.25 - 0.28  # in the gap, above the next host's label
+        label_y = ya - BOX_BELOW - arch - 0.25 - 0.28  # in the gap, above the next host's label
         edges.append(Edge(Port(f"{ha}-bus"), Port(f"{hb}-bus"), "bus", elided=skipped,
                           label=Tex("inter-host all-reduce between leaders") if ha == leaders[0][0] else Tex(""),
                           label_side="right", label_pos=round((ya - label_y) / (ya - yb), 3)))
     for host, leader, _ in leaders:
         edges.append(Edge(Port(f"{host}-bus"), Port(leader, "west"), "ring"))
     data = data_node(spec, 0.0, 0.0)
+    if not elided and len(members) > 2:
+        # The fan to the outer hosts leaves steeply (the host boxes are tall): a centred label
+        # under the icon would be crossed where it reaches past the icon's east edge.
+        data = dataclasses.replace(data, label_flush="east")
     return make_layout(spec, sp, [data] + nodes, edges, groups, braces)

@@ -17,19 +17,12 @@ from ..figures.spacing import text_cm
 from ..figures.topology_fit import fitted
 from ..figures.topology import build_layout
 from ..texsafe import escape_text
+from ..workload import human_bytes
 from .plots import stragglers
 from .run import Run
 
 _WORKER = re.compile(r"^w([1-9][0-9]*)$")
 SENDING = ("grad", "act", "ring", "peer")
-
-
-def human_bytes(value: float) -> str:
-    """88104 -> '88.1 kB' (SI units, 3 significant digits)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.0f} B"
 
 
 @dataclass(frozen=True)
@@ -80,6 +73,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             out_edges.setdefault(edge.src.node, []).append(edge.name)
         if edge.style in SENDING + ("wts",) and _WORKER.match(edge.dst.node):
             in_edges.setdefault(edge.dst.node, []).append(edge.name)
+    boxed = {m for g in layout.groups if _HOST.match(g.name) for m in g.members}
     edges, links = [], []
     for edge in layout.edges:
         src, dst = edge.src.node, edge.dst.node
@@ -94,7 +88,11 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             text = escape_text(human_bytes(per_step))
             # Near the worker end, where the links of different workers are far apart.
             # (a fitted figure's rows are close: nearer the middle, clear of the next worker's label)
+            # (a worker in a host box: past the box's padding, so the label clears the box's border)
             near = 0.5 if fitted(spec) else 0.42
+            other = dst if direction == "sent" else src
+            if worker in boxed and other not in boxed and edge.route == "line":
+                near = 0.58
             pos = near if _WORKER.match(src) else 1 - near
             if edge.route == "ortho":  # a ring link: beside its vertical run, as drawn
                 pos = edge.label_pos
@@ -122,8 +120,8 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     own = [n for n in nodes if n.name == "note"]
     lines = [f"measured, mean of {metrics['steps']:,} steps: traffic per link per step; step time per worker"]
     if totals:
-        lines.append("per step, " + "; ".join(
-            f"{_who(spec, w)}: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
+        lines.append("; ".join(
+            f"{_who(spec, w)} per step: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
             f"{human_bytes(traffic[_rank_of(w)]['recv'] / steps)} in" for w in totals[:4])
             + (" ..." if len(totals) > 4 else ""))
     if slow:
@@ -135,7 +133,15 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     # hangs beside the server instead): however many lines it has.
     below = "note" if own and not own[0].rel else min((n for n in nodes if _WORKER.match(n.name) and n.label and not n.rel),
                                    key=lambda n: (n.y, -n.x)).name + "-label"
-    nodes.append(Node("measured-note", kind="text", rel=f"below=6pt of {below}.south west, anchor=north west",
+    gap = "6pt"
+    host = next((g for g in layout.groups if below in g.members), None)
+    if host is not None:  # clear of the host box around that label: below its lowest point, past its padding
+        bottom = f"{host.name}-bottom"
+        below = f"{bottom}" if bottom in host.members else f"{below}.south west"
+        gap = "6pt+7pt"  # hostbox inner sep
+    else:
+        below = f"{below}.south west"
+    nodes.append(Node("measured-note", kind="text", rel=f"below={gap} of {below}, anchor=north west",
                       text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
@@ -163,15 +169,19 @@ def measured_hosts(layout: Layout, ranks: list) -> Layout:
 
 
 def _layout_for(spec, step_ms: dict) -> Layout:
-    """The spec's layout; at a target width (compact gaps) placed as if each worker's label
-    already held its step time, so the longer labels get their room."""
+    """The spec's layout; at a target width (compact gaps), or in host boxes (where workers sit
+    side by side, or links must clear the box's padding), placed as if each worker's label
+    already held its step time and each link label its bytes, so the longer labels get their room."""
     layout = build_layout(spec)
-    if not fitted(spec):
+    if not fitted(spec) and spec.topology.hosts < 2:
         return layout
     workers = spec.topology.workers
     labels = {**workers.labels, **{w: f"{workers.label_of(w)}: {ms:.1f} ms/step" for w, ms in step_ms.items()
                                    if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
+    if spec.topology.hosts > 1:  # a link label gains its bytes per step ("888 kB", a little spare)
+        flows = {k: f"{v}~888.8 kB" for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
+        wide = replace(wide, figure=replace(spec.figure, labels={**spec.figure.labels, **flows}))
     return replace(build_layout(wide), macros=layout.macros)
 
 

@@ -17,7 +17,7 @@ from ..errors import DtgenError
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..texsafe import escape_text
-from .annotate import human_bytes
+from ..workload import human_bytes
 from .export import write_outputs
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
 from .run import Run, load_run

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..figures.compile import compile_pdf, pdf_to_png, tex_to_svg
+from ..figures.compile import compile_pdf, pdf_page_size, pdf_to_png, tex_to_svg
 
 
-def write_outputs(tex: str, out_dir: Path, stem: str, formats: tuple, dpi: int = 300, body: str | None = None) -> list:
-    """Write stem.tex (`body`, the bare picture, when given) and the formats compiled from `tex`."""
+def write_outputs(tex: str, out_dir: Path, stem: str, formats: tuple, dpi: int = 300, body: str | None = None,
+                  target_cm: float | None = None, notify=None) -> list:
+    """Write stem.tex (`body`, the bare picture, when given) and the formats compiled from `tex`.
+
+    With a target width (figure.width / --width), `notify(line)` hears of a compiled page
+    wider than asked, so nobody learns it only when the paper's column overflows."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tex_path = out_dir / f"{stem}.tex"
@@ -23,6 +27,10 @@ def write_outputs(tex: str, out_dir: Path, stem: str, formats: tuple, dpi: int =
     log = out_dir / f"{stem}.log"
     compiled = compile_pdf(tex, keep_log=log)  # a failed compile leaves its log here and names it
     log.unlink(missing_ok=True)
+    if target_cm is not None and notify is not None:
+        drawn_cm = pdf_page_size(compiled.pdf)[0] / 72.27 * 2.54
+        if drawn_cm > target_cm + 0.05:
+            notify(f"{tex_path}: drawn {drawn_cm:.1f} cm wide, wider than the {target_cm:.1f} cm asked")
     if "pdf" in formats:
         (out_dir / f"{stem}.pdf").write_bytes(compiled.pdf)
         written.append(out_dir / f"{stem}.pdf")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..figures.fit import with_width
+from ..figures.fit import target_width_cm, with_width
 from ..figures.render import render_timeline
 from .annotate import render_annotated_topology
 from .compare import default_loss_target, render_summary_table, summarize
@@ -47,7 +47,7 @@ KIND_STEMS = {"timeline": ("measured-timeline",), "topology": ("measured-topolog
 
 def write_run_figures(run_dir: str | Path, out_dir: str | Path | None = None, formats: tuple = ("tex",),
                       steps: str | None = None, body_only: bool = False, only: tuple = (),
-                      width: str | None = None) -> list:
+                      width: str | None = None, notify=None) -> list:
     """Render and write the figures of a run directory (default into RUN_DIR/figures).
 
     With body_only the .tex files hold the bare picture for \\input; the compiled
@@ -61,12 +61,13 @@ def write_run_figures(run_dir: str | Path, out_dir: str | Path | None = None, fo
     texts = render_run_figures(run, steps, False, only)
     bodies = render_run_figures(run, steps, True, only) if body_only else {}
     for stem, tex in texts.items():
-        written += write_outputs(tex, out_dir, stem, formats, body=bodies.get(stem))
+        written += write_outputs(tex, out_dir, stem, formats, body=bodies.get(stem),
+                                 target_cm=target_width_cm(run.spec), notify=notify)
     return written
 
 
 def figure_run_command(run_dir, out_dir, kind: str, formats, body_only: bool, steps: str | None = None,
-                       width: str | None = None) -> list:
+                       width: str | None = None, notify=None) -> list:
     """What `dtgen figure RUN_DIR` does: the measured figures of the run, in the asked formats."""
     return write_run_figures(run_dir, out_dir, tuple(formats) or ("tex",), steps, body_only, KIND_STEMS[kind],
-                             width)
+                             width, notify)

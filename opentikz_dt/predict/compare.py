@@ -59,7 +59,9 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def _err(row: Row) -> str:
-    return "--" if row.error is None else f"{row.error:+.0%}"
+    if row.error is None:
+        return "--"
+    return "0%" if round(row.error * 100) == 0 else f"{row.error:+.0%}"  # never "-0%"
 
 
 def format_rows(rows: list[Row], measured_name: str, predicted_name: str) -> str:
