@@ -31,7 +31,7 @@ test: setup tex
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 bench: setup tex
-	for b in benchmarks/*.py; do OMP_NUM_THREADS=1 $(PY) $$b || exit 1; done
+	for b in benchmarks/bench_*.py; do OMP_NUM_THREADS=1 $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs figures build dist *.egg-info

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import RunError
+from ..shards import shard_assignment
 from ..workload import human_bytes, human_count
 from .data import Data
 from .entry import spec_location
@@ -51,7 +52,10 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     kind = spec.training.model.get("kind", "mlp")
     label = spec.training.model.get("entry", kind) if kind == "python" else kind
-    return {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names,
+    # A python model's shards are known only once built: run.json keeps them for the figure.
+    shards = (shard_assignment(spec, {name: p.numel() for name, p in model.named_parameters()})
+              if spec.strategy.kind in ("parameter-server", "central-storage") else {})
+    return {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names, "shards": shards,
             "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
 
 

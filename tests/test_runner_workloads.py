@@ -21,6 +21,7 @@ from torch import nn  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from opentikz_dt.errors import RunError  # noqa: E402
+from opentikz_dt.texsafe import escape_text  # noqa: E402
 from opentikz_dt.runner.data import Data  # noqa: E402
 from opentikz_dt.runner.entry import resolve_entry  # noqa: E402
 from opentikz_dt.runner.launch import launch_run  # noqa: E402
@@ -265,6 +266,11 @@ def test_custom_model_example_runs_and_draws_its_measured_figures(tmp_path):
     params = run.run["model"]["params"]
     assert params == 16 * 64 + 64 + 2 * 64 + 64 * 64 + 64 + 64 * 4 + 4  # build(16, 64, 4) in model.py
     assert "{model:build: 5.6 k parameters, 22.5 kB per gradient}" in tex
+    # the two shards list the built model's own tensors, as the run assigned them
+    shards = run.run["model"]["shards"]
+    owned = sum(shards.values(), [])
+    assert sorted(shards) == ["ps1", "ps2"] and len(owned) == len(set(owned)) == 8  # 4 modules x (weight, bias)
+    assert "built model" not in tex and all(escape_text(name) in tex for name in shards["ps1"][:2])
 
 
 @pytest.mark.gpu

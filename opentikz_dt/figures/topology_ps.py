@@ -38,8 +38,8 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
                 shard_names.append(more_name("ps", slots, k))
                 continue
             # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
-            text = f"\\textbf{{\\pslabel{{}} {slot}}}\\\\[1pt]" + _tensor_math(owned[f"ps{slot}"], fitted(spec))
-            nodes.append(Node(f"ps{slot}", 2 * colsep, y, kind="box", style="psbox", text=Tex(text)))
+            nodes.append(Node(f"ps{slot}", 2 * colsep, y, kind="box", style="psbox",
+                              text=shard_text(spec, f"ps{slot}", owned[f"ps{slot}"])))
             shard_names.append(f"ps{slot}")
         groups.append(Group("psgroup", tuple(shard_names), "hostbox",
                             label=Tex(f"Parameter server{_line_break(spec)}({count_text(servers.count)} shards)")))
@@ -53,6 +53,12 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
         nodes.append(Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
                           text=Tex(r"variables \weightlabel{} on one device;\\gradients \gradlabel{} summed there")))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
+
+
+def shard_text(spec, shard_id: str, tensors: list[str]) -> Tex:
+    """A shard box: its label and number, then the tensors it owns."""
+    # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
+    return Tex(f"\\textbf{{\\pslabel{{}} {shard_id[2:]}}}\\\\[1pt]" + _tensor_math(tensors, fitted(spec)))
 
 
 def _line_break(spec) -> str:

@@ -219,9 +219,20 @@ def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured topology figure of a run as standalone TeX."""
     annotation = annotate_layout(run.spec, run.metrics)
     layout = measured_hosts(annotation.layout, run.info.get("ranks") or [])
+    layout = _built_model_shards(layout, run)
     # run.json's model (from the launcher's preflight) gives a python model's real size
     note = (run.info.get("model") or {}).get("description")
     return render_topology(run.spec, body_only=body_only, layout=layout, note=note)
 
 
+def _built_model_shards(layout: Layout, run: Run) -> Layout:
+    """A python model's shard boxes list the tensors the run's model really had (run.json,
+    from the launcher's preflight); the spec alone cannot know them."""
+    shards = (run.info.get("model") or {}).get("shards") or {}
+    if run.spec.training.model_kind != "python" or not shards:
+        return layout
+    from ..figures.topology_ps import shard_text
 
+    nodes = tuple(replace(n, text=shard_text(run.spec, n.name, shards[n.name])) if n.name in shards and n.kind == "box"
+                  else n for n in layout.nodes)
+    return replace(layout, nodes=nodes)
