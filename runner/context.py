@@ -115,9 +115,12 @@ class RankContext:
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
 
-    def maybe_checkpoint(self, step: int, state_fn) -> None:
+    def is_checkpoint_step(self, step: int) -> bool:
         every = self._ckpt_every
-        if not every or (step + 1) % every or step + 1 >= self.steps:
+        return bool(every) and (step + 1) % every == 0 and step + 1 < self.steps
+
+    def maybe_checkpoint(self, step: int, state_fn) -> None:
+        if not self.is_checkpoint_step(step):
             return
         with self.tracer.span("checkpoint", step=step):
             checkpoint.save(self.run_dir, step, self.rank, {"user": state_fn(), "metrics": self.metrics.snapshot()})

@@ -154,6 +154,28 @@ def test_async_parameter_server_records_staleness(tmp_path_factory):
 
 
 @pytest.mark.dist
+def test_async_parameter_server_resumes_from_the_servers_checkpoint(tmp_path):
+    from opentikz_dt.runner.testing import run_small
+
+    data = _small("parameter-server", {**PS_ASYNC, "training": {**OPT["training"], "steps": 10},
+                                       "runtime": {"restarts": 1, "checkpoint_every": 4,
+                                                   "fault": {"rank": 1, "at_step": 6, "kind": "crash"}}})
+    result = run_small(data, tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert result.metrics["steps_done"] == 10 and None not in result.metrics["loss"]
+    for rank in (1, 2):  # a worker and a server shard
+        log = (result.run_dir / "logs" / f"rank{rank}.log").read_text()
+        assert "resuming from the checkpoint after step 3" in log
+    # Exactly one update per push per shard: the 4 steps before the checkpoint are not redone,
+    # the ones after it (lost with the crash) are applied once more from the saved state.
+    assert len(result.metrics["staleness"]) == 2 * 2 * 10
+    for server in (2, 3):
+        versions = [json.loads(line) for line in (result.run_dir / "trace" / f"rank{server}.jsonl").open()]
+        versions = [e["args"]["version"] for e in versions if e.get("name") == "update"]
+        assert versions[-12:] == list(range(9, 21))  # the restored global update count goes on
+
+
+@pytest.mark.dist
 def test_central_storage_trace(tmp_path_factory):
     result = _run("central-storage", CENTRAL, tmp_path_factory)
     loss = result.metrics["loss"]

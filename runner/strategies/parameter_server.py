@@ -16,6 +16,12 @@ Server shard, async: whichever push lands first (`Inbox`) is applied alone at on
 only that worker gets fresh weights; staleness = versions applied since that worker's
 weights were sent (recorded per update in metrics and in the `update` span).
 Only the servers hold authoritative weights; each saves its shard at the end.
+
+Checkpoints (both modes) are step-labelled like every strategy's: a worker's holds only
+its metrics, a shard's its tensors, optimizer state and version. An async shard lines
+its workers up at each checkpoint step (it holds its reply to a worker that pushed that
+step until all did), so the saved version counts exactly n pushes per step and a
+restart re-sends every worker the restored weights.
 """
 
 from __future__ import annotations
@@ -80,8 +86,7 @@ def run_worker(ctx) -> None:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, step, rank), step, tid="comm")
         posted = perf_counter_ns()  # the next fetch's wait starts where the push ends (one comm lane)
         ctx.metrics.step_done(step, loss_value, samples, perf_counter() - t0)
-        if sync:
-            ctx.maybe_checkpoint(step, dict)  # weights live on the servers: nothing to keep here
+        ctx.maybe_checkpoint(step, dict)  # weights live on the servers: only metrics to keep here
         ctx.tracer.maybe_flush()
 
 
@@ -173,21 +178,27 @@ def run_sync_server(ctx) -> None:
 def run_async_server(ctx) -> None:
     """Apply each push alone as it lands; reply to that worker only.
 
-    Async runs do not checkpoint (steps are not aligned across ranks); a restart
-    starts over.
+    At a checkpoint step the shard holds its reply to each worker that pushed it until
+    every worker did, then saves (see the module docstring); a restart resumes there.
     """
     n, steps = ctx.spec.topology.workers.count, ctx.steps
     worker_ids = ctx.spec.topology.workers.ids
     shard = _Shard(ctx)
     inbox = Inbox(ctx.backend, ctx.spec.runtime.timeout_s)
-    pushes = [0] * n          # pushes applied per worker = that worker's next step
-    sent_version = [0] * n    # version of the weights each worker computes on
+    pushes = [ctx.start_step] * n   # pushes applied per worker = that worker's next step
+    sent_version = [shard.version] * n  # version of the weights each worker computes on
     outgoing: dict[int, object] = {}
-    if steps > 0:
+    held: list[int] = []            # workers waiting at a checkpoint step
+
+    def reply(k):
         weights = shard.weights(ctx)
+        sent_version[k] = shard.version
+        outgoing[k] = (ctx.comm.isend(weights, dst=k), weights)
+        inbox.post(k, ctx.comm.irecv(shard.grads[k], src=k))
+
+    if ctx.start_step < steps:
         for k in range(n):
-            outgoing[k] = (ctx.comm.isend(weights, dst=k), weights)
-            inbox.post(k, ctx.comm.irecv(shard.grads[k], src=k))
+            reply(k)
     while len(inbox):
         t_wait = perf_counter_ns()
         k = inbox.next()
@@ -203,13 +214,16 @@ def run_async_server(ctx) -> None:
         ctx.metrics.staleness(staleness)
         pushes[k] += 1
         outgoing.pop(k)[0].wait()  # long done: the worker received it before it pushed
-        if pushes[k] < steps:
-            weights = shard.weights(ctx)
-            sent_version[k] = shard.version
-            outgoing[k] = (ctx.comm.isend(weights, dst=k), weights)
-            inbox.post(k, ctx.comm.irecv(shard.grads[k], src=k))
+        if ctx.is_checkpoint_step(step):  # implies pushes[k] < steps
+            held.append(k)
+            if len(held) == n:  # every worker pushed `step`: a consistent state
+                ctx.maybe_checkpoint(step, shard.state)
+                for j in held:
+                    reply(j)
+                held.clear()
+        elif pushes[k] < steps:
+            reply(k)
         ctx.tracer.maybe_flush()
     for work, _ in outgoing.values():
         work.wait()
     shard.save(ctx)
-
