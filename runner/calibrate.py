@@ -57,13 +57,21 @@ def _rate(fn, seconds: float = 0.4) -> tuple[float, list]:
 
 
 def _fit(points) -> tuple[float, float]:
-    """Least squares y = a + b x over (x, y) points, both clipped at 0."""
+    """Least squares y = a + b x over (x, y) points (latency a, cost per byte b), both >= 0."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     var = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
-    b = max(b, 0.0)
-    return max(my - b * mx, 0.0), b
+    b = max(sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0, 0.0)
+    a = my - b * mx
+    if a <= 0:
+        # Noise on a loaded machine tilted the line below the origin; a message never costs
+        # nothing, and the smallest one is latency-bound: take its time as the latency and
+        # fit the per-byte cost on what is left.
+        x0 = min(xs)
+        a = min(y for x, y in points if x == x0)
+        sq = sum(x * x for x in xs)
+        b = max(sum(x * (y - a) for x, y in points) / sq, 0.0) if sq else 0.0
+    return a, b
 
 
 def _units(spec, model) -> list:
