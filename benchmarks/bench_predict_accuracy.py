@@ -1,13 +1,15 @@
-"""Prediction accuracy: predict, then run, every example strategy at 2-4 ranks on this machine.
+"""Prediction accuracy: predict, then run, every example strategy at 2-5 ranks on this machine.
 
-For each example: a calibration run (`dtgen run --steps 30`), a fit from its trace
-(`dtgen calibrate --from`), a probe calibration (`dtgen calibrate SPEC`, the run's
-process count), then the target run (`dtgen run --steps 60`, a fresh run, not the one
-fitted) and both predictions of it (`dtgen predict`). Prints the mean step time
-measured and predicted and the error per strategy, and the medians. `repeat` is the
-noise floor: how far the calibration run's own step time is from the target run's.
+For each example, predictions of one target run (`dtgen run --steps 40`) from:
+  calibrate   `dtgen calibrate SPEC`: the probe and a 20-step run of the spec (the default);
+  probe       `dtgen calibrate SPEC --probe-only`: micro-benchmarks alone;
+  fit         `dtgen calibrate --from RUN` of another 30-step run of the spec;
+  half        `dtgen calibrate` of the same spec at half the workers, predicting the full
+              size: the model's scaling, not only its costs (data-parallel examples);
+and `repeat`, the noise floor: how far that other run's step time is from the target's.
+Step time is the mean over workers, first step left out (metrics.json).
 
-    python benchmarks/bench_predict_accuracy.py [--only ps-sync,allreduce-ring] [--no-probe] [--json FILE]
+    python benchmarks/bench_predict_accuracy.py [--only ps-sync,allreduce-ring] [--steps 40] [--json FILE]
         [--multihost 200mbit]     # also 2 emulated hosts with shaped links (root; scripts/netcluster.sh)
 
 Takes about a minute per strategy here. Timings on a shared machine are noisy: the
@@ -25,10 +27,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ["ps-sync", "ps-async", "ps-sharded", "central-storage", "allreduce-native", "allreduce-ring",
             "allreduce-tree", "allreduce-hierarchical", "gossip", "pipeline-gpipe", "pipeline-1f1b",
             "transformer-ring", "transformer-pipeline"]
+SOURCES = ("calibrate", "probe", "fit", "half")
 
 
 def dtgen(*args) -> None:
@@ -42,20 +47,42 @@ def mean_step_ms(run_dir: Path) -> float:
     return statistics.fmean(times) * 1000
 
 
-def one(name: str, tmp: Path, probe: bool, steps: int) -> dict:
+def half_spec(spec: Path, tmp: Path) -> Path | None:
+    """The spec at half its workers (at least 2), or None where that says nothing new
+    (pipelines: the stages are the model's cut; hosts that would not divide the workers)."""
+    data = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    if data["strategy"]["kind"] == "pipeline":
+        return None
+    workers = data["topology"]["workers"]
+    half = max(2, workers.get("count", 3) // 2)
+    if half == workers.get("count", 3) or half % data["topology"].get("hosts", 1):
+        return None
+    workers["count"] = half
+    out = tmp / f"{spec.stem}-half.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return out
+
+
+def one(name: str, tmp: Path, steps: int) -> dict:
     spec = ROOT / "examples" / f"{name}.yaml"
-    dtgen("run", spec, "--out", tmp / f"{name}-cal", "--steps", 30)
-    dtgen("calibrate", "--from", tmp / f"{name}-cal", "-o", tmp / f"{name}-fit.json")
-    if probe:
-        dtgen("calibrate", spec, "-o", tmp / f"{name}-probe.json")
+    cal = {"calibrate": tmp / f"{name}-cal.json", "probe": tmp / f"{name}-probe.json",
+           "fit": tmp / f"{name}-fit.json", "half": tmp / f"{name}-half.json"}
+    dtgen("calibrate", spec, "-o", cal["calibrate"])
+    dtgen("calibrate", spec, "--probe-only", "-o", cal["probe"])
+    dtgen("run", spec, "--out", tmp / f"{name}-other", "--steps", 30)
+    dtgen("calibrate", "--from", tmp / f"{name}-other", "-o", cal["fit"])
+    half = half_spec(spec, tmp)
+    if half is not None:
+        dtgen("calibrate", half, "-o", cal["half"])
     dtgen("run", spec, "--out", tmp / f"{name}-run", "--steps", steps)
     row = {"strategy": name, "ranks": json.loads((tmp / f"{name}-run" / "run.json").read_text())["world_size"],
-           "measured_ms": mean_step_ms(tmp / f"{name}-run"), "calibration_run_ms": mean_step_ms(tmp / f"{name}-cal")}
-    # the noise floor: how far the calibration run itself is from the target run (same spec, minutes apart)
-    row["repeat_err"] = (row["calibration_run_ms"] - row["measured_ms"]) / row["measured_ms"]
-    for source in ("fit", "probe") if probe else ("fit",):
+           "measured_ms": mean_step_ms(tmp / f"{name}-run"), "other_run_ms": mean_step_ms(tmp / f"{name}-other")}
+    row["repeat_err"] = (row["other_run_ms"] - row["measured_ms"]) / row["measured_ms"]
+    for source, path in cal.items():
+        if not path.exists():
+            continue
         out = tmp / f"{name}-pred-{source}"
-        dtgen("predict", spec, "--calibration", tmp / f"{name}-{source}.json", "--steps", steps, "-o", out)
+        dtgen("predict", spec, "--calibration", path, "--steps", steps, "-o", out)
         row[f"{source}_ms"] = mean_step_ms(out)
         row[f"{source}_err"] = (row[f"{source}_ms"] - row["measured_ms"]) / row["measured_ms"]
     return row
@@ -69,8 +96,6 @@ MULTIHOST = {  # 2 emulated hosts (scripts/netcluster.sh), each host's link shap
 
 
 def multihost_run(cluster, spec: Path, out: Path, steps: int) -> Path:
-    import yaml  # noqa: F401  (spec written by the caller)
-
     port = 29500 + os.getpid() % 1000
     procs = [cluster.popen(h, [sys.executable, "-m", "opentikz_dt", "run", str(spec), "--out", str(out / f"h{h}"),
                                "--steps", str(steps), "--nnodes", str(cluster.hosts), "--node-rank", str(h - 1),
@@ -86,8 +111,6 @@ def multihost_run(cluster, spec: Path, out: Path, steps: int) -> Path:
 
 
 def one_multihost(name: str, tmp: Path, steps: int, link: str) -> dict:
-    import yaml
-
     from opentikz_dt.runner.netcluster import NetCluster
     from opentikz_dt.runner.testing import small_spec_data
 
@@ -108,37 +131,38 @@ def one_multihost(name: str, tmp: Path, steps: int, link: str) -> dict:
     out = tmp / f"mh-{name}-pred"
     dtgen("predict", spec, "--calibration", tmp / f"mh-{name}-fit.json", "--steps", steps, "-o", out)
     row = {"strategy": f"{name} 2 hosts {link}", "ranks": 4, "measured_ms": mean_step_ms(run),
-           "calibration_run_ms": mean_step_ms(cal), "fit_ms": mean_step_ms(out)}
-    row["repeat_err"] = (row["calibration_run_ms"] - row["measured_ms"]) / row["measured_ms"]
+           "other_run_ms": mean_step_ms(cal), "fit_ms": mean_step_ms(out)}
+    row["repeat_err"] = (row["other_run_ms"] - row["measured_ms"]) / row["measured_ms"]
     row["fit_err"] = (row["fit_ms"] - row["measured_ms"]) / row["measured_ms"]
     return row
+
+
+def line(r: dict) -> str:
+    cells = [f"{r['strategy']:30} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%}"]
+    for source in SOURCES:
+        cells.append(f"{r[source + '_ms']:9.2f} {r[source + '_err']:+7.0%}" if source + "_ms" in r else
+                     f"{'--':>9} {'--':>7}")
+    return " ".join(cells)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(EXAMPLES))
-    parser.add_argument("--no-probe", action="store_true")
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--json", default=None)
     parser.add_argument("--multihost", default=None, metavar="LINK",
                         help="also 2 emulated hosts with each link shaped to LINK (e.g. 200mbit; root, ip netns, tc)")
     args = parser.parse_args()
-    probe = not args.no_probe
     print(f"load average before: {os.getloadavg()[0]:.1f} (cores: {os.cpu_count()})", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="dtgen-bench-predict-") as tmp:
         for name in [n for n in args.only.split(",") if n]:
             try:
-                rows.append(one(name, Path(tmp), probe, args.steps))
+                rows.append(one(name, Path(tmp), args.steps))
             except subprocess.CalledProcessError as exc:
                 print(f"{name}: failed: {exc.stderr.decode()[-300:]}", flush=True)
                 continue
-            r = rows[-1]
-            line = f"{name:24} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} {r['fit_ms']:9.2f} " \
-                   f"{r['fit_err']:+7.0%}"
-            if probe:
-                line += f" {r['probe_ms']:9.2f} {r['probe_err']:+7.0%}"
-            print(line, flush=True)
+            print(line(rows[-1]), flush=True)
         if args.multihost:
             for name in MULTIHOST:
                 try:
@@ -146,20 +170,13 @@ def main() -> None:
                 except (subprocess.CalledProcessError, RuntimeError) as exc:
                     print(f"{name} (2 hosts): failed: {getattr(exc, 'stderr', exc)!s:.300}", flush=True)
                     continue
-                r = rows[-1]
-                print(f"{r['strategy']:24} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} "
-                      f"{r['fit_ms']:9.2f} {r['fit_err']:+7.0%}", flush=True)
+                print(line(rows[-1]), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    header = f"{'strategy':24} {'ranks':>5} {'run ms':>9} {'repeat':>7} {'fit ms':>9} {'error':>7}" + \
-        (f" {'probe ms':>9} {'error':>7}" if probe else "")
-    print(header)
+    print(f"{'strategy':30} {'ranks':>5} {'run ms':>9} {'repeat':>7} " +
+          " ".join(f"{s + ' ms':>9} {'error':>7}" for s in SOURCES))
     for r in rows:
-        line = f"{r['strategy']:24} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} " \
-               f"{r['fit_ms']:9.2f} {r['fit_err']:+7.0%}"
-        if probe and "probe_ms" in r:
-            line += f" {r['probe_ms']:9.2f} {r['probe_err']:+7.0%}"
-        print(line)
-    for source in ("repeat", "fit", "probe") if probe else ("repeat", "fit"):
+        print(line(r))
+    for source in ("repeat",) + SOURCES:
         errs = [abs(r[f"{source}_err"]) for r in rows if f"{source}_err" in r]
         if errs:
             print(f"{source}: median |error| {statistics.median(errs):.0%}, max {max(errs):.0%}, "

@@ -295,8 +295,18 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     Calibration(data).save(out_path)
 
 
-def calibrate(spec, out_path: str | Path, ranks: int | None = None) -> Path:
-    """Run the probe with `ranks` processes (default: the spec's world size); write the calibration."""
+RUN_STEPS = 20
+
+
+def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: int = 0, spec_path=None,
+              echo=None) -> Path:
+    """Run the probe with `ranks` processes (default: the spec's world size); write the calibration.
+
+    With `run_steps`, then a short real run of the spec (its own strategy, ranks and model,
+    in a temporary folder) and a fit of that run's trace on top of the probe: the probe
+    gives how costs grow with message size and collective, the run what no micro-benchmark
+    sees (the runner's untraced work per step, the framework's per-message costs, the
+    spread of a step on these cores)."""
     import torch.multiprocessing as mp
 
     from ..predict.simulate import roles
@@ -310,7 +320,29 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None) -> Path:
         part = os.path.join(tmp, "calibration.json")
         mp.start_processes(_rank_main, args=(world, spec.data, store, part), nprocs=world, join=True,
                            start_method="spawn")
+        if run_steps:
+            _refine_with_run(spec, spec_path, Path(tmp), part, run_steps, echo)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, out_path) if Path(part).stat().st_dev == out_path.parent.stat().st_dev else \
             out_path.write_bytes(Path(part).read_bytes())
     return out_path
+
+
+def _refine_with_run(spec, spec_path, tmp: Path, part: str, steps: int, echo) -> None:
+    """Run the spec for `steps` steps in `tmp` and overwrite the probe at `part` with the fit
+    of that run's trace, the probe as its base."""
+    import yaml
+
+    from ..predict.calibration import Calibration, load_calibration
+    from ..predict.fit import fit_from_run
+    from .launch import launch_run
+
+    if spec_path is None:  # the built-in default spec
+        spec_path = tmp / "spec.yaml"
+        spec_path.write_text(yaml.safe_dump(spec.data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    if echo:
+        echo(f"dtgen calibrate: a {steps}-step run of {spec.name} for what the probe cannot see")
+    launch_run(spec_path, out=tmp / "run", steps=steps, echo=lambda line: None, progress=False, measure_only=True)
+    fitted = fit_from_run(tmp / "run", load_calibration(part))
+    fitted.data["source"] = f"probe and a {steps}-step run"
+    Calibration(fitted.data).save(part)

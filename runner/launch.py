@@ -79,20 +79,26 @@ def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 
     return run_dir
 
 
-def resolve_spec(spec_path, steps: int | None):
+def resolve_spec(spec_path, steps: int | None, measure_only: bool = False):
+    """The spec as the ranks get it. `measure_only` (a calibration run): every step traced, no
+    injected fault and no restarts, since such a run measures and does not rehearse failures."""
     spec = load_spec(spec_path)
     data = json.loads(json.dumps(spec.data))
     if steps is not None:
         data["training"]["steps"] = steps
+    if measure_only:
+        data["runtime"].pop("fault", None)
+        data["runtime"]["restarts"] = 0
+        data["runtime"]["trace"] = dict(data["runtime"].get("trace") or {}, enabled=True, sample_every=1)
     return spec_from_data(data, name=str(spec_path)), data
 
 
 def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, node_rank: int = 0,
                rdzv_endpoint: str | None = None, force: bool = False, echo=None, progress: bool = True,
-               rdzv_timeout: float = 120.0) -> RunResult:
+               rdzv_timeout: float = 120.0, measure_only: bool = False) -> RunResult:
     """Run a spec for real; write the run directory; return its metrics or raise RunError."""
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
-    spec, data = resolve_spec(spec_path, steps)
+    spec, data = resolve_spec(spec_path, steps, measure_only)
     roles = load_strategy(spec.strategy.kind).roles(spec)
     world = len(roles)
     check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)

@@ -120,8 +120,11 @@ def test_units_follow_the_workload_for_every_model_kind():
         assert [len(p) for p in work.stage_units(2)] == [b - a for a, b in zip(bounds, bounds[1:])]
 
 
-def test_fit_from_a_run_predicts_it_back(tmp_path):
-    run_dir = write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=3, steps=30)
+@pytest.mark.parametrize("kind", ["allreduce-ring", "allreduce-tree", "central-storage", "gossip"])
+def test_fit_from_a_run_predicts_it_back(tmp_path, kind):
+    # central storage: its collectives are fitted from the last rank joining to the end (the
+    # waits for late workers are the simulator's own); gossip: the exchange's spread is drawn
+    run_dir = write_synthetic_run(tmp_path / "run", kind, workers=3, steps=30)
     cal = fit_from_run(run_dir)
     path = cal.save(tmp_path / "fit.json")
     spec = load_run(run_dir).spec
@@ -273,6 +276,10 @@ def test_cli_bad_input_is_one_line_and_nothing_written(tmp_path):
     bad = runner.invoke(main, ["calibrate", "--from", str(tmp_path / "keep"), "-o", str(tmp_path / "c.json")])
     assert bad.exit_code == 2 and "not a run directory (no spec.yaml)" in bad.output
     assert not (tmp_path / "c.json").exists()
+    # a model the predictor cannot describe: refused before any process starts
+    bad = runner.invoke(main, ["calibrate", "examples/custom-model/spec.yaml", "-o", str(tmp_path / "c.json")])
+    assert bad.exit_code == 2 and "predictions need a built-in model kind" in bad.output, bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "c.json").exists()
 
 
 def test_link_units():

@@ -22,9 +22,16 @@ from ..errors import DtgenError
               help="Fit from a finished run directory's trace instead of measuring.")
 @click.option("--base", type=click.Path(path_type=Path, dir_okay=False),
               help="With --from: a measured calibration for what the run cannot show (message sizes, collectives).")
-@click.option("--ranks", type=click.IntRange(min=2, max=64), help="Processes to measure with (default: the spec's ranks).")
-def calibrate(spec, out, from_run, base, ranks):
-    """Measure what predictions need on this machine (per-block compute, messages, collectives, cores)."""
+@click.option("--ranks", type=click.IntRange(min=2, max=64),
+              help="Processes to measure with (default: the spec's ranks); implies --probe-only.")
+@click.option("--run-steps", type=click.IntRange(min=4, max=1000), default=20, show_default=True,
+              help="Steps of the short real run of SPEC that follows the probe.")
+@click.option("--probe-only", is_flag=True,
+              help="Micro-benchmarks only, no run of SPEC (misses the runner's own per-step work).")
+def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
+    """Measure what predictions need on this machine: micro-benchmarks (per-block compute,
+    messages and collectives at several sizes, cores), then a short real run of SPEC for what
+    they cannot see (the runner's untraced work, per-message framework costs, the spread)."""
     if from_run is not None:
         from ..predict.calibration import load_calibration
         from ..predict.fit import fit_from_run
@@ -34,11 +41,14 @@ def calibrate(spec, out, from_run, base, ranks):
         return
     if importlib.util.find_spec("torch") is None:
         raise DtgenError("dtgen calibrate needs PyTorch to measure (or use --from RUN_DIR)")
+    from ..predict.blocks import model_blocks
     from ..runner.calibrate import calibrate as measure
     from ..spec import load_spec, spec_from_data
 
     loaded = load_spec(spec) if spec is not None else spec_from_data({"strategy": {"kind": "parameter-server"}})
-    click.echo(f"wrote {measure(loaded, out, ranks)}")
+    model_blocks(loaded)  # a model the predictor cannot describe is refused before any process starts
+    steps = 0 if probe_only or ranks else run_steps
+    click.echo(f"wrote {measure(loaded, out, ranks, steps, spec, lambda line: click.echo(line, err=True))}")
 
 
 @click.command()

@@ -61,8 +61,9 @@ class Costs:
         noise = d.get("noise") or {}
         self.ratios = [float(r) for r in noise.get("compute_ratios", []) if r > 0]
         self.overheads = [1e6 * float(v) for v in noise.get("overhead_s", []) if v >= 0]
+        self.exchange_ratios = [float(r) for r in noise.get("exchange_ratios", []) if r > 0]
         self.draw = None
-        if self.rng is None and (self.ratios or self.overheads):
+        if self.rng is None and (self.ratios or self.overheads or self.exchange_ratios):
             import random
 
             self.draw = random.Random(0)  # seeded: a prediction is reproducible
@@ -84,6 +85,16 @@ class Costs:
         of each rank's arrival; drawing the spread here too would count it twice."""
         if self.rng is not None:
             return self.noisy(us, step)
+        return us
+
+    def noisy_exchange(self, us: float, step: int) -> float:
+        """A point-to-point exchange once every peer is there (gossip): a draw from the
+        calibrated spread. Ranks whose exchange ran long start their next step late and keep
+        their neighbours waiting then, which a constant cost would never show."""
+        if self.rng is not None:
+            return self.noisy(us, step)
+        if self.exchange_ratios:
+            return us * self.exchange_ratios[self.draw.randrange(len(self.exchange_ratios))]
         return us
 
     def overhead(self, step: int) -> float:

@@ -91,7 +91,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             v["beta_s_per_byte"] = beta
     params = sum(b.params for b in blocks)
     tensors = sum(b.tensors for b in blocks)
-    seen_alpha = None
+    seen_alpha, exchanges = None, []
     if kind == "parameter-server":
         sizes = tensor_sizes(spec)
         shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names) for names in shard_assignment(spec).values())
@@ -102,20 +102,23 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     elif kind == "allreduce" and spec.strategy.algorithm in ("tree", "hierarchical"):
         seen_alpha = _collective_alpha(run, spec, 4 * params, beta)
     elif kind == "gossip":
-        seen_alpha = _gossip_alpha(run, spec, 4 * params, beta)
+        exchanges = _gossip_exchanges(run, spec)
+        seen_alpha = _gossip_alpha(exchanges, spec, 4 * params, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "native":
         d = _mean_durations(run, "worker", "allreduce")
         if d:
             a = _alpha(d, 2 * (n - 1) / n * 4 * params, beta)
             comm["allreduce"]["alpha_s"] = a / (2 * (n - 1))
     elif kind == "central-storage":
+        # the simulator starts each collective once the last rank joined it (sim_ps.central_storage)
         levels = max(1, (n).bit_length())
-        d = _mean_durations(run, "storage", "fetch")
-        if d:
-            comm["broadcast"]["alpha_s"] = _alpha(d, 4 * params * levels, beta) / levels
-        d = _mean_durations(run, "worker", "push")
-        if d:
-            comm["reduce"]["alpha_s"] = _alpha([min(d)] * len(d), 4 * params * levels, beta) / levels
+        for name, spans in (("broadcast", {"storage": ("fetch",), "worker": ("wait", "fetch")}),
+                            ("reduce", {"storage": ("wait",), "worker": ("push",)})):
+            d = _after_last_join(run, spans)
+            if d:
+                # the typical time, not the mean: the simulator adds the preemptions itself,
+                # drawn from the untraced gaps of every rank (Costs.overhead)
+                comm[name]["alpha_s"] = _alpha([statistics.median(d)], 4 * params * levels, beta) / levels
     if seen_alpha is not None:
         comm["p2p"]["alpha_s"] = seen_alpha
         if not base:
@@ -146,6 +149,9 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "comm": comm,
             "noise": {"compute_ratios": _thin([round(r, 4) for r in ratios]),
                       "overhead_s": _thin([round(g / 1e6, 7) for g in gaps])}}
+    if exchanges:
+        mean = statistics.fmean(exchanges)
+        data["noise"]["exchange_ratios"] = _thin([round(x / mean, 4) for x in exchanges]) if mean > 0 else []
     cal = Calibration(data, f"{run.path}")
     if pipeline:
         cal = _solve_message_latency(cal, run)
@@ -186,6 +192,21 @@ def _solve_message_latency(cal: Calibration, run) -> Calibration:
     return Calibration(data, cal.path)
 
 
+def _after_last_join(run, spans_of_role: dict) -> list:
+    """Per steady step, a collective's time (µs) from the last rank joining it to the last
+    rank leaving it; `spans_of_role` names the spans that make up the collective on each
+    role (a worker's `wait` + `fetch` is its side of the storage's broadcast)."""
+    first = run.trace.steps[0]
+    per_step: dict = {}
+    for e in run.trace.events:
+        step = e["args"]["step"]
+        if step != first and e["name"] in spans_of_role.get(role_of(run, e["pid"]), ()):
+            ranks = per_step.setdefault(step, {})
+            start, end = ranks.get(e["pid"], (float("inf"), 0.0))
+            ranks[e["pid"]] = (min(start, e["ts"]), max(end, e["ts"] + e["dur"]))
+    return [max(end for _, end in r.values()) - max(start for start, _ in r.values()) for r in per_step.values()]
+
+
 def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
     """Latency of the tree / hierarchical all-reduce: per step, the time from the last rank
     joining to the last rank done (T), solved from T = alpha * A + beta * B of the
@@ -194,15 +215,7 @@ def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
 
     from .sim_peer import TREE_CHUNK, TREE_MAX
 
-    first = run.trace.steps[0]
-    per_step: dict = {}
-    for e in run.trace.events:
-        a = e["args"]
-        if e["name"] == "allreduce" and a["step"] != first:
-            item = per_step.setdefault(a["step"], {})
-            start, end = item.get(e["pid"], (math.inf, 0.0))
-            item[e["pid"]] = (min(start, e["ts"]), max(end, e["ts"] + e["dur"]))
-    totals = [max(end for _, end in r.values()) - max(start for start, _ in r.values()) for r in per_step.values()]
+    totals = _after_last_join(run, {"worker": ("allreduce",)})
     if not totals:
         return None
     n = spec.topology.workers.count
@@ -215,13 +228,13 @@ def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
         levels = math.ceil(math.log2(n // hosts)) if n // hosts > 1 else 0
         a = 2 * levels + 2 * (hosts - 1)
         b = 2 * levels * nbytes + (2 * (hosts - 1) / hosts * nbytes if hosts > 1 else 0)
-    t = statistics.fmean(totals) / 1e6
+    t = statistics.median(totals) / 1e6  # typical: the simulator adds preemptions itself (Costs.overhead)
     return max(0.0, (t - beta * b) / a) if a else None
 
 
-def _gossip_alpha(run, spec, nbytes: float, beta: float) -> float | None:
-    """Latency of a gossip exchange: per rank and step, from the moment this rank and every
-    neighbour it talks to had started their exchange, to its end."""
+def _gossip_exchanges(run, spec) -> list:
+    """Per rank and steady step, a gossip exchange's time (µs) from the moment this rank and
+    every neighbour it talks to had started their exchange, to its end."""
     from .sim_peer import neighbours
 
     first = run.trace.steps[0]
@@ -233,10 +246,17 @@ def _gossip_alpha(run, spec, nbytes: float, beta: float) -> float | None:
         to, frm = neighbours(rank, n, peers)
         starts = [spans[(p, step)][0] for p in set(to + frm) if (p, step) in spans]
         out.append(end - max([start] + starts))
-    if not out:
+    return out
+
+
+def _gossip_alpha(exchanges: list, spec, nbytes: float, beta: float) -> float | None:
+    """Latency of a gossip exchange from its mean time (the spread is drawn apart)."""
+    from .sim_peer import neighbours
+
+    if not exchanges:
         return None
-    to, _ = neighbours(0, n, peers)
-    return max(0.0, statistics.fmean(out) / 1e6 - len(to) * nbytes * beta)
+    to, _ = neighbours(0, spec.topology.workers.count, spec.strategy.peers)
+    return max(0.0, statistics.fmean(exchanges) / 1e6 - len(to) * nbytes * beta)
 
 
 def _ring_hops(run) -> list:

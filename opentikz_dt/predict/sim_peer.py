@@ -190,7 +190,7 @@ def gossip(sim, steps: int) -> None:
             to, frm = links[k]
             begin = max([ready[k]] + [ready[p] for p in to + frm])
             exchange = c.p2p(sim.nbytes) + (len(to) - 1) * c.p2p_bytes(sim.nbytes)
-            end = begin + c.noisy_comm(exchange + 1e6 * c.add_s * sim.params * len(frm), step)
+            end = begin + c.noisy_exchange(exchange + 1e6 * c.add_s * sim.params * len(frm), step)
             rec.span(k, "gossip", 1, ready[k], end, step, peers=[sim.ids[p] for p in frm])
             rec.moved(k, len(to) * sim.nbytes, len(frm) * sim.nbytes)
             rec.step(sim.ids[k], step, free[k], end)

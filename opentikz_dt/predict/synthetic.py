@@ -21,7 +21,8 @@ from .costs import Costs, illustrative_calibration
 from .rundir import write_run_dir
 from .simulate import simulate
 
-KINDS = ("ps-sync", "ps-async", "allreduce-ring", "pipeline-1f1b", "pipeline-gpipe")
+KINDS = ("ps-sync", "ps-async", "central-storage", "allreduce-ring", "allreduce-tree", "allreduce-native", "gossip",
+         "pipeline-1f1b", "pipeline-gpipe")
 
 
 def spec_data(kind: str, workers: int = 3, steps: int = 60, microbatches: int = 4,
@@ -33,8 +34,12 @@ def spec_data(kind: str, workers: int = 3, steps: int = 60, microbatches: int = 
     if kind.startswith("ps-"):
         topology["servers"] = {"count": 1}
         strategy = {"kind": "parameter-server", "sync": kind[3:]}
-    elif kind == "allreduce-ring":
-        strategy = {"kind": "allreduce", "algorithm": "ring"}
+    elif kind == "central-storage":
+        strategy = {"kind": "central-storage"}
+    elif kind.startswith("allreduce-"):
+        strategy = {"kind": "allreduce", "algorithm": kind[10:]}
+    elif kind == "gossip":
+        strategy = {"kind": "gossip"}
     elif kind.startswith("pipeline-"):
         strategy = {"kind": "pipeline", "microbatches": microbatches, "schedule": kind[9:]}
     else:
