@@ -75,8 +75,13 @@ def _fit(points) -> tuple[float, float]:
 
 
 def _units(spec, model) -> list:
-    """Callables per unit, in the order of opentikz_dt.workload (prologue, blocks, epilogue)."""
+    """Callables per unit, in the order of opentikz_dt.workload (prologue, blocks, epilogue),
+    or of runner/describe.py for a python model."""
     kind = spec.training.model_kind
+    if kind == "python":
+        from .describe import model_units
+
+        return [unit for _, unit in model_units(model)]
     if kind == "mlp":
         layers = list(model.layers)
         last = len(layers) - 1
@@ -86,17 +91,25 @@ def _units(spec, model) -> list:
         return [model.embed, *model.blocks, model.head]
     if kind == "cnn":
         return [lambda x: torch.relu(model.stem(x)), *model.blocks, lambda h: model.head(h.mean(dim=(2, 3)))]
-    raise ValueError(f"the probe times built-in model kinds only, not {kind!r}")
+    raise ValueError(f"the probe cannot time model kind {kind!r}")
 
 
-def _block_times(spec, sizes) -> list[dict]:
+def _samples(spec, where: dict, rows: int | None = None):
+    """(x, y): the first `rows` samples of the spec's dataset (all of a tensor-backed one)."""
+    from .data import Data
+
+    data = Data(spec, "cpu", where.get("dataset_path"), where.get("spec_dir"))
+    return data.take(data.indices(0, min(data.n, rows or data.n)))
+
+
+def _block_times(spec, sizes, where: dict) -> list[dict]:
     """Mean forward and backward seconds of every unit at each batch size (the last with the loss)."""
-    from .data import synthetic_arrays
-    from .model import build_model, loss_fn
+    from .model import build_model, make_loss
 
-    model = build_model(spec)
+    model = build_model(spec, "cpu", where.get("spec_dir"))
+    loss_fn = make_loss(spec, where.get("spec_dir"))
     units = _units(spec, model)
-    xs, ys = synthetic_arrays(spec)
+    xs, ys = _samples(spec, where, max(sizes))
     out = [{"forward": [], "backward": []} for _ in units]
     for rows in sizes:
         h, target = xs[:rows], ys[:rows]
@@ -125,14 +138,13 @@ def _block_times(spec, sizes) -> list[dict]:
     return out
 
 
-def _step_loop(spec):
+def _step_loop(spec, where: dict):
     """One forward and backward of the whole model at the worker batch (the sharing probe)."""
-    from .data import synthetic_arrays
-    from .model import build_model, loss_fn
+    from .model import build_model, make_loss
 
-    model = build_model(spec)
-    xs, ys = synthetic_arrays(spec)
-    x, y = xs[:spec.training.batch_size], ys[:spec.training.batch_size]
+    model = build_model(spec, "cpu", where.get("spec_dir"))
+    loss_fn = make_loss(spec, where.get("spec_dir"))
+    x, y = _samples(spec, where, spec.training.batch_size)
 
     def step():
         model.zero_grad(set_to_none=True)
@@ -141,10 +153,10 @@ def _step_loop(spec):
     return step
 
 
-def _optimizer_times(spec) -> tuple[list, float]:
+def _optimizer_times(spec, where: dict) -> tuple[list, float]:
     from .model import build_model, build_optimizer
 
-    params = list(build_model(spec).parameters())
+    params = list(build_model(spec, "cpu", where.get("spec_dir")).parameters())
     for p in params:
         p.grad = torch.randn_like(p)
     opt = build_optimizer(spec, params)
@@ -201,11 +213,9 @@ def _collectives(world: int, sizes) -> dict:
     return out
 
 
-def _overhead(spec) -> float:
+def _overhead(spec, where: dict) -> float:
     """Per-step work outside the traced spans: gather the batch rows, loss.item(), a clock read."""
-    from .data import synthetic_arrays
-
-    x, y = synthetic_arrays(spec)
+    x, y = _samples(spec, where)
     n = len(x)
     loss = torch.tensor(1.0)
     idx = torch.randperm(n)[:spec.training.batch_size]
@@ -218,7 +228,7 @@ def _overhead(spec) -> float:
     return _median_time(skeleton, 50)
 
 
-def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path: str) -> None:
+def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path: str, where: dict) -> None:
     import torch.distributed as dist
 
     from ..spec import spec_from_data
@@ -232,16 +242,17 @@ def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path
         sizes = sorted({max(1, batch // max(1, spec.strategy.microbatches)), batch})
         if len(sizes) == 1:
             sizes = [max(1, batch // 4), batch] if batch > 1 else [1, 2]
-        solo = _block_times(spec, sizes) if rank == 0 else None
-        step = _step_loop(spec)
+        solo = _block_times(spec, sizes, where) if rank == 0 else None
+        step = _step_loop(spec, where)
         solo_step = _rate(step)[0] if rank == 0 else None
         dist.barrier()
         together, calls = _rate(step)  # every rank at once, as workers compute in a run
-        optimizer, add = _optimizer_times(spec) if rank == 0 else (None, None)
+        optimizer, add = _optimizer_times(spec, where) if rank == 0 else (None, None)
         dist.barrier()
-        overhead = _overhead(spec)
+        overhead = _overhead(spec, where)
         from ..predict.blocks import model_blocks
 
+        workload = _describe(spec, where)  # a python model: what it is (every rank sizes messages by it)
         model_bytes = 4 * sum(b.params for b in model_blocks(spec))
         msg_sizes = sorted({256, 16 << 10, max(1024, model_bytes // 4), max(4096, model_bytes), 4 << 20})
         p2p = _p2p(rank, world, msg_sizes)
@@ -249,12 +260,28 @@ def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path
         gathered = [None] * world
         dist.all_gather_object(gathered, {"together": together, "calls": calls, "overhead": overhead, "p2p": p2p})
         if rank == 0:
-            _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path)
+            _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path, workload)
     finally:
         dist.destroy_process_group()
 
 
-def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path) -> None:
+def _describe(spec, where: dict) -> dict | None:
+    """A python model's description (runner/describe.py), learned by the predictor; None for
+    the built-in kinds, which the predictor describes itself."""
+    if spec.training.model_kind != "python":
+        return None
+    from ..predict.blocks import learn_model
+    from ..workload import model_section
+    from .describe import describe_model
+    from .model import build_model
+
+    x, _ = _samples(spec, where, 2)
+    description = describe_model(build_model(spec, "cpu", where.get("spec_dir")), x)
+    learn_model(model_section(spec), description)
+    return description
+
+
+def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path, workload=None) -> None:
     from ..predict.blocks import model_signature
     from ..predict.calibration import FORMAT, Calibration, machine_info
 
@@ -284,7 +311,8 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     if len(ratios) > 400:
         ratios = [ratios[int(i * len(ratios) / 400)] for i in range(400)]
     data = {"dtgen_calibration": FORMAT, "source": "probe", "machine": machine_info(),
-            "torch": torch.__version__, "model": model_signature(spec), "ranks": world,
+            "torch": torch.__version__, "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
+            "ranks": world,
             "cores_effective": round(cores, 3),
             "compute": {"blocks": blocks, "optimizer": optimizer, "add_per_param_s": add,
                         "step_overhead_s": statistics.fmean(g["overhead"] for g in gathered)},
@@ -296,6 +324,15 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
 
 
 RUN_STEPS = 20
+
+
+def _where(spec, spec_path) -> dict:
+    """Where a python model's module and a dataset file are found: beside the spec, as in `dtgen run`."""
+    spec_dir = Path(spec_path).resolve().parent if spec_path else Path.cwd()
+    where = {"spec_dir": str(spec_dir), "dataset_path": None}
+    if spec.training.dataset.get("kind") in ("file", "text"):
+        where["dataset_path"] = str((spec_dir / spec.training.dataset["path"]).resolve())
+    return where
 
 
 def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: int = 0, spec_path=None,
@@ -318,8 +355,8 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: i
     with tempfile.TemporaryDirectory(prefix="dtgen-calibrate-") as tmp:
         store = os.path.join(tmp, "store")
         part = os.path.join(tmp, "calibration.json")
-        mp.start_processes(_rank_main, args=(world, spec.data, store, part), nprocs=world, join=True,
-                           start_method="spawn")
+        mp.start_processes(_rank_main, args=(world, spec.data, store, part, _where(spec, spec_path)),
+                           nprocs=world, join=True, start_method="spawn")
         if run_steps:
             _refine_with_run(spec, spec_path, Path(tmp), part, run_steps, echo)
         out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from ..shards import shard_assignment
 from ..workload import human_bytes, human_count
 from .data import Data
 from .entry import spec_location
+from .describe import describe_model
 from .model import build_model, make_loss
 
 
@@ -46,6 +47,7 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
                            f"({spec.training.batch_size} x {dp} = {need})")
         x, y = data.take(data.indices(0, min(2, data.n)))
         _trial_step(model, loss_fn, x, y, model_where)
+        workload = _describe(spec, model, x)
     names = [name for name, _ in model.named_parameters()]
     _check_strategy(spec, model, names, roles, model_where)
     params = sum(p.numel() for p in model.parameters())
@@ -55,8 +57,22 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
     # A python model's shards are known only once built: run.json keeps them for the figure.
     shards = (shard_assignment(spec, {name: p.numel() for name, p in model.named_parameters()})
               if spec.strategy.kind in ("parameter-server", "central-storage") else {})
-    return {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names, "shards": shards,
-            "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
+    facts = {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names, "shards": shards,
+             "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
+    if workload is not None:  # what a fit of this run predicts with (opentikz_dt/predict/fit.py)
+        facts["workload"] = workload
+    return facts
+
+
+def _describe(spec, model, x) -> dict | None:
+    """A python model's units for predictions (runner/describe.py). Only predictions need it,
+    so a model it cannot describe (a forward the FLOP counter rejects) still runs."""
+    if spec.training.model.get("kind") != "python":
+        return None
+    try:
+        return describe_model(model, x)
+    except Exception:
+        return None
 
 
 def _data_parallel_width(spec, roles) -> int:

@@ -321,3 +321,31 @@ def test_phase_table_sets_negative_errors_with_a_dash_not_a_hyphen():
                               Row("worker backward", 1.0, 0.998, "ms")], run, run)
     assert "--50\\%" in tex and "+50\\%" in tex
     assert "& 0\\%" in tex and "-0" not in tex  # a rounding to zero has no sign
+
+
+def test_a_python_model_is_predicted_once_a_calibration_describes_it(tmp_path):
+    python_model = {"kind": "python", "entry": "net:build", "args": {"width": 48}}
+    data = {"name": "mine", "strategy": {"kind": "parameter-server"}, "topology": {"workers": {"count": 2},
+            "servers": {"count": 2}}, "training": {"model": python_model, "steps": 6,
+                                                   "dataset": {"kind": "python", "entry": "net:data"}}}
+    spec = spec_from_data(data)
+    with pytest.raises(DtgenError, match="only known once built: calibrate it"):
+        simulate(spec, Costs(illustrative_calibration(spec_of({"kind": "parameter-server"})), spec), steps=3)
+    described = {"blocks": [{"name": "0 (Linear)", "tensors": [["0.weight", [48, 8]], ["0.bias", [48]]],
+                             "flops": 768.0},
+                            {"name": "1 (Linear)", "tensors": [["1.weight", [3, 48]], ["1.bias", [3]]], "flops": 288.0}],
+                 "activations": [48, 3]}
+    base = spec_of({"kind": "parameter-server"})
+    cal = illustrative_calibration(base)
+    cal.data["model"] = {"model": python_model, "batch_size": spec.training.batch_size, "workload": described}
+    cal.data["compute"]["blocks"] = cal.data["compute"]["blocks"][:2]
+    loaded = load_calibration(cal.save(tmp_path / "cal.json"), spec)  # learns the model
+    result = simulate(spec, Costs(loaded, spec), steps=3)
+    assert result.bytes[0][0] == 3 * 4 * (48 * 8 + 48 + 3 * 48 + 3)  # each step pushes every gradient once
+    # another size of the same entry is another model: refused, naming what differs
+    other = spec_from_data({**data, "training": {**data["training"], "model": {**python_model, "args": {"width": 64}}}})
+    with pytest.raises(CalibrationError, match=r"made for model args=\{\"width\":48\}"):
+        load_calibration(tmp_path / "cal.json", other)
+    cal.data["model"]["workload"] = {"blocks": [{"name": "x"}]}
+    with pytest.raises(CalibrationError, match="model.workload: not a model description"):
+        load_calibration(cal.save(tmp_path / "bad.json"), spec)

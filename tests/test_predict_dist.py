@@ -93,3 +93,30 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
             return
         misses.append((predicted, measured))
     pytest.fail(f"calibrated prediction off by more than 35% against both runs: (predicted, measured) s = {misses}")
+
+
+def test_a_python_model_is_predicted_from_its_run_and_from_the_probe(tmp_path):
+    """A user's nn.Module: the launcher describes it in run.json (a unit per Sequential child,
+    FLOPs counted by torch), so a fit of its run predicts it; the probe describes it too."""
+    from pathlib import Path
+
+    from opentikz_dt.predict.blocks import model_blocks
+    from opentikz_dt.runner.calibrate import calibrate
+    from opentikz_dt.runner.launch import launch_run
+    from opentikz_dt.spec import load_spec
+
+    spec_path = Path(__file__).resolve().parents[1] / "examples" / "custom-model" / "spec.yaml"
+    run = launch_run(spec_path, out=tmp_path / "run", steps=12, progress=False, echo=lambda line: None)
+    described = run.run["model"]["workload"]
+    assert [b["name"] for b in described["blocks"]] == ["0 (Linear)", "1 (LayerNorm)", "2 (GELU)", "3 (Linear)",
+                                                        "4 (GELU)", "5 (Linear)"]
+    assert described["blocks"][0]["flops"] == 2 * 16 * 64  # one sample through Linear(16, 64)
+    measured_run = load_run(run.run_dir)
+    cal = load_calibration(fit_from_run(run.run_dir).save(tmp_path / "fit.json"), measured_run.spec)
+    assert sum(b.params for b in model_blocks(measured_run.spec)) == run.run["model"]["params"]
+    measured = statistics.fmean(run.metrics["step_time_s"].values())
+    assert _predicted_step(measured_run.spec, cal) == pytest.approx(measured, rel=0.35)  # against its own run
+    spec = load_spec(spec_path)
+    probe = load_calibration(calibrate(spec, tmp_path / "probe.json", spec_path=spec_path), spec)
+    assert len(probe.blocks) == 6 and probe.data["model"]["workload"] == described
+    assert probe.blocks[3]["forward"][1] > 0  # the second Linear was timed

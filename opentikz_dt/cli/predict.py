@@ -41,12 +41,10 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
         return
     if importlib.util.find_spec("torch") is None:
         raise DtgenError("dtgen calibrate needs PyTorch to measure (or use --from RUN_DIR)")
-    from ..predict.blocks import model_blocks
     from ..runner.calibrate import calibrate as measure
     from ..spec import load_spec, spec_from_data
 
     loaded = load_spec(spec) if spec is not None else spec_from_data({"strategy": {"kind": "parameter-server"}})
-    model_blocks(loaded)  # a model the predictor cannot describe is refused before any process starts
     steps = 0 if probe_only or ranks else run_steps
     click.echo(f"wrote {measure(loaded, out, ranks, steps, spec, lambda line: click.echo(line, err=True))}")
 

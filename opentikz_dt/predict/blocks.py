@@ -4,16 +4,18 @@ A unit is what the calibration times (forward and backward) and what a pipeline 
 holds: the workload's prologue (embedding, stem), its blocks and its epilogue (head),
 from opentikz_dt.workload, the same description the runner builds and the figures draw,
 so every built-in model kind (mlp, transformer, cnn) is predicted from one table.
-Gradient bytes, shard sizes and stage boundaries follow from it.
+Gradient bytes, shard sizes and stage boundaries follow from it. A `python` model is
+described by the calibration or run that built it (`learn_model`).
 Must not import torch.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from ..errors import DtgenError
-from ..workload import model_section, workload_of
+from ..workload import Unit, Workload, model_section, workload_of
 
 
 @dataclass(frozen=True)
@@ -24,12 +26,33 @@ class Block:
     flops: float           # forward FLOPs per sample (backward is about twice)
 
 
+# `python` models, as a calibration or a run described them once built (runner/describe.py),
+# keyed by their training.model section: a process learns one when it loads such a file.
+_LEARNED: dict[str, Workload] = {}
+
+
+def _key(model: dict) -> str:
+    return json.dumps(model, sort_keys=True)
+
+
+def learn_model(model: dict, description: dict) -> None:
+    """Make the python model `model` (a training.model section) known to predictions."""
+    blocks = tuple(Unit(str(b["name"]), tuple((str(n), tuple(shape)) for n, shape in b["tensors"]),
+                        float(b["flops"])) for b in description["blocks"])
+    _LEARNED[_key(model)] = Workload("python", blocks, activations=tuple(description.get("activations", ())))
+
+
 def _workload(spec):
-    workload = workload_of(spec)
+    workload = workload_of(spec) or _LEARNED.get(_key(model_section(spec)))
     if workload is None:
-        raise DtgenError(f"{spec.source}: training.model kind 'python' is only known once imported; "
-                         "predictions need a built-in model kind (mlp, transformer, cnn)")
+        raise DtgenError(f"{spec.source}: training.model kind 'python' is only known once built: calibrate it "
+                         "(dtgen calibrate SPEC), then predict with that calibration")
     return workload
+
+
+def is_known(spec) -> bool:
+    """Whether predictions can describe the spec's model (built in, or a learned python model)."""
+    return workload_of(spec) is not None or _key(model_section(spec)) in _LEARNED
 
 
 def model_blocks(spec) -> list[Block]:
@@ -39,8 +62,7 @@ def model_blocks(spec) -> list[Block]:
 
 def model_signature(spec) -> dict:
     """What a calibration must match to be reused: the model and the per-worker batch."""
-    section = {k: v for k, v in model_section(spec).items() if k != "args"}
-    return {"model": section, "batch_size": spec.training.batch_size}
+    return {"model": model_section(spec), "batch_size": spec.training.batch_size}
 
 
 def stage_units(spec, stages: int) -> list[int]:

@@ -118,6 +118,20 @@ def check_calibration(data, where: str) -> None:
         raise CalibrationError(f"{where}: model.model: missing (the training.model the calibration was made for)")
 
 
+def learn_described_model(data: dict, where: str) -> None:
+    """A calibration of a `python` model describes it (model.workload): make it known."""
+    from .blocks import learn_model
+
+    workload = data["model"].get("workload")
+    if workload is None:
+        return
+    try:
+        learn_model(data["model"]["model"], workload)
+    except (KeyError, TypeError, ValueError):
+        raise CalibrationError(f"{where}: model.workload: not a model description (blocks with name, tensors "
+                               "and flops)") from None
+
+
 def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
     """Compare a calibration with the spec it should predict; raise (model) or return warnings (machine)."""
     from .blocks import model_blocks, model_signature
@@ -159,6 +173,7 @@ def load_calibration(path: str | Path, spec=None, strict: bool = True) -> Calibr
     except ValueError as exc:
         raise CalibrationError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     check_calibration(data, str(path))
+    learn_described_model(data, str(path))
     cal = Calibration(data, str(path))
     if spec is not None:
         cal = Calibration(data, str(path), tuple(check_against(cal, spec, strict)))

@@ -19,7 +19,8 @@ import statistics
 from ..errors import DtgenError
 from ..measured.run import load_run
 from ..shards import shard_assignment
-from .blocks import model_blocks, model_signature, stage_units, tensor_sizes
+from ..workload import model_section
+from .blocks import learn_model, model_blocks, model_signature, stage_units, tensor_sizes
 from .calibration import FORMAT, Calibration, machine_info
 from .costs import illustrative_calibration
 from .phases import compute_ratios, phase_times, role_of, server_gaps, untraced
@@ -48,6 +49,9 @@ def _alpha(durations_us: list, nbytes: float, beta: float) -> float | None:
 def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     run = load_run(run_dir)
     spec = run.spec
+    workload = (run.info.get("model") or {}).get("workload")  # a python model, as the launcher described it
+    if workload:
+        learn_model(model_section(spec), workload)
     if not run.trace.steps or len(run.trace.steps) < 3:
         raise DtgenError(f"{run.path}: too few traced steps to fit a calibration (need 3 or more)")
     blocks = model_blocks(spec)
@@ -60,7 +64,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     active = max(1.0, n * spec.strategy.microbatches / (spec.strategy.microbatches + n - 1)) if pipeline else n
     share = max(1.0, active / cores)
     batch = spec.training.batch_size
-    flops = [b.flops for b in blocks]
+    # compute is split over the units by FLOPs (a python model's counted ones may all be 0)
+    flops = [b.flops for b in blocks] if any(b.flops for b in blocks) else [1.0] * len(blocks)
     fwd_us = [0.0] * len(blocks)
     bwd_us = [0.0] * len(blocks)
     if pipeline:  # per microbatch and stage: split each stage's time over its blocks by FLOPs
@@ -94,7 +99,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     seen_alpha, exchanges = None, []
     if kind == "parameter-server":
         sizes = tensor_sizes(spec)
-        shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names) for names in shard_assignment(spec).values())
+        shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names)
+                                       for names in shard_assignment(spec, sizes).values())
         seen_alpha = _alpha(_mean_durations(run, "worker", "fetch") + _mean_durations(run, "worker", "push"),
                             shard_bytes, beta)
     elif kind == "allreduce" and spec.strategy.algorithm == "ring":
@@ -141,7 +147,8 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     overhead = statistics.fmean(gaps) / 1e6 if gaps else 0.0
     ratios = compute_ratios(run, role)
     data = {"dtgen_calibration": FORMAT, "source": f"run {run.path}", "machine": machine_info(),
-            "model": model_signature(spec), "ranks": len(run.trace.ids), "cores_effective": cores,
+            "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
+            "ranks": len(run.trace.ids), "cores_effective": cores,
             "compute": {"blocks": [{"name": b.name, "forward": [0.0, fwd_us[i] / 1e6 / share],
                                     "backward": [0.0, bwd_us[i] / 1e6 / share]} for i, b in enumerate(blocks)],
                         "optimizer": optimizer, "add_per_param_s": add, "step_overhead_s": overhead,

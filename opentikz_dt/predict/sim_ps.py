@@ -19,7 +19,7 @@ from .blocks import tensor_sizes
 def _shards(spec, blocks):
     sizes = tensor_sizes(spec)
     out = []
-    for sid, names in shard_assignment(spec).items():
+    for sid, names in shard_assignment(spec, sizes).items():
         params = sum(sizes[n] for n in names)
         out.append((sid, params, len(names), 4 * params))
     return out
