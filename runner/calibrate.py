@@ -348,14 +348,20 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: i
 
     from ..predict.simulate import roles
 
+    from .preflight import preflight
+    from .strategies import load_strategy
+
     world = ranks or len(roles(spec))
     world = max(2, world)
     out_path = Path(out_path)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    where = _where(spec, spec_path)
+    # as `dtgen run`: a model or dataset that cannot train fails here in one line, before any process
+    preflight(spec, where["spec_dir"], where["dataset_path"], load_strategy(spec.strategy.kind).roles(spec))
     with tempfile.TemporaryDirectory(prefix="dtgen-calibrate-") as tmp:
         store = os.path.join(tmp, "store")
         part = os.path.join(tmp, "calibration.json")
-        mp.start_processes(_rank_main, args=(world, spec.data, store, part, _where(spec, spec_path)),
+        mp.start_processes(_rank_main, args=(world, spec.data, store, part, where),
                            nprocs=world, join=True, start_method="spawn")
         if run_steps:
             _refine_with_run(spec, spec_path, Path(tmp), part, run_steps, echo)

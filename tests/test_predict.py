@@ -276,9 +276,12 @@ def test_cli_bad_input_is_one_line_and_nothing_written(tmp_path):
     bad = runner.invoke(main, ["calibrate", "--from", str(tmp_path / "keep"), "-o", str(tmp_path / "c.json")])
     assert bad.exit_code == 2 and "not a run directory (no spec.yaml)" in bad.output
     assert not (tmp_path / "c.json").exists()
-    # a model the predictor cannot describe: refused before any process starts
-    bad = runner.invoke(main, ["calibrate", "examples/custom-model/spec.yaml", "-o", str(tmp_path / "c.json")])
-    assert bad.exit_code == 2 and "predictions need a built-in model kind" in bad.output, bad.output
+    # a python model that does not import: the run's own preflight, before any process starts
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("strategy: {kind: allreduce}\ntraining:\n  model: {kind: python, entry: 'nowhere:build'}\n"
+                    "  dataset: {kind: python, entry: 'nowhere:data'}\n")
+    bad = runner.invoke(main, ["calibrate", str(spec), "-o", str(tmp_path / "c.json")])
+    assert bad.exit_code == 3 and "training.model.entry: cannot import 'nowhere'" in bad.output, bad.output
     assert "Traceback" not in bad.output and not (tmp_path / "c.json").exists()
 
 
