@@ -47,7 +47,7 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
                            f"({spec.training.batch_size} x {dp} = {need})")
         x, y = data.take(data.indices(0, min(2, data.n)))
         _trial_step(model, loss_fn, x, y, model_where)
-        workload = _describe(spec, model, x)
+        workload = _prediction_workload(spec, model, x)
     names = [name for name, _ in model.named_parameters()]
     _check_strategy(spec, model, names, roles, model_where)
     params = sum(p.numel() for p in model.parameters())
@@ -64,7 +64,7 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
     return facts
 
 
-def _describe(spec, model, x) -> dict | None:
+def _prediction_workload(spec, model, x) -> dict | None:
     """A python model's units for predictions (runner/describe.py). Only predictions need it,
     so a model it cannot describe (a forward the FLOP counter rejects) still runs."""
     if spec.training.model.get("kind") != "python":
