@@ -1,5 +1,5 @@
-"""The words a timeline prints, set in the spec's language: measured on the compiled PDF
-(pdftotext, the geometry probe)."""
+"""The words a timeline prints: set in the spec's language, legible where boxes are narrow,
+measured on the compiled PDF (pdftotext word boxes, the geometry probe)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,22 @@ import re
 import pytest
 
 from opentikz_dt.errors import SpecError
+from opentikz_dt.figures.bbox import parse_bboxes
 from opentikz_dt.figures.checks import check_figure_geometry
 from opentikz_dt.figures.compile import compile_pdf, pdf_text
+from opentikz_dt.figures.fit import COLUMN_CM, MIN_TEXT_PT, target_width_cm, with_width
 from opentikz_dt.figures.names import BOX_KINDS
-from opentikz_dt.figures.pdfwords import pdf_words
+from opentikz_dt.figures.pdfwords import overlapping_words, page_size_cm, pdf_words, smallest_text_pt
 from opentikz_dt.figures.render import render_timeline, render_topology
-from opentikz_dt.figures.timeline import KIND_NAMES
+from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.figures.timeline import KIND_NAMES, draw_timeline
 from opentikz_dt.resources import spec_schema
 from opentikz_dt.spec import load_spec, spec_from_data
 
 from conftest import REPO
 
 SEED_ZH = REPO / "examples" / "seed-001-zh.yaml"
+PT_PER_CM = 72.27 / 2.54
 # What the seed-001-zh figures print in English unless the spec sets the words.
 ENGLISH = ("synchronous", "asynchronous", "fetch", "forward", "backward", "server update", "push", "idle",
            "time (ms)", "expected from the spec", "this spec", "Parameter server")
@@ -84,3 +88,48 @@ def test_a_cjk_title_keeps_its_glyphs_together():
         glyphs = [w for w in words if w.text in "同步更新：参数服务器训练" and w.y0 < min(x.y0 for x in words) + 4]
         pitches[kind] = max(b.x0 - a.x1 for a, b in zip(glyphs, glyphs[1:]))
     assert pitches["timeline"] < 1.0 and pitches["topology"] < 1.0, pitches
+
+
+def test_letters_that_would_touch_spread_apart_and_one_too_far_from_its_box_is_left_out():
+    from opentikz_dt.figures.timeline_tags import TAG_PITCH, place_tags, spread
+
+    assert spread([1.0, 1.1], 0.32, 0.0, 10.0) == pytest.approx([0.89, 1.21])  # centred on their wishes
+    assert spread([9.95, 9.96], 0.32, 0.0, 10.0) == pytest.approx([9.68, 10.0])  # kept inside the plot
+    assert spread([1.0, 3.0], 0.32, 0.0, 10.0) == [1.0, 3.0]  # apart already: untouched
+    crowded = place_tags([(5.0, "P", f"w1-main-push{k}") for k in range(1, 6)], 10.0, 0.0)
+    assert [t.name for t in crowded] == ["w1-main-push2", "w1-main-push3", "w1-main-push4"]
+    assert all(abs(t.x - 5.0) <= TAG_PITCH + 1e-9 for t in crowded)
+
+
+def _letters_of_every_fetch_and_push(spec) -> None:
+    """Every fetch and push box of the drawn timeline prints its letter (F, P): inside, or
+    above the box in the lane gap, touching no box, no other text, at least 6 pt."""
+    drawing = draw_timeline(expected_timeline(spec), target_width_cm(spec))
+    boxes = [b for p in drawing.panels for b in p.boxes]
+    wanted = {"F": sum(b.style == "tl-fetch" for b in boxes), "P": sum(b.style == "tl-push" for b in boxes)}
+    result = compile_pdf(render_timeline(spec))
+    words = pdf_words(result.pdf)
+    assert {letter: sum(w.text == letter for w in words) for letter in wanted} == wanted, spec.name
+    assert overlapping_words(words) == [] and smallest_text_pt(words) >= MIN_TEXT_PT
+    assert check_figure_geometry(result.log) == []  # letters against labels, legend, titles
+    tags = [b for b in parse_bboxes(result.log) if re.search(r"-(fetch|push)[0-9]+$", b.name)]
+    assert tags or all(str(b.text) for b in boxes if b.style in ("tl-fetch", "tl-push"))
+    for tag in tags:
+        kind = re.search(r"-(fetch|push)[0-9]+$", tag.name).group(1)
+        hits = [b for b in boxes if min(tag.x1, b.x1 * PT_PER_CM) - max(tag.x0, b.x0 * PT_PER_CM) > 0.3
+                and min(tag.y1, b.y1 * PT_PER_CM) - max(tag.y0, b.y0 * PT_PER_CM) > 0.3]
+        assert hits == [], (tag, hits)
+        below = [b for b in boxes if b.style == f"tl-{kind}" and 0 <= tag.y0 - b.y1 * PT_PER_CM < 3
+                 and abs((tag.x0 + tag.x1) / 2 - b.xc * PT_PER_CM) < 8]
+        assert below, tag  # just above a box of its own kind
+    return page_size_cm(result.pdf)[0], len(tags)
+
+
+@pytest.mark.latex
+def test_narrow_fetch_and_push_boxes_keep_their_letters():
+    ps = load_spec(REPO / "examples" / "ps-sync.yaml")
+    width, tags = _letters_of_every_fetch_and_push(with_width(ps, "column"))
+    assert width <= COLUMN_CM and tags > 0
+    _letters_of_every_fetch_and_push(ps)  # natural width: the async panel's last push is cut by the window
+    width, tags = _letters_of_every_fetch_and_push(with_width(load_spec(SEED_ZH), "column"))
+    assert width <= COLUMN_CM and tags > 0

@@ -8,7 +8,8 @@
 - A Box is one span on one lane. `kind` is a trace-event name of
   docs/dev/runner-interface.md: fetch, forward, backward, slowdown, optimizer, update,
   push, allreduce, gossip, send, recv, wait. `label` is short plain text drawn inside
-  the box when it fits ("F", "3", "reduce-scatter"); it is escaped when drawn.
+  the box when it fits ("F", "3", "reduce-scatter"); it is escaped when drawn. A fetch
+  or push box too narrow for its letter gets it above the box (timeline_tags.py).
 - A Lane is one process (its id: w1, ps, ps2, ...; role worker | server | stage) or,
   with role "gap", the ellipsis standing for elided lanes (no boxes; id w4-more: the
   first hidden lane's id plus "-more").
@@ -35,6 +36,7 @@ from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
 from .model import Tex
 from .names import BOX_KINDS
+from .timeline_tags import MAX_TAGS, TAG_GAP, TAG_KINDS, DrawnTag, place_tags
 
 MAX_BOXES = 4000
 WIDTH_CM = 12.0
@@ -197,6 +199,7 @@ class DrawnPanel:
     boxes: tuple
     ticks: tuple  # (x, Tex label)
     title_lines: int = 1
+    tags: tuple = ()  # DrawnTag: fetch/push letters above boxes too narrow for them
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ class TimelineDrawing:
         for panel in self.panels:
             out.append(f"panel-{panel.name}")
             out += [f"{lane.name}-label" for lane in panel.lanes]
+            out += [tag.name for tag in panel.tags]
         out.append("axis-label")
         if self.note:
             out.append("note")
@@ -358,6 +362,8 @@ class _Span:
     x1: float
     text: str  # TeX inside the box ('' when it does not fit)
     thin: bool  # send/recv: a bar through the middle of the lane
+    letter: str = ""  # TeX of the fetch/push letter that did not fit inside: it goes above the box
+    kind: str = ""
 
 
 def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bool, names: dict,
@@ -380,8 +386,21 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
         plain, tex = _box_words(box, names)
         fits = bool(plain) and not thin and _fits(plain, x1 - x0)
-        spans.append(_Span(style, x0, x1, tex if fits else "", thin))
+        letter = tex if plain and not fits and not thin and box.kind in TAG_KINDS and box.count == 1 else ""
+        spans.append(_Span(style, x0, x1, tex if fits else "", thin, letter, box.kind))
     return spans
+
+
+def _letters(spans: list[_Span], name: str, width: float, top: float) -> list[DrawnTag]:
+    """The letters of the lane's narrow fetch/push boxes, named <lane>-<panel>-<kind><n>."""
+    seen: dict = {}
+    wanted = []
+    for span in spans:
+        if span.kind in TAG_KINDS:
+            seen[span.kind] = seen.get(span.kind, 0) + 1
+            if span.letter:
+                wanted.append(((span.x0 + span.x1) / 2, span.letter, f"{name}-{span.kind}{seen[span.kind]}"))
+    return place_tags(wanted, width, top)
 
 
 def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dict | None = None) -> TimelineDrawing:
@@ -422,6 +441,9 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
     spans = {(panel.id, lane.id): _lane_spans(merge_close(lane.boxes, MIN_VISIBLE_CM / scale), start, scale, width_cm,
                                               timeline.widen_events, names, phases, shorts)
              for panel in panels_in for lane in panel.lanes}
+    letters = sum(1 for lane in spans.values() for span in lane if span.letter)
+    tagged = 0 < letters <= MAX_TAGS
+    lane_gap = TAG_GAP if tagged else LANE_GAP  # room for letters above the boxes, the same between all lanes
     kinds_used = list(dict.fromkeys(span.style for lane in spans.values() for span in lane))
     text_room = label_width + width_cm
     panels, y = [], 0.0
@@ -431,7 +453,9 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
         lines = max(1, math.ceil(CHAR_CM["small"] * title_units / text_room))
         y -= 0.45 * (lines - 1)
         top = y
-        lanes, boxes = [], []
+        if tagged and panel.lanes and any(span.letter for span in spans[(panel.id, panel.lanes[0].id)]):
+            y -= TAG_GAP - LANE_GAP  # the first lane's letters stay clear of the panel title
+        lanes, boxes, tags = [], [], []
         for lane in panel.lanes:
             name = f"{lane.id}-{panel.id}"
             label = Tex(escape_text(lane.label)) if lane.role == "gap" else Tex(render_label(labels[(panel.id, lane.id)]))
@@ -439,10 +463,12 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
             for span in spans[(panel.id, lane.id)]:
                 y0, y1 = (y - LANE_H * 0.62, y - LANE_H * 0.38) if span.thin else (y - LANE_H, y)
                 boxes.append(DrawnBox(span.style, span.x0, y0, span.x1, y1, Tex(span.text), f"{span.style}-text"))
-            y -= LANE_H + LANE_GAP
-        bottom = y + LANE_GAP
+            if tagged:
+                tags += _letters(spans[(panel.id, lane.id)], name, width_cm, y)
+            y -= LANE_H + lane_gap
+        bottom = y + lane_gap
         ticks = tuple(((t - start) * scale, _tick_text(t - start, step)) for t in ticks_ms)
-        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines))
+        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines, tuple(tags)))
         y = bottom - PANEL_GAP
     order = [f"tl-{kind}" for kind in BOX_KINDS]
     kinds_used.sort(key=lambda style: order.index(style) if style in order else order.index("tl-allreduce") + 0.5)
