@@ -43,7 +43,7 @@ WIDTH_CM = 12.0
 LANE_H = 0.46
 LANE_GAP = 0.14
 PANEL_GAP = 1.35
-MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (up to the next one)
+MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (over idle time, up to the next busy box)
 MIN_VISIBLE_CM = 0.03  # boxes closer than this merge: the eye cannot tell them apart
 
 KIND_NAMES = {
@@ -88,7 +88,7 @@ class Timeline:
     end_ms: float | None = None  # None: the end of the last box
     note: str = ""
     axis_label: str = "time (ms)"
-    widen_events: bool = False  # draw server updates at least MIN_EVENT_CM wide (expected schedules, not traces)
+    widen_events: bool = False  # draw server updates at least MIN_EVENT_CM wide (schedules and predictions, not measurements)
 
     def span(self) -> tuple[float, float]:
         ends = [b.end_ms for p in self.panels for lane in p.lanes for b in lane.boxes]
@@ -366,10 +366,18 @@ class _Span:
     kind: str = ""
 
 
+def _event_end(drawn: list, index: int, x0: float, x1: float, start: float, scale: float, width: float) -> float:
+    """The right edge of a server update drawn as an event: at least MIN_EVENT_CM wide, over
+    the server's idle time (wait boxes give way) but never over its next busy box."""
+    busy = [(b.start_ms - start) * scale for b in drawn[index + 1:] if b.kind != "wait"][:1]
+    return max(x1, min([x0 + MIN_EVENT_CM, width] + busy))
+
+
 def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bool, names: dict,
                 phases: dict, shorts: dict) -> list[_Span]:
     """The drawn geometry of one lane's (merged) boxes; records each phase's abbreviation in `shorts`."""
     spans: list[_Span] = []
+    covered = float("-inf")  # where the last widened update ends: a wait after it starts there
     for index, box in enumerate(boxes):
         if box.kind not in BOX_KINDS:
             raise DtgenError(f"unknown box kind {box.kind!r} (one of {', '.join(BOX_KINDS)})")
@@ -379,10 +387,13 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
             if box.label and box.label != box.phase and box.count == 1:
                 shorts[box.phase] = box.label
         x0, x1 = (box.start_ms - start) * scale, (box.end_ms - start) * scale
+        if box.kind == "wait" and x0 < covered:  # idle time a widened update drew over
+            x0 = covered
+            if x1 - x0 < 0.005:
+                continue
         x1 = max(x1, x0 + 0.01)
         if box.kind == "update" and widen:  # the event a PS figure is about: never a hairline
-            following = [(b.start_ms - start) * scale for b in boxes[index + 1:index + 2]]
-            x1 = max(x1, min([x0 + MIN_EVENT_CM, width] + following))
+            x1 = covered = _event_end(boxes, index, x0, x1, start, scale, width)
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
         plain, tex = _box_words(box, names)
         fits = bool(plain) and not thin and _fits(plain, x1 - x0)
