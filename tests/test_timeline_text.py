@@ -133,3 +133,11 @@ def test_narrow_fetch_and_push_boxes_keep_their_letters():
     _letters_of_every_fetch_and_push(ps)  # natural width: the async panel's last push is cut by the window
     width, tags = _letters_of_every_fetch_and_push(with_width(load_spec(SEED_ZH), "column"))
     assert width <= COLUMN_CM and tags > 0
+
+
+def test_a_zero_length_push_at_the_window_start_gets_no_letter():
+    from opentikz_dt.figures.timeline import Box, Lane, Panel, Timeline
+
+    boxes = (Box(0, 0, "push", "P"), Box(0, 0.5, "wait"), Box(0.5, 0.6, "fetch", "F"), Box(0.6, 20, "forward", "fwd"))
+    drawing = draw_timeline(Timeline("t", (Panel("main", "p", (Lane("w1", "W1", boxes),)),)))
+    assert [(t.name, str(t.text)) for t in drawing.panels[0].tags] == [("w1-main-fetch1", "F")]

@@ -397,7 +397,9 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
         plain, tex = _box_words(box, names)
         fits = bool(plain) and not thin and _fits(plain, x1 - x0)
-        letter = tex if plain and not fits and not thin and box.kind in TAG_KINDS and box.count == 1 else ""
+        # A zero-length span (a push that ended where the window starts) is a hairline, not a phase to read.
+        lettered = box.kind in TAG_KINDS and box.count == 1 and box.end_ms > box.start_ms and not thin
+        letter = tex if plain and not fits and lettered else ""
         spans.append(_Span(style, x0, x1, tex if fits else "", thin, letter, box.kind))
     return spans
 
