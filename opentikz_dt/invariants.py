@@ -65,7 +65,11 @@ def labelled_fields(spec):
         yield ("topology", "workers", "labels", worker_id), text
     yield ("topology", "servers", "label"), t.servers.label
     for key, text in f.labels.items():
-        yield ("figure", "labels", key), text
+        if isinstance(text, dict):  # the legend: one name per box kind
+            for kind, name in text.items():
+                yield ("figure", "labels", key, kind), name
+        else:
+            yield ("figure", "labels", key), text
 
 
 def _labels_safe(spec):

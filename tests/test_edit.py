@@ -82,6 +82,8 @@ HAPPY = [
      lambda s: [s.topology.workers.label_of(w) for w in s.topology.workers.ids] == ["GPU 1", "GPU 2", "GPU 3"]),
     ("ps-sync.yaml", "set", {"key": "training.optimizer.lr", "value": "0.05"}, lambda s: s.training.lr == 0.05),
     ("ps-sync.yaml", "set", {"key": "training.model.layers", "value": "[4, 8, 2]"}, lambda s: s.training.layers == (4, 8, 2)),
+    ("ps-sync.yaml", "set", {"key": "figure.labels.legend.fetch", "value": "取参数 (F)"},
+     lambda s: s.figure.labels["legend"]["fetch"] == "取参数 (F)" and s.figure.labels["legend"]["push"] == "push"),
 ]
 
 

@@ -105,3 +105,36 @@ def test_all_reduce_phases_get_their_own_fill_and_a_legend_entry_naming_the_abbr
     # the window starts in all-gather, yet reduce-scatter (first in the algorithm) keeps the plain fill
     assert legend == {"tl-allreduce": "reduce-scatter (RS)", "tl-allreduce-b": "all-gather (AG)", "tl-wait": "idle / wait"}
     assert {b.style for b in drawing.panels[0].boxes} == {"tl-allreduce", "tl-allreduce-b", "tl-wait"}
+
+
+def test_a_predicted_sync_server_update_is_drawn_as_visibly_as_the_expected_one(tmp_path):
+    """A calibration's server update can be a hundredth of the step: the predicted timeline,
+    like the expected one, draws every update at least MIN_EVENT_CM wide, over the server's
+    idle time and never over another box; a measured trace keeps its true widths."""
+    from opentikz_dt.figures.timeline import MIN_EVENT_CM
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.measured.timeline import measured_timeline
+    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.expected import predicted_timeline
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+
+    spec = _spec(workers=3)
+    timeline, _ = predicted_timeline(spec, illustrative_calibration(spec).save(tmp_path / "cal.json"))
+    drawing, lanes = _drawn(timeline)
+    server = [lane for lane in timeline.panels[0].lanes if lane.role == "server"][0]
+    updates = [(x0, x1) for style, x0, x1 in lanes["ps"] if style == "tl-update"]
+    true_cm = min(b.end_ms - b.start_ms for b in server.boxes if b.kind == "update") * drawing.width / (
+        timeline.span()[1] - timeline.span()[0])
+    assert true_cm < MIN_EVENT_CM / 2  # the calibration's update alone would be a hairline
+    assert len(updates) == sum(1 for b in server.boxes if b.kind == "update")
+    assert min(x1 - x0 for x0, x1 in updates) >= MIN_EVENT_CM - 1e-9
+    spans = sorted((x0, x1) for _, x0, x1 in lanes["ps"])  # the server's waits give way: nothing overlaps
+    assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
+    run = load_run(write_synthetic_run(tmp_path / "run", "ps-sync", workers=3, steps=8))
+    measured = measured_timeline(run.spec, run.trace).timeline
+    _, measured_lanes = _drawn(measured)
+    server = [lane for lane in measured.panels[0].lanes if lane.role == "server"][0]
+    scale = draw_timeline(measured).width / (measured.span()[1] - measured.span()[0])
+    drawn = sorted(x1 - x0 for style, x0, x1 in measured_lanes["ps"] if style == "tl-update")
+    assert drawn == pytest.approx(sorted(max(0.01, (b.end_ms - b.start_ms) * scale) for b in server.boxes
+                                         if b.kind == "update"), abs=1e-6)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from ..errors import DtgenError
 from ..workload import Workload, workload_of
 from .model import elide
+from .texts import label_tex
 from .timeline import Box, Lane, Panel, Timeline, limit_boxes, window
 
 STEPS = 2
@@ -352,26 +353,28 @@ def _lanes(spec, sim: _Sim, with_servers: bool, prefix_label: str = "") -> tuple
 
 
 def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
-    """What each worker (and server) is expected to do over the first steps, from the spec alone."""
+    """What each worker (and server) is expected to do over the first steps, from the spec alone.
+    Panel titles, axis title and note are the spec's words (figure.labels; English by default)."""
     cost = cost or CostModel()
     kind = spec.strategy.kind
-    note = "expected from the spec (illustrative cost model; the measured timeline comes from a run)"
+    words = spec.figure.labels
+    note, axis = label_tex(spec, "timeline_note"), label_tex(spec, "time_axis")
     if kind == "parameter-server":
         sync_sim, end = _ps_sync(spec, cost)
         async_sim = _ps_async(spec, cost, until=end)
         mine = spec.strategy.sync
         panels = (
-            Panel("sync", "(a) synchronous: one update once all workers pushed", _lanes(spec, sync_sim, True),
-                  note="this spec" if mine == "sync" else ""),
-            Panel("async", "(b) asynchronous: one update per push", _lanes(spec, async_sim, True),
-                  note="this spec" if mine == "async" else ""),
+            Panel("sync", words["sync_panel"], _lanes(spec, sync_sim, True),
+                  note=words["this_spec"] if mine == "sync" else ""),
+            Panel("async", words["async_panel"], _lanes(spec, async_sim, True),
+                  note=words["this_spec"] if mine == "async" else ""),
         )
-        timeline = Timeline(spec.title, panels, 0.0, end, note)
+        timeline = Timeline(spec.title, panels, 0.0, end, note, axis)
         timeline = window(timeline, 0.0, end, note)
     elif kind == "central-storage":
         sim, end = _ps_sync(spec, cost)
-        timeline = Timeline(spec.title, (Panel("sync", "synchronous: variables on the central storage",
-                                               _lanes(spec, sim, True)),), 0.0, end, note)
+        title = words.get("panel") or "synchronous: variables on the central storage"
+        timeline = Timeline(spec.title, (Panel("sync", title, _lanes(spec, sim, True)),), 0.0, end, note, axis)
     else:
         builder, title = {
             "allreduce": (_allreduce, f"{spec.strategy.algorithm} all-reduce: compute, wait for all, reduce, step"),
@@ -383,5 +386,6 @@ def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
         sim, end = builder(spec, cost)
         if kind == "pipeline":
             title = _pipeline_title(spec, drawn_bubble(sim, spec.strategy.stages, sim.flush_ms))
-        timeline = Timeline(spec.title, (Panel("main", title, _lanes(spec, sim, False)),), 0.0, end, note)
+        title = words.get("panel") or title
+        timeline = Timeline(spec.title, (Panel("main", title, _lanes(spec, sim, False)),), 0.0, end, note, axis)
     return replace(limit_boxes(timeline), widen_events=True)

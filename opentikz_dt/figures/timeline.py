@@ -8,17 +8,22 @@
 - A Box is one span on one lane. `kind` is a trace-event name of
   docs/dev/runner-interface.md: fetch, forward, backward, slowdown, optimizer, update,
   push, allreduce, gossip, send, recv, wait. `label` is short plain text drawn inside
-  the box when it fits ("F", "3", "reduce-scatter"); it is escaped when drawn.
+  the box when it fits ("F", "3", "reduce-scatter"); it is escaped when drawn. A fetch
+  or push box too narrow for its letter gets it above the box (timeline_tags.py).
 - A Lane is one process (its id: w1, ps, ps2, ...; role worker | server | stage) or,
   with role "gap", the ellipsis standing for elided lanes (no boxes; id w4-more: the
   first hidden lane's id plus "-more").
 - A Panel is one scenario drawn on the shared axis (sync and async side by side).
+- Titles and notes are plain text (escaped when drawn; panel titles may hold $...$ math)
+  or Tex that a caller already made safe (a spec's label through texsafe.render_label).
 Nothing here knows about specs: schedule.py builds Timelines from a spec, and a trace
 reader can build them from trace.json the same way.
 
 draw_timeline turns a Timeline into centimetre coordinates for templates/timeline.tex.j2,
 merging boxes too thin to see and refusing more than MAX_BOXES (TeX's limits: about
-10,000 fills compile), so callers window long runs with `window`. Must not import torch.
+10,000 fills compile), so callers window long runs with `window`. The legend's names
+(KIND_NAMES by default) are the caller's: render_timeline passes the spec's.
+Must not import torch.
 """
 
 from __future__ import annotations
@@ -31,13 +36,14 @@ from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
 from .model import Tex
 from .names import BOX_KINDS
+from .timeline_tags import MAX_TAGS, TAG_GAP, TAG_KINDS, DrawnTag, place_tags
 
 MAX_BOXES = 4000
 WIDTH_CM = 12.0
 LANE_H = 0.46
 LANE_GAP = 0.14
 PANEL_GAP = 1.35
-MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (up to the next one)
+MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (over idle time, up to the next busy box)
 MIN_VISIBLE_CM = 0.03  # boxes closer than this merge: the eye cannot tell them apart
 
 KIND_NAMES = {
@@ -54,6 +60,7 @@ class Box:
     kind: str
     label: str = ""
     phase: str = ""  # all-reduce boxes: the phase's full name (reduce-scatter), one colour per phase
+    count: int = 1  # a merged run of boxes too thin to see: how many
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ class Timeline:
     end_ms: float | None = None  # None: the end of the last box
     note: str = ""
     axis_label: str = "time (ms)"
-    widen_events: bool = False  # draw server updates at least MIN_EVENT_CM wide (expected schedules, not traces)
+    widen_events: bool = False  # draw server updates at least MIN_EVENT_CM wide (schedules and predictions, not measurements)
 
     def span(self) -> tuple[float, float]:
         ends = [b.end_ms for p in self.panels for lane in p.lanes for b in lane.boxes]
@@ -128,19 +135,17 @@ def limit_boxes(timeline: Timeline, max_boxes: int = MAX_BOXES) -> Timeline:
 
 def merge_close(boxes, gap_ms: float) -> list[Box]:
     """Merge runs of same-kind boxes too thin to tell apart (each under ~3 gap_ms wide and
-    less than gap_ms apart); the merged box's label counts them."""
+    less than gap_ms apart); the merged box counts them (a box merged before counts its own)."""
     out: list[Box] = []
-    runs: list[int] = []
     thin = 3 * gap_ms
     for box in sorted(boxes, key=lambda b: (b.start_ms, b.end_ms)):
         if (out and out[-1].kind == box.kind and out[-1].phase == box.phase and box.kind != "update" and box.start_ms - out[-1].end_ms < gap_ms
-                and box.end_ms - box.start_ms < thin and (runs[-1] > 1 or out[-1].end_ms - out[-1].start_ms < thin)):
-            runs[-1] += 1
+                and box.end_ms - box.start_ms < thin and (out[-1].count > 1 or out[-1].end_ms - out[-1].start_ms < thin)):
+            count = out[-1].count + box.count
             out[-1] = Box(out[-1].start_ms, max(out[-1].end_ms, box.end_ms), box.kind,
-                          f"{KIND_NAMES[box.kind]} ×{runs[-1]:,}", box.phase)
+                          f"{KIND_NAMES[box.kind]} ×{count:,}", box.phase, count)
         else:
             out.append(box)
-            runs.append(1)
     return out
 
 
@@ -194,6 +199,7 @@ class DrawnPanel:
     boxes: tuple
     ticks: tuple  # (x, Tex label)
     title_lines: int = 1
+    tags: tuple = ()  # DrawnTag: fetch/push letters above boxes too narrow for them
 
 
 @dataclass(frozen=True)
@@ -229,6 +235,7 @@ class TimelineDrawing:
         for panel in self.panels:
             out.append(f"panel-{panel.name}")
             out += [f"{lane.name}-label" for lane in panel.lanes]
+            out += [tag.name for tag in panel.tags]
         out.append("axis-label")
         if self.note:
             out.append("note")
@@ -298,11 +305,11 @@ def fit_lanes(lanes: tuple, max_workers: int) -> tuple:
     return tuple(out)
 
 
-def _legend(kinds_used: list, phases: dict, width: float, x0: float) -> tuple:
+def _legend(kinds_used: list, phases: dict, names: dict, width: float, x0: float) -> tuple:
     """Legend entries in rows that fit `width` (cm from x0), the first row on top."""
     entries, rows, x = [], [[]], x0
     for style in kinds_used:
-        name = phases.get(style) or KIND_NAMES[style[3:]]
+        name = phases.get(style) or names[style[3:]]
         need = 0.36 + 0.1 + text_cm(name) + 0.35
         if rows[-1] and x + need > x0 + width:
             rows.append([])
@@ -311,7 +318,7 @@ def _legend(kinds_used: list, phases: dict, width: float, x0: float) -> tuple:
         x += need
     for r, row in enumerate(rows):
         for style, name, xe in row:
-            entries.append(LegendEntry(style, Tex(escape_text(name)), xe, 0.42 * (len(rows) - 1 - r)))
+            entries.append(LegendEntry(style, Tex(render_label(name)), xe, 0.42 * (len(rows) - 1 - r)))
     return tuple(entries)
 
 
@@ -328,12 +335,95 @@ def _phase_styles(panels) -> dict:
     return {name: styles[min(k, 2)] for k, name in enumerate(ordered)}
 
 
-def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> TimelineDrawing:
+def _as_tex(text: str) -> Tex:
+    """Plain text escaped; Tex (a spec's label the caller already made safe) as it is."""
+    return text if isinstance(text, Tex) else Tex(escape_text(text))
+
+
+def _box_words(box: Box, names: dict) -> tuple[str, str]:
+    """(plain, TeX) of the text inside a box. A merged run counts its boxes under the legend's
+    name; an English word (fwd, opt, Update) gives way to the legend's name where the spec
+    set one, so the boxes read like the legend. Letters (F, P, U), numbers and phase
+    abbreviations stay."""
+    name = names[box.kind]
+    if box.count > 1:
+        return f"{name} ×{box.count:,}", render_label(name) + escape_text(f" ×{box.count:,}")
+    if box.kind != "allreduce" and len(box.label) > 1 and box.label.isalpha() and name != KIND_NAMES[box.kind]:
+        return name, render_label(name)
+    return box.label, escape_text(box.label)
+
+
+@dataclass(frozen=True)
+class _Span:
+    """A box's horizontal geometry, before the lanes are stacked."""
+
+    style: str
+    x0: float
+    x1: float
+    text: str  # TeX inside the box ('' when it does not fit)
+    thin: bool  # send/recv: a bar through the middle of the lane
+    letter: str = ""  # TeX of the fetch/push letter that did not fit inside: it goes above the box
+    kind: str = ""
+
+
+def _event_end(drawn: list, index: int, x0: float, x1: float, start: float, scale: float, width: float) -> float:
+    """The right edge of a server update drawn as an event: at least MIN_EVENT_CM wide, over
+    the server's idle time (wait boxes give way) but never over its next busy box."""
+    busy = [(b.start_ms - start) * scale for b in drawn[index + 1:] if b.kind != "wait"][:1]
+    return max(x1, min([x0 + MIN_EVENT_CM, width] + busy))
+
+
+def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bool, names: dict,
+                phases: dict, shorts: dict) -> list[_Span]:
+    """The drawn geometry of one lane's (merged) boxes; records each phase's abbreviation in `shorts`."""
+    spans: list[_Span] = []
+    covered = float("-inf")  # where the last widened update ends: a wait after it starts there
+    for index, box in enumerate(boxes):
+        if box.kind not in BOX_KINDS:
+            raise DtgenError(f"unknown box kind {box.kind!r} (one of {', '.join(BOX_KINDS)})")
+        style = f"tl-{box.kind}"
+        if box.kind == "allreduce" and box.phase:
+            style = phases[box.phase]
+            if box.label and box.label != box.phase and box.count == 1:
+                shorts[box.phase] = box.label
+        x0, x1 = (box.start_ms - start) * scale, (box.end_ms - start) * scale
+        if box.kind == "wait" and x0 < covered:  # idle time a widened update drew over
+            x0 = covered
+            if x1 - x0 < 0.005:
+                continue
+        x1 = max(x1, x0 + 0.01)
+        if box.kind == "update" and widen:  # the event a PS figure is about: never a hairline
+            x1 = covered = _event_end(boxes, index, x0, x1, start, scale, width)
+        thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
+        plain, tex = _box_words(box, names)
+        fits = bool(plain) and not thin and _fits(plain, x1 - x0)
+        # A zero-length span (a push that ended where the window starts) is a hairline, not a phase to read.
+        lettered = box.kind in TAG_KINDS and box.count == 1 and box.end_ms > box.start_ms and not thin
+        letter = tex if plain and not fits and lettered else ""
+        spans.append(_Span(style, x0, x1, tex if fits else "", thin, letter, box.kind))
+    return spans
+
+
+def _letters(spans: list[_Span], name: str, width: float, top: float) -> list[DrawnTag]:
+    """The letters of the lane's narrow fetch/push boxes, named <lane>-<panel>-<kind><n>."""
+    seen: dict = {}
+    wanted = []
+    for span in spans:
+        if span.kind in TAG_KINDS:
+            seen[span.kind] = seen.get(span.kind, 0) + 1
+            if span.letter:
+                wanted.append(((span.x0 + span.x1) / 2, span.letter, f"{name}-{span.kind}{seen[span.kind]}"))
+    return place_tags(wanted, width, top)
+
+
+def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dict | None = None) -> TimelineDrawing:
     """Centimetre geometry of a Timeline, laid out for a target total width (None: natural,
-    a 12 cm plot area); raises when it has too many boxes to compile."""
+    a 12 cm plot area), with the legend's `names` per box kind (KIND_NAMES by default);
+    raises when it has too many boxes to compile."""
     count = box_count(timeline)
     if count > MAX_BOXES:
         raise DtgenError(f"timeline has {count:,} boxes; at most {MAX_BOXES:,} can be drawn (window or aggregate it first)")
+    names = {**KIND_NAMES, **(names or {})}
     narrow = target_cm is not None and target_cm <= NARROW_CM
     panels_in = [replace(p, lanes=fit_lanes(p.lanes, NARROW_LANES)) if narrow else p for p in timeline.panels]
     # Narrow: a role's labels are abbreviated (PS, W1) only when one of them is too long to
@@ -342,6 +432,8 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
                 if narrow and lane.role != "gap" and 0.165 * _units(lane.label) > NARROW_LABEL_CM}
     labels = {}
     for panel in panels_in:
+        if not panel.id.isalpha():
+            raise DtgenError(f"panel id {panel.id!r} must be letters only")
         for lane in panel.lanes:
             labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (
                 _short_label(lane) if lane.role in too_long else lane.label)
@@ -355,59 +447,48 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None) -> Timelin
     if not end > start:
         end = start + 1.0
     scale = width_cm / (end - start)
-    gap_ms = MIN_VISIBLE_CM / scale
     step = nice_step(end - start, max(3, min(6, int(width_cm / 1.3))))
     ticks_ms = [start + k * step for k in range(int((end - start) / step + 1e-9) + 1)]
-    kinds_used: list[str] = []
     phases = _phase_styles(panels_in)  # phase name -> tl-allreduce[-b|-c], the style drawing it
     shorts: dict = {}  # phase name -> the abbreviation inside its boxes (RS), explained by the legend
+    spans = {(panel.id, lane.id): _lane_spans(merge_close(lane.boxes, MIN_VISIBLE_CM / scale), start, scale, width_cm,
+                                              timeline.widen_events, names, phases, shorts)
+             for panel in panels_in for lane in panel.lanes}
+    letters = sum(1 for lane in spans.values() for span in lane if span.letter)
+    tagged = 0 < letters <= MAX_TAGS
+    lane_gap = TAG_GAP if tagged else LANE_GAP  # room for letters above the boxes, the same between all lanes
+    kinds_used = list(dict.fromkeys(span.style for lane in spans.values() for span in lane))
     text_room = label_width + width_cm
     panels, y = [], 0.0
     for panel in panels_in:
-        if not panel.id.isalpha():
-            raise DtgenError(f"panel id {panel.id!r} must be letters only")
         title = render_label(panel.title) + (f" \\textmd{{({render_label(panel.note)})}}" if panel.note else "")
-        title_len = len(panel.title) + (len(panel.note) + 3 if panel.note else 0)
-        lines = max(1, math.ceil(text_cm("x" * title_len, "small") / text_room))
+        title_units = _units(panel.title) + (_units(panel.note) + 3 if panel.note else 0)
+        lines = max(1, math.ceil(CHAR_CM["small"] * title_units / text_room))
         y -= 0.45 * (lines - 1)
         top = y
-        lanes, boxes = [], []
+        if tagged and panel.lanes and any(span.letter for span in spans[(panel.id, panel.lanes[0].id)]):
+            y -= TAG_GAP - LANE_GAP  # the first lane's letters stay clear of the panel title
+        lanes, boxes, tags = [], [], []
         for lane in panel.lanes:
-            yc = y - LANE_H / 2
             name = f"{lane.id}-{panel.id}"
             label = Tex(escape_text(lane.label)) if lane.role == "gap" else Tex(render_label(labels[(panel.id, lane.id)]))
-            lanes.append(DrawnLane(name, label, yc, lane.role == "gap"))
-            drawn = merge_close(lane.boxes, gap_ms)
-            for index, box in enumerate(drawn):
-                if box.kind not in BOX_KINDS:
-                    raise DtgenError(f"unknown box kind {box.kind!r} (one of {', '.join(BOX_KINDS)})")
-                style = f"tl-{box.kind}"
-                if box.kind == "allreduce" and box.phase:
-                    style = phases[box.phase]
-                    if box.label and box.label != box.phase and "×" not in box.label:  # not a merged run's count
-                        shorts[box.phase] = box.label
-                if style not in kinds_used:
-                    kinds_used.append(style)
-                x0, x1 = (box.start_ms - start) * scale, (box.end_ms - start) * scale
-                x1 = max(x1, x0 + 0.01)
-                if box.kind == "update" and timeline.widen_events:  # the event a PS figure is about: never a hairline
-                    following = [(b.start_ms - start) * scale for b in drawn[index + 1:index + 2]]
-                    x1 = max(x1, min([x0 + MIN_EVENT_CM, width_cm] + following))
-                thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
-                y0, y1 = (y - LANE_H * 0.62, y - LANE_H * 0.38) if thin else (y - LANE_H, y)
-                text = escape_text(box.label) if box.label and not thin and _fits(box.label, x1 - x0) else ""
-                boxes.append(DrawnBox(style, x0, y0, x1, y1, Tex(text), f"{style}-text"))
-            y -= LANE_H + LANE_GAP
-        bottom = y + LANE_GAP
+            lanes.append(DrawnLane(name, label, y - LANE_H / 2, lane.role == "gap"))
+            for span in spans[(panel.id, lane.id)]:
+                y0, y1 = (y - LANE_H * 0.62, y - LANE_H * 0.38) if span.thin else (y - LANE_H, y)
+                boxes.append(DrawnBox(span.style, span.x0, y0, span.x1, y1, Tex(span.text), f"{span.style}-text"))
+            if tagged:
+                tags += _letters(spans[(panel.id, lane.id)], name, width_cm, y)
+            y -= LANE_H + lane_gap
+        bottom = y + lane_gap
         ticks = tuple(((t - start) * scale, _tick_text(t - start, step)) for t in ticks_ms)
-        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines))
+        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines, tuple(tags)))
         y = bottom - PANEL_GAP
     order = [f"tl-{kind}" for kind in BOX_KINDS]
     kinds_used.sort(key=lambda style: order.index(style) if style in order else order.index("tl-allreduce") + 0.5)
     phase_names = {style: phase + (f" ({shorts[phase]})" if phase in shorts else "") for phase, style in phases.items()}
-    legend = _legend(kinds_used, phase_names, text_room, -label_width)
+    legend = _legend(kinds_used, phase_names, names, text_room, -label_width)
     first = panels[0] if panels else None
     legend_top = (first.top + 0.45 * (first.title_lines - 1) if first else 0.0) + 0.95
     return TimelineDrawing(Tex(render_label(timeline.title)), width_cm, tuple(panels), legend,
-                           Tex(escape_text(timeline.axis_label)),
-                           Tex(escape_text(timeline.note)) if timeline.note else Tex(""), label_width, legend_top)
+                           _as_tex(timeline.axis_label), _as_tex(timeline.note) if timeline.note else Tex(""),
+                           label_width, legend_top)

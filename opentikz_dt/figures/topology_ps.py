@@ -11,6 +11,7 @@ from ..texsafe import escape_text
 from ..workload import abbreviate_tensors
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .spacing import Spacing, icon_size
+from .texts import server_group_caption
 from .topology_fit import fitted
 from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
                               server_node, sync_pairs, worker_column)
@@ -42,7 +43,7 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
                               text=shard_text(spec, f"ps{slot}", owned[f"ps{slot}"])))
             shard_names.append(f"ps{slot}")
         groups.append(Group("psgroup", tuple(shard_names), "hostbox",
-                            label=Tex(f"Parameter server{_line_break(spec)}({count_text(servers.count)} shards)")))
+                            label=server_group_caption(spec, _line_break(spec))))
         target = "psgroup"
     edges += sync_pairs(spec, members, target)
     if spec.strategy.kind == "parameter-server" and servers.count == 1:

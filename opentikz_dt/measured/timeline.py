@@ -332,9 +332,11 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
     if not notes:
         notes.append(f"{window.label}: {'a representative window, near the median step time' if window.chosen == 'default' else 'as requested'}")
     t0_ms = window.t0 / 1000
+    # A prediction is a schedule, not a measurement: like the expected one it draws the
+    # server update (the event a PS figure is about) visibly, where a trace keeps true widths.
     timeline = Timeline(spec.title, (Panel("measured", title, tuple(lanes), note=panel_note),),
                         t0_ms, window.t1 / 1000, "; ".join(notes),
-                        axis_label=f"time (ms) from {t0_ms:,.1f} ms into the run")
+                        axis_label=f"time (ms) from {t0_ms:,.1f} ms into the run", widen_events=seen == "predicted")
     return Measured(timeline, window, drawn, aggregated, bubble)
 
 
