@@ -32,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ["ps-sync", "ps-async", "ps-sharded", "central-storage", "allreduce-native", "allreduce-ring",
             "allreduce-tree", "allreduce-hierarchical", "gossip", "pipeline-gpipe", "pipeline-1f1b",
-            "transformer-ring", "transformer-pipeline"]
+            "transformer-ring", "transformer-pipeline", "custom-model"]
 SOURCES = ("calibrate", "probe", "fit", "half")
 
 
@@ -49,9 +49,10 @@ def mean_step_ms(run_dir: Path) -> float:
 
 def half_spec(spec: Path, tmp: Path) -> Path | None:
     """The spec at half its workers (at least 2), or None where that says nothing new
-    (pipelines: the stages are the model's cut; hosts that would not divide the workers)."""
+    (pipelines: the stages are the model's cut; hosts that would not divide the workers;
+    a python model, whose module is found beside its own spec)."""
     data = yaml.safe_load(spec.read_text(encoding="utf-8"))
-    if data["strategy"]["kind"] == "pipeline":
+    if data["strategy"]["kind"] == "pipeline" or data["training"].get("model", {}).get("kind") == "python":
         return None
     workers = data["topology"]["workers"]
     half = max(2, workers.get("count", 3) // 2)
@@ -63,8 +64,14 @@ def half_spec(spec: Path, tmp: Path) -> Path | None:
     return out
 
 
+def example(name: str) -> Path:
+    """examples/NAME.yaml, or examples/NAME/spec.yaml (a spec beside its own model.py)."""
+    path = ROOT / "examples" / f"{name}.yaml"
+    return path if path.exists() else ROOT / "examples" / name / "spec.yaml"
+
+
 def one(name: str, tmp: Path, steps: int) -> dict:
-    spec = ROOT / "examples" / f"{name}.yaml"
+    spec = example(name)
     cal = {"calibrate": tmp / f"{name}-cal.json", "probe": tmp / f"{name}-probe.json",
            "fit": tmp / f"{name}-fit.json", "half": tmp / f"{name}-half.json"}
     dtgen("calibrate", spec, "-o", cal["calibrate"])
