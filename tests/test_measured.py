@@ -13,7 +13,7 @@ from measured_helpers import covers, expected_lane_boxes, parse_timeline_tex
 
 from opentikz_dt.errors import TraceError
 from opentikz_dt.figures.render import render_timeline
-from opentikz_dt.figures.timeline import WIDTH_CM
+from opentikz_dt.figures.timeline import WIDTH_CM, ZERO_CM
 from opentikz_dt.measured.annotate import annotate_layout, human_bytes
 from opentikz_dt.measured.compare import default_loss_target, render_summary_table, summarize, time_to_loss
 from opentikz_dt.measured.figures import render_run_figures
@@ -75,10 +75,35 @@ def test_tex_boxes_start_and_end_where_the_trace_says(tmp_path, kind):
     for lane in lanes:
         expected = expected_lane_boxes(run_dir, rank_of(run.trace, lane.id), m.window.t0, m.window.t1,
                                        kind.startswith("pipeline"))
+        # A span with no length once clipped to the window (it ends where the window starts)
+        # or drawn (a nanosecond of float residue) shows nothing that happened: no box.
+        expected = [e for e in expected if (e[2] - e[1]) * scale >= ZERO_CM]
         boxes = [(k, start + x0 / scale, start + x1 / scale) for k, x0, x1 in drawn[lane.id]]
         if kind.startswith("pipeline"):
             boxes = [b for b in boxes if b[0] != "wait"]  # derived bubbles, checked in the model test
         assert covers(boxes, expected, tol_start, tol_end) == [], lane.id
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "central-storage", "gossip"])
+def test_a_span_with_no_length_draws_nothing_and_no_box_passes_the_plot_edge(tmp_path, kind):
+    """Spans that touch the window's edge (a push that ended where it starts, an update that
+    starts where it ends) are clipped to nothing: they draw no hairline, at the left edge or
+    past the right one; a short span's 0.01 cm hairline stays inside the plot."""
+    run = load_run(synth(tmp_path, kind))
+    m = measured_timeline(run.spec, run.trace)
+    start, end = m.timeline.span()
+    scale = WIDTH_CM / (end - start)
+    drawn = parse_timeline_tex(render_timeline(run.spec, m.timeline))
+    edges = 0
+    for lane in (lane for lane in m.timeline.panels[0].lanes if lane.role != "gap"):
+        spans = [(b.kind, (b.start_ms - start) * scale, (b.end_ms - start) * scale) for b in lane.boxes]
+        edges += sum(1 for _, a, b in spans if b - a < ZERO_CM)
+        for kind_drawn, x0, x1 in drawn[lane.id]:
+            assert 0 <= x0 < x1 <= WIDTH_CM, (lane.id, kind_drawn, x0, x1)
+            # the box shows some time of a span of its kind (TeX rounds to 0.001 cm)
+            assert any(k == kind_drawn and b - a >= ZERO_CM and a < x1 + 0.001 and b > x0 - 0.001
+                       for k, a, b in spans), (lane.id, kind_drawn, x0, x1)
+    assert edges > 0 or kind == "gossip"  # the case is there to be drawn (gossip: a short span at the end)
 
 
 def test_pipeline_bubbles_are_derived_idle_gaps_labelled_bubble(tmp_path):

@@ -141,3 +141,24 @@ def test_a_zero_length_push_at_the_window_start_gets_no_letter():
     boxes = (Box(0, 0, "push", "P"), Box(0, 0.5, "wait"), Box(0.5, 0.6, "fetch", "F"), Box(0.6, 20, "forward", "fwd"))
     drawing = draw_timeline(Timeline("t", (Panel("main", "p", (Lane("w1", "W1", boxes),)),)))
     assert [(t.name, str(t.text)) for t in drawing.panels[0].tags] == [("w1-main-fetch1", "F")]
+
+
+_TICK = re.compile(r"\\draw\[tick\] \((-?[\d.]+),(-?[\d.]+)\) -- \((-?[\d.]+),(-?[\d.]+)\);")
+
+
+@pytest.mark.latex
+def test_no_grid_line_strikes_through_the_elided_workers_text():
+    """The 1,024-worker timeline: each panel's "1,020 more workers" (its probed box) is crossed
+    by none of the tick lines, which still run over the lanes above and below it."""
+    spec = spec_from_data({"strategy": {"kind": "parameter-server"}, "training": {"dataset": {"samples": 2_000_000}},
+                           "topology": {"workers": {"count": 1024, "slowdown": {"w2": 1.5}}}})
+    tex = render_timeline(spec)
+    gaps = [b for b in parse_bboxes(compile_pdf(tex).log) if b.name.endswith("-more-sync-label")
+            or b.name.endswith("-more-async-label")]
+    assert len(gaps) == 2 and all(b.width > 20 for b in gaps)
+    ticks = [tuple(float(v) * PT_PER_CM for v in m.groups()) for m in _TICK.finditer(tex)]
+    for gap in gaps:
+        crossing = [t for t in ticks if gap.x0 < t[0] < gap.x1 and min(t[1], t[3]) < gap.y1 and max(t[1], t[3]) > gap.y0]
+        assert crossing == [], (gap, crossing)
+        beside = [t for t in ticks if gap.x0 < t[0] < gap.x1]
+        assert any(min(t[1], t[3]) > gap.y1 for t in beside) and any(max(t[1], t[3]) < gap.y0 for t in beside)

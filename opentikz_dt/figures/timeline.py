@@ -45,6 +45,9 @@ LANE_GAP = 0.14
 PANEL_GAP = 1.35
 MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (over idle time, up to the next busy box)
 MIN_VISIBLE_CM = 0.03  # boxes closer than this merge: the eye cannot tell them apart
+HAIRLINE_CM = 0.01  # the narrowest box drawn: a short span stays visible
+ZERO_CM = 1e-4  # a span narrower than this once drawn has no length (clipping's float residue)
+AXIS_BELOW = 0.08  # the axis line runs this far under the last lane (templates/timeline.tex.j2)
 
 KIND_NAMES = {
     "fetch": "fetch", "forward": "forward", "backward": "backward", "slowdown": "straggler delay",
@@ -200,6 +203,7 @@ class DrawnPanel:
     ticks: tuple  # (x, Tex label)
     title_lines: int = 1
     tags: tuple = ()  # DrawnTag: fetch/push letters above boxes too narrow for them
+    grid: tuple = ()  # (top, bottom) stretches of the tick lines: all but the elision rows
 
 
 @dataclass(frozen=True)
@@ -366,6 +370,15 @@ class _Span:
     kind: str = ""
 
 
+def _at_least_hairline(x0: float, x1: float, width: float) -> tuple[float, float]:
+    """A box's edges, at least HAIRLINE_CM apart so a short span stays visible, and inside the
+    plot: one at the window's end grows to the left, not past the plot's right edge."""
+    if x1 - x0 >= HAIRLINE_CM:
+        return x0, x1
+    x1 = min(max(x1, x0 + HAIRLINE_CM), width)
+    return min(x0, x1 - HAIRLINE_CM), x1
+
+
 def _event_end(drawn: list, index: int, x0: float, x1: float, start: float, scale: float, width: float) -> float:
     """The right edge of a server update drawn as an event: at least MIN_EVENT_CM wide, over
     the server's idle time (wait boxes give way) but never over its next busy box."""
@@ -381,24 +394,27 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
     for index, box in enumerate(boxes):
         if box.kind not in BOX_KINDS:
             raise DtgenError(f"unknown box kind {box.kind!r} (one of {', '.join(BOX_KINDS)})")
+        x0, x1 = (box.start_ms - start) * scale, (box.end_ms - start) * scale
+        # A span with no length (one that ends where the window starts, or starts where it
+        # ends, once clipped) shows nothing that happened in the window: no box, no letter.
+        if x1 - x0 < ZERO_CM:
+            continue
         style = f"tl-{box.kind}"
         if box.kind == "allreduce" and box.phase:
             style = phases[box.phase]
             if box.label and box.label != box.phase and box.count == 1:
                 shorts[box.phase] = box.label
-        x0, x1 = (box.start_ms - start) * scale, (box.end_ms - start) * scale
         if box.kind == "wait" and x0 < covered:  # idle time a widened update drew over
             x0 = covered
             if x1 - x0 < 0.005:
                 continue
-        x1 = max(x1, x0 + 0.01)
+        x0, x1 = _at_least_hairline(x0, x1, width)
         if box.kind == "update" and widen:  # the event a PS figure is about: never a hairline
             x1 = covered = _event_end(boxes, index, x0, x1, start, scale, width)
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
         plain, tex = _box_words(box, names)
         fits = bool(plain) and not thin and _fits(plain, x1 - x0)
-        # A zero-length span (a push that ended where the window starts) is a hairline, not a phase to read.
-        lettered = box.kind in TAG_KINDS and box.count == 1 and box.end_ms > box.start_ms and not thin
+        lettered = box.kind in TAG_KINDS and box.count == 1 and not thin
         letter = tex if plain and not fits and lettered else ""
         spans.append(_Span(style, x0, x1, tex if fits else "", thin, letter, box.kind))
     return spans
@@ -414,6 +430,17 @@ def _letters(spans: list[_Span], name: str, width: float, top: float) -> list[Dr
             if span.letter:
                 wanted.append(((span.x0 + span.x1) / 2, span.letter, f"{name}-{span.kind}{seen[span.kind]}"))
     return place_tags(wanted, width, top)
+
+
+def _grid_runs(top: float, bottom: float, gap_tops: list, lane_gap: float) -> tuple:
+    """The stretches (top, bottom) a tick's grid line is drawn over: from the panel's top to
+    the axis, broken at each elision row so its "1,020 more workers" is not struck through."""
+    runs, upper = [], top
+    for gap_top in gap_tops:
+        runs.append((upper, gap_top + lane_gap))  # down to the foot of the lane above the row
+        upper = gap_top - LANE_H - lane_gap  # on from the head of the lane below it
+    runs.append((upper, bottom - AXIS_BELOW))
+    return tuple((a, b) for a, b in runs if a > b)
 
 
 def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dict | None = None) -> TimelineDrawing:
@@ -468,11 +495,13 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
         top = y
         if tagged and panel.lanes and any(span.letter for span in spans[(panel.id, panel.lanes[0].id)]):
             y -= TAG_GAP - LANE_GAP  # the first lane's letters stay clear of the panel title
-        lanes, boxes, tags = [], [], []
+        lanes, boxes, tags, gap_tops = [], [], [], []
         for lane in panel.lanes:
             name = f"{lane.id}-{panel.id}"
             label = Tex(escape_text(lane.label)) if lane.role == "gap" else Tex(render_label(labels[(panel.id, lane.id)]))
             lanes.append(DrawnLane(name, label, y - LANE_H / 2, lane.role == "gap"))
+            if lane.role == "gap":
+                gap_tops.append(y)
             for span in spans[(panel.id, lane.id)]:
                 y0, y1 = (y - LANE_H * 0.62, y - LANE_H * 0.38) if span.thin else (y - LANE_H, y)
                 boxes.append(DrawnBox(span.style, span.x0, y0, span.x1, y1, Tex(span.text), f"{span.style}-text"))
@@ -481,7 +510,8 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
             y -= LANE_H + lane_gap
         bottom = y + lane_gap
         ticks = tuple(((t - start) * scale, _tick_text(t - start, step)) for t in ticks_ms)
-        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines, tuple(tags)))
+        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines, tuple(tags),
+                                 _grid_runs(top, bottom, gap_tops, lane_gap)))
         y = bottom - PANEL_GAP
     order = [f"tl-{kind}" for kind in BOX_KINDS]
     kinds_used.sort(key=lambda style: order.index(style) if style in order else order.index("tl-allreduce") + 0.5)
