@@ -84,6 +84,10 @@ HAPPY = [
     ("ps-sync.yaml", "set", {"key": "training.model.layers", "value": "[4, 8, 2]"}, lambda s: s.training.layers == (4, 8, 2)),
     ("ps-sync.yaml", "set", {"key": "figure.labels.legend.fetch", "value": "取参数 (F)"},
      lambda s: s.figure.labels["legend"]["fetch"] == "取参数 (F)" and s.figure.labels["legend"]["push"] == "push"),
+    ("ps-sync.yaml", "set", {"key": "figure.labels.phases.reduce_scatter", "value": "规约散射"},
+     lambda s: s.figure.labels["phases"]["reduce_scatter"] == "规约散射" and s.figure.labels["phases"]["all_gather"] == "all-gather"),
+    ("ps-sync.yaml", "set", {"key": "figure.labels.measured_axis", "value": "时间 (ms)，从第 {t0} ms 起"},
+     lambda s: s.figure.labels["measured_axis"] == "时间 (ms)，从第 {t0} ms 起"),
 ]
 
 

@@ -16,6 +16,7 @@ from opentikz_dt.figures.names import BOX_KINDS
 from opentikz_dt.figures.pdfwords import overlapping_words, page_size_cm, pdf_words, smallest_text_pt
 from opentikz_dt.figures.render import render_timeline, render_topology
 from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.figures.texts import timeline_words
 from opentikz_dt.figures.timeline import KIND_NAMES, draw_timeline
 from opentikz_dt.resources import spec_schema
 from opentikz_dt.spec import load_spec, spec_from_data
@@ -104,7 +105,7 @@ def test_letters_that_would_touch_spread_apart_and_one_too_far_from_its_box_is_l
 def _letters_of_every_fetch_and_push(spec) -> None:
     """Every fetch and push box of the drawn timeline prints its letter (F, P): inside, or
     above the box in the lane gap, touching no box, no other text, at least 6 pt."""
-    drawing = draw_timeline(expected_timeline(spec), target_width_cm(spec))
+    drawing = draw_timeline(expected_timeline(spec), target_width_cm(spec), timeline_words(spec))  # as rendered
     boxes = [b for p in drawing.panels for b in p.boxes]
     wanted = {"F": sum(b.style == "tl-fetch" for b in boxes), "P": sum(b.style == "tl-push" for b in boxes)}
     result = compile_pdf(render_timeline(spec))
@@ -141,6 +142,158 @@ def test_a_zero_length_push_at_the_window_start_gets_no_letter():
     boxes = (Box(0, 0, "push", "P"), Box(0, 0.5, "wait"), Box(0.5, 0.6, "fetch", "F"), Box(0.6, 20, "forward", "fwd"))
     drawing = draw_timeline(Timeline("t", (Panel("main", "p", (Lane("w1", "W1", boxes),)),)))
     assert [(t.name, str(t.text)) for t in drawing.panels[0].tags] == [("w1-main-fetch1", "F")]
+
+
+# ---------------------------------------------------------------- runs: measured and predicted timelines
+
+# Every word a run's timeline prints itself, set in Chinese (one distinct phrase a key).
+RUN_WORDS = {
+    "measured_panel": "实测第 {steps} 步", "predicted_panel": "预测第 {steps} 步", "measured_axis": "时间自 {t0} 毫秒",
+    "window_note": "代表窗口 {steps}", "requested_note": "指定窗口 {steps}", "aggregated_note": "合并 {spans} 段，每道 {budget}",
+    "bubble_panel": "气泡 {bubble}，理论 {theory}", "bubble_note": "气泡 {bubble}，均值 {run_mean}，{ideal} = {theory}",
+    "stage_lane": "第 {i} 级", "comm_lane": "{lane} 通信", "more_workers": "另 {n} 个工作节点", "more_stages": "另 {n} 级",
+    "legend": {kind: f"图例{k}" for k, kind in enumerate(BOX_KINDS)},
+    "phases": {"reduce_scatter": "规约散射", "all_gather": "全收集"},
+}
+# The English dtgen prints where the spec does not set its words (a run's figure, any kind).
+RUN_ENGLISH = ("measured", "predicted", "time (ms)", "into the run", "representative", "as requested", "steps ",
+               "bubble", "run mean", "balanced", "aggregated", "Stage", "(comm)", "more workers", "more stages",
+               "reduce-scatter", "all-gather", "fwd", "bwd", "opt", "slow", "Update")
+
+
+def _with_words(run_dir, labels: dict, spec_zh: bool = False):
+    """The run's spec.yaml with these figure.labels (as a run of a spec that sets them has),
+    and with seed-001-zh's title and topology labels when spec_zh."""
+    import yaml
+
+    path = run_dir / "spec.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["figure"]["labels"] = {**data["figure"]["labels"], **labels}
+    if spec_zh:
+        seed = yaml.safe_load(SEED_ZH.read_text(encoding="utf-8"))
+        data["title"] = seed["title"]
+        for part in ("data", "workers", "servers"):
+            data["topology"][part]["label"] = seed["topology"][part]["label"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return run_dir
+
+
+def _drawn_text(drawing) -> str:
+    """Every word a drawn timeline prints: titles, lane names, box texts, letters, legend, axis, note."""
+    parts = [drawing.title, drawing.axis_label, drawing.note] + [entry.name for entry in drawing.legend]
+    for panel in drawing.panels:
+        parts += [panel.title] + [lane.label for lane in panel.lanes] + [box.text for box in panel.boxes]
+        parts += [tag.text for tag in panel.tags]
+    return " ".join(parts)
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("pipeline-1f1b", {"steps": "2:3"}),  # stages, the bubble in the title and the note, steps asked for
+    ("allreduce-ring", {"workers": 12}),  # phases, elided workers, the representative window
+    ("allreduce-native", {"max_boxes": 60}),  # a comm lane beside compute, binned lanes
+])
+def test_a_runs_timeline_prints_only_the_specs_words(tmp_path, kind, options):
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.measured.timeline import measured_timeline
+    from opentikz_dt.measured.window import MAX_BOXES, parse_steps
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+
+    run_dir = write_synthetic_run(tmp_path / kind, kind, workers=options.get("workers", 3), steps=8)
+    run = load_run(_with_words(run_dir, RUN_WORDS))
+    measured = measured_timeline(run.spec, run.trace, parse_steps(options.get("steps")),
+                                 options.get("max_boxes", MAX_BOXES))
+    text = _drawn_text(draw_timeline(measured.timeline, None, timeline_words(run.spec)))
+    for english in RUN_ENGLISH:
+        assert english not in text, (english, text)
+    window = measured.window
+    numbers = f"{window.first}" if window.first == window.last else f"{window.first}\u2013{window.last}"
+    assert f"实测第 {numbers} 步" in text and f"时间自 {window.t0 / 1000:,.1f} 毫秒" in text
+    wanted = {"pipeline-1f1b": ["第 1 级", "第 2 级", "气泡", "均值"],  # the bubble's note, not the window's
+              "allreduce-ring": ["另 ", " 个工作节点", "规约散射 (RS)", "全收集 (AG)", f"代表窗口 {numbers}"],
+              "allreduce-native": [" 通信", "合并 "]}[kind]
+    for words in wanted:
+        assert words in text, (words, text)
+
+
+@pytest.mark.latex
+def test_a_run_of_the_seed_001_zh_spec_draws_its_timelines_in_chinese(tmp_path):
+    """dtgen figure RUN_DIR of a measured and of a predicted run of the spec: its words, no English."""
+    from opentikz_dt.measured.figures import write_run_figures
+    from opentikz_dt.predict.predict import predict
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+
+    measured = write_synthetic_run(tmp_path / "measured", "ps-sync", workers=3, steps=8)
+    _with_words(measured, load_spec(SEED_ZH).data["figure"]["labels"], spec_zh=True)
+    predicted, _ = predict(SEED_ZH, tmp_path / "predicted", steps=8)
+    texts = {}
+    for name, run_dir, steps in (("measured", measured, None), ("predicted", predicted, "2:3")):
+        written = write_run_figures(run_dir, tmp_path / f"{name}-fig", ("pdf",), steps, only=("measured-timeline",))
+        texts[name] = _flat(next(p for p in written if p.suffix == ".pdf").read_bytes())
+    assert "实测：同步参数服务器，第" in texts["measured"] and "有代表性的一段" in texts["measured"]
+    assert "预测：同步参数服务器，第2–3步" in texts["predicted"] and "第2–3步：按要求选取" in texts["predicted"]
+    for text in texts.values():
+        assert re.search(r"时间\(ms\)，从运行第[0-9,.]+ms起算", text), text
+        for words in ("取参数", "前向", "反向", "推送梯度", "空闲"):
+            assert words in text, (words, text)
+        for english in ("measured", "predicted", "time(ms)", "intotherun", "representative", "requested", "steps",
+                        "Parameter", "Worker", "fetch", "forward", "backward", "push", "idle", "Update"):
+            assert english not in text, (english, text)
+
+
+# ---------------------------------------------------------------- the words inside: phases, elided and narrow lanes
+
+
+def _expected_drawing(data: dict, width: str | None = None):
+    spec = spec_from_data(data)
+    spec = with_width(spec, width) if width else spec
+    return draw_timeline(expected_timeline(spec), target_width_cm(spec), timeline_words(spec))
+
+
+def test_phase_names_and_elided_lanes_are_the_specs_words():
+    phases = {"reduce_scatter": "规约散射", "all_gather": "全收集", "reduce": "归约", "broadcast": "广播",
+              "intra_host_reduce": "机内归约", "inter_host_allreduce": "机间全归约", "intra_host_broadcast": "机内广播"}
+    for algorithm, hosts, names in (("ring", 1, ["规约散射", "全收集"]), ("tree", 1, ["归约", "广播"]),
+                                    ("hierarchical", 2, ["机内归约", "机间全归约", "机内广播"])):
+        drawing = _expected_drawing({"strategy": {"kind": "allreduce", "algorithm": algorithm},
+                                     "topology": {"workers": {"count": 4}, "hosts": hosts},
+                                     "figure": {"labels": {"phases": phases}}})
+        legend = [entry.name for entry in drawing.legend if entry.style.startswith("tl-allreduce")]
+        assert legend == names, algorithm
+    # a phase box wide enough for its full name prints the spec's; an abbreviation (RS) stays
+    from opentikz_dt.figures.timeline import Box, Lane, Panel, Timeline, Words
+
+    boxes = (Box(0, 10, "allreduce", "reduce-scatter", "reduce-scatter"), Box(10, 11, "allreduce", "AG", "all-gather"))
+    drawing = draw_timeline(Timeline("t", (Panel("main", "p", (Lane("w1", "W1", boxes),)),)), None,
+                            Words(phases={"reduce-scatter": "规约散射", "all-gather": "全收集"}))
+    assert [str(b.text) for b in drawing.panels[0].boxes] == ["规约散射", "AG"]
+    assert [entry.name for entry in drawing.legend] == ["规约散射", "全收集 (AG)"]
+    many = _drawn_text(_expected_drawing({"strategy": {"kind": "parameter-server"}, "topology": {"workers": {"count": 1024}},
+                                          "training": {"dataset": {"samples": 2_000_000}},
+                                          "figure": {"labels": {"more_workers": "另 {n} 个工作节点"}}}))
+    assert "另 1,020 个工作节点" in many and "more" not in many
+    stages = _drawn_text(_expected_drawing({"strategy": {"kind": "pipeline", "microbatches": 8},
+                                            "topology": {"workers": {"count": 8}},
+                                            "training": {"model": {"kind": "mlp", "layers": [64] * 9}},
+                                            "figure": {"max_workers_drawn": 4,
+                                                       "labels": {"stage_lane": "第 {i} 级", "more_stages": "另 {n} 级"}}}))
+    assert "第 1 级" in stages and "另 5 级" in stages and "Stage" not in stages and "more" not in stages
+
+
+def _lane_labels(data: dict, width: str) -> list:
+    return [lane.label for lane in _expected_drawing(data, width).panels[0].lanes]
+
+
+def test_a_narrow_timeline_abbreviates_lanes_in_the_specs_words():
+    """Too long to sit beside the lanes of a column-wide figure, a label gives way to the spec's
+    short form of it (seed-001-zh: GPU1 for 处理器 1 (GPU1), 分片 1 for 参数分片 1); a single
+    server's has no number."""
+    seed = load_spec(SEED_ZH).data
+    assert _lane_labels(seed, "column") == ["分片 1", "分片 2", "GPU1", "GPU2", "GPU3"]
+    one = {**seed, "topology": {**seed["topology"], "servers": {"count": 1, "label": "参数服务器进程"}}}
+    assert _lane_labels(one, "column") == ["分片", "GPU1", "GPU2", "GPU3"]
+    english = {"strategy": {"kind": "parameter-server"},
+               "topology": {"workers": {"count": 3, "label": "Worker process {i}"}, "servers": {"label": "Parameter store"}}}
+    assert _lane_labels(english, "column") == ["PS", "W1", "W2", "W3"]  # the defaults
 
 
 _TICK = re.compile(r"\\draw\[tick\] \((-?[\d.]+),(-?[\d.]+)\) -- \((-?[\d.]+),(-?[\d.]+)\);")

@@ -172,11 +172,11 @@ def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
     from .timeline import draw_timeline
 
     from .fit import target_width_cm
-    from .texts import legend_names
+    from .texts import timeline_words
     from .timeline_styles import tikz_styles
 
     timeline = timeline if timeline is not None else expected_timeline(spec)
-    drawing = draw_timeline(timeline, target_width_cm(spec), legend_names(spec))
+    drawing = draw_timeline(timeline, target_width_cm(spec), timeline_words(spec))
     context = base_context(spec, "timeline", body_only, drawing.names())
     styles = {kind: Tex(keys) for kind, keys in tikz_styles(_palette_colors(spec), spec.figure.palette).items()}
     context.update(d=drawing, title=drawing.title, box_styles=styles)

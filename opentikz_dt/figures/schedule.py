@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from ..errors import DtgenError
 from ..workload import Workload, workload_of
 from .model import elide
-from .texts import label_tex
+from .texts import label_tex, lane_text, more_lanes_text
 from .timeline import Box, Lane, Panel, Timeline, limit_boxes, window
 
 STEPS = 2
@@ -341,14 +341,11 @@ def _lanes(spec, sim: _Sim, with_servers: bool, prefix_label: str = "") -> tuple
     for k, index in enumerate(drawn):
         if index is None:
             hidden = workers.count - (len(drawn) - 1)
-            noun = "stages" if spec.strategy.kind == "pipeline" else "workers"
-            lanes.append(Lane(f"w{drawn[k - 1] + 1}-more", f"{hidden:,} more {noun}", (), role="gap", hidden=hidden))
+            lanes.append(Lane(f"w{drawn[k - 1] + 1}-more", more_lanes_text(spec, hidden), (), role="gap", hidden=hidden))
             continue
         w = f"w{index}"
-        label = workers.label_of(w)
-        if spec.strategy.kind == "pipeline":
-            label = f"Stage {index}"
-        lanes.append(Lane(w, label, tuple(sim.boxes[w]), role="stage" if spec.strategy.kind == "pipeline" else "worker"))
+        lanes.append(Lane(w, lane_text(spec, w), tuple(sim.boxes[w]),
+                          role="stage" if spec.strategy.kind == "pipeline" else "worker"))
     return tuple(lanes)
 
 

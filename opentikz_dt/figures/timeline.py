@@ -21,16 +21,16 @@ reader can build them from trace.json the same way.
 
 draw_timeline turns a Timeline into centimetre coordinates for templates/timeline.tex.j2,
 merging boxes too thin to see and refusing more than MAX_BOXES (TeX's limits: about
-10,000 fills compile), so callers window long runs with `window`. The legend's names
-(KIND_NAMES by default) are the caller's: render_timeline passes the spec's.
-Must not import torch.
+10,000 fills compile), so callers window long runs with `window`. The words it writes
+itself (legend, phase names, elided lanes, narrow lane names; `Words`, English by
+default) are the caller's: render_timeline passes the spec's. Must not import torch.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
@@ -54,6 +54,25 @@ KIND_NAMES = {
     "optimizer": "optimizer step", "update": "server update", "push": "push", "allreduce": "all-reduce",
     "gossip": "gossip", "send": "send", "recv": "recv", "wait": "idle / wait",
 }
+
+
+@dataclass(frozen=True)
+class Words:
+    """The words draw_timeline writes itself, English unless the caller passes the spec's
+    (figures/texts.timeline_words). In the templates {n} is a count, {i} a lane's number."""
+
+    legend: dict = field(default_factory=lambda: dict(KIND_NAMES))  # box kind -> legend name
+    phases: dict = field(default_factory=dict)  # all-reduce phase (reduce-scatter) -> legend name; unset: itself
+    more_workers: str = "{n} more workers"
+    more_stages: str = "{n} more stages"
+    worker_short: str = "W{i}"
+    server_short: str = "PS {i}"
+
+    def phase(self, phase: str) -> str:
+        """A phase's name in the legend (a native all-reduce's one phase is the box kind's)."""
+        if phase in self.phases:
+            return self.phases[phase]
+        return self.legend["allreduce"] if phase == KIND_NAMES["allreduce"] else phase
 
 
 @dataclass(frozen=True)
@@ -274,25 +293,25 @@ def _fits(text: str, width_cm: float) -> bool:
     return width_cm >= text_cm(text, "scriptsize") + 0.12
 
 
-def _short_label(lane: Lane) -> str:
-    """The compact lane label of a narrow figure: W3, PS, PS 2, Stage 1."""
-    if lane.role == "server":
-        return "PS" if not lane.id[2:] else f"PS {lane.id[2:]}"
+def _short_label(lane: Lane, words: Words) -> str:
+    """The compact lane label of a narrow figure (W3, PS, PS 2; a stage's label stays). The
+    abbreviation is a template of the spec's words: labels are free text, and no rule finds
+    the short form of any of them (CJK words have no initials; PS is English usage)."""
+    if lane.role == "server":  # a single server (ps) has no number: PS {i} gives PS
+        return " ".join(words.server_short.replace("{i}", lane.id[2:]).split())
     if lane.role == "worker" and lane.id[1:].isdigit():
-        return f"W{lane.id[1:]}"
+        return words.worker_short.replace("{i}", lane.id[1:])
     return lane.label
 
 
 def _hidden(lane: Lane) -> int:
-    """How many processes a lane stands for (a gap lane: the count its label starts with)."""
-    if lane.role != "gap":
-        return 1
-    head = lane.label.split(" ", 1)[0].replace(",", "")
-    return lane.hidden or (int(head) if head.isdigit() else 1)
+    """How many processes a lane stands for (a gap lane counts the lanes it elides)."""
+    return max(1, lane.hidden) if lane.role == "gap" else 1
 
 
-def fit_lanes(lanes: tuple, max_workers: int) -> tuple:
+def fit_lanes(lanes: tuple, max_workers: int, words: Words | None = None) -> tuple:
     """At most `max_workers` worker/stage lanes: the first ones, one gap lane counting the rest, the last."""
+    words = words or Words()
     members = [k for k, lane in enumerate(lanes) if lane.role != "server"]
     if len(members) <= max_workers:
         return lanes
@@ -303,8 +322,9 @@ def fit_lanes(lanes: tuple, max_workers: int) -> tuple:
         if k in keep or k not in members:
             out.append(lane)
         elif not gap_done:
-            role = "stages" if any(lanes[m].role == "stage" for m in members) else "workers"
-            out.append(Lane(f"{lane.id.split('-')[0]}-more", f"{hidden:,} more {role}", (), role="gap", hidden=hidden))
+            stages = any(lanes[m].role == "stage" for m in members)
+            text = (words.more_stages if stages else words.more_workers).replace("{n}", f"{hidden:,}")
+            out.append(Lane(f"{lane.id.split('-')[0]}-more", text, (), role="gap", hidden=hidden))
             gap_done = True
     return tuple(out)
 
@@ -328,8 +348,8 @@ def _legend(kinds_used: list, phases: dict, names: dict, width: float, x0: float
 
 # The order all-reduce phases run in, so a window that starts mid-step still gives the
 # first phase the plain fill and the legend lists them in order.
-PHASE_ORDER = ("reduce-scatter", "all-gather", "reduce", "broadcast", "intra-host reduce", "intra",
-               "inter-host all-reduce", "inter", "intra-host broadcast")
+PHASE_ORDER = ("reduce-scatter", "all-gather", "reduce", "broadcast", "intra-host reduce", "inter-host all-reduce",
+               "intra-host broadcast")
 
 
 def _phase_styles(panels) -> dict:
@@ -344,14 +364,17 @@ def _as_tex(text: str) -> Tex:
     return text if isinstance(text, Tex) else Tex(escape_text(text))
 
 
-def _box_words(box: Box, names: dict) -> tuple[str, str]:
+def _box_words(box: Box, words: Words) -> tuple[str, str]:
     """(plain, TeX) of the text inside a box. A merged run counts its boxes under the legend's
-    name; an English word (fwd, opt, Update) gives way to the legend's name where the spec
-    set one, so the boxes read like the legend. Letters (F, P, U), numbers and phase
-    abbreviations stay."""
-    name = names[box.kind]
+    name; an English word (fwd, opt, Update, a phase's full name) gives way to the legend's
+    name where the spec set one, so the boxes read like the legend. Letters (F, P, U),
+    numbers and phase abbreviations (RS) stay."""
+    name = words.legend[box.kind]
     if box.count > 1:
         return f"{name} ×{box.count:,}", render_label(name) + escape_text(f" ×{box.count:,}")
+    if box.kind == "allreduce" and box.phase and box.label == box.phase:
+        name = words.phase(box.phase)
+        return name, render_label(name)
     if box.kind != "allreduce" and len(box.label) > 1 and box.label.isalpha() and name != KIND_NAMES[box.kind]:
         return name, render_label(name)
     return box.label, escape_text(box.label)
@@ -386,7 +409,7 @@ def _event_end(drawn: list, index: int, x0: float, x1: float, start: float, scal
     return max(x1, min([x0 + MIN_EVENT_CM, width] + busy))
 
 
-def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bool, names: dict,
+def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bool, words: Words,
                 phases: dict, shorts: dict) -> list[_Span]:
     """The drawn geometry of one lane's (merged) boxes; records each phase's abbreviation in `shorts`."""
     spans: list[_Span] = []
@@ -412,7 +435,7 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
         if box.kind == "update" and widen:  # the event a PS figure is about: never a hairline
             x1 = covered = _event_end(boxes, index, x0, x1, start, scale, width)
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
-        plain, tex = _box_words(box, names)
+        plain, tex = _box_words(box, words)
         fits = bool(plain) and not thin and _fits(plain, x1 - x0)
         lettered = box.kind in TAG_KINDS and box.count == 1 and not thin
         letter = tex if plain and not fits and lettered else ""
@@ -443,16 +466,16 @@ def _grid_runs(top: float, bottom: float, gap_tops: list, lane_gap: float) -> tu
     return tuple((a, b) for a, b in runs if a > b)
 
 
-def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dict | None = None) -> TimelineDrawing:
+def draw_timeline(timeline: Timeline, target_cm: float | None = None, words: Words | None = None) -> TimelineDrawing:
     """Centimetre geometry of a Timeline, laid out for a target total width (None: natural,
-    a 12 cm plot area), with the legend's `names` per box kind (KIND_NAMES by default);
+    a 12 cm plot area), with the `words` it writes itself (English by default);
     raises when it has too many boxes to compile."""
     count = box_count(timeline)
     if count > MAX_BOXES:
         raise DtgenError(f"timeline has {count:,} boxes; at most {MAX_BOXES:,} can be drawn (window or aggregate it first)")
-    names = {**KIND_NAMES, **(names or {})}
+    words = words or Words()
     narrow = target_cm is not None and target_cm <= NARROW_CM
-    panels_in = [replace(p, lanes=fit_lanes(p.lanes, NARROW_LANES)) if narrow else p for p in timeline.panels]
+    panels_in = [replace(p, lanes=fit_lanes(p.lanes, NARROW_LANES, words)) if narrow else p for p in timeline.panels]
     # Narrow: a role's labels are abbreviated (PS, W1) only when one of them is too long to
     # sit beside the lanes; labels that fit (GPU 1, a CJK name) stay as the spec gives them.
     too_long = {lane.role for p in panels_in for lane in p.lanes
@@ -463,7 +486,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
             raise DtgenError(f"panel id {panel.id!r} must be letters only")
         for lane in panel.lanes:
             labels[(panel.id, lane.id)] = "" if lane.role == "gap" else (
-                _short_label(lane) if lane.role in too_long else lane.label)
+                _short_label(lane, words) if lane.role in too_long else lane.label)
     # lane labels: \footnotesize, wider than average text (capitals, digits), plus the node's padding
     label_width = max([0.165 * _units(text) for text in labels.values()] + [0.6]) + LABEL_GAP + 0.15
     if target_cm is None:
@@ -479,7 +502,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
     phases = _phase_styles(panels_in)  # phase name -> tl-allreduce[-b|-c], the style drawing it
     shorts: dict = {}  # phase name -> the abbreviation inside its boxes (RS), explained by the legend
     spans = {(panel.id, lane.id): _lane_spans(merge_close(lane.boxes, MIN_VISIBLE_CM / scale), start, scale, width_cm,
-                                              timeline.widen_events, names, phases, shorts)
+                                              timeline.widen_events, words, phases, shorts)
              for panel in panels_in for lane in panel.lanes}
     letters = sum(1 for lane in spans.values() for span in lane if span.letter)
     tagged = 0 < letters <= MAX_TAGS
@@ -498,7 +521,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
         lanes, boxes, tags, gap_tops = [], [], [], []
         for lane in panel.lanes:
             name = f"{lane.id}-{panel.id}"
-            label = Tex(escape_text(lane.label)) if lane.role == "gap" else Tex(render_label(labels[(panel.id, lane.id)]))
+            label = Tex(render_label(lane.label if lane.role == "gap" else labels[(panel.id, lane.id)]))
             lanes.append(DrawnLane(name, label, y - LANE_H / 2, lane.role == "gap"))
             if lane.role == "gap":
                 gap_tops.append(y)
@@ -515,8 +538,9 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, names: dic
         y = bottom - PANEL_GAP
     order = [f"tl-{kind}" for kind in BOX_KINDS]
     kinds_used.sort(key=lambda style: order.index(style) if style in order else order.index("tl-allreduce") + 0.5)
-    phase_names = {style: phase + (f" ({shorts[phase]})" if phase in shorts else "") for phase, style in phases.items()}
-    legend = _legend(kinds_used, phase_names, names, text_room, -label_width)
+    phase_names = {style: words.phase(phase) + (f" ({shorts[phase]})" if phase in shorts else "")
+                   for phase, style in phases.items()}
+    legend = _legend(kinds_used, phase_names, words.legend, text_room, -label_width)
     first = panels[0] if panels else None
     legend_top = (first.top + 0.45 * (first.title_lines - 1) if first else 0.0) + 0.95
     return TimelineDrawing(Tex(render_label(timeline.title)), width_cm, tuple(panels), legend,

@@ -6,23 +6,30 @@ Push, waits shaded, the server's updates. A rank whose communication overlaps it
 compute (pipeline send/recv) gets a second lane for it. Pipeline lanes label
 forward/backward with the microbatch and print the measured bubble fraction beside the
 theoretical (p-1)/(m+p-1). Time is ms on the run's clock; the axis counts from the
-window's start, as the expected schedule's does from its first step. Must not import torch.
+window's start, as the expected schedule's does from its first step. The words it writes
+(title, notes, axis title, lane names) are the spec's where it sets them (texts.py).
+Must not import torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..figures.model import elide
 from ..figures.names import BOX_KINDS
-from ..figures.schedule import SCHEDULE_NAMES
+from ..figures.texts import more_lanes_text
 from ..figures.timeline import Box, Lane, Panel, Timeline
+from .texts import axis_title, bubble_title_note, comm_lane_name, lane_name, panel_title, timeline_note
 from .trace import COMM, Span, Trace
 from .window import MAX_BINS, MAX_BOXES, Cell, Window, bound_boxes, select_window, spans_in
 
 PHASES = {"reduce-scatter": "RS", "all-gather": "AG", "reduce": "R", "broadcast": "B", "intra": "intra",
           "inter": "inter"}
-PHASE_NAMES = {short: name for name, short in PHASES.items()}  # RS -> reduce-scatter: the legend names them
+# The box's text -> the phase the legend names, as the expected schedule names it (a
+# hierarchical all-reduce's intra and inter are its host-level phases).
+PHASE_NAMES = {"RS": "reduce-scatter", "AG": "all-gather", "R": "reduce", "B": "broadcast",
+               "intra": "intra-host reduce", "inter": "inter-host all-reduce"}
 OVERLAP_US = 1.0  # spans on one lane may touch within this slack (clock rounding)
 FAST_FACTOR = 8  # a lane this many times over its box budget is binned in one pass over raw events
 
@@ -145,36 +152,44 @@ def _bubble(spec, trace: Trace, window: Window) -> Bubble | None:
     return Bubble(measured, run_mean if run_mean is not None else measured, (p - 1) / (m + p - 1), p, m)
 
 
-def _title(spec) -> str:
-    kind = spec.strategy.kind
-    if kind == "parameter-server":
-        return f"{spec.strategy.sync}hronous parameter server"
-    if kind == "allreduce":
-        return f"{spec.strategy.algorithm} all-reduce"
-    if kind == "pipeline":
-        return f"{SCHEDULE_NAMES.get(spec.strategy.schedule, spec.strategy.schedule)} pipeline"
-    return kind.replace("-", " ")
-
-
 def default_width(spec) -> int:
     return 2 if spec.strategy.kind == "pipeline" else 3
 
 
+class _Row(NamedTuple):
+    """One lane to draw: a rank's, or (rank None) the elision gap standing for `hidden` ranks."""
+
+    id: str
+    label: str
+    role: str
+    rank: int | None
+    hidden: int = 0
+
+
 def _rows(spec, trace: Trace, pipeline: bool) -> list:
-    """(lane id, label, role, rank or None for the elision gap): servers, then workers."""
+    """The lanes to draw: servers, then workers (the first ones, the gap, the last)."""
     ids = trace.ids
     servers = [r for r in sorted(ids) if not ids[r].startswith("w")]
     workers = [r for r in sorted(ids) if ids[r].startswith("w")]
     shown = elide(len(workers), spec.figure.max_workers_drawn)
-    rows: list = [(ids[rank], _label(spec, ids[rank]), "server", rank) for rank in servers]
+    rows: list = [_Row(ids[rank], lane_name(spec, ids[rank]), "server", rank) for rank in servers]
     for index in shown:
         if index is None:
-            rows.append(("more", f"{len(workers) - (len(shown) - 1):,} more {'stages' if pipeline else 'workers'}",
-                         "gap", None))
+            hidden = len(workers) - (len(shown) - 1)
+            rows.append(_Row("more", more_lanes_text(spec, hidden), "gap", None, hidden))
         else:
             rank = workers[index - 1]
-            rows.append((ids[rank], _label(spec, ids[rank]), "stage" if pipeline else "worker", rank))
+            rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), "stage" if pipeline else "worker", rank))
     return rows
+
+
+def _comm_row(spec, row: _Row) -> _Row:
+    """The lane of a rank's communication, drawn under its compute where the two overlap."""
+    return row._replace(id=f"{row.id}-comm", label=comm_lane_name(spec, row.label))
+
+
+def _gap_lane(row: _Row) -> Lane:
+    return Lane(row.id, row.label, (), role="gap", hidden=row.hidden)
 
 
 def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -> tuple:
@@ -182,41 +197,41 @@ def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -
     by_rank: dict = {}
     for span in trace.spans_between(window.t0, window.t1):
         by_rank.setdefault(span.rank, []).append(span)
-    lanes_spans = []
-    for lane_id, label, role, rank in rows:
-        if rank is None:
-            lanes_spans.append((lane_id, label, role, None))
+    lanes_spans = []  # (row, its spans; None for the gap)
+    for row in rows:
+        if row.rank is None:
+            lanes_spans.append((row, None))
             continue
-        main, comm = _lane_spans(by_rank.get(rank, []))
-        lanes_spans.append((lane_id, label, role, main))
+        main, comm = _lane_spans(by_rank.get(row.rank, []))
+        lanes_spans.append((row, main))
         # Pipeline send/recv are thin slivers beside the microbatches: the schedule reads
         # better without them (the expected schedule has none either).
         if comm is not None and not pipeline:
-            lanes_spans.append((f"{lane_id}-comm", f"{label} (comm)", role, comm))
-    budget = max(8, max_boxes // max(1, sum(1 for x in lanes_spans if x[3] is not None)))
+            lanes_spans.append((_comm_row(spec, row), comm))
+    budget = max(8, max_boxes // max(1, sum(1 for _, lane in lanes_spans if lane is not None)))
     lanes, drawn, aggregated = [], [], False
-    for lane_id, label, role, lane in lanes_spans:
+    for row, lane in lanes_spans:
         if lane is None:
-            lanes.append(Lane(lane_id, label, (), role="gap"))
+            lanes.append(_gap_lane(row))
             continue
         cells = _cells(lane, window.t0, window.t1, pipeline, asynchronous, len(lane) <= budget)
-        if pipeline and not lane_id.endswith("-comm") and not any(s.name == "wait" for s in lane):
+        if pipeline and not row.id.endswith("-comm") and not any(s.name == "wait" for s in lane):
             cells = sorted(cells + _bubbles(lane, window.t0, window.t1), key=lambda c: c.start)
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
-        lanes.append(Lane(lane_id, label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label,
-                                                    PHASE_NAMES.get(c.label, "") if c.kind == "allreduce" else "")
-                                                for c in cells), role=role))
+        lanes.append(Lane(row.id, row.label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label,
+                                                       PHASE_NAMES.get(c.label, "") if c.kind == "allreduce" else "")
+                                                   for c in cells), role=row.role))
         drawn.extend(lane)
     return lanes, tuple(drawn), len(drawn), aggregated, budget
 
 
-def _binned_lanes(trace, window, rows, max_boxes, pipeline) -> tuple:
+def _binned_lanes(spec, trace, window, rows, max_boxes, pipeline) -> tuple:
     """Lanes for a window far over budget, in one pass over the raw events (no typed spans):
     each lane is MAX_BINS equal time bins drawn as the time share of each kind."""
     t0, t1 = window.t0, window.t1
     width = (t1 - t0) / MAX_BINS or 1.0
-    wanted = {rank for *_, rank in rows if rank is not None}
+    wanted = {row.rank for row in rows if row.rank is not None}
     kinds = set(BOX_KINDS)
     fill: dict = {}  # (rank, tid) -> [None | {kind: µs}] per bin
     count = 0
@@ -240,26 +255,27 @@ def _binned_lanes(trace, window, rows, max_boxes, pipeline) -> tuple:
                 if shares is None:
                     shares = lane[index] = {}
                 shares[name] = shares.get(name, 0.0) + part
-    planned = []
-    for lane_id, label, role, rank in rows:
+    planned = []  # (row, its bins; None for the gap)
+    for row in rows:
+        rank = row.rank
         if rank is None:
-            planned.append((lane_id, label, role, None))
+            planned.append((row, None))
             continue
         compute, comm = fill.get((rank, 0)), fill.get((rank, 1))
         if compute and comm and _bins_overlap(compute, comm, width):
-            planned.append((lane_id, label, role, compute))
+            planned.append((row, compute))
             if not pipeline:
-                planned.append((f"{lane_id}-comm", f"{label} (comm)", role, comm))
+                planned.append((_comm_row(spec, row), comm))
         else:
-            planned.append((lane_id, label, role, _add_bins(compute, comm)))
-    budget = max(8, max_boxes // max(1, sum(1 for x in planned if x[3] is not None)))
+            planned.append((row, _add_bins(compute, comm)))
+    budget = max(8, max_boxes // max(1, sum(1 for _, bins in planned if bins is not None)))
     lanes = []
-    for lane_id, label, role, bins in planned:
+    for row, bins in planned:
         if bins is None:
-            lanes.append(Lane(lane_id, label, (), role=role))
+            lanes.append(_gap_lane(row))
             continue
         cells = _strips(bins, t0, width, budget)
-        lanes.append(Lane(lane_id, label, tuple(Box(c.start / 1000, c.end / 1000, c.kind) for c in cells), role=role))
+        lanes.append(Lane(row.id, row.label, tuple(Box(c.start / 1000, c.end / 1000, c.kind) for c in cells), role=row.role))
     return lanes, (), count, True, budget
 
 
@@ -305,46 +321,23 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
     pipeline = spec.strategy.kind == "pipeline"
     window = select_window(trace, steps, default_width(spec), asynchronous)
     rows = _rows(spec, trace, pipeline)
-    drawn_ranks = [rank for *_, rank in rows if rank is not None]
+    drawn_ranks = [row.rank for row in rows if row.rank is not None]
     estimate = spans_in(trace, window)
     per_lane = max_boxes // max(1, len(drawn_ranks))
     if max((estimate.get(rank, 0) for rank in drawn_ranks), default=0) > FAST_FACTOR * per_lane:
-        lanes, drawn, count, aggregated, budget = _binned_lanes(trace, window, rows, max_boxes, pipeline)
+        lanes, drawn, count, aggregated, budget = _binned_lanes(spec, trace, window, rows, max_boxes, pipeline)
     else:
         lanes, drawn, count, aggregated, budget = _exact_lanes(spec, trace, window, rows, max_boxes, pipeline,
                                                                asynchronous)
     bubble = _bubble(spec, trace, window)
     seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
-    panel_note = ""
-    if bubble is not None:
-        panel_note = f"bubble {bubble.measured:.0%} {seen}; $(p-1)/(m+p-1)$ = {bubble.theory:.0%}"
-    title = f"{seen}: {_title(spec)}, {window.label}"
-    notes = []
-    if bubble is not None:
-        notes.append(f"{seen} bubble {bubble.measured:.1%} (run mean {bubble.run_mean:.1%}) vs "
-                     f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1} = {bubble.theory:.1%} "
-                     f"for balanced stages")
-    if aggregated:
-        notes.append(f"{count:,} spans aggregated: where a lane has more than {budget:,}, "
-                     f"equal time bins show each kind's share of the bin")
-    if trace.ended_early:
-        notes.append(trace.note or "run ended early")
-    if not notes:
-        notes.append(f"{window.label}: {'a representative window, near the median step time' if window.chosen == 'default' else 'as requested'}")
+    panel_note = bubble_title_note(spec, seen, bubble) if bubble is not None else ""
+    note = timeline_note(spec, seen, window, bubble, (count, budget) if aggregated else None,
+                         (trace.note or "run ended early") if trace.ended_early else None)
     t0_ms = window.t0 / 1000
     # A prediction is a schedule, not a measurement: like the expected one it draws the
     # server update (the event a PS figure is about) visibly, where a trace keeps true widths.
-    timeline = Timeline(spec.title, (Panel("measured", title, tuple(lanes), note=panel_note),),
-                        t0_ms, window.t1 / 1000, "; ".join(notes),
-                        axis_label=f"time (ms) from {t0_ms:,.1f} ms into the run", widen_events=seen == "predicted")
+    timeline = Timeline(spec.title, (Panel("measured", panel_title(spec, seen, window), tuple(lanes), note=panel_note),),
+                        t0_ms, window.t1 / 1000, note, axis_label=axis_title(spec, t0_ms),
+                        widen_events=seen == "predicted")
     return Measured(timeline, window, drawn, aggregated, bubble)
-
-
-def _label(spec, ident: str) -> str:
-    if ident.startswith("w") and ident[1:].isdigit():
-        if spec.strategy.kind == "pipeline":
-            return f"Stage {ident[1:]}"
-        return spec.topology.workers.label_of(ident)
-    if ident in spec.topology.servers.ids:
-        return spec.topology.servers.label_of(ident)
-    return ident

@@ -37,8 +37,13 @@ class Window:
     reference: str  # "all workers" (sync) or the worker whose steps bound the window (async)
 
     @property
+    def numbers(self) -> str:
+        """The steps drawn, as numbers: 5, or 5–7."""
+        return f"{self.first}" if self.first == self.last else f"{self.first}\u2013{self.last}"
+
+    @property
     def label(self) -> str:
-        return f"step {self.first}" if self.first == self.last else f"steps {self.first}\u2013{self.last}"
+        return f"step {self.numbers}" if self.first == self.last else f"steps {self.numbers}"
 
 
 def parse_steps(text: str | None) -> tuple:
