@@ -28,21 +28,21 @@ def strategy_name(spec) -> str:
     return kind.replace("-", " ")
 
 
-def _set(spec, key: str) -> bool:
+def _is_set(spec, key: str) -> bool:
     return bool(spec.figure.labels.get(key))
 
 
 def panel_title(spec, seen: str, window) -> str:
     """The panel's title; `seen` is measured or predicted."""
     key = f"{seen}_panel"
-    if _set(spec, key):
+    if _is_set(spec, key):
         return label_text(spec, key, steps=window.numbers)
     return f"{seen}: {strategy_name(spec)}, {window.label}"
 
 
 def bubble_title_note(spec, seen: str, bubble) -> str:
     """The note after a pipeline panel's title: the bubble drawn beside the ideal (p-1)/(m+p-1)."""
-    if _set(spec, "bubble_panel"):
+    if _is_set(spec, "bubble_panel"):
         return label_text(spec, "bubble_panel", bubble=f"{bubble.measured:.0%}", theory=f"{bubble.theory:.0%}")
     return f"bubble {bubble.measured:.0%} {seen}; $(p-1)/(m+p-1)$ = {bubble.theory:.0%}"
 
@@ -51,7 +51,7 @@ def _bubble_note(spec, seen: str, bubble) -> str:
     ideal = f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1}"
     values = {"bubble": f"{bubble.measured:.1%}", "run_mean": f"{bubble.run_mean:.1%}", "ideal": ideal,
               "theory": f"{bubble.theory:.1%}"}
-    if _set(spec, "bubble_note"):
+    if _is_set(spec, "bubble_note"):
         return label_text(spec, "bubble_note", **values)
     return (f"{seen} bubble {values['bubble']} (run mean {values['run_mean']}) vs {ideal} = {values['theory']} "
             f"for balanced stages")
@@ -60,7 +60,7 @@ def _bubble_note(spec, seen: str, bubble) -> str:
 def _window_note(spec, window) -> str:
     """Which steps are drawn and why (dtgen's choice or --steps)."""
     key = "window_note" if window.chosen == "default" else "requested_note"
-    if _set(spec, key):
+    if _is_set(spec, key):
         return label_text(spec, key, steps=window.numbers)
     how = "a representative window, near the median step time" if window.chosen == "default" else "as requested"
     return f"{window.label}: {how}"
