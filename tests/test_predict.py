@@ -171,6 +171,14 @@ def test_figure_spec_with_calibration_draws_the_prediction(tmp_path):
     plain = runner.invoke(main, ["figure", "examples/allreduce-ring.yaml", "--kind", "timeline", "-o", str(out)])
     assert plain.exit_code == 0
     assert "illustrative cost model" in (out / "allreduce-ring-timeline.tex").read_text()
+    # the note is the spec's words where it sets them (seed 001 in Chinese)
+    zh = tmp_path / "zh.yaml"
+    zh.write_text("strategy: {kind: allreduce, algorithm: ring}\n"
+                  "figure: {labels: {calibration_note: '按校准 {file} 预测'}}\n", encoding="utf-8")
+    result = runner.invoke(main, ["figure", str(zh), "--kind", "timeline", "--calibration", str(cal), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    tex = next(out.glob("zh-timeline.tex")).read_text(encoding="utf-8")
+    assert "按校准 cal.json 预测" in tex and "predicted from" not in tex
 
 
 def test_sweep_to_1024_workers_writes_a_scaling_figure(tmp_path):

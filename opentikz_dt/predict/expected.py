@@ -13,6 +13,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+from ..figures.texts import label_text
 from ..measured.timeline import measured_timeline
 from ..measured.trace import load_trace
 from .predict import costs_for
@@ -30,5 +31,5 @@ def predicted_timeline(spec, calibration) -> tuple[object, list]:
     with tempfile.TemporaryDirectory(prefix="dtgen-expected-") as tmp:
         run_dir = write_run_dir(Path(tmp) / "run", spec, result, steps, predicted=assumed)
         timeline = measured_timeline(spec, load_trace(run_dir), None).timeline
-    note = f"predicted from calibration {Path(str(calibration)).name} (dtgen predict); {timeline.note}"
+    note = f"{label_text(spec, 'calibration_note', file=Path(str(calibration)).name)}; {timeline.note}"
     return dataclasses.replace(timeline, note=note), warnings
