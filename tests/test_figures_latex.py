@@ -300,6 +300,9 @@ def test_topologies_fit_one_column_with_legible_text():
 
     specs = [load_spec(next(p for p in EXAMPLES if p.stem == stem))
              for stem in ("ps-sync", "pipeline-1f1b", "gossip", "allreduce-ring", "ps-sharded", "seed-001-zh")]
+    # two workers: a fan too flat for its label to sit above the data icon
+    specs.append(spec_from_data({"name": "two", "topology": {"workers": {"count": 2}},
+                                 "strategy": {"kind": "parameter-server", "sync": "async"}}))
     assert "_{new}" in specs[4].figure.labels["weight"] and r"\frac" in specs[5].figure.labels["grad"]
     for spec in specs:
         result = compile_pdf(render_topology(with_width(spec, "column")))

@@ -22,7 +22,7 @@ ICON_SIZE = {"gpu": (2.0, 1.23), "cpu": (1.5, 1.5), "server": (1.6, 1.3), "datas
 # A fitted figure (topology_fit) draws the GPU without its text: the card is half as wide.
 COMPACT_ICON_SIZE = {**ICON_SIZE, "gpu": (1.2, 1.23)}
 LABEL_H = 0.45  # a one-line label below its node: text, inner sep and the 2pt distance
-LINE_H = 0.34  # each further line of a label (\footnotesize baselineskip, 9.5pt)
+LINE_H = 0.36  # each further line of a label (\footnotesize baselineskip, 9.5pt, and room for descenders)
 HOST_PAD = 0.25  # hostbox inner sep (7pt)
 PSBOX_W = 2.4  # psbox minimum width
 PSBOX_FIT_W = 1.6  # and a fitted figure's shard box (its tensors on several lines)
@@ -154,7 +154,10 @@ class _Sizes:
             return data + self.brace(count) + self.worker_w / 2 + GAP / 2
         if fitted(self.spec) and self.steep_fan():  # the label sits above the icon: short arrows will do
             return self.data_half + FAN_MIN_CM + self.column_half
-        return self.data_half + self.batch + 2 * GAP + self.column_half
+        # The batch label sits in the gap, clear of the data icon by as much as a one-line data
+        # label reaches past it (a fitted figure may print that label on two lines, narrower).
+        data_half = max(self.data_half, text_cm(self.spec.topology.data_label) / 2)
+        return data_half + self.batch + 2 * GAP + self.column_half
 
     def steep_fan(self) -> bool:
         """True when the batch label, above the fan's top arrow (45% along it, from its port on

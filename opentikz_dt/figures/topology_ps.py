@@ -115,8 +115,13 @@ def _sync_or_async(spec, server_x, nodes, edges):
         x = server_x - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
         nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
         edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
-        text = f"sync: waits for all {count}\\\\\\gradlabel{{}}, then one update"
+        lines = [f"sync: waits for all {count}", "\\gradlabel{}, then one update"]
+        if fitted(spec):  # a narrower note: about as wide as the server's label
+            lines = ["sync: waits for", f"all {count} \\gradlabel{{}}, then", "one update"]
     else:
-        text = "async: each worker pushes and\\\\pulls at its own pace, no barrier"
+        lines = ["async: each worker pushes and", "pulls at its own pace, no barrier"]
+        if fitted(spec):
+            lines = ["async: each worker", "pushes and pulls at its", "own pace, no barrier"]
+    text = "\\\\".join(lines)
     return nodes + [Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
                          text=Tex(text))], edges
