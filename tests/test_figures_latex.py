@@ -291,23 +291,29 @@ def test_chinese_and_japanese_labels_compile_through_cjk_only_when_needed():
 
 
 def test_topologies_fit_one_column_with_legible_text():
-    """--width column: PS, sharded, pipeline, gossip and ring are at most 8.5 cm wide at final size
-    and no word is smaller than 6 pt (pdftotext word boxes); the layout adapted (compact gaps,
-    fewer workers), only the rest is scaled."""
+    """--width column: PS, sharded (its math labels and subscripts as the example has them, in
+    English and Chinese), pipeline, gossip and ring are at most 8.5 cm wide at final size and no
+    word is smaller than 6 pt (pdftotext word boxes); the layout adapted (compact gaps, fewer
+    workers, shard tensors and long labels on several lines), only the rest is scaled."""
     from opentikz_dt.figures.compile import pdf_page_size, pdf_words
     from opentikz_dt.figures.fit import with_width
 
-    sharded = load_spec(next(p for p in EXAMPLES if p.stem == "ps-sharded"))
-    sharded = spec_from_data({**sharded.data, "figure": {**sharded.data["figure"], "labels": {}}})  # no subscripts
-    specs = [load_spec(next(p for p in EXAMPLES if p.stem == stem)) for stem in ("ps-sync", "pipeline-1f1b", "gossip",
-                                                                                  "allreduce-ring")] + [sharded]
+    specs = [load_spec(next(p for p in EXAMPLES if p.stem == stem))
+             for stem in ("ps-sync", "pipeline-1f1b", "gossip", "allreduce-ring", "ps-sharded", "seed-001-zh")]
+    # two workers: a fan too flat for its label to sit above the data icon
+    specs.append(spec_from_data({"name": "two", "topology": {"workers": {"count": 2}},
+                                 "strategy": {"kind": "parameter-server", "sync": "async"}}))
+    assert "_{new}" in specs[4].figure.labels["weight"] and r"\frac" in specs[5].figure.labels["grad"]
     for spec in specs:
         result = compile_pdf(render_topology(with_width(spec, "column")))
         width, _ = pdf_page_size(result.pdf)
         assert width / 72.27 * 2.54 <= 8.5 + 0.02, (spec.name, width)  # the page, border included
-        smallest = min(pdf_words(result.pdf), key=lambda w: w[1])
+        words = pdf_words(result.pdf)
+        smallest = min(words, key=lambda w: w[1])
         assert smallest[1] >= 6.0 - 0.05, (spec.name, smallest)
         assert check_figure_geometry(result.log) == [], spec.name
+        if spec.topology.servers.count == 2:  # every tensor of both shards, and the subscript, printed
+            assert {"new", "W1,", "b1,", "b2,", "W2", "W3,", "b3"} <= {w for w, _ in words}, spec.name
     natural, _ = pdf_page_size(compile_pdf(render_topology(specs[0])).pdf)
     assert (natural - 16) / 72.27 * 2.54 > 9.0  # the natural figure is wider: the fit did something
 

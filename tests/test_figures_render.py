@@ -209,6 +209,34 @@ def test_shards_keep_the_spec_label_and_the_group_is_the_parameter_server():
     assert [g.label for g in many.groups] == ["Parameter server (6 shards)"]  # the true count, shards elided
 
 
+def test_a_fitted_figure_prints_long_labels_on_two_lines():
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.figures.spacing import printed_lines
+    from opentikz_dt.figures.textwidth import split_in_two, text_cm
+
+    assert split_in_two("处理器 1 (GPU1)") == ["处理器 1", "(GPU1)"]  # at a space, the later of two as good
+    assert split_in_two("grad $a + b$") == ["grad", "$a + b$"]  # never inside math
+    assert split_in_two("训练数据") == ["训练数据"]
+    assert text_cm(r"$\frac{\partial L}{\partial \mathbf w}$") < text_cm(r"$\partial L / \partial \mathbf w$")
+    spec = _spec(topology={"data": {"label": "Training data"}})
+    column = with_width(spec, "column")
+    assert printed_lines(spec, "Training data", "data") == ["Training data"]  # natural width: as given
+    assert printed_lines(column, "Training data", "data") == ["Training", "data"]
+    assert printed_lines(column, "Worker 1", "worker") == ["Worker 1"]  # about as wide as the icon: one line
+    assert printed_lines(column, "Worker 1\n8.2\u00a0ms/step", "worker") == ["Worker 1", "8.2\u00a0ms/step"]
+    assert build_layout(column).macros["datalabel"] == r"Training\\data"
+
+
+def test_a_fitted_shard_lists_its_tensors_on_several_lines():
+    from opentikz_dt.figures.fit import with_width
+
+    spec = load_spec(next(p for p in EXAMPLES if p.stem == "ps-sharded"))
+    natural = {n.name: n.text for n in build_layout(spec).nodes if n.name in ("ps1", "ps2")}
+    column = {n.name: n.text for n in build_layout(with_width(spec, "column")).nodes if n.name in ("ps1", "ps2")}
+    assert natural["ps2"].endswith("$W_{1}, b_{1}, b_{2}, W_{3}, b_{3}$")
+    assert column["ps2"] == r"\textbf{Shard 2}\\[1pt]W1, b1, b2,\\W3, b3"
+
+
 def test_pipeline_draws_a_stage_box_over_each_worker():
     layout = build_layout(_spec("pipeline", 3))
     boxes = {n.name: n.rel for n in layout.nodes if n.name.startswith("s")}

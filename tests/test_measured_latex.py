@@ -106,9 +106,10 @@ def test_measured_ring_and_pipeline_topologies_keep_edges_off_their_labels(tmp_p
     assert min(size for _, size in pdf_words(result.pdf)) >= 5.95
 
 
-def _multihost_run(path, algorithm="hierarchical", hosts=4, per_host=2):
-    """A synthetic all-reduce run with run.json's ranks on distinct hosts,
-    as a multi-host launch writes them (addr and node_rank per rank)."""
+def _multihost_run(path, strategy=None, workers=8, hosts=4, servers=0):
+    """A synthetic run across hosts (all-reduce unless `strategy` says otherwise) with run.json's
+    ranks on distinct hosts, as a multi-host launch writes them (addr and node_rank per rank):
+    the workers spread evenly as the spec puts them, the servers on the last host."""
     import json
     import random
 
@@ -118,37 +119,71 @@ def _multihost_run(path, algorithm="hierarchical", hosts=4, per_host=2):
     from opentikz_dt.predict.synthetic import synthetic_calibration, synthetic_loss
     from opentikz_dt.spec import spec_from_data
 
-    data = {"name": "mh-hier", "topology": {"workers": {"count": hosts * per_host}, "hosts": hosts},
-            "strategy": {"kind": "allreduce", "algorithm": algorithm}, "training": {"steps": 8}}
-    spec = spec_from_data(data, name="mh-hier")
+    data = {"name": "mh", "topology": {"workers": {"count": workers}, "hosts": hosts},
+            "strategy": strategy or {"kind": "allreduce", "algorithm": "hierarchical"}, "training": {"steps": 8}}
+    if servers:
+        data["topology"]["servers"] = {"count": servers}
+    spec = spec_from_data(data, name="mh")
     result = simulate(spec, Costs(synthetic_calibration(spec), spec, jitter=random.Random(0)), 8)
     write_run_dir(path, spec, result, 8, loss=synthetic_loss(8), dtgen="synthetic")
     info = json.loads((path / "run.json").read_text())
     for rank in info["ranks"]:
-        rank["addr"], rank["node_rank"] = f"198.18.0.{rank['rank'] // per_host + 1}", rank["rank"] // per_host
+        host = spec.topology.host_of(f"w{rank['rank'] + 1}") if rank["role"] == "worker" else hosts
+        rank["addr"], rank["node_rank"] = f"198.18.0.{host}", host - 1
     (path / "run.json").write_text(json.dumps(info))
     return path
 
 
-@pytest.mark.parametrize("algorithm, hosts, width", [("hierarchical", 4, None), ("hierarchical", 4, "column"),
-                                                     ("native", 2, None)])
-def test_measured_multihost_topology_has_no_overlaps(tmp_path, algorithm, hosts, width):
+@pytest.mark.parametrize("algorithm, hosts", [("hierarchical", 4), ("native", 2)])
+def test_measured_multihost_topology_has_no_overlaps(tmp_path, algorithm, hosts):
     # 4 hosts x 2 workers: the step-time labels of side-by-side workers, the leaders' bus and
     # the footer under the last host box must all stay clear of each other; a link leaving a
     # host box keeps its bytes label off the box's border.
-    from dataclasses import replace
-
     from opentikz_dt.figures.checks import check_figure_geometry
     from opentikz_dt.measured.annotate import render_annotated_topology
 
-    run = load_run(_multihost_run(tmp_path / "run", algorithm, hosts))
-    if width:
-        run = replace(run, spec=replace(run.spec, figure=replace(run.spec.figure, width=width)))
+    run = load_run(_multihost_run(tmp_path / "run", {"kind": "allreduce", "algorithm": algorithm}, 2 * hosts, hosts))
     tex = render_annotated_topology(run)
     for host in range(1, hosts + 1):
         assert f"(198.18.0.{host})" in tex
     assert "ms/step" in tex
     assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+MULTIHOST_AT_COLUMN = {  # strategy, workers, hosts, servers
+    "hierarchical-4x2": ({"kind": "allreduce", "algorithm": "hierarchical"}, 8, 4, 0),
+    "allreduce-2x1": ({"kind": "allreduce", "algorithm": "native"}, 2, 2, 0),
+    "ring-2x2": ({"kind": "allreduce", "algorithm": "ring"}, 4, 2, 0),
+    "ps-2x2": ({"kind": "parameter-server", "sync": "sync"}, 4, 2, 1),
+    "ps-sharded-2x1": ({"kind": "parameter-server", "sync": "sync"}, 2, 2, 2),
+}
+
+
+@pytest.mark.parametrize("case", MULTIHOST_AT_COLUMN)
+def test_measured_multihost_topologies_fit_one_column(tmp_path, case):
+    """At one column's width a measured topology across hosts is at most 8.5 cm wide at final size,
+    no word of it (step times, bytes, host addresses) is under 6 pt, and no edge runs through a
+    text or a node it does not join (the data fan and the links to the server stay clear of the
+    workers' labels)."""
+    from dataclasses import replace
+
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import pdf_page_size, pdf_words
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    run = load_run(_multihost_run(tmp_path / "run", *MULTIHOST_AT_COLUMN[case]))
+    result = compile_pdf(render_annotated_topology(replace(run, spec=with_width(run.spec, "column"))))
+    width, _ = pdf_page_size(result.pdf)
+    assert width / 72.27 * 2.54 <= 8.5 + 0.02, width
+    words = pdf_words(result.pdf)
+    assert min(size for _, size in words) >= 6.0 - 0.05, min(words, key=lambda w: w[1])
+    assert check_figure_geometry(result.log) == []
+    hosts = MULTIHOST_AT_COLUMN[case][2]
+    # the step times and the hosts' addresses (4 hosts stack too tall for a column: the first,
+    # an ellipsis and the last stand for them, as for a column of workers)
+    drawn = (1, 4) if hosts == 4 else (1, 2)
+    assert {"ms/step"} | {f"(198.18.0.{h})" for h in drawn} <= {w for w, _ in words}
 
 
 def test_a_measured_figure_wider_than_its_target_width_is_reported(tmp_path):

@@ -223,7 +223,10 @@ WORD_BOX_PER_PT = 0.885
 
 
 def pdf_words(pdf: bytes, timeout: float = TIMEOUT_S) -> list[tuple[str, float]]:
-    """Every word of a PDF with its font size at final size (pt), from pdftotext's word boxes."""
+    """Every word of a PDF with its font size at final size (pt), from pdftotext's word boxes.
+    Sloped text (a label along a steep link) comes one glyph a word, in a box the font size
+    high along one side and the glyph's width along the other, whichever way it is turned
+    (measured): a one-glyph word counts by its longer side."""
     program = tool("pdftotext")
     with tempfile.TemporaryDirectory(prefix="dtgen-txt-") as tmp:
         cwd = Path(tmp)
@@ -232,5 +235,9 @@ def pdf_words(pdf: bytes, timeout: float = TIMEOUT_S) -> list[tuple[str, float]]
         if proc.returncode != 0:
             raise CompileError(f"pdftotext failed: {proc.stderr.decode(errors='replace').strip()}")
         html = (cwd / "figure.html").read_text(encoding="utf-8", errors="replace")
-    return [(m.group(5), (float(m.group(4)) - float(m.group(2))) * 72.27 / 72 / WORD_BOX_PER_PT)
-            for m in _WORD.finditer(html)]
+    words = []
+    for m in _WORD.finditer(html):
+        word, (x0, y0, x1, y1) = m.group(5), (float(m.group(i)) for i in range(1, 5))
+        box = max(y1 - y0, x1 - x0) if len(word) == 1 else y1 - y0
+        words.append((word, box * 72.27 / 72 / WORD_BOX_PER_PT))
+    return words

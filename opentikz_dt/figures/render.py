@@ -160,7 +160,9 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None,
         nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
         **fit_context(spec, layout),
         at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
-        opposite={"below": "above", "above": "below"}, icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+        opposite={"below": "above", "above": "below"},
+        icons=sorted({n.icon for n in layout.nodes if n.kind == "icon"}),
+        aligned={"west": "left", "east": "right"},  # a fitted figure's label lines, flush with the node's edge
         model_note=Tex(escape_text(note or model_note(spec))),  # drawn as node `model` under the picture
     )
     return finish(environment().get_template("topology.tex.j2").render(context), body_only)

@@ -9,31 +9,29 @@ the topology template says so in a TeX comment. Pure; must not import torch.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..shards import shard_tensors
-from ..texsafe import is_cjk
-from .topology_fit import fitted
+from .topology_fit import PT_PER_CM, fitted, hosts_drawn
 from .model import elide
+from .textwidth import split_in_two, text_cm
 
 # Icon node sizes (cm, width x height) as drawn: the picture plus the node's 1pt inner sep.
 ICON_SIZE = {"gpu": (2.0, 1.23), "cpu": (1.5, 1.5), "server": (1.6, 1.3), "dataset": (1.42, 1.32),
              "database": (1.3, 1.45), "none": (1.47, 0.87)}
 # A fitted figure (topology_fit) draws the GPU without its text: the card is half as wide.
 COMPACT_ICON_SIZE = {**ICON_SIZE, "gpu": (1.2, 1.23)}
-CHAR_CM = 0.15  # upper estimate of one \footnotesize sans-serif character (measured 0.13-0.145)
-MATH_CHAR_CM = 0.2  # and of one math glyph (italic, with its spacing)
-LABEL_PAD = 0.14  # slbl inner sep, both sides
 LABEL_H = 0.45  # a one-line label below its node: text, inner sep and the 2pt distance
+LINE_H = 0.36  # each further line of a label (\footnotesize baselineskip, 9.5pt, and room for descenders)
 HOST_PAD = 0.25  # hostbox inner sep (7pt)
 PSBOX_W = 2.4  # psbox minimum width
+PSBOX_FIT_W = 1.6  # and a fitted figure's shard box (its tensors on several lines)
+SHARD_LINE_TENSORS = 3  # tensors listed on one line of a fitted figure's shard box
+SHARD_LINE_H = 0.34  # a line of a fitted shard box (\footnotesize)
 GAP = 0.3  # clear space kept between neighbours
+FAN_MIN_CM = 1.0  # the shortest data fan a fitted figure draws (its label above the data icon)
 ELLIPSIS_GAP = 0.55  # fraction of rowsep between a worker and the ellipsis (topology_common)
 ELLIPSIS_HALF = 0.31  # half the height of the \large \vdots node
-_MACRO = re.compile(r"\\[A-Za-z]+")
-_FONT = re.compile(r"\\(?:mathbf|mathrm|mathit|mathsf|mathcal|boldsymbol|text|textbf|textit)\b")
-_MATH = re.compile(r"\$[^$]*\$")
 
 
 @dataclass(frozen=True)
@@ -71,16 +69,48 @@ def column_ys(slots, rowsep) -> list[float]:
     return [y - mid for y in ys]
 
 
-def text_cm(label: str) -> float:
-    """Estimated width (cm) of a label as printed: a TeX command counts as one character
-    (a font switch as none); math glyphs are wider and math spaces do not print."""
-    def visible(text: str, spaces: bool = True) -> int:
-        shown = re.sub(r"[${}^_]", "", _MACRO.sub("x", _FONT.sub("", text)))
-        return len(shown if spaces else shown.replace(" ", ""))
+def worker_ys(spec, slots, rowsep) -> list[float]:
+    """y (cm) of each slot of a worker column (column_ys). In a fitted figure whose workers sit in
+    host boxes, only the gap between two hosts holds the boxes' padding and the next host's label:
+    workers of one host sit a worker's row apart."""
+    hosts = spec.topology.hosts
+    if not fitted(spec) or hosts < 2 or None in slots:
+        return column_ys(slots, rowsep)
+    inner = rowsep - host_extra(spec)
+    ys = [0.0]
+    for prev, cur in zip(slots, slots[1:]):
+        same = spec.topology.host_of(f"w{prev}") == spec.topology.host_of(f"w{cur}")
+        ys.append(ys[-1] - (inner if same else rowsep))
+    mid = (ys[0] + ys[-1]) / 2
+    return [y - mid for y in ys]
 
-    math = "".join(_MATH.findall(label))
-    wide = sum(1 for ch in label if is_cjk(ch))  # a Chinese or Japanese glyph is a full em: two characters
-    return CHAR_CM * (visible(_MATH.sub("", label)) + wide) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD
+
+def host_extra(spec) -> float:
+    """What the gap between two host boxes adds to a worker's row: both boxes' padding and the
+    lower box's label (a fitted figure keeps a second line for it: a run's address)."""
+    return 2 * HOST_PAD + LABEL_H + (LINE_H if fitted(spec) else 0.0)
+
+
+WRAP_SLACK = 0.4  # cm a label of a fitted figure may reach past its icon on one line
+
+
+def printed_lines(spec, label: str, role: str) -> list[str]:
+    """The lines a node's label prints as. A fitted figure breaks it where it holds a
+    newline (a measured label puts its step time on a line of its own), and splits a line
+    much wider than the node's icon in two, so the label takes no more room than the icon
+    and arrows reaching the icon's side stay clear of it. A natural-width figure prints one line."""
+    if not fitted(spec):
+        return [label]
+    icon_w = icon_size(spec, role)[0]
+    lines = []
+    for line in label.split("\n"):
+        lines += split_in_two(line) if text_cm(line) > icon_w + WRAP_SLACK else [line]
+    return lines
+
+
+def printed_cm(spec, label: str, role: str) -> float:
+    """Estimated width (cm) of a node's label as printed (printed_lines)."""
+    return max(text_cm(line) for line in printed_lines(spec, label, role))
 
 
 def effective_spacing(spec, kind: str) -> Spacing:
@@ -101,8 +131,9 @@ class _Sizes:
         self.worker_w, self.worker_h = icon_size(spec, "worker")
         self.server_w, _ = icon_size(spec, "server")
         drawn = [i for i in elide(t.workers.count, f.max_workers_drawn) if i is not None]
-        self.worker_label = max(text_cm(t.workers.label_of(f"w{i}")) for i in drawn)
-        self.data_half = max(data_w, text_cm(t.data_label)) / 2
+        self.worker_label = max(printed_cm(spec, t.workers.label_of(f"w{i}"), "worker") for i in drawn)
+        self.worker_lines = max(len(printed_lines(spec, t.workers.label_of(f"w{i}"), "worker")) for i in drawn)
+        self.data_half = max(data_w, printed_cm(spec, t.data_label, "data")) / 2
         self.worker_half = max(self.worker_w, self.worker_label) / 2
         self.batch = text_cm(f.labels["batch"])
         self.flow = max(text_cm(f.labels["grad"]), text_cm(f.labels["weight"]))
@@ -121,38 +152,118 @@ class _Sizes:
             count = f"{t.workers.count:,} workers" + (f"\non {t.hosts:,} hosts" if t.hosts > 1 else "")
             data = self.data_half if t.hosts > 1 else self.data_icon_half
             return data + self.brace(count) + self.worker_w / 2 + GAP / 2
-        return self.data_half + self.batch + 2 * GAP + self.column_half
+        if fitted(self.spec) and self.steep_fan():  # the label sits above the icon: short arrows will do
+            return self.data_half + FAN_MIN_CM + self.column_half
+        # The batch label sits in the gap, clear of the data icon by as much as a one-line data
+        # label reaches past it (a fitted figure may print that label on two lines, narrower).
+        data_half = max(self.data_half, text_cm(self.spec.topology.data_label) / 2)
+        return data_half + self.batch + 2 * GAP + self.column_half
+
+    def steep_fan(self) -> bool:
+        """True when the batch label, above the fan's top arrow (45% along it, from its port on
+        the data icon's east side), clears the data icon's top: the top worker sits high enough."""
+        slots = elide(self.spec.topology.workers.count, self.spec.figure.max_workers_drawn)
+        top = worker_ys(self.spec, slots, max(self.spec.figure.rowsep, self.column_rowsep()))[0]
+        start = min(10.0, 4.0 * (len(slots) - 1)) / PT_PER_CM  # topology_common.data_fan's top port
+        return start + 0.45 * (top - start) >= self.data_h / 2 + 0.1
 
     def column_rowsep(self) -> float:
         """A worker, its label and a gap (a host box's padding and label between hosts)."""
-        row = self.worker_h + LABEL_H + GAP
+        row = self.worker_h + LABEL_H + LINE_H * (self.worker_lines - 1) + GAP
         if self.hosts:
-            row += 2 * HOST_PAD + LABEL_H
+            row += host_extra(self.spec)
         if self.elided:  # the ellipsis sits ELLIPSIS_GAP * rowsep below the last worker above it
-            row = max(row, (self.worker_h / 2 + LABEL_H + ELLIPSIS_HALF) / ELLIPSIS_GAP)
+            label = LABEL_H + LINE_H * (self.worker_lines - 1)
+            row = max(row, (self.worker_h / 2 + label + ELLIPSIS_HALF) / ELLIPSIS_GAP)
         return row
 
 
-def _parameter_server(s: _Sizes) -> tuple[float, float]:
+def _server_half(s: _Sizes) -> float:
+    """Half the width of the server: its icon and label, or the padded group box of its shard
+    boxes (label over tensors)."""
     servers = s.spec.topology.servers
     if servers.count == 1:
-        server_half = max(s.server_w, text_cm(servers.label)) / 2
+        return max(s.server_w, text_cm(servers.label)) / 2
+    tensors = max(len(names) for names in shard_tensors(s.spec).values())
+    if fitted(s.spec):  # \footnotesize, its label on the lines it prints as, SHARD_LINE_TENSORS a line
+        title = printed_cm(s.spec, servers.label_of(f"ps{servers.count}"), "server") * 1.1  # bold
+        shard = max(title, 0.45 * min(tensors, SHARD_LINE_TENSORS))
+        return max(PSBOX_FIT_W, shard + 0.35) / 2 + HOST_PAD
+    shard = max(0.9 * text_cm(servers.label_of(f"ps{servers.count}")), 0.45 * min(tensors, 6)) + 0.35
+    return max(PSBOX_W + 0.1, shard) / 2 + HOST_PAD
+
+
+def _parameter_server(s: _Sizes) -> tuple[float, float]:
+    if fitted(s.spec):  # the server sits its own gap right of the workers (fitted_server_gap)
+        return s.data_to_column(), s.column_rowsep()
+    servers = s.spec.topology.servers
+    if servers.count == 1:
         box_top = 1.3 / 2 + LABEL_H  # the server icon, and its label below (the same by symmetry)
-    else:  # shard boxes (label over tensors, \scriptsize) in the padded group box, its label above
-        tensors = max(len(names) for names in shard_tensors(s.spec).values())
-        shard = max(0.9 * text_cm(servers.label_of(f"ps{servers.count}")), 0.45 * min(tensors, 6)) + 0.35
-        server_half = max(PSBOX_W + 0.1, shard) / 2 + HOST_PAD
+    else:  # the shard boxes and the group's label above them
         box_top = 1.25 * (len(elide(servers.count, 4)) - 1) / 2 + 0.5 + HOST_PAD + LABEL_H
     rowsep = max(s.spec.figure.rowsep, s.column_rowsep())
     # The flow labels sit above (below) right of the first (last) edge's midpoint. When that
     # midpoint is level with the server, half the gap must hold a label; above it, any gap will do.
-    top = column_ys(elide(s.spec.topology.workers.count, s.spec.figure.max_workers_drawn), rowsep)[0]
+    top = worker_ys(s.spec, elide(s.spec.topology.workers.count, s.spec.figure.max_workers_drawn), rowsep)[0]
     level = (top + 0.4) / 2 < box_top + 0.1
-    to_server = s.column_half + server_half + (2 * s.flow + 0.3 if level else s.flow + GAP)
+    to_server = s.column_half + _server_half(s) + (2 * s.flow + 0.3 if level else s.flow + GAP)
     return max(s.data_to_column(), to_server), s.column_rowsep()
 
 
+BARRIER_ROOM = 0.75  # the sync barrier bar stands this far in front of the server icon, and a margin
+FLOW_MARGIN = 0.25  # clear space between a flow label and the worker column (or its host box)
+SERVER_MARGIN = 0.2  # and between it and the server (or the barrier bar)
+
+
+@dataclass(frozen=True)
+class FlowRun:
+    """The stretch a fitted figure's worker -> server links run, in cm right of the workers'
+    centre: the links leave the worker icons at `start`, clear the column (its labels, its host
+    box) at `free` and meet the server at `end`; the stretch ends `barrier` earlier (the sync
+    barrier bar stands there). Flow labels sit on [free, end - barrier], never over the column."""
+
+    start: float
+    free: float
+    end: float
+    barrier: float
+
+    def pos_of(self, x: float) -> float:
+        """The fraction of a link's length at which it is x right of the workers' centre."""
+        return round((x - self.start) / (self.end - self.start), 3)
+
+    def label_start_pos(self) -> float:
+        """Where a label hung right of its link (above right, below right) starts."""
+        return self.pos_of(self.free + FLOW_MARGIN)
+
+    def centre_pos(self) -> float:
+        """Where a label centred on its link has the free stretch's middle."""
+        return self.pos_of((self.free + self.end - self.barrier) / 2)
+
+
+def fitted_flow_run(spec) -> FlowRun:
+    """A fitted figure's worker -> server links (or -> all-reduce bar): just long enough that a
+    flow label (the widest of the spec's flow labels) fits between the column and the server,
+    whatever the server's height; the server sits right of `end` by the half of its west side."""
+    s = _Sizes(spec)
+    single = spec.topology.servers.count == 1
+    barred = single and spec.strategy.kind == "parameter-server" and spec.strategy.sync == "sync"
+    barrier = BARRIER_ROOM if barred else 0.0
+    free = s.column_half
+    end = free + max(FAN_MIN_CM, FLOW_MARGIN + s.flow + SERVER_MARGIN + barrier)
+    return FlowRun(round(s.worker_w / 2, 3), round(free, 3), round(end, 3), barrier)
+
+
+def fitted_server_gap(spec) -> float:
+    """Centre to centre, the worker column to the server in a fitted figure (fitted_flow_run)."""
+    s = _Sizes(spec)
+    single = spec.topology.servers.count == 1
+    west = s.server_w / 2 if single else _server_half(s)  # a single server's label hangs right of its west edge
+    return round(fitted_flow_run(spec).end + west, 2)
+
+
 def _allreduce(s: _Sizes) -> tuple[float, float]:
+    if fitted(s.spec):  # the bar sits its own gap right of the workers (fitted_flow_run)
+        return s.data_to_column(), s.column_rowsep()
     # The collective's bar sits at 1.6 colsep: 0.6 colsep holds a worker half, the bar half and the label.
     to_bar = (s.column_half + PSBOX_W / 2 + s.flow + GAP) / 0.6  # its label sits above the edge's middle
     return max(s.data_to_column(), to_bar), s.column_rowsep()
@@ -170,7 +281,7 @@ def _tree(s: _Sizes) -> tuple[float, float]:
 def _hierarchical(s: _Sizes) -> tuple[float, float]:
     t = s.spec.topology
     box = s.worker_half + 0.55 + HOST_PAD  # the leaders' bus runs inside the box, left of the first worker
-    if len(elide(t.hosts, 4)) < t.hosts:
+    if len(elide(t.hosts, hosts_drawn(s.spec))) < t.hosts:
         return s.data_icon_half + s.brace(f"{t.hosts:,} hosts") + box + GAP / 2, 1.2
     return s.data_half + s.batch + 2 * GAP + box, 1.2
 

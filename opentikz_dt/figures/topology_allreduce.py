@@ -8,7 +8,9 @@ import dataclasses
 import math
 
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import Spacing, icon_size, text_cm
+from .topology_fit import fitted, hosts_drawn
+from .spacing import (GAP, HOST_PAD, LABEL_H, LINE_H, PSBOX_W, Spacing, fitted_flow_run, icon_size, printed_cm,
+                      printed_lines)
 from .topology_common import (column_ys, count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout,
                               more_name, worker_column, worker_node)
 
@@ -19,13 +21,16 @@ def allreduce_layout(spec, sp: Spacing) -> Layout:
     edges, braces = data_fan(spec, members, elided, spec.topology.workers.count)
     ys = [n.y for n in nodes if n.kind != "coord"]
     height = max(1.6, max(ys) - min(ys) + 1.2)
-    nodes.append(Node("ar", 1.6 * colsep, 0.0, kind="box", style="psbox", min_height=height,
+    # A fitted figure gives the bar its own gap, its links just long enough for their labels.
+    run = fitted_flow_run(spec) if fitted(spec) else None
+    x = colsep + run.end + PSBOX_W / 2 if run else 1.6 * colsep
+    nodes.append(Node("ar", x, 0.0, kind="box", style="psbox", min_height=height,
                       text=Tex(r"\textbf{all-reduce}\\[1pt]mean of \gradlabel")))
     colors = spec.figure.colors
     for k, member in enumerate(members):
         edges.append(Edge(Port(member, "east"), Port("ar", "west", level=f"{member}.east"), "grad", both=True,
                           label=Tex(r"\gradlabel") if k == 0 else Tex(""), label_side="above",
-                          label_color=f"{colors['grad']}!85!otink"))
+                          label_pos=run.centre_pos() if run else 0.5, label_color=f"{colors['grad']}!85!otink"))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, host_groups(spec, members, elided), braces)
 
 
@@ -34,9 +39,11 @@ def ring_layout(spec, sp: Spacing) -> Layout:
     count = spec.topology.workers.count
     nodes, members, elided = worker_column(spec, sp, colsep)
     edges, braces = data_fan(spec, members, elided, count)
-    # the links turn right of the icons and of their labels, where a label is the wider
-    widest = max(text_cm(spec.topology.workers.label_of(m)) for m in members)
-    inner = max(0.55, (widest - icon_size(spec, "worker")[0]) / 2 + 0.25)
+    # the links turn right of the icons and of their labels, where a label is the wider (and
+    # of the host boxes around them)
+    widest = max(printed_cm(spec, spec.topology.workers.label_of(m), "worker") for m in members)
+    boxed = HOST_PAD if spec.topology.hosts > 1 and not elided else 0.0
+    inner = max(0.55, (widest - icon_size(spec, "worker")[0]) / 2 + 0.25 + boxed)
     outer = inner + 0.7
     for a, b in zip(members, members[1:]):
         skipped = int(b[1:]) - int(a[1:]) > 1
@@ -47,7 +54,9 @@ def ring_layout(spec, sp: Spacing) -> Layout:
     edges.append(Edge(Port(last, "east", dy=-4), Port(first, "east", dy=4), "ring", route="ortho", dx=outer,
                       label=Tex(f"$c_{{{last[1:]}}}$"), label_side="right", label_pos=0.25))
     bottom = min(n.y for n in nodes)
-    below = 1.45 + (0.35 if spec.topology.hosts > 1 and not elided else 0.0)  # clear the host box
+    # under the last worker's label (its lines) and its host box
+    lines = len(printed_lines(spec, spec.topology.workers.label_of(members[-1]), "worker"))
+    below = 1.45 + LINE_H * (lines - 1) + (0.35 if spec.topology.hosts > 1 and not elided else 0.0)
     nodes.append(Node("note", colsep + 0.2, bottom - below, kind="text",
                       text=Tex(r"ring all-reduce of \gradlabel: " + count_text(count) + r" chunks\\"
                                + f"reduce-scatter, then all-gather: {count_text(2 * (count - 1))} steps")))
@@ -127,6 +136,8 @@ def tree_layout(spec, sp: Spacing) -> Layout:
 # How far a host box reaches below its workers' centre, before the broadcast arch: the icon,
 # the label (with room for descenders, as "ms/step" has) and the arch's own label.
 BOX_BELOW = 1.3
+# The bus label hangs this far below a host box (label_y below): its text and a margin.
+BUS_LABEL_H = 0.55
 # Nested intra-host arcs (control points, cm): far enough apart that a label on an inner
 # arc (a measured figure's bytes per step) stays clear of the arc around it.
 ARC_STEP = 0.9
@@ -136,20 +147,33 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
     colsep, rowsep = sp.colsep, sp.rowsep
     t = spec.topology
     hosts, per_host = t.hosts, t.workers.count // t.hosts
-    host_slots = elide(hosts, 4)
+    host_slots = elide(hosts, hosts_drawn(spec))
     drawn_per_host = len([w for w in elide(per_host, 4) if w is not None])
     arch = 0.75 * (0.55 + ARC_STEP * (drawn_per_host - 2)) + 0.1 if drawn_per_host > 1 else 0.2
-    host_gap = max(4.3 + 2 * arch, rowsep)  # the gap between host boxes holds the bus label and a host label
+    # Workers side by side: a pitch of the wider of icon and label (a measured figure's
+    # labels carry step times and are much wider than the icons).
+    worker_w = icon_size(spec, "worker")[0]
+    labels = [t.workers.label_of(f"w{i}") for i in range(1, t.workers.count + 1)]
+    half = max([worker_w] + [printed_cm(spec, label, "worker") for label in labels]) / 2
+    # A box reaches above its workers' centre past the reduce arch, and below them past their
+    # labels (lower for labels printed on several lines) and the broadcast arch.
+    lines = max(len(printed_lines(spec, label, "worker")) for label in labels)
+    above, below = 0.8 + arch, BOX_BELOW + LINE_H * (lines - 1) + arch
+    # The gap between host boxes holds the bus label and a host label. A fitted figure's boxes
+    # stand just that far apart (its host label keeps a second line, for a run's address).
+    host_label = LABEL_H + LINE_H
+    if fitted(spec):
+        host_gap = above + below + 2 * HOST_PAD + BUS_LABEL_H + host_label + GAP
+    else:
+        host_gap = max(4.3 + 2 * arch, rowsep)
     ys = column_ys([s for s in host_slots], host_gap)
     nodes, groups, edges, members, leaders = [], [], [], [], []
     colors = spec.figure.colors
     x0 = colsep
-    # Workers side by side: a pitch of the wider of icon and label (a measured figure's
-    # labels carry step times and are much wider than the icons).
-    worker_w = icon_size(spec, "worker")[0]
-    half = max([worker_w] + [text_cm(t.workers.label_of(f"w{i}")) for i in range(1, t.workers.count + 1)]) / 2
     for k, (slot, y) in enumerate(zip(host_slots, ys)):
         if slot is None:
+            if fitted(spec):  # the boxes stand close: between the bus label and the next host's label
+                y = (ys[k - 1] - below - HOST_PAD - BUS_LABEL_H + ys[k + 1] + above + HOST_PAD + host_label) / 2
             nodes.append(ellipsis_node(more_name("h", host_slots, k), x0 + 1.3, y))
             continue
         worker_slots = elide(per_host, 4)
@@ -180,8 +204,8 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
         # The leaders' bus runs inside each box, left of its leader and its label: the box reaches past it.
         bus_x = x0 - half - 0.4
         nodes.append(Node(f"h{slot}-bus", bus_x, y, kind="coord"))
-        nodes.append(Node(f"h{slot}-top", bus_x - 0.15, y + 0.8 + arch, kind="coord"))
-        nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - BOX_BELOW - arch, kind="coord"))
+        nodes.append(Node(f"h{slot}-top", bus_x - 0.15, y + above, kind="coord"))
+        nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - below, kind="coord"))
         leaders.append((f"h{slot}", leader, y))
         groups.append(Group(f"h{slot}", tuple(inside) + (f"h{slot}-top", f"h{slot}-bottom"), "hostbox",
                             label=Tex(f"Host {slot}: {count_text(per_host)} workers"), label_dx=0.55))
@@ -198,7 +222,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
     # inside the boxes' left edges, one arrow into each leader, so no two heads meet.
     for (ha, _, ya), (hb, _, yb) in zip(leaders, leaders[1:]):
         skipped = int(hb[1:]) - int(ha[1:]) > 1
-        label_y = ya - BOX_BELOW - arch - 0.25 - 0.28  # in the gap, above the next host's label
+        label_y = ya - below - 0.25 - 0.28  # in the gap, above the next host's label
         edges.append(Edge(Port(f"{ha}-bus"), Port(f"{hb}-bus"), "bus", elided=skipped,
                           label=Tex("inter-host all-reduce between leaders") if ha == leaders[0][0] else Tex(""),
                           label_side="right", label_pos=round((ya - label_y) / (ya - yb), 3)))

@@ -12,7 +12,7 @@ import dataclasses
 from ..texsafe import render_label
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
 from .names import ICON_MACROS, worker_label_macro
-from .spacing import ICON_SIZE, Spacing, column_ys, text_cm
+from .spacing import ICON_SIZE, Spacing, column_ys, printed_cm, printed_lines, worker_ys
 
 
 def count_text(n: int) -> str:
@@ -21,9 +21,9 @@ def count_text(n: int) -> str:
 
 def label_macros(spec, worker_ids) -> dict:
     f = spec.figure
-    macros = {"datalabel": render_label(spec.topology.data_label)}
+    macros = {"datalabel": node_label(spec, spec.topology.data_label, "data")}
     for worker_id in worker_ids:
-        macros[worker_label_macro(worker_id)] = render_label(spec.topology.workers.label_of(worker_id))
+        macros[worker_label_macro(worker_id)] = node_label(spec, spec.topology.workers.label_of(worker_id), "worker")
     if spec.topology.servers.count:
         macros["pslabel"] = render_label(spec.topology.servers.label)
     macros["batchlabel"] = render_label(f.labels["batch"])
@@ -31,6 +31,11 @@ def label_macros(spec, worker_ids) -> dict:
     macros["weightlabel"] = render_label(f.labels["weight"])
     macros["titlelabel"] = render_label(spec.title)
     return {name: Tex(value) for name, value in macros.items()}
+
+
+def node_label(spec, label: str, role: str) -> str:
+    """TeX of a node's label, on the lines it prints as (spacing.printed_lines)."""
+    return "\\\\".join(render_label(line) for line in printed_lines(spec, label, role))
 
 
 def make_layout(spec, sp: Spacing, nodes, edges=(), groups=(), braces=()) -> Layout:
@@ -49,7 +54,7 @@ def _data_label_clear_of_fan(spec, nodes: list, edges) -> list:
     if data is None:
         return nodes
     width, height = ICON_SIZE[spec.figure.icons["data"]]
-    overhang = text_cm(spec.topology.data_label) / 2 - width / 2
+    overhang = printed_cm(spec, spec.topology.data_label, "data") / 2 - width / 2
     by_name = {n.name: n for n in nodes}
     slopes = [abs(by_name[e.dst.node].y - data.y) / max(by_name[e.dst.node].x - data.x - width / 2, 0.1)
               for e in edges if e.src.node == "data" and e.dst.node in by_name and not by_name[e.dst.node].rel]
@@ -95,7 +100,7 @@ def worker_column(spec, sp: Spacing, x, prefix="w", count=None, node_for=None):
     """Nodes of an (elided) column of workers or hosts; returns (nodes, drawn member names)."""
     count = spec.topology.workers.count if count is None else count
     slots = elide(count, spec.figure.max_workers_drawn)
-    ys = column_ys(slots, sp.rowsep)
+    ys = worker_ys(spec, slots, sp.rowsep)
     nodes, names = [], []
     for k, (slot, y) in enumerate(zip(slots, ys)):
         if slot is None:
@@ -140,8 +145,9 @@ def host_groups(spec, members, elided) -> list:
     return groups
 
 
-def sync_pairs(spec, members, target, half=15.0, back_style="wts", back_label=r"\weightlabel"):
-    """Gradient to `target` and weights back, one offset pair per member, each on its own port."""
+def sync_pairs(spec, members, target, half=15.0, back_style="wts", back_label=r"\weightlabel", label_pos=0.5):
+    """Gradient to `target` and weights back, one offset pair per member, each on its own port;
+    the flow labels sit `label_pos` along the links from the members."""
     colors = spec.figure.colors
     ports = spread(len(members), min(half, 5.0 * (len(members) - 1)))  # along the target's side, not one point
     step = abs(ports[0] - ports[1]) if len(ports) > 1 else 10.0
@@ -151,8 +157,9 @@ def sync_pairs(spec, members, target, half=15.0, back_style="wts", back_label=r"
         first, last = k == 0, k == len(members) - 1
         edges.append(Edge(Port(member, "east", dy=off), Port(target, "west", dy=dy + off), "grad",
                           label=Tex(r"\gradlabel") if first else Tex(""), label_side="above right",
-                          label_color=f"{colors['grad']}!85!otink", sloped=False))
+                          label_pos=label_pos, label_color=f"{colors['grad']}!85!otink", sloped=False))
         edges.append(Edge(Port(target, "west", dy=dy - off), Port(member, "east", dy=-off), back_style,
                           label=Tex(back_label) if last else Tex(""), label_side="below right",
-                          label_color=f"{colors['weight']}!70!otink", sloped=False))
+                          label_pos=round(1 - label_pos, 3), label_color=f"{colors['weight']}!70!otink",
+                          sloped=False))
     return edges

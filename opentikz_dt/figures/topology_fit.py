@@ -1,9 +1,11 @@
 """Topology figures at a target width (figure.width, `dtgen figure --width`).
 
 The layout adapts first: the gaps shrink to what the labels and icons need (the spec's
-colsep / rowsep are for the natural-width figure), fewer workers are drawn (the existing
-ellipsis and brace stand for the rest), icons drop their decorative text and box texts
-grow to \\footnotesize. What is left is scaled in TeX (templates/topology.tex.j2 measures
+colsep / rowsep are for the natural-width figure; the server or all-reduce bar gets a gap
+of its own, spacing.fitted_flow_run), fewer workers and hosts are drawn (the existing
+ellipsis and brace stand for the rest), labels much wider than their icons print on two
+lines (spacing.printed_lines), icons drop their decorative text and box texts grow to
+\\footnotesize. What is left is scaled in TeX (templates/topology.tex.j2 measures
 the picture): down to the target width, but never below the scale where the smallest
 text (8 pt \\footnotesize; 6 pt where a label's math has a subscript) reaches
 fit.MIN_TEXT_PT at final size; a figure that still does
@@ -22,6 +24,8 @@ SMALLEST_TEXT_PT = 8.0  # \footnotesize: labels, notes, and box texts in a fitte
 MIN_SCALE = MIN_TEXT_PT / SMALLEST_TEXT_PT
 NARROW_CM = 12.0  # below this target, draw at most COMPACT_WORKERS members of a column
 COMPACT_WORKERS = 4
+MAX_HOSTS_DRAWN = 4  # host boxes stacked in a hierarchical all-reduce before the ellipsis
+COMPACT_HOSTS = 3  # and below NARROW_CM, where the picture is as tall as its boxes are many
 PT_PER_CM = 72.27 / 2.54
 BORDER_PT = 8.0  # the standalone border on each side (templates/base.tex.j2)
 
@@ -39,6 +43,12 @@ def compact_spec(spec):
     drawn = min(spec.figure.max_workers_drawn, COMPACT_WORKERS) if width < NARROW_CM else spec.figure.max_workers_drawn
     return dataclasses.replace(spec, figure=dataclasses.replace(spec.figure, colsep=1.0, rowsep=1.2,
                                                                  max_workers_drawn=drawn))
+
+
+def hosts_drawn(spec) -> int:
+    """At most this many host boxes stack (the first, an ellipsis and the last stand for more)."""
+    width = target_width_cm(spec)
+    return COMPACT_HOSTS if width is not None and width < NARROW_CM else MAX_HOSTS_DRAWN
 
 
 SCRIPT_TEXT_PT = 6.0  # a sub- or superscript (or a fraction's parts) of \footnotesize math

@@ -8,7 +8,7 @@ import math
 
 from ..workload import workload_of
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import Spacing, icon_size, text_cm
+from .spacing import LINE_H, Spacing, icon_size, printed_lines, text_cm
 from .topology_fit import fitted
 from .topology_common import count_text, data_node, ellipsis_node, make_layout, more_name, worker_node
 
@@ -95,7 +95,9 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
                           label=Tex(r"$\nabla$act.") if k == 0 else Tex(""), label_side="below",
                           label_color=f"{colors['grad']}!85!otink"))
     mb = spec.strategy.microbatches
-    nodes.append(Node("note", step, -1.45, kind="text",
+    # under the stages, and under the data label, which a fitted figure may print on two lines
+    below = 1.45 + LINE_H * (len(printed_lines(spec, spec.topology.data_label, "data")) - 1)
+    nodes.append(Node("note", step, -below, kind="text",
                       text=Tex(f"{'GPipe' if spec.strategy.schedule == 'gpipe' else '1F1B'} schedule, "
                                f"{count_text(mb)} microbatches of {count_text(spec.training.batch_size // mb)} samples, "
                                f"{count_text(stages)} stages")))

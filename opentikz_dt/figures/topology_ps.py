@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 
 from ..shards import shard_tensors
-from ..texsafe import escape_text
+from ..texsafe import escape_text, render_label
 from ..workload import abbreviate_tensors
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
-from .spacing import Spacing, icon_size
+from .spacing import (PSBOX_FIT_W, SHARD_LINE_H, SHARD_LINE_TENSORS, Spacing, fitted_flow_run, fitted_server_gap,
+                      icon_size, printed_lines)
 from .texts import server_group_caption
 from .topology_fit import fitted
 from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
@@ -23,31 +24,35 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
     edges, braces = data_fan(spec, members, elided, spec.topology.workers.count)
     groups = host_groups(spec, members, elided)
     servers = spec.topology.servers
+    # A fitted figure gives the server its own gap: the data fan and the flows need different room.
+    server_x = colsep + (fitted_server_gap(spec) if fitted(spec) else colsep)
     if servers.count == 1:
-        nodes.append(server_node(spec, 2 * colsep, 0.0))
+        nodes.append(server_node(spec, server_x, 0.0))
         target = "ps"
     else:
         owned = shard_tensors(spec)
         slots = elide(servers.count, 4)
-        gap = 1.25
+        texts = {slot: shard_text(spec, f"ps{slot}", owned[f"ps{slot}"]) for slot in slots if slot is not None}
+        gap = _shard_gap(spec, texts.values())
         top = gap * (len(slots) - 1) / 2
         shard_names = []
         for k, slot in enumerate(slots):
             y = top - k * gap
             if slot is None:
-                nodes.append(ellipsis_node(more_name("ps", slots, k), 2 * colsep, y))
+                nodes.append(ellipsis_node(more_name("ps", slots, k), server_x, y))
                 shard_names.append(more_name("ps", slots, k))
                 continue
-            # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
-            nodes.append(Node(f"ps{slot}", 2 * colsep, y, kind="box", style="psbox",
-                              text=shard_text(spec, f"ps{slot}", owned[f"ps{slot}"])))
+            nodes.append(Node(f"ps{slot}", server_x, y, kind="box", style="psbox", text=texts[slot],
+                              min_width=PSBOX_FIT_W if fitted(spec) else 0.0))
             shard_names.append(f"ps{slot}")
         groups.append(Group("psgroup", tuple(shard_names), "hostbox",
                             label=server_group_caption(spec, _line_break(spec))))
         target = "psgroup"
-    edges += sync_pairs(spec, members, target)
+    # a fitted figure's flow labels sit just right of the column, where its links start
+    label_pos = fitted_flow_run(spec).label_start_pos() if fitted(spec) else 0.5
+    edges += sync_pairs(spec, members, target, label_pos=label_pos)
     if spec.strategy.kind == "parameter-server" and servers.count == 1:
-        nodes, edges = _sync_or_async(spec, colsep, nodes, edges)
+        nodes, edges = _sync_or_async(spec, server_x, nodes, edges)
     if spec.strategy.kind == "central-storage":
         # TensorFlow's CentralStorageStrategy: the variables live on one device (no server
         # process), every replica's gradients are reduced there in one synchronous step.
@@ -56,10 +61,23 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
 
 
+def _shard_gap(spec, texts) -> float:
+    """Centre to centre, two shard boxes: a fitted figure lists the tensors on several lines,
+    so its boxes stand as far apart as the tallest is high."""
+    if not fitted(spec):
+        return 1.25
+    lines = max(text.count("\\\\") + 1 for text in texts)
+    return max(1.25, SHARD_LINE_H * lines + 0.55)
+
+
 def shard_text(spec, shard_id: str, tensors: list[str]) -> Tex:
     """A shard box: its label and number, then the tensors it owns."""
+    if fitted(spec):  # the label on the lines it prints as, each line bold (a line of a box sets its own font)
+        lines = printed_lines(spec, spec.topology.servers.label_of(shard_id), "server")
+        title = "\\\\".join(f"\\textbf{{{render_label(line)}}}" for line in lines)
+        return Tex(f"{title}\\\\[1pt]" + _tensor_math(tensors, plain=True))
     # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
-    return Tex(f"\\textbf{{\\pslabel{{}} {shard_id[2:]}}}\\\\[1pt]" + _tensor_math(tensors, fitted(spec)))
+    return Tex(f"\\textbf{{\\pslabel{{}} {shard_id[2:]}}}\\\\[1pt]" + _tensor_math(tensors))
 
 
 def _line_break(spec) -> str:
@@ -68,7 +86,8 @@ def _line_break(spec) -> str:
 
 def _tensor_math(tensors: list[str], plain: bool = False) -> str:
     """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only);
-    plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure;
+    plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure, and
+    SHARD_LINE_TENSORS a line, so the box stays narrow;
     other models' names as abbreviated text ('blocks.0.*'), escaped."""
     if not tensors:
         return r"tensors of the\\built model"
@@ -83,19 +102,27 @@ def _tensor_math(tensors: list[str], plain: bool = False) -> str:
         parts.append(("W" if kind == "weight" else "b") + (number if plain else "_{" + number + "}"))
     if len(parts) > 6:
         parts = parts[:3] + [r"\ldots"] + parts[-2:]
-    return ", ".join(parts) if plain else "$" + ", ".join(parts) + "$"
+    if plain:
+        lines = [parts[i:i + SHARD_LINE_TENSORS] for i in range(0, len(parts), SHARD_LINE_TENSORS)]
+        return ",\\\\".join(", ".join(line) for line in lines)
+    return "$" + ", ".join(parts) + "$"
 
 
-def _sync_or_async(spec, colsep, nodes, edges):
+def _sync_or_async(spec, server_x, nodes, edges):
     """Sync: a barrier bar in front of the server, which waits for every worker's gradient.
     Async: no bar; each worker pushes and pulls at its own pace (the seed's distinction)."""
     count = count_text(spec.topology.workers.count)
     if spec.strategy.sync == "sync":
-        x = 2 * colsep - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
+        x = server_x - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
         nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
         edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
-        text = f"sync: waits for all {count}\\\\\\gradlabel{{}}, then one update"
+        lines = [f"sync: waits for all {count}", "\\gradlabel{}, then one update"]
+        if fitted(spec):  # a narrower note: about as wide as the server's label
+            lines = ["sync: waits for", f"all {count} \\gradlabel{{}}, then", "one update"]
     else:
-        text = "async: each worker pushes and\\\\pulls at its own pace, no barrier"
+        lines = ["async: each worker pushes and", "pulls at its own pace, no barrier"]
+        if fitted(spec):
+            lines = ["async: each worker", "pushes and pulls at its", "own pace, no barrier"]
+    text = "\\\\".join(lines)
     return nodes + [Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
                          text=Tex(text))], edges

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
-from ..figures.spacing import text_cm
-from ..figures.topology_fit import fitted
-from ..figures.topology import build_layout
+from ..figures.spacing import fitted_flow_run, text_cm
+from ..figures.topology_fit import compact_spec, fitted
+from ..figures.topology import build_layout, layout_kind
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
@@ -51,15 +51,19 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     traffic = metrics["bytes"]
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
     layout = layout or _layout_for(spec, step_ms)
+    # a fitted parameter server's links are as long as their labels need (spacing.fitted_flow_run)
+    run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms))) \
+        if fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS else None
     slow = tuple(stragglers(metrics["step_time_s"]))
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     nodes = []
     for node in layout.nodes:
         match = _WORKER.match(node.name)
         if match and node.kind == "icon" and node.name in step_ms:
-            text = f"{step_ms[node.name]:.1f} ms/step"  # the straggler is told by its colour and the note
-            node = replace(node, label=Tex(f"{node.label}: {escape_text(text)}"),
-                           color=highlight if node.name in slow else node.color)
+            text = escape_text(f"{step_ms[node.name]:.1f} ms/step")  # the straggler is told by its colour and the note
+            # a fitted figure puts the time on a line of its own: the label stays about as narrow as the icon
+            label = f"{node.label}\\\\{text}" if fitted(spec) else f"{node.label}: {text}"
+            node = replace(node, label=Tex(label), color=highlight if node.name in slow else node.color)
         nodes.append(node)
     # A link label is exact only where a worker has one link each way (parameter server,
     # ring); a worker with several (pipeline middle stages, trees, gossip) gets its totals
@@ -74,6 +78,10 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
         if edge.style in SENDING + ("wts",) and _WORKER.match(edge.dst.node):
             in_edges.setdefault(edge.dst.node, []).append(edge.name)
     boxed = {m for g in layout.groups if _HOST.match(g.name) for m in g.members}
+    # A fitted column's links converge on the server, too close for a label on each: where every
+    # worker's links carry the same bytes (as printed), the flow labels say them once.
+    ranks = [_rank_of(w) for w in sorted(set(out_edges) | set(in_edges))]
+    once = run is not None and layout_kind(spec) != "allreduce" and _alike([traffic.get(r, {}) for r in ranks], steps)
     edges, links = [], []
     for edge in layout.edges:
         src, dst = edge.src.node, edge.dst.node
@@ -93,7 +101,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             other = dst if direction == "sent" else src
             if worker in boxed and other not in boxed and edge.route == "line":
                 near = 0.58
-            pos = near if _WORKER.match(src) else 1 - near
+            pos = near if _WORKER.match(src) else round(1 - near, 3)
             if edge.route == "ortho":  # a ring link: beside its vertical run, as drawn
                 pos = edge.label_pos
             # Sloped along its link, on the outer side of the pair: the link that leaves the
@@ -101,10 +109,18 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             worker_port = edge.src if direction == "sent" else edge.dst
             side = ("above, sloped" if worker_port.dy >= 0 else "below, sloped") if edge.route == "line" \
                 else edge.label_side
+            if run is not None and other in _SERVER_ENDS:  # between the column and the server
+                if once:  # the flow labels where the figure has them: bytes on those links only
+                    pos, side = edge.label_pos, edge.label_side
+                else:
+                    pos = run.centre_pos() if _WORKER.match(src) else round(1 - run.centre_pos(), 3)
+                    side = "above" if edge.both else side
             if edge.route == "ortho":  # a ring link: its traffic per step, not the chunk it carries first
                 label = Tex(f"{text}/step")
             elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
                 label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
+            elif once and run is not None and other in _SERVER_ENDS:
+                label = Tex(f"{edge.label}~{text}" if edge.label else "")
             else:
                 label = Tex(f"{edge.label}~{text}" if edge.label else text)
             edge = replace(edge, label=label, label_pos=pos, label_side=side)
@@ -119,6 +135,8 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     nodes = [replace(n, y=n.y - 0.25) if n.name == "note" else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
     lines = [f"measured, mean of {metrics['steps']:,} steps: traffic per link per step; step time per worker"]
+    if once:
+        lines.append("every worker's links alike: labelled once")
     if totals:
         lines.append("; ".join(
             f"{_who(spec, w)} per step: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
@@ -147,14 +165,23 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     return Annotation(annotated, tuple(links), step_ms, slow)
 
 
+def _alike(traffic: list, steps: int) -> bool:
+    """True when the workers (their ranks' traffic) all send the same bytes per step and all
+    receive the same, as the figure prints them."""
+    return all(len({human_bytes(t.get(d, 0) / steps) for t in traffic}) == 1 for d in ("sent", "recv"))
+
+
 _HOST = re.compile(r"^h([1-9][0-9]*)$")
+_SERVER_ENDS = ("ps", "psgroup", "ar")  # what the links of a parameter server (an all-reduce bar) end at
+_FLOW_RUN_KINDS = ("parameter-server", "central-storage", "allreduce")  # drawn with spacing.fitted_flow_run
 
 
-def measured_hosts(layout: Layout, ranks: list) -> Layout:
+def measured_hosts(layout: Layout, ranks: list, wrap: bool = False) -> Layout:
     """Host boxes say where their workers actually ran: each box (h1..) gets the address
     run.json measured for its workers, or, when they ran on several machines (the spec's
     hosts did not match the nodes), how many. Boxes of workers without an address (a
-    one-machine run) are left as the spec drew them."""
+    one-machine run) are left as the spec drew them. `wrap` (a fitted figure): the address
+    on a line of its own, so the label is no wider than the box and links leave it alone."""
     addr = {f"w{r['rank'] + 1}": r.get("addr") for r in ranks if r.get("role") == "worker" and r.get("addr")}
     if not addr:
         return layout
@@ -163,7 +190,8 @@ def measured_hosts(layout: Layout, ranks: list) -> Layout:
         seen = sorted({addr[m] for m in group.members if m in addr}) if _HOST.match(group.name) else []
         if seen:
             where = seen[0] if len(seen) == 1 else f"ran on {len(seen)} machines"
-            group = replace(group, label=Tex(f"{group.label} ({escape_text(where)})"))
+            joint = "\\\\" if wrap else " "
+            group = replace(group, label=Tex(f"{group.label}{joint}({escape_text(where)})"))
         groups.append(group)
     return replace(layout, groups=tuple(groups))
 
@@ -175,14 +203,23 @@ def _layout_for(spec, step_ms: dict) -> Layout:
     layout = build_layout(spec)
     if not fitted(spec) and spec.topology.hosts < 2:
         return layout
+    return replace(build_layout(_spaced_spec(spec, step_ms)), macros=layout.macros)
+
+
+def _spaced_spec(spec, step_ms: dict):
+    """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
+    step time, each link's its bytes per step."""
     workers = spec.topology.workers
-    labels = {**workers.labels, **{w: f"{workers.label_of(w)}: {ms:.1f} ms/step" for w, ms in step_ms.items()
+    # as annotate_layout prints them: a fitted figure's step time on a line of its own, which
+    # it never breaks (a no-break space keeps spacing.printed_lines from splitting it)
+    joint, space = ("\n", "\u00a0") if fitted(spec) else (": ", " ")
+    labels = {**workers.labels, **{w: f"{workers.label_of(w)}{joint}{ms:.1f}{space}ms/step" for w, ms in step_ms.items()
                                    if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
-    if spec.topology.hosts > 1:  # a link label gains its bytes per step ("888 kB", a little spare)
+    if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
         flows = {k: f"{v}~888.8 kB" for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
         wide = replace(wide, figure=replace(spec.figure, labels={**spec.figure.labels, **flows}))
-    return replace(build_layout(wide), macros=layout.macros)
+    return wide
 
 
 def _wrap(line: str, width: int = 46) -> list[str]:
@@ -218,7 +255,7 @@ def _ring_return_clear_of_labels(edges: list) -> list:
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured topology figure of a run as standalone TeX."""
     annotation = annotate_layout(run.spec, run.metrics)
-    layout = measured_hosts(annotation.layout, run.info.get("ranks") or [])
+    layout = measured_hosts(annotation.layout, run.info.get("ranks") or [], wrap=fitted(run.spec))
     layout = _built_model_shards(layout, run)
     # run.json's model (from the launcher's preflight) gives a python model's real size
     note = (run.info.get("model") or {}).get("description")
