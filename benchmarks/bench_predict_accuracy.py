@@ -1,15 +1,15 @@
 """Prediction accuracy: predict, then run, every example strategy at 2-5 ranks on this machine.
 
-For each example, predictions of one target run (`dtgen run --steps 40`) from:
-  calibrate   `dtgen calibrate SPEC`: the probe and a 20-step run of the spec (the default);
+For each example, predictions of one target run (`dtgen run --steps 60`) from:
+  calibrate   `dtgen calibrate SPEC`: the probe and a 30-step run of the spec (the default);
   probe       `dtgen calibrate SPEC --probe-only`: micro-benchmarks alone;
-  fit         `dtgen calibrate --from RUN` of another 30-step run of the spec;
+  fit         `dtgen calibrate --from RUN` of another 40-step run of the spec;
   half        `dtgen calibrate` of the same spec at half the workers, predicting the full
               size: the model's scaling, not only its costs (data-parallel examples);
 and `repeat`, the noise floor: how far that other run's step time is from the target's.
 Step time is the mean over workers, first step left out (metrics.json).
 
-    python benchmarks/bench_predict_accuracy.py [--only ps-sync,allreduce-ring] [--steps 40] [--json FILE]
+    python benchmarks/bench_predict_accuracy.py [--only ps-sync,allreduce-ring] [--steps 60] [--json FILE]
         [--multihost 200mbit]     # also 2 emulated hosts with shaped links (root; scripts/netcluster.sh)
 
 Takes about a minute per strategy here. Timings on a shared machine are noisy: the
@@ -59,6 +59,11 @@ def half_spec(spec: Path, tmp: Path) -> Path | None:
     if half == workers.get("count", 3) or half % data["topology"].get("hosts", 1):
         return None
     workers["count"] = half
+    if data["strategy"].get("peers", 1) >= half:  # gossip: as many neighbours as there are
+        data["strategy"]["peers"] = half - 1
+    keep = {f"w{i}" for i in range(1, half + 1)}  # a straggler beyond the half stays out
+    if "slowdown" in workers:
+        workers["slowdown"] = {w: f for w, f in workers["slowdown"].items() if w in keep}
     out = tmp / f"{spec.stem}-half.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return out
@@ -76,7 +81,7 @@ def one(name: str, tmp: Path, steps: int) -> dict:
            "fit": tmp / f"{name}-fit.json", "half": tmp / f"{name}-half.json"}
     dtgen("calibrate", spec, "-o", cal["calibrate"])
     dtgen("calibrate", spec, "--probe-only", "-o", cal["probe"])
-    dtgen("run", spec, "--out", tmp / f"{name}-other", "--steps", 30)
+    dtgen("run", spec, "--out", tmp / f"{name}-other", "--steps", 40)
     dtgen("calibrate", "--from", tmp / f"{name}-other", "-o", cal["fit"])
     half = half_spec(spec, tmp)
     if half is not None:
@@ -132,7 +137,7 @@ def one_multihost(name: str, tmp: Path, steps: int, link: str) -> dict:
     spec = tmp / f"mh-{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     with NetCluster(2, link=link) as cluster:
-        cal = multihost_run(cluster, spec, tmp / f"mh-{name}-cal", 30)
+        cal = multihost_run(cluster, spec, tmp / f"mh-{name}-cal", 40)
         run = multihost_run(cluster, spec, tmp / f"mh-{name}-run", steps)
     dtgen("calibrate", "--from", cal, "-o", tmp / f"mh-{name}-fit.json")
     out = tmp / f"mh-{name}-pred"
@@ -155,7 +160,7 @@ def line(r: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(EXAMPLES))
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--json", default=None)
     parser.add_argument("--multihost", default=None, metavar="LINK",
                         help="also 2 emulated hosts with each link shaped to LINK (e.g. 200mbit; root, ip netns, tc)")
@@ -167,7 +172,7 @@ def main() -> None:
             try:
                 rows.append(one(name, Path(tmp), args.steps))
             except subprocess.CalledProcessError as exc:
-                print(f"{name}: failed: {exc.stderr.decode()[-300:]}", flush=True)
+                print(f"{name}: failed: {exc.stderr.decode()[-800:]}", flush=True)
                 continue
             print(line(rows[-1]), flush=True)
         if args.multihost:

@@ -323,9 +323,6 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     Calibration(data).save(out_path)
 
 
-RUN_STEPS = 20
-
-
 def _where(spec, spec_path) -> dict:
     """Where a python model's module and a dataset file are found: beside the spec, as in `dtgen run`."""
     spec_dir = Path(spec_path).resolve().parent if spec_path else Path.cwd()

@@ -24,7 +24,7 @@ from ..errors import DtgenError
               help="With --from: a measured calibration for what the run cannot show (message sizes, collectives).")
 @click.option("--ranks", type=click.IntRange(min=2, max=64),
               help="Processes to measure with (default: the spec's ranks); implies --probe-only.")
-@click.option("--run-steps", type=click.IntRange(min=4, max=1000), default=20, show_default=True,
+@click.option("--run-steps", type=click.IntRange(min=4, max=1000), default=30, show_default=True,
               help="Steps of the short real run of SPEC that follows the probe.")
 @click.option("--probe-only", is_flag=True,
               help="Micro-benchmarks only, no run of SPEC (misses the runner's own per-step work).")
