@@ -46,7 +46,7 @@ STRATEGIES = (
              ("push", "fetch", "wait", "update"), sync_modes=("sync", "async"), servers=(1, None)),
     Strategy("central-storage", "Central-storage training", "central_storage",
              ("push", "fetch", "wait", "update"), servers=(1, 1), server_label="Central storage"),
-    Strategy("allreduce", "All-reduce data-parallel training", "allreduce", ("allreduce", "optimizer"),
+    Strategy("allreduce", "All-reduce data-parallel training", "allreduce", ("allreduce", "optimizer", "wait"),
              algorithms=("native", "ring", "tree", "hierarchical"), options=("algorithm",), workers=(2, None),
              drawers=("allreduce", "ring", "tree", "hierarchical")),
     Strategy("gossip", "Decentralized gossip training", "gossip", ("gossip", "optimizer"),

@@ -89,9 +89,14 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     # All-gather receives overwrite segments this rank sent during reduce-scatter: those
     # sends are complete once the next rank has them (it receives one hop ahead), so wait
     # for them, keeping only the sends of the segment just reduced, then post every receive.
+    # Traced as `wait` (blocked on a peer), not left untraced: predictions fit a rank's
+    # untraced time as its own per-step work.
     keep = npieces
+    t0 = perf_counter_ns()
     for w in sends[:-keep]:
         w.wait()
+    if traced:
+        record("wait", comm_tid, t0, perf_counter_ns(), step, {})
     sends = sends[-keep:]
     gathers = [[irecv(pieces[(me - hop) % n][k], prv, tag=tag(1, hop, k)) for k in range(npieces)]
                for hop in range(n - 1)]
@@ -106,8 +111,11 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
         if traced:
             record("allreduce", comm_tid, t0, perf_counter_ns(), step,
                    {"algorithm": "ring", "phase": "all-gather", "chunk": hop})
-    for w in sends:
+    t0 = perf_counter_ns()
+    for w in sends:  # the next rank receiving the last segments
         w.wait()
+    if traced:
+        record("wait", comm_tid, t0, perf_counter_ns(), step, {})
 
 
 TREE_CHUNK_ELEMS = 1 << 19  # tree pipelining granularity: 2 MiB of float32
@@ -153,8 +161,9 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
             if down:
                 down[k].wait()
             sends += [comm.isend(chunks[k], c, tag=_BCAST_TAG + k) for c in children]
-    for w in sends:
-        w.wait()
+    with tracer.span("wait", tid="comm", step=step):  # the children receiving the last chunks
+        for w in sends:
+            w.wait()
 
 
 def hierarchical_all_reduce(ctx, flat: torch.Tensor, groups, step: int) -> None:
