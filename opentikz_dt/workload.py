@@ -237,16 +237,6 @@ def describe_model(spec) -> str:
     return f"{kind} ({shape}): {human_count(wl.params)} parameters, {human_bytes(wl.grad_bytes)} per gradient"
 
 
-def model_note(spec) -> str:
-    """The short line a topology figure prints under the drawing (plain text, not TeX),
-    e.g. 'transformer: 109.6 k parameters, 438 kB per gradient'."""
-    m = model_section(spec)
-    if m.get("kind") == "python":
-        return f"python model {m['entry']}"
-    wl = workload_of(spec)
-    return f"{wl.kind}: {human_count(wl.params)} parameters, {human_bytes(wl.grad_bytes)} per gradient"
-
-
 def abbreviate_tensors(names: list[str], keep: int = 4) -> list[str]:
     """A shard's tensor names for a figure: blocks collapsed to 'blocks.3.*', and past
     `keep` entries the first ones, '...' and the last."""

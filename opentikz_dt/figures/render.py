@@ -21,9 +21,9 @@ from ..errors import DtgenError
 from ..palette import PALETTE_NAMES, render_palette
 from ..resources import templates_dir
 from ..texsafe import LabelError, escape_text, needs_cjk
-from ..workload import model_note
 from .model import Layout, Node, Port, Tex
 from .names import WORKER_LABEL_MACRO
+from .texts import model_note
 from .topology import build_layout
 from .topology_fit import fit_context
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..shards import shard_tensors
 from .topology_fit import PT_PER_CM, fitted, hosts_drawn
 from .model import elide
+from .texts import label_text
 from .textwidth import split_in_two, text_cm
 
 # Icon node sizes (cm, width x height) as drawn: the picture plus the node's 1pt inner sep.
@@ -149,7 +150,8 @@ class _Sizes:
         """Gap from the data icon to a column of workers (centre to centre)."""
         if self.elided:  # the brace label sits level with the data icon, above its label (one line)
             t = self.spec.topology
-            count = f"{t.workers.count:,} workers" + (f"\non {t.hosts:,} hosts" if t.hosts > 1 else "")
+            count = label_text(self.spec, "workers_brace", n=f"{t.workers.count:,}") + (
+                "\n" + label_text(self.spec, "on_hosts", n=f"{t.hosts:,}") if t.hosts > 1 else "")
             data = self.data_half if t.hosts > 1 else self.data_icon_half
             return data + self.brace(count) + self.worker_w / 2 + GAP / 2
         if fitted(self.spec) and self.steep_fan():  # the label sits above the icon: short arrows will do
@@ -282,7 +284,7 @@ def _hierarchical(s: _Sizes) -> tuple[float, float]:
     t = s.spec.topology
     box = s.worker_half + 0.55 + HOST_PAD  # the leaders' bus runs inside the box, left of the first worker
     if len(elide(t.hosts, hosts_drawn(s.spec))) < t.hosts:
-        return s.data_icon_half + s.brace(f"{t.hosts:,} hosts") + box + GAP / 2, 1.2
+        return s.data_icon_half + s.brace(label_text(s.spec, "hosts_brace", n=f"{t.hosts:,}")) + box + GAP / 2, 1.2
     return s.data_half + s.batch + 2 * GAP + box, 1.2
 
 

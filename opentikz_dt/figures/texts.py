@@ -1,21 +1,29 @@
 """The words dtgen itself writes into figures, in the spec's language.
 
 The legend's box and phase names, the timeline's panel titles, axis title and notes,
-its lane names (stages, elided workers, narrow abbreviations) and the caption over a
-parameter server's shards come from `figure.labels` (the schema holds their English
-defaults; a few, such as `panel`, have none and dtgen describes the strategy when they
-are unset), so a spec whose labels are Chinese gets a figure that reads in Chinese
-throughout. Every one goes through texsafe.render_label like the other labels (the
-labels-safe invariant checks them on load), and spec_needs_cjk sees them in the spec's
-data. Templates name their numbers in braces ({n}, {i}, {steps}, ...). Must not import torch.
+its lane names (stages, elided workers, narrow abbreviations), the topologies' notes,
+captions, braces and stage boxes, the model note and the caption over a parameter
+server's shards come from `figure.labels` (the schema holds their English defaults; a
+few, such as `panel`, have none and dtgen describes the strategy when they are unset), so
+a spec whose labels are Chinese gets a figure that reads in Chinese throughout. Every one
+goes through texsafe.render_label like the other labels (the labels-safe invariant checks
+them on load), and spec_needs_cjk sees them in the spec's data. Templates name their
+numbers in braces ({n}, {i}, {steps}, ...); a few name TeX that code supplies, such as
+{grad} for the gradient label's macro, put in after the text is made safe. Must not
+import torch.
 """
 
 from __future__ import annotations
 
+import re
+
 from ..texsafe import render_label
+from ..workload import human_bytes, human_count, model_section, workload_of
 from .model import Tex
 from .timeline import Words
 
+# The TeX a template's {grad} and {weight} stand for: the flow labels' macros (topology.tex.j2).
+FLOW_MACROS = {"grad": Tex(r"\gradlabel"), "weight": Tex(r"\weightlabel")}
 # A phase's name in the schedules and traces -> its key under figure.labels.phases.
 PHASE_KEYS = {
     "reduce-scatter": "reduce_scatter", "all-gather": "all_gather", "reduce": "reduce", "broadcast": "broadcast",
@@ -36,9 +44,48 @@ def label_text(spec, key: str, **values) -> str:
     return fill(spec.figure.labels[key], **values)
 
 
-def label_tex(spec, key: str, **values) -> Tex:
-    """One of figure.labels as safe TeX (escaped text, allow-listed math), its placeholders filled."""
-    return Tex(render_label(label_text(spec, key, **values)))
+def label_tex(spec, key: str, tex: dict | None = None, **values) -> Tex:
+    """One of figure.labels as safe TeX (escaped text, allow-listed math), its placeholders
+    filled: `values` as text, `tex` (name -> Tex) as TeX."""
+    return with_tex(render_label(label_text(spec, key, **values)), tex)
+
+
+def label_lines_tex(spec, key: str, tex: dict | None = None, **values) -> Tex:
+    """As label_tex, for a note whose line breaks are the spec's: each line made safe on its
+    own (render_label would turn a newline into a space), the lines joined with \\\\."""
+    lines = label_text(spec, key, **values).split("\n")
+    return with_tex("\\\\".join(render_label(line) for line in lines), tex)
+
+
+def with_tex(safe: str, tex: dict | None) -> Tex:
+    """Safe TeX of a template with its TeX placeholders put in: escaping turned {grad} into
+    \\{grad\\}, which only {grad} as written becomes (a backslash of the user's is escaped
+    too). A placeholder inside math is left as written. A macro followed by a letter or a
+    space gets an empty group, which ends its name and keeps the space."""
+    for name, value in (tex or {}).items():
+        def put(match, value=value):
+            follows = match.string[match.end():match.end() + 1]
+            ends_macro = re.search(r"\\[A-Za-z]+$", value) is not None
+            return value + ("{}" if ends_macro and (follows.isascii() and follows.isalpha() or follows == " ") else "")
+
+        safe = re.sub(re.escape("\\{" + name + "\\}"), put, safe)
+    return Tex(safe)
+
+
+def model_note(spec) -> str:
+    """The line a topology prints under the drawing (plain text), e.g. 'transformer: 109.6 k
+    parameters, 438 kB per gradient': figure.labels.model_note, or python_model_note for a
+    python model, whose size only a run knows."""
+    model = model_section(spec)
+    if model.get("kind") == "python":
+        return label_text(spec, "python_model_note", entry=model["entry"])
+    workload = workload_of(spec)
+    return sized_model_note(spec, workload.kind, workload.params, workload.grad_bytes)
+
+
+def sized_model_note(spec, model: str, params: int, grad_bytes: int) -> str:
+    """figure.labels.model_note for a model of this name and size (a run passes what it built)."""
+    return label_text(spec, "model_note", model=model, params=human_count(params), bytes=human_bytes(grad_bytes))
 
 
 def legend_names(spec) -> dict:

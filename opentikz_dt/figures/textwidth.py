@@ -1,7 +1,7 @@
 """How wide a label prints, estimated from its text (no TeX run): a conservative width per
 character of \\footnotesize sans serif, wider for math glyphs and Chinese or Japanese ones,
-a fraction as wide as its wider part; and where to break a label in two. Pure; must not
-import torch.
+a fraction as wide as its wider part; where to break a label in two, and how to wrap a
+long line of text. Pure; must not import torch.
 """
 
 from __future__ import annotations
@@ -72,3 +72,39 @@ def split_in_two(line: str) -> list[str]:
         return [line]
     best = min(spaces, key=lambda i: (round(max(text_cm(line[:i]), text_cm(line[i + 1:])), 3), -i))
     return [line[:best].rstrip(), line[best + 1:].lstrip()]
+
+
+# Chinese and Japanese punctuation that must not start a line: it stays with the glyph before it.
+_NO_LINE_START = set("，。、：；！？）》」』】〕…")
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """Plain text as lines of at most `width` characters where it can (a longer word keeps a
+    line of its own): broken at spaces, and between two Chinese or Japanese glyphs, which
+    text in those scripts has no spaces between and which count as two characters each."""
+    lines = [""]
+    for word in line.split(" "):
+        for k, piece in enumerate(_breakable_pieces(word)):
+            joint = " " if k == 0 and lines[-1] else ""
+            if lines[-1] and _chars(lines[-1]) + len(joint) + _chars(piece) > width:
+                lines.append(piece)
+            else:
+                lines[-1] += joint + piece
+    return lines
+
+
+def _breakable_pieces(word: str) -> list[str]:
+    """A word's pieces a line may break between: each wide glyph (with the punctuation after
+    it) on its own, the rest of the word in runs."""
+    pieces: list[str] = []
+    for ch in word:
+        wide = is_cjk(ch)
+        if pieces and (ch in _NO_LINE_START or not wide and not is_cjk(pieces[-1][-1])):
+            pieces[-1] += ch
+        else:
+            pieces.append(ch)
+    return pieces or [""]
+
+
+def _chars(text: str) -> int:
+    return sum(2 if is_cjk(ch) else 1 for ch in text)

@@ -7,12 +7,18 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ..texsafe import render_label
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
 from .topology_fit import fitted, hosts_drawn
 from .spacing import (GAP, HOST_PAD, LABEL_H, LINE_H, PSBOX_W, Spacing, fitted_flow_run, icon_size, printed_cm,
                       printed_lines)
+from .texts import FLOW_MACROS, label_tex
 from .topology_common import (column_ys, count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout,
                               more_name, worker_column, worker_node)
+
+def phase_tex(spec, phase: str) -> Tex:
+    """A phase's name (figure.labels.phases) where the topology labels the links doing it."""
+    return Tex(render_label(spec.figure.labels["phases"][phase]))
 
 
 def allreduce_layout(spec, sp: Spacing) -> Layout:
@@ -25,7 +31,8 @@ def allreduce_layout(spec, sp: Spacing) -> Layout:
     run = fitted_flow_run(spec) if fitted(spec) else None
     x = colsep + run.end + PSBOX_W / 2 if run else 1.6 * colsep
     nodes.append(Node("ar", x, 0.0, kind="box", style="psbox", min_height=height,
-                      text=Tex(r"\textbf{all-reduce}\\[1pt]mean of \gradlabel")))
+                      text=Tex(f"\\textbf{{{label_tex(spec, 'allreduce_box')}}}\\\\[1pt]"
+                               + label_tex(spec, "allreduce_mean", tex=FLOW_MACROS))))
     colors = spec.figure.colors
     for k, member in enumerate(members):
         edges.append(Edge(Port(member, "east"), Port("ar", "west", level=f"{member}.east"), "grad", both=True,
@@ -58,8 +65,8 @@ def ring_layout(spec, sp: Spacing) -> Layout:
     lines = len(printed_lines(spec, spec.topology.workers.label_of(members[-1]), "worker"))
     below = 1.45 + LINE_H * (lines - 1) + (0.35 if spec.topology.hosts > 1 and not elided else 0.0)
     nodes.append(Node("note", colsep + 0.2, bottom - below, kind="text",
-                      text=Tex(r"ring all-reduce of \gradlabel: " + count_text(count) + r" chunks\\"
-                               + f"reduce-scatter, then all-gather: {count_text(2 * (count - 1))} steps")))
+                      text=Tex(label_tex(spec, "ring_chunks", tex=FLOW_MACROS, n=count_text(count)) + "\\\\"
+                               + label_tex(spec, "ring_steps", steps=count_text(2 * (count - 1))))))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, host_groups(spec, members, elided), braces)
 
 
@@ -101,10 +108,10 @@ def tree_layout(spec, sp: Spacing) -> Layout:
         parent, side = i // 2, (-7 if i % 2 == 0 else 7)
         # Edges end 2pt short of the parent's label text; each flow labelled on its clear side.
         edges.append(Edge(Port(f"w{i}", "north", dx=-3), Port(f"w{parent}-label", "south", dx=side - 3), "grad",
-                          label=Tex("reduce") if i == 2 else Tex(""), label_side="above left", shorten=2.0,
+                          label=phase_tex(spec, "reduce") if i == 2 else Tex(""), label_side="above left", shorten=2.0,
                           label_color=f"{colors['grad']}!85!otink"))
         edges.append(Edge(Port(f"w{parent}-label", "south", dx=side + 3), Port(f"w{i}", "north", dx=3), "wts",
-                          label=Tex("broadcast") if i == 3 else Tex(""), label_side="above right", shorten=2.0,
+                          label=phase_tex(spec, "broadcast") if i == 3 else Tex(""), label_side="above right", shorten=2.0,
                           label_color=f"{colors['weight']}!70!otink"))
     members = [f"w{i}" for i in drawn]
     if count > len(drawn):
@@ -117,7 +124,7 @@ def tree_layout(spec, sp: Spacing) -> Layout:
         # A dotted box as wide as the deepest drawn level stands for the hidden levels: every
         # leaf's stub ends on it, and the last worker hangs below it, joined to it.
         nodes.append(Node(more, xmid, y, kind="box", style="morebox", min_width=xs[leaves[-1]] - xs[leaves[0]] + 2.0,
-                          text=Tex(f"{hidden} more workers, {math.ceil(math.log2(count + 1))} levels")))
+                          text=label_tex(spec, "tree_more", n=hidden, levels=math.ceil(math.log2(count + 1)))))
         nodes.append(worker_node(spec, count, xs[leaves[-1]] + offset, y - 1.6, label_side="below"))
         for leaf in leaves:
             edges.append(Edge(Port(f"w{leaf}-label", "south"), Port(f"w{leaf}-label", "south", level=f"{more}.north"),
@@ -126,7 +133,7 @@ def tree_layout(spec, sp: Spacing) -> Layout:
                           both=True, elided=True))
         members += [more, f"w{count}"]
     fit = tuple(members) + tuple(f"{m}-label" for m in members if m.startswith("w") and m[1:].isdigit())
-    groups = [Group("workers", fit, "hostbox", label=Tex(f"tree all-reduce, {count_text(count)} workers"))]
+    groups = [Group("workers", fit, "hostbox", label=label_tex(spec, "tree_box", n=count_text(count)))]
     all_y = [n.y for n in nodes]
     data = data_node(spec, 0.0, (max(all_y) + min(all_y)) / 2)
     edges.insert(0, Edge(Port("data", "east"), Port("workers", "west"), "data", label=Tex(r"\batchlabel")))
@@ -195,11 +202,11 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
             first = slot == 1 and k == len(real) - 2  # label the outermost arcs
             edges.append(Edge(Port(other, "north", dx=-4), Port(leader, "north", dx=4 + 5 * k), "grad",
                               route="arch", dx=0.55 + ARC_STEP * k,
-                              label=Tex("intra-host reduce") if first else Tex(""), label_side="above",
+                              label=phase_tex(spec, "intra_host_reduce") if first else Tex(""), label_side="above",
                               label_color=f"{colors['grad']}!85!otink"))
             edges.append(Edge(Port(f"{leader}-label", "south", dx=4 + 5 * k), Port(f"{other}-label", "south", dx=-4),
                               "wts", route="arch", dx=-(0.55 + ARC_STEP * k),
-                              label=Tex("broadcast") if first else Tex(""), label_side="below",
+                              label=phase_tex(spec, "broadcast") if first else Tex(""), label_side="below",
                               label_color=f"{colors['weight']}!70!otink"))
         # The leaders' bus runs inside each box, left of its leader and its label: the box reaches past it.
         bus_x = x0 - half - 0.4
@@ -208,15 +215,15 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
         nodes.append(Node(f"h{slot}-bottom", bus_x - 0.15, y - below, kind="coord"))
         leaders.append((f"h{slot}", leader, y))
         groups.append(Group(f"h{slot}", tuple(inside) + (f"h{slot}-top", f"h{slot}-bottom"), "hostbox",
-                            label=Tex(f"Host {slot}: {count_text(per_host)} workers"), label_dx=0.55))
+                            label=label_tex(spec, "host_workers", i=slot, n=count_text(per_host)), label_dx=0.55))
         members.append(f"h{slot}")
     elided = len(host_slots) != hosts
     # Host boxes exist only after the groups are drawn, so data -> host edges reference them by name.
-    fan, braces = data_fan(spec, members, False, hosts, noun="hosts")
+    fan, braces = data_fan(spec, members, False, hosts)
     if elided:
         fan, braces = [Edge(Port("data", "east"), Port("workers"), "data", label=Tex(r"\batchlabel"))], [
             Brace("workers", Port(members[-1], "south west", dx=-6), Port(members[0], "north west", dx=-6),
-                  Tex(f"{count_text(hosts)} hosts"))]
+                  label_tex(spec, "hosts_brace", n=count_text(hosts)))]
     edges = fan + edges
     # Inter-host all-reduce among the host leaders (the first worker of each host): a bus
     # inside the boxes' left edges, one arrow into each leader, so no two heads meet.
@@ -224,7 +231,7 @@ def hierarchical_layout(spec, sp: Spacing) -> Layout:
         skipped = int(hb[1:]) - int(ha[1:]) > 1
         label_y = ya - below - 0.25 - 0.28  # in the gap, above the next host's label
         edges.append(Edge(Port(f"{ha}-bus"), Port(f"{hb}-bus"), "bus", elided=skipped,
-                          label=Tex("inter-host all-reduce between leaders") if ha == leaders[0][0] else Tex(""),
+                          label=label_tex(spec, "leader_allreduce") if ha == leaders[0][0] else Tex(""),
                           label_side="right", label_pos=round((ya - label_y) / (ya - yb), 3)))
     for host, leader, _ in leaders:
         edges.append(Edge(Port(f"{host}-bus"), Port(leader, "west"), "ring"))

@@ -13,6 +13,7 @@ from ..texsafe import render_label
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
 from .names import ICON_MACROS, worker_label_macro
 from .spacing import ICON_SIZE, Spacing, column_ys, printed_cm, printed_lines, worker_ys
+from .texts import label_tex
 
 
 def count_text(n: int) -> str:
@@ -112,17 +113,15 @@ def worker_column(spec, sp: Spacing, x, prefix="w", count=None, node_for=None):
     return nodes, names, len(slots) != count
 
 
-def data_fan(spec, members, elided, count, noun="workers"):
-    """Data -> each drawn member, or data -> a brace standing for all of them when elided."""
+def data_fan(spec, members, elided, count):
+    """Data -> each drawn member, or data -> a brace standing for all the workers when elided."""
     edges, braces = [], []
     batch = Tex(r"\batchlabel")
     if elided:
         first, last = members[0], members[-1]
-        hosts = spec.topology.hosts
-        where = f"\\\\on {count_text(hosts)} hosts" if noun == "workers" and hosts > 1 else ""
         # both ends on the column's west edge (level with the last label's bottom): the brace stands upright
         braces.append(Brace("workers", Port(first, "north west", dx=-6, level=f"{last}-label.south"),
-                            Port(first, "north west", dx=-6), Tex(f"{count_text(count)} {noun}{where}")))
+                            Port(first, "north west", dx=-6), workers_brace(spec, count)))
         edges.append(Edge(Port("data", "east"), Port("workers"), "data", label=batch))
         return edges, braces
     for k, (member, dy) in enumerate(zip(members, spread(len(members), min(10.0, 4.0 * (len(members) - 1))))):
@@ -130,6 +129,14 @@ def data_fan(spec, members, elided, count, noun="workers"):
                           label=batch if k == 0 else Tex(""), label_side="above left" if dy > 0 else "above",
                           label_pos=0.45))
     return edges, braces
+
+
+def workers_brace(spec, count: int) -> Tex:
+    """The brace's label for `count` workers: figure.labels.workers_brace, and on_hosts on a
+    second line when they sit on several hosts."""
+    text = label_tex(spec, "workers_brace", n=count_text(count))
+    hosts = spec.topology.hosts
+    return Tex(text + "\\\\" + label_tex(spec, "on_hosts", n=count_text(hosts)) if hosts > 1 else text)
 
 
 def host_groups(spec, members, elided) -> list:
@@ -141,7 +148,7 @@ def host_groups(spec, members, elided) -> list:
     for host in range(1, t.hosts + 1):
         inside = [m for m in members if t.host_of(m) == host]
         fit = tuple(inside) + tuple(f"{m}-label" for m in inside)
-        groups.append(Group(f"h{host}", fit, "hostbox", label=Tex(f"Host {host}")))
+        groups.append(Group(f"h{host}", fit, "hostbox", label=label_tex(spec, "host_box", i=host)))
     return groups
 
 

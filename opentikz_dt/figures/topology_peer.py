@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
+from ..texsafe import render_label
 from ..workload import workload_of
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .spacing import LINE_H, Spacing, icon_size, printed_lines, text_cm
+from .texts import FLOW_MACROS, label_tex, label_text
 from .topology_fit import fitted
 from .topology_common import count_text, data_node, ellipsis_node, make_layout, more_name, worker_node
 
@@ -52,7 +54,8 @@ def gossip_layout(spec, sp: Spacing) -> Layout:
     # Peer lines run centre to centre but stop at the node borders (shorten by TikZ).
     fit = tuple(names) + tuple(f"{n}-label" for n in names if not n.endswith("-more"))
     groups = [Group("workers", fit, "hostbox",
-                    label=Tex(f"gossip: each of {count_text(count)} workers averages \\weightlabel{{}} with {spec.strategy.peers} peers"))]
+                    label=label_tex(spec, "gossip_box", tex=FLOW_MACROS, n=count_text(count),
+                                    peers=spec.strategy.peers))]
     edges.insert(0, Edge(Port("data", "east"), Port("workers", "west"), "data", label=Tex(r"\batchlabel")))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups)
 
@@ -68,7 +71,6 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
         step = max(3.5, 0.78 * colsep)
     workload = workload_of(spec)  # None for a python model: its layers are known at run time
     layers = workload.stage_blocks(stages) if workload else [(0, 0)] * stages
-    word = workload.block_word if workload else ""
     nodes, names = [], []
     x = step
     for k, slot in enumerate(slots):
@@ -77,12 +79,10 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
             x += 0.1 * step
             continue
         nodes.append(worker_node(spec, slot, x, 0.0))
-        first, last = layers[slot - 1]
-        span = f"{word} {first}" if first == last else f"{word}s {first}--{last}"
-        span = span if workload else f"part {slot}"
-        header = "" if spec.topology.workers.label_of(f"w{slot}") == f"Stage {slot}" else f"\\textbf{{Stage {slot}}}\\\\"
+        stage = label_text(spec, "stage_lane", i=slot)
+        header = "" if spec.topology.workers.label_of(f"w{slot}") == stage else f"\\textbf{{{render_label(stage)}}}\\\\"
         nodes.append(Node(f"s{slot}", kind="box", style="stagebox", rel=f"above=6pt of w{slot}",
-                          text=Tex(header + span)))
+                          text=Tex(header + _stage_span(spec, workload, layers[slot - 1], slot))))
         names.append(f"w{slot}")
         x += step
     colors = spec.figure.colors
@@ -90,18 +90,30 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
     for k, (a, b) in enumerate(zip(names, names[1:])):
         skipped = int(b[1:]) - int(a[1:]) > 1
         edges.append(Edge(Port(a, "east", dy=4), Port(b, "west", dy=4), "act", elided=skipped,
-                          label=Tex("act.") if k == 0 else Tex(""), label_side="above"))
+                          label=label_tex(spec, "activations") if k == 0 else Tex(""), label_side="above"))
         edges.append(Edge(Port(b, "west", dy=-4), Port(a, "east", dy=-4), "grad", elided=skipped,
-                          label=Tex(r"$\nabla$act.") if k == 0 else Tex(""), label_side="below",
+                          label=label_tex(spec, "activation_grads") if k == 0 else Tex(""), label_side="below",
                           label_color=f"{colors['grad']}!85!otink"))
     mb = spec.strategy.microbatches
     # under the stages, and under the data label, which a fitted figure may print on two lines
     below = 1.45 + LINE_H * (len(printed_lines(spec, spec.topology.data_label, "data")) - 1)
     nodes.append(Node("note", step, -below, kind="text",
-                      text=Tex(f"{'GPipe' if spec.strategy.schedule == 'gpipe' else '1F1B'} schedule, "
-                               f"{count_text(mb)} microbatches of {count_text(spec.training.batch_size // mb)} samples, "
-                               f"{count_text(stages)} stages")))
+                      text=label_tex(spec, "pipeline_note", schedule="GPipe" if spec.strategy.schedule == "gpipe" else "1F1B",
+                                     microbatches=count_text(mb), samples=count_text(spec.training.batch_size // mb),
+                                     stages=count_text(stages))))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges)
+
+
+def _stage_span(spec, workload, layers: tuple, stage: int) -> Tex:
+    """What a stage's box says it holds: its layers (an mlp) or blocks, or for a python model,
+    whose layers are known at run time, its part."""
+    if workload is None:
+        return label_tex(spec, "stage_part", i=stage)
+    first, last = layers
+    word = "layer" if workload.block_word == "layer" else "block"
+    if first == last:
+        return label_tex(spec, f"stage_{word}", i=first)
+    return label_tex(spec, f"stage_{word}s", first=first, last=last)
 
 
 def single_layout(spec, sp: Spacing) -> Layout:

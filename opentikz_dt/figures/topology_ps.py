@@ -12,7 +12,8 @@ from ..workload import abbreviate_tensors
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .spacing import (PSBOX_FIT_W, SHARD_LINE_H, SHARD_LINE_TENSORS, Spacing, fitted_flow_run, fitted_server_gap,
                       icon_size, printed_lines)
-from .texts import server_group_caption
+from .textwidth import split_in_two
+from .texts import FLOW_MACROS, label_lines_tex, label_text, server_group_caption
 from .topology_fit import fitted
 from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
                               server_node, sync_pairs, worker_column)
@@ -57,7 +58,7 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
         # TensorFlow's CentralStorageStrategy: the variables live on one device (no server
         # process), every replica's gradients are reduced there in one synchronous step.
         nodes.append(Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
-                          text=Tex(r"variables \weightlabel{} on one device;\\gradients \gradlabel{} summed there")))
+                          text=label_lines_tex(spec, "central_storage_note", tex=FLOW_MACROS)))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
 
 
@@ -75,22 +76,23 @@ def shard_text(spec, shard_id: str, tensors: list[str]) -> Tex:
     if fitted(spec):  # the label on the lines it prints as, each line bold (a line of a box sets its own font)
         lines = printed_lines(spec, spec.topology.servers.label_of(shard_id), "server")
         title = "\\\\".join(f"\\textbf{{{render_label(line)}}}" for line in lines)
-        return Tex(f"{title}\\\\[1pt]" + _tensor_math(tensors, plain=True))
+        return Tex(f"{title}\\\\[1pt]" + _tensor_math(spec, tensors, plain=True))
     # each shard keeps the spec's label (\pslabel{} 1 prints as servers.label_of("ps1"))
-    return Tex(f"\\textbf{{\\pslabel{{}} {shard_id[2:]}}}\\\\[1pt]" + _tensor_math(tensors))
+    return Tex(f"\\textbf{{\\pslabel{{}} {shard_id[2:]}}}\\\\[1pt]" + _tensor_math(spec, tensors))
 
 
 def _line_break(spec) -> str:
     return "\\\\" if fitted(spec) else " "  # a fitted figure wraps the group label to the box's width
 
 
-def _tensor_math(tensors: list[str], plain: bool = False) -> str:
+def _tensor_math(spec, tensors: list[str], plain: bool = False) -> str:
     """$W_1, b_1$ for ['layers.0.weight', 'layers.0.bias'] (TeX built from integers only);
     plain: W1, b1 in text, since a subscript would shrink below 6 pt in a fitted figure, and
     SHARD_LINE_TENSORS a line, so the box stays narrow;
-    other models' names as abbreviated text ('blocks.0.*'), escaped."""
+    other models' names as abbreviated text ('blocks.0.*'), escaped; none (a python model
+    before a run) as figure.labels.unknown_tensors, on two lines where it has a space."""
     if not tensors:
-        return r"tensors of the\\built model"
+        return "\\\\".join(render_label(line) for line in split_in_two(label_text(spec, "unknown_tensors")))
     if not all(re.fullmatch(r"layers\.[0-9]+\.(weight|bias)", name) for name in tensors):
         shown = abbreviate_tensors(tensors, keep=3)
         count = f" ({len(tensors)})" if len(shown) < len(tensors) else ""  # how many the list stands for
@@ -108,6 +110,24 @@ def _tensor_math(tensors: list[str], plain: bool = False) -> str:
     return "$" + ", ".join(parts) + "$"
 
 
+def _sync_note(spec, count: str) -> Tex:
+    """The note under a single server: figure.labels.sync_note or async_note on the lines the
+    spec breaks it into; unset, dtgen's English on lines about as wide as the server's label
+    (narrower in a fitted figure)."""
+    key = f"{spec.strategy.sync}_note"
+    if spec.figure.labels.get(key):
+        return label_lines_tex(spec, key, tex=FLOW_MACROS, n=count)
+    if spec.strategy.sync == "sync":
+        lines = [f"sync: waits for all {count}", "\\gradlabel{}, then one update"]
+        if fitted(spec):
+            lines = ["sync: waits for", f"all {count} \\gradlabel{{}}, then", "one update"]
+    else:
+        lines = ["async: each worker pushes and", "pulls at its own pace, no barrier"]
+        if fitted(spec):
+            lines = ["async: each worker", "pushes and pulls at its", "own pace, no barrier"]
+    return Tex("\\\\".join(lines))
+
+
 def _sync_or_async(spec, server_x, nodes, edges):
     """Sync: a barrier bar in front of the server, which waits for every worker's gradient.
     Async: no bar; each worker pushes and pulls at its own pace (the seed's distinction)."""
@@ -116,13 +136,5 @@ def _sync_or_async(spec, server_x, nodes, edges):
         x = server_x - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
         nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
         edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
-        lines = [f"sync: waits for all {count}", "\\gradlabel{}, then one update"]
-        if fitted(spec):  # a narrower note: about as wide as the server's label
-            lines = ["sync: waits for", f"all {count} \\gradlabel{{}}, then", "one update"]
-    else:
-        lines = ["async: each worker pushes and", "pulls at its own pace, no barrier"]
-        if fitted(spec):
-            lines = ["async: each worker", "pushes and pulls at its", "own pace, no barrier"]
-    text = "\\\\".join(lines)
     return nodes + [Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
-                         text=Tex(text))], edges
+                         text=_sync_note(spec, count))], edges

@@ -3,7 +3,8 @@
 Starts from the figures' own Layout of the spec (so the picture is the same one), then
 puts the measured bytes per step on each worker's links, the mean step time under
 each worker, and draws the straggler (a worker STRAGGLER_RATIO slower than the median)
-in the highlight colour. Pure: Layout in, Layout out. Must not import torch.
+in the highlight colour. Its words (title, step times, traffic, footer, model note) are
+the spec's figure.labels. Pure: Layout in, Layout out. Must not import torch.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass, replace
 
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
-from ..figures.spacing import fitted_flow_run, text_cm
+from ..figures.spacing import fitted_flow_run, icon_size, printed_cm, text_cm
+from ..figures.textwidth import wrap_line
+from ..figures.texts import label_tex, label_text, sized_model_note
 from ..figures.topology_fit import compact_spec, fitted
 from ..figures.topology import build_layout, layout_kind
 from ..texsafe import escape_text
@@ -60,9 +63,8 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     for node in layout.nodes:
         match = _WORKER.match(node.name)
         if match and node.kind == "icon" and node.name in step_ms:
-            text = escape_text(f"{step_ms[node.name]:.1f} ms/step")  # the straggler is told by its colour and the note
-            # a fitted figure puts the time on a line of its own: the label stays about as narrow as the icon
-            label = f"{node.label}\\\\{text}" if fitted(spec) else f"{node.label}: {text}"
+            text = label_tex(spec, "step_time", ms=f"{step_ms[node.name]:.1f}")  # the straggler: its colour and the note
+            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name) else f"{node.label}: {text}"
             node = replace(node, label=Tex(label), color=highlight if node.name in slow else node.color)
         nodes.append(node)
     # A link label is exact only where a worker has one link each way (parameter server,
@@ -116,7 +118,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
                     pos = run.centre_pos() if _WORKER.match(src) else round(1 - run.centre_pos(), 3)
                     side = "above" if edge.both else side
             if edge.route == "ortho":  # a ring link: its traffic per step, not the chunk it carries first
-                label = Tex(f"{text}/step")
+                label = label_tex(spec, "link_bytes", bytes=human_bytes(per_step))
             elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
                 label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
             elif once and run is not None and other in _SERVER_ENDS:
@@ -130,22 +132,22 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
     macros = dict(layout.macros)
     if "titlelabel" in macros:
-        macros["titlelabel"] = Tex("Measured: " + macros["titlelabel"])
+        macros["titlelabel"] = label_tex(spec, "measured_title", tex={"title": macros["titlelabel"]})
     # The strategy's own note sits a little lower: the worker labels above it grew by their step times.
     nodes = [replace(n, y=n.y - 0.25) if n.name == "note" else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
-    lines = [f"measured, mean of {metrics['steps']:,} steps: traffic per link per step; step time per worker"]
+    lines = [label_text(spec, "measured_note", steps=f"{metrics['steps']:,}")]
     if once:
-        lines.append("every worker's links alike: labelled once")
+        lines.append(label_text(spec, "alike_note"))
     if totals:
         lines.append("; ".join(
-            f"{_who(spec, w)} per step: {human_bytes(traffic[_rank_of(w)]['sent'] / steps)} out, "
-            f"{human_bytes(traffic[_rank_of(w)]['recv'] / steps)} in" for w in totals[:4])
+            label_text(spec, "worker_traffic", worker=_who(spec, w), sent=human_bytes(traffic[_rank_of(w)]["sent"] / steps),
+                       recv=human_bytes(traffic[_rank_of(w)]["recv"] / steps)) for w in totals[:4])
             + (" ..." if len(totals) > 4 else ""))
     if slow:
-        lines.append(f"straggler, highlighted: {', '.join(slow)}")
+        lines.append(label_text(spec, "straggler_note", workers=", ".join(slow)))
     if fitted(spec):
-        lines = [part for line in lines for part in _wrap(line)]
+        lines = [part for line in lines for part in wrap_line(line, FOOTER_CHARS)]
     text = Tex("\\\\".join(escape_text(line) for line in lines))
     # Hung below the strategy's bottom note, or below the lowest worker's label (a server's note
     # hangs beside the server instead): however many lines it has.
@@ -165,6 +167,14 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     return Annotation(annotated, tuple(links), step_ms, slow)
 
 
+def _time_on_own_line(spec, worker: str) -> bool:
+    """True where a worker's step time goes on a line of its own under its label: in a fitted
+    figure (the label stays about as narrow as the icon), and where the label is wider than
+    the icon already (it would reach under the links leaving the icon, and its neighbours')."""
+    label = spec.topology.workers.label_of(worker)
+    return fitted(spec) or printed_cm(spec, label, "worker") > icon_size(spec, "worker")[0]
+
+
 def _alike(traffic: list, steps: int) -> bool:
     """True when the workers (their ranks' traffic) all send the same bytes per step and all
     receive the same, as the figure prints them."""
@@ -176,7 +186,7 @@ _SERVER_ENDS = ("ps", "psgroup", "ar")  # what the links of a parameter server (
 _FLOW_RUN_KINDS = ("parameter-server", "central-storage", "allreduce")  # drawn with spacing.fitted_flow_run
 
 
-def measured_hosts(layout: Layout, ranks: list, wrap: bool = False) -> Layout:
+def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Layout:
     """Host boxes say where their workers actually ran: each box (h1..) gets the address
     run.json measured for its workers, or, when they ran on several machines (the spec's
     hosts did not match the nodes), how many. Boxes of workers without an address (a
@@ -189,7 +199,7 @@ def measured_hosts(layout: Layout, ranks: list, wrap: bool = False) -> Layout:
     for group in layout.groups:
         seen = sorted({addr[m] for m in group.members if m in addr}) if _HOST.match(group.name) else []
         if seen:
-            where = seen[0] if len(seen) == 1 else f"ran on {len(seen)} machines"
+            where = seen[0] if len(seen) == 1 else label_text(spec, "ran_on", n=len(seen))
             joint = "\\\\" if wrap else " "
             group = replace(group, label=Tex(f"{group.label}{joint}({escape_text(where)})"))
         groups.append(group)
@@ -210,11 +220,7 @@ def _spaced_spec(spec, step_ms: dict):
     """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
     step time, each link's its bytes per step."""
     workers = spec.topology.workers
-    # as annotate_layout prints them: a fitted figure's step time on a line of its own, which
-    # it never breaks (a no-break space keeps spacing.printed_lines from splitting it)
-    joint, space = ("\n", "\u00a0") if fitted(spec) else (": ", " ")
-    labels = {**workers.labels, **{w: f"{workers.label_of(w)}{joint}{ms:.1f}{space}ms/step" for w, ms in step_ms.items()
-                                   if _WORKER.match(w)}}
+    labels = {**workers.labels, **{w: _label_with_time(spec, w, ms) for w, ms in step_ms.items() if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
     if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
         flows = {k: f"{v}~888.8 kB" for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
@@ -222,21 +228,27 @@ def _spaced_spec(spec, step_ms: dict):
     return wide
 
 
-def _wrap(line: str, width: int = 46) -> list[str]:
-    """A long footer line as several (a fitted figure must not be widened by its footer)."""
-    words, lines = line.split(" "), [""]
-    for word in words:
-        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
-            lines.append(word)
-        else:
-            lines[-1] = f"{lines[-1]} {word}".strip()
-    return lines
+FOOTER_CHARS = 46  # a fitted figure's footer line, at most (a wide glyph counts twice): it must not widen the figure
+
+
+def _label_with_time(spec, worker: str, ms: float) -> str:
+    """A worker's label as annotate_layout prints it, for the layout's estimates: a fitted
+    figure's step time on a line of its own, which it never breaks (a no-break space keeps
+    spacing.printed_lines from splitting it); a natural-width figure's estimates see one line
+    per label, so a time on a line of its own there counts by the wider of label and time."""
+    label = spec.topology.workers.label_of(worker)
+    time = label_text(spec, "step_time", ms=f"{ms:.1f}")
+    if fitted(spec):
+        return label + "\n" + time.replace(" ", "\u00a0")
+    if _time_on_own_line(spec, worker):
+        return max(label, time, key=text_cm)
+    return f"{label}: {time}"
 
 
 def _who(spec, worker: str) -> str:
     """How the footer names a worker: the pipeline stage it runs, else its label."""
     if spec.strategy.kind == "pipeline":
-        return f"Stage {worker[1:]}"
+        return label_text(spec, "stage_lane", i=worker[1:])
     return spec.topology.workers.label_of(worker)
 
 
@@ -255,11 +267,20 @@ def _ring_return_clear_of_labels(edges: list) -> list:
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured topology figure of a run as standalone TeX."""
     annotation = annotate_layout(run.spec, run.metrics)
-    layout = measured_hosts(annotation.layout, run.info.get("ranks") or [], wrap=fitted(run.spec))
+    layout = measured_hosts(run.spec, annotation.layout, run.info.get("ranks") or [], wrap=fitted(run.spec))
     layout = _built_model_shards(layout, run)
-    # run.json's model (from the launcher's preflight) gives a python model's real size
-    note = (run.info.get("model") or {}).get("description")
-    return render_topology(run.spec, body_only=body_only, layout=layout, note=note)
+    return render_topology(run.spec, body_only=body_only, layout=layout, note=_built_model_note(run))
+
+
+def _built_model_note(run: Run) -> str | None:
+    """The model note of what the run built (run.json's model, from the launcher's preflight:
+    a python model's real size), in the spec's words; None (the spec's note) when run.json has none."""
+    built = run.info.get("model") or {}
+    if "params" not in built or "grad_bytes" not in built:
+        return built.get("description")
+    model = run.spec.training.model
+    name = model.get("entry", built.get("kind")) if built.get("kind") == "python" else built.get("kind", "mlp")
+    return sized_model_note(run.spec, name, built["params"], built["grad_bytes"])
 
 
 def _built_model_shards(layout: Layout, run: Run) -> Layout:
