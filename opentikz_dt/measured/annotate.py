@@ -53,9 +53,13 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     steps = max(1, metrics["steps"])
     traffic = metrics["bytes"]
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
-    layout = layout or _layout_for(spec, step_ms)
+    # A fitted column's links converge on the server, too close for a label on each: where every
+    # worker's links carry the same bytes (as printed), the flow labels say them once, stacked.
+    once = fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS and layout_kind(spec) != "allreduce" and \
+        _alike([traffic.get(_rank_of(w), {}) for w in step_ms if _WORKER.match(w)], steps)
+    layout = layout or _layout_for(spec, step_ms, once)
     # a fitted parameter server's links are as long as their labels need (spacing.fitted_flow_run)
-    run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms))) \
+    run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms, once))) \
         if fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS else None
     slow = tuple(stragglers(metrics["step_time_s"]))
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
@@ -80,10 +84,6 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
         if edge.style in SENDING + ("wts",) and _WORKER.match(edge.dst.node):
             in_edges.setdefault(edge.dst.node, []).append(edge.name)
     boxed = {m for g in layout.groups if _HOST.match(g.name) for m in g.members}
-    # A fitted column's links converge on the server, too close for a label on each: where every
-    # worker's links carry the same bytes (as printed), the flow labels say them once.
-    ranks = [_rank_of(w) for w in sorted(set(out_edges) | set(in_edges))]
-    once = run is not None and layout_kind(spec) != "allreduce" and _alike([traffic.get(r, {}) for r in ranks], steps)
     edges, links = [], []
     for edge in layout.edges:
         src, dst = edge.src.node, edge.dst.node
@@ -122,7 +122,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
             elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
                 label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
             elif once and run is not None and other in _SERVER_ENDS:
-                label = Tex(f"{edge.label}~{text}" if edge.label else "")
+                # the bytes under the flow label: the gap to the server is sized for the label alone
+                label = Tex(f"{edge.label}\\\\{text}" if edge.label else "")
+                side = f"{side}, align=center" if edge.label else side
             else:
                 label = Tex(f"{edge.label}~{text}" if edge.label else text)
             edge = replace(edge, label=label, label_pos=pos, label_side=side)
@@ -161,8 +163,13 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
         gap = "6pt+7pt"  # hostbox inner sep
     else:
         below = f"{below}.south west"
-    nodes.append(Node("measured-note", kind="text", rel=f"below={gap} of {below}, anchor=north west",
-                      text=text))
+    rel = f"below={gap} of {below}, anchor=north west"
+    if fitted(spec) and any(n.name == "data" for n in nodes):
+        # at a target width: from the figure's left edge (the data icon's), not the worker
+        # column's, so its wrapped lines stay inside the drawing's width
+        drop = sum(float(part.removesuffix("pt")) for part in gap.split("+"))
+        rel = f"anchor=north west, at=({below} -| data.west), yshift=-{drop:g}pt"
+    nodes.append(Node("measured-note", kind="text", rel=rel, text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
 
@@ -182,6 +189,7 @@ def _alike(traffic: list, steps: int) -> bool:
 
 
 _HOST = re.compile(r"^h([1-9][0-9]*)$")
+_BYTES = "888.8 kB"  # the widest bytes label, for spacing
 _SERVER_ENDS = ("ps", "psgroup", "ar")  # what the links of a parameter server (an all-reduce bar) end at
 _FLOW_RUN_KINDS = ("parameter-server", "central-storage", "allreduce")  # drawn with spacing.fitted_flow_run
 
@@ -206,24 +214,26 @@ def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Lay
     return replace(layout, groups=tuple(groups))
 
 
-def _layout_for(spec, step_ms: dict) -> Layout:
+def _layout_for(spec, step_ms: dict, once: bool = False) -> Layout:
     """The spec's layout; at a target width (compact gaps), or in host boxes (where workers sit
     side by side, or links must clear the box's padding), placed as if each worker's label
     already held its step time and each link label its bytes, so the longer labels get their room."""
     layout = build_layout(spec)
     if not fitted(spec) and spec.topology.hosts < 2:
         return layout
-    return replace(build_layout(_spaced_spec(spec, step_ms)), macros=layout.macros)
+    return replace(build_layout(_spaced_spec(spec, step_ms, once)), macros=layout.macros)
 
 
-def _spaced_spec(spec, step_ms: dict):
+def _spaced_spec(spec, step_ms: dict, once: bool = False):
     """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
     step time, each link's its bytes per step."""
     workers = spec.topology.workers
     labels = {**workers.labels, **{w: _label_with_time(spec, w, ms) for w, ms in step_ms.items() if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
     if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
-        flows = {k: f"{v}~888.8 kB" for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
+        # (said once, under the flow label: as wide as the wider of the two)
+        flows = {k: (max(v, _BYTES, key=text_cm) if once else f"{v}~{_BYTES}")
+                 for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
         wide = replace(wide, figure=replace(spec.figure, labels={**spec.figure.labels, **flows}))
     return wide
 
