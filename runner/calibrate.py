@@ -261,6 +261,7 @@ def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path
         dist.all_gather_object(gathered, {"together": together, "calls": calls, "overhead": overhead, "p2p": p2p})
         if rank == 0:
             _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path, workload)
+        dist.barrier()  # nobody tears down while a peer may still talk to it (as runner/worker.py)
     finally:
         dist.destroy_process_group()
 

@@ -124,6 +124,6 @@ def test_a_python_model_is_predicted_from_its_run_and_from_the_probe(tmp_path):
                                                         "4 (GELU)", "5 (Linear)"]
     assert described["blocks"][0]["flops"] == 2 * 16 * 64  # one sample through Linear(16, 64)
     spec = load_spec(spec_path)
-    probe = load_calibration(calibrate(spec, tmp_path / "probe.json", spec_path=spec_path), spec)
+    probe = load_calibration(calibrate(spec, tmp_path / "probe.json", ranks=2, spec_path=spec_path), spec)
     assert len(probe.blocks) == 6 and probe.data["model"]["workload"] == described
     assert sum(probe.blocks[3]["forward"]) > 0  # the second Linear was timed
