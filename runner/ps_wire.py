@@ -9,7 +9,9 @@
   (NCCL has none): one pending receive per worker. A gloo receive reports completion
   only from `wait()` (measured: `is_completed()` stays False), so on gloo a waiter thread
   per pending receive blocks in `wait()` and queues the worker; on NCCL the main thread
-  polls `is_completed()` (a CUDA event query), then calls `wait()`.
+  polls `is_completed()` (a CUDA event query), then calls `wait()`. Either way
+  `arrived_ns` is the perf_counter_ns() at which the returned push was seen complete (the
+  waiter thread's, not the main thread's later pick-up): the server traces it as `received`.
 Imports torch; used only by runner strategies.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from time import perf_counter_ns
 
 import torch
 
@@ -76,6 +79,7 @@ class Inbox:
         self.timeout_s = timeout_s
         self._pending: dict[int, object] = {}
         self._done: queue.Queue = queue.Queue()
+        self.arrived_ns = 0  # when the push `next()` last returned was seen complete
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -89,16 +93,16 @@ class Inbox:
     def _wait(self, worker: int, work) -> None:
         try:
             work.wait()
-            self._done.put((worker, None))
+            self._done.put((worker, None, perf_counter_ns()))
         except Exception as exc:  # handed to the main thread, which raises it
-            self._done.put((worker, exc))
+            self._done.put((worker, exc, 0))
 
     def next(self) -> int:
         """Block until some worker's pending receive completes; return that worker."""
         if self.poll:
             return self._next_polled()
         try:
-            worker, exc = self._done.get(timeout=self.timeout_s)
+            worker, exc, self.arrived_ns = self._done.get(timeout=self.timeout_s)
         except queue.Empty:
             raise RunError(f"no push arrived from workers {sorted(self._pending)} "
                            f"within runtime.timeout_s = {self.timeout_s:g} s") from None
@@ -112,6 +116,7 @@ class Inbox:
         while True:
             for worker, work in self._pending.items():
                 if work.is_completed():
+                    self.arrived_ns = perf_counter_ns()
                     work.wait()
                     del self._pending[worker]
                     return worker

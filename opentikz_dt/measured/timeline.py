@@ -3,7 +3,9 @@
 One lane per rank (servers on top, as seed 001 draws the Update blocks above the
 workers), the rank's compute and communication spans on it: Fetch, forward/backward,
 Push, waits shaded, the server's updates. A rank whose communication overlaps its
-compute (pipeline send/recv) gets a second lane for it. Pipeline lanes label
+compute (pipeline send/recv) gets a second lane for it. A push ends where the server
+received it (`received_pushes`), so no push is drawn ending after the update it fed
+began. Pipeline lanes label
 forward/backward with the microbatch and print the measured bubble fraction beside the
 theoretical (p-1)/(m+p-1). Time is ms on the run's clock; the axis counts from the
 window's start, as the expected schedule's does from its first step. The words it writes
@@ -19,7 +21,7 @@ from typing import NamedTuple
 from ..figures.model import elide
 from ..figures.names import BOX_KINDS
 from ..figures.texts import more_lanes_text
-from ..figures.timeline import Box, Lane, Panel, Timeline
+from ..figures.timeline import MIN_VISIBLE_CM, WIDTH_CM, Box, Lane, Panel, Timeline
 from .texts import axis_title, bubble_title_note, comm_lane_name, lane_name, panel_title, timeline_note
 from .trace import COMM, Span, Trace
 from .window import MAX_BINS, MAX_BOXES, Cell, Window, bound_boxes, select_window, spans_in
@@ -91,6 +93,32 @@ def _overlaps(a: list, b: list) -> bool:
     return False
 
 
+def received_pushes(spans: list, ids: dict) -> list:
+    """Each push drawn as what the server received when: the worker's `push` span ends when
+    its send call returned, which can come after the update that needed it began (the
+    sender was not scheduled yet). Where the servers traced the push as `received` (their
+    own time they had it; the latest shard's), the push ends there and the sender's time
+    after it is drawn as what it is, a wait. The two ends are on different ranks' clocks,
+    aligned to within each rank's bound (trace metadata `clock`, tens of µs here)."""
+    received: dict = {}  # (worker id, step) -> the last server's receive time
+    for s in spans:
+        if s.name == "received":
+            key = (s.args.get("worker"), s.step)
+            received[key] = max(received.get(key, s.start), s.start)
+    if not received:
+        return spans
+    out = []
+    for s in spans:
+        at = received.get((ids.get(s.rank), s.step)) if s.name == "push" else None
+        if at is None or s.end <= at:
+            out.append(s)
+            continue
+        end = max(s.start, at)
+        out.append(s._replace(end=end))
+        out.append(s._replace(name="wait", start=end, args={"step": s.step, "id": s.id}))
+    return out
+
+
 def _cells(spans: list, t0: float, t1: float, pipeline: bool, asynchronous: bool, labels: bool) -> list:
     out = []
     for s in spans:
@@ -101,15 +129,19 @@ def _cells(spans: list, t0: float, t1: float, pipeline: bool, asynchronous: bool
     return out
 
 
-def _bubbles(spans: list, t0: float, t1: float) -> list:
-    """Idle gaps inside a step of a pipeline stage, where no span of the lane explains the time
-    (used when the trace has no wait spans; a blocking recv already shows its wait)."""
+def _bubbles(spans: list, t0: float, t1: float, label: str = "bubble", min_us: float = OVERLAP_US) -> list:
+    """Idle gaps inside a step of a lane that holds all of its rank's spans, where no span
+    explains the time, as `wait` cells labelled `label`: a pipeline stage's bubbles (when
+    the trace has no wait spans; a blocking recv already shows its wait), and any rank's
+    untraced time inside a step ("idle": blocked, or not scheduled on a busy machine), so
+    the figure draws it as the legend's "idle / wait" instead of leaving it blank. Gaps
+    shorter than `min_us` stay as they are (too thin to see)."""
     out, reach, step = [], None, None
     for s in sorted(spans, key=lambda s: s.start):
         if s.name not in BOX_KINDS:
             continue
-        if reach is not None and s.step == step and s.start - reach > OVERLAP_US:
-            out.append(Cell(max(reach, t0), min(s.start, t1), "wait", 0, "bubble"))
+        if reach is not None and s.step == step and s.start - reach > min_us:
+            out.append(Cell(max(reach, t0), min(s.start, t1), "wait", 0, label))
         reach = s.end if reach is None or s.step != step else max(reach, s.end)
         step = s.step
     return out
@@ -195,28 +227,31 @@ def _gap_lane(row: _Row) -> Lane:
 def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -> tuple:
     """Lanes from typed spans: every span a box while the lane is under its budget."""
     by_rank: dict = {}
-    for span in trace.spans_between(window.t0, window.t1):
+    for span in received_pushes(trace.spans_between(window.t0, window.t1), trace.ids):
         by_rank.setdefault(span.rank, []).append(span)
-    lanes_spans = []  # (row, its spans; None for the gap)
+    lanes_spans = []  # (row, its spans; None for the gap, whether they are all its rank's)
     for row in rows:
         if row.rank is None:
-            lanes_spans.append((row, None))
+            lanes_spans.append((row, None, False))
             continue
         main, comm = _lane_spans(by_rank.get(row.rank, []))
-        lanes_spans.append((row, main))
+        lanes_spans.append((row, main, comm is None))
         # Pipeline send/recv are thin slivers beside the microbatches: the schedule reads
         # better without them (the expected schedule has none either).
         if comm is not None and not pipeline:
-            lanes_spans.append((_comm_row(spec, row), comm))
-    budget = max(8, max_boxes // max(1, sum(1 for _, lane in lanes_spans if lane is not None)))
+            lanes_spans.append((_comm_row(spec, row), comm, False))
+    budget = max(8, max_boxes // max(1, sum(1 for _, lane, _ in lanes_spans if lane is not None)))
+    visible_us = (window.t1 - window.t0) * MIN_VISIBLE_CM / WIDTH_CM
     lanes, drawn, aggregated = [], [], False
-    for row, lane in lanes_spans:
+    for row, lane, whole in lanes_spans:
         if lane is None:
             lanes.append(_gap_lane(row))
             continue
         cells = _cells(lane, window.t0, window.t1, pipeline, asynchronous, len(lane) <= budget)
         if pipeline and not row.id.endswith("-comm") and not any(s.name == "wait" for s in lane):
             cells = sorted(cells + _bubbles(lane, window.t0, window.t1), key=lambda c: c.start)
+        elif whole and not pipeline:
+            cells = sorted(cells + _bubbles(lane, window.t0, window.t1, "idle", visible_us), key=lambda c: c.start)
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
         lanes.append(Lane(row.id, row.label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label,

@@ -6,7 +6,8 @@ Synchronous, with collectives over all ranks:
                                                       version and send time, so a worker
                                                       can split `wait` from `fetch`)
   workers --reduce(sum of gradients)--> storage      (`push`; the storage adds zeros and
-                                                      traces the reduce as `wait`)
+                                                      traces the reduce as `wait`,
+                                                      its end as each push's `received`)
   storage: average, one SGD step (`update`)          == `single` on the global batch.
 The storage saves the whole model at the end; workers keep nothing between steps.
 """
@@ -73,6 +74,9 @@ def run_storage(ctx) -> None:
         grads = tensors[0].new_zeros(sum(t.numel() for t in tensors))
         with ctx.tracer.span("wait", tid="comm", step=step):
             ctx.comm.reduce(grads, dst=ctx.rank)
+        reduced = perf_counter_ns()  # one collective: every worker's push is in by now, none seen sooner
+        for w in ctx.spec.topology.workers.ids:
+            ctx.tracer.add_span("received", reduced, reduced, step, tid="comm", worker=w)
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
         with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0):
             for fid in flows[1:]:

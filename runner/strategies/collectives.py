@@ -43,7 +43,12 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     in gloo's own chunked ring. Every receive is posted before its data can arrive (gloo
     sends a piece only once the matching receive is posted): reduce-scatter receives one
     hop ahead into two scratch buffers, all-gather receives all at once, straight into
-    place, as soon as reduce-scatter is over. One span per hop, from raw stamps.
+    place, as soon as reduce-scatter is over. One span per hop, from raw stamps; the
+    first hop's wait for the previous rank's first piece (that rank may still be in its
+    backward pass) is a `wait` span of its own before it, so the reduce-scatter span covers
+    only the transfer and additions from the first piece's arrival on. That wait includes
+    the first piece's own transfer (at most PIECE_ELEMS elements), which this rank cannot
+    tell apart from the peer not having sent yet.
     """
     n = len(ranks)
     if n == 1:
@@ -80,6 +85,12 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
         buf, mine = tmp[hop % 2], pieces[j]
         for k in range(npieces):
             recvs[k].wait()
+            if hop == 0 and k == 0 and traced:
+                # The first piece comes only once the previous rank finished its backward:
+                # until then this rank waits for a peer, it does not reduce.
+                t1 = perf_counter_ns()
+                record("wait", comm_tid, t0, t1, step, {})
+                t0 = t1
             mine[k].add_(buf[k][:mine[k].numel()])
             sends.append(isend(mine[k], nxt, tag=tag(phase, nhop, k)))
         recvs = ahead

@@ -10,9 +10,9 @@ shard sent, then `fetch`), forward, backward, injected slowdown, `push` each sha
 gradients while already posting the next fetch (a gloo send completes only once the
 peer posted its receive, so receives go first).
 
-Server shard, sync: receive all N pushes (`wait`), average them and take one SGD step
+Server shard, sync: receive all N pushes (`wait`, each push's arrival as `received`), average them and take one SGD step
 (the same math as `single` on the global batch), send every worker the new weights.
-Server shard, async: whichever push lands first (`Inbox`) is applied alone at once and
+Server shard, async: whichever push lands first (`Inbox`, its arrival traced as `received`) is applied alone at once and
 only that worker gets fresh weights; staleness = versions applied since that worker's
 weights were sent (recorded per update in metrics and in the `update` span).
 Only the servers hold authoritative weights; each saves its shard at the end.
@@ -142,6 +142,18 @@ class _Shard:
         ctx.save_model(dict(zip(self.names, self.tensors)))
 
 
+def _trace_received(ctx, step: int, received) -> None:
+    """One zero-length `received` span per push, at the server's own time it had the
+    gradients (args: worker), on its comm thread. A figure ends the push there: the
+    sender's `push` ends when its send call returned, which on a busy machine can be after
+    the update that needed the push began. The sync server waits for its receives in
+    worker order, so a push's time is when the server saw it complete: never before it
+    arrived, never after the update. `received`: a list in worker order, or {worker: ns}."""
+    ids = ctx.spec.topology.workers.ids
+    for k, t in (received.items() if isinstance(received, dict) else enumerate(received)):
+        ctx.tracer.add_span("received", t, t, step, tid="comm", worker=ids[k])
+
+
 def run_sync_server(ctx) -> None:
     n = ctx.spec.topology.workers.count
     shard = _Shard(ctx)
@@ -152,9 +164,14 @@ def run_sync_server(ctx) -> None:
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         recvs = [ctx.comm.irecv(shard.grads[k], src=k) for k in range(n)]
+        received = []
         with ctx.tracer.span("wait", tid="comm", step=step):
-            for work in recvs + sends:
+            for work in recvs:
                 work.wait()
+                received.append(perf_counter_ns())
+            for work in sends:
+                work.wait()
+        _trace_received(ctx, step, received)
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
         with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=shard.version + 1,
                              staleness=0):
@@ -203,6 +220,7 @@ def run_async_server(ctx) -> None:
         t_wait = perf_counter_ns()
         k = inbox.next()
         step = pushes[k]
+        _trace_received(ctx, step, {k: inbox.arrived_ns})
         ctx.tracer.add_span("wait", t_wait, perf_counter_ns(), step, tid="comm")
         ctx.fault_check(step)
         staleness = shard.version - sent_version[k]
