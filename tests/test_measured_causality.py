@@ -1,0 +1,99 @@
+"""Measured timelines draw what happened when: a push ends where the server received it, a
+ring's first reduce-scatter hop starts after the previous rank's backward, and time inside
+a step that no span explains is drawn as wait, not left blank."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from opentikz_dt.figures.timeline import MIN_VISIBLE_CM, WIDTH_CM
+from opentikz_dt.measured.run import load_run
+from opentikz_dt.measured.timeline import measured_timeline, received_pushes
+from opentikz_dt.measured.trace import Span
+
+
+def _span(rank, name, start, end, step=0, ident="w1", **args):
+    return Span(rank, 1, name, start, end, step, ident, {"step": step, "id": ident, **args})
+
+
+def test_a_push_whose_send_returned_after_the_update_began_ends_where_the_server_received_it():
+    ids = {0: "w1", 1: "w2", 2: "ps"}
+    spans = [_span(0, "push", 10.0, 30.0), _span(1, "push", 12.0, 16.0, ident="w2"),
+             _span(2, "received", 18.0, 18.0, ident="ps", worker="w1"),
+             _span(2, "received", 19.0, 19.0, ident="ps", worker="w2"),
+             _span(2, "update", 20.0, 25.0, ident="ps")]
+    drawn = sorted((s.rank, s.name, s.start, s.end) for s in received_pushes(spans, ids) if s.name != "received")
+    assert drawn == [(0, "push", 10.0, 18.0), (0, "wait", 18.0, 30.0),  # the sender still in its call: a wait
+                     (1, "push", 12.0, 16.0),  # over before the server saw it: as traced
+                     (2, "update", 20.0, 25.0)]
+    assert received_pushes(spans[:2], ids) == spans[:2]  # a trace without `received` (older runs) as it was
+
+
+def _real_run(kind, **overrides):
+    pytest.importorskip("torch")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from opentikz_dt.runner.testing import run_small, small_spec_data
+
+    return load_run(run_small(small_spec_data(kind, **overrides)).run_dir)
+
+
+@pytest.mark.dist
+def test_no_push_of_a_real_sync_run_is_drawn_ending_after_its_steps_update_began():
+    run = _real_run("parameter-server", topology={"workers": {"count": 2}, "servers": {"count": 1}})
+    spans = run.trace.spans
+    pushes = [s for s in spans if s.name == "push"]
+    received = {(s.args["worker"], s.step): s.start for s in spans if s.name == "received"}
+    assert set(received) == {(run.trace.ids[s.rank], s.step) for s in pushes}  # every push, once, server's time
+    update = {s.step: s.start for s in spans if s.name == "update"}
+    m = measured_timeline(run.spec, run.trace, (0, run.trace.steps[-1]))
+    drawn = [s for s in m.spans if s.name == "push"]
+    assert len(drawn) == len(pushes)
+    for s in drawn:
+        assert s.end <= received[(s.id, s.step)] <= update[s.step], s
+    for raw in pushes:  # whatever the sender spent in its call after that is drawn as a wait
+        if raw.end > received[(raw.id, raw.step)]:
+            assert any(w.name == "wait" and w.rank == raw.rank and w.start == max(raw.start, received[(raw.id, raw.step)])
+                       and w.end == raw.end for w in m.spans)
+
+
+def _ring_run():
+    return _real_run("allreduce", topology={"workers": {"count": 3}}, strategy={"algorithm": "ring"})
+
+
+@pytest.mark.dist
+def test_a_ring_reduce_scatter_starts_after_the_previous_ranks_backward_and_waits_for_it_as_wait():
+    run = _ring_run()
+    spans = run.trace.spans
+    bound = {int(r): c["bound_us"] for r, c in run.trace.metadata["clock"].items()}
+    n = len(run.trace.ranks)
+    backward_end = {(s.rank, s.step): s.end for s in spans if s.name == "backward"}
+    first_hops = [s for s in spans if s.name == "allreduce" and s.args["phase"] == "reduce-scatter" and s.args["chunk"] == 0]
+    assert len(first_hops) == n * len(run.trace.steps)
+    for hop in first_hops:
+        prev = (hop.rank - 1) % n
+        assert hop.start >= backward_end[(prev, hop.step)] - bound[hop.rank] - bound[prev], hop
+        waited = [s for s in spans if s.name == "wait" and s.rank == hop.rank and s.step == hop.step
+                  and s.start <= hop.start and s.end <= hop.start + 1.0]
+        assert waited and abs(max(s.end for s in waited) - hop.start) < 1.0, hop  # the wait runs up to the hop
+
+
+@pytest.mark.dist
+def test_gaps_inside_a_step_of_a_real_ring_are_drawn_as_wait():
+    run = _ring_run()
+    m = measured_timeline(run.spec, run.trace, (1, 3))
+    visible_ms = (m.window.t1 - m.window.t0) / 1000 * MIN_VISIBLE_CM / WIDTH_CM
+    ids = {ident: rank for rank, ident in run.trace.ids.items()}
+    lanes = [lane for lane in m.timeline.panels[0].lanes if lane.role != "gap"]
+    assert lanes and not m.aggregated
+    for lane in lanes:
+        rank = ids[lane.id]
+        for step in (1, 2, 3):
+            first, last, _ = run.trace.extents[(rank, step)]
+            lo, hi = max(first, m.window.t0) / 1000, min(last, m.window.t1) / 1000
+            covered = sorted((b.start_ms, b.end_ms) for b in lane.boxes if b.end_ms > lo and b.start_ms < hi)
+            reach = lo
+            for start, end in covered:
+                assert start - reach <= visible_ms + 1e-9, (lane.id, step, reach, start)  # no blank gap
+                reach = max(reach, end)
