@@ -33,11 +33,26 @@ def oracle_spans(run_dir: Path) -> list:
 
 
 def expected_lane_boxes(run_dir: Path, rank: int, t0_us: float, t1_us: float, pipeline: bool) -> list:
-    """(kind, start_ms, end_ms) the lane of `rank` must show: its spans in the window, clipped.
+    """(kind, start_ms, end_ms) the lane of `rank` must show: its spans in the window, clipped
+    (a push cut where the server received it), not counting the idle time filled in as wait.
 
     Pipeline stages leave their send/recv out when those overlap compute (an async comm
     thread); blocking ones that never overlap are drawn on the stage's lane."""
-    mine = [(tid, name, start, end) for r, tid, name, start, end, _ in oracle_spans(run_dir)
+    spans = oracle_spans(run_dir)
+    # A push ends where the (last) server received it; the sender's time after that is a wait.
+    received: dict = {}
+    for _, _, name, start, _, args in spans:
+        if name == "received":
+            key = (args["worker"], args["step"])
+            received[key] = max(received.get(key, start), start)
+    split = []
+    for r, tid, name, start, end, args in spans:
+        at = received.get((args["id"], args["step"])) if name == "push" else None
+        if at is not None and end > at:
+            split += [(r, tid, name, start, max(start, at), args), (r, tid, "wait", max(start, at), end, args)]
+        else:
+            split.append((r, tid, name, start, end, args))
+    mine = [(tid, name, start, end) for r, tid, name, start, end, _ in split
             if r == rank and name in BOX_KINDS and end >= t0_us and start <= t1_us]
     if pipeline:
         compute = [(a, b) for tid, _, a, b in mine if tid == 0]

@@ -41,7 +41,7 @@ def test_real_run_timeline_draws_every_span_of_every_rank(kind):
         expected = expected_lane_boxes(run_dir, ids[lane.id.removesuffix("-comm")], m.window.t0, m.window.t1, pipeline)
         if lane.id.endswith("-comm"):
             expected = [e for e in expected if e[0] in ("fetch", "push", "allreduce", "gossip", "send", "recv", "wait")]
-        drawn = sorted((b.kind, b.start_ms, b.end_ms) for b in lane.boxes if b.label != "bubble")
+        drawn = sorted((b.kind, b.start_ms, b.end_ms) for b in lane.boxes if b.label not in ("bubble", "idle"))
         if not m.aggregated:
             assert len(drawn) == len(expected), lane.id
             for got, want in zip(sorted(drawn, key=lambda b: (b[1], b[2])), expected):

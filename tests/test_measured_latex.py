@@ -194,3 +194,16 @@ def test_a_measured_figure_wider_than_its_target_width_is_reported(tmp_path):
     write_run_figures(run_dir, tmp_path / "out", ("pdf",), only=("table-summary", "measured-timeline"),
                       width="column", notify=heard.append)
     assert len(heard) == 1 and "table-summary.tex: drawn" in heard[0] and "8.5 cm asked" in heard[0], heard
+
+
+@pytest.mark.parametrize("kind", ["allreduce-ring"])
+def test_a_64_worker_measured_topology_keeps_its_brace_and_links_off_the_worker_labels(tmp_path, kind):
+    """Elided workers whose labels grew by their step times: the brace standing for all 64
+    runs left of the labels (not through their first letters), and a ring link keeps clear
+    of them (a line within a point of the glyphs reads as touching)."""
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    tex = render_annotated_topology(load_run(write_synthetic_run(tmp_path / kind, kind, workers=64, steps=4)))
+    assert "ms/step" in tex and "64 workers" in tex
+    assert check_figure_geometry(compile_pdf(tex).log) == []

@@ -140,3 +140,25 @@ def test_a_predicted_sync_server_update_is_drawn_as_visibly_as_the_expected_one(
     # true widths, a short one a 0.01 cm hairline; one with no length in the window (it ended
     # where the window starts) is no box at all
     assert drawn == pytest.approx(sorted(max(0.01, w) for w in widths if w >= ZERO_CM), abs=1e-6)
+
+
+@pytest.mark.parametrize("example", ["ps-sync", "ps-async"])
+def test_the_expected_async_panel_runs_every_iteration_to_its_update_and_cuts_no_box(example):
+    """The axis ends where the later panel's last update does: no push is cut at the right
+    edge (a cut push was a sliver with a stray "P" above it, in the demo's async panel)."""
+    from pathlib import Path
+
+    from opentikz_dt.spec import load_spec
+
+    spec = load_spec(Path(__file__).parent.parent / "examples" / f"{example}.yaml")
+    timeline = expected_timeline(spec)
+    for panel in timeline.panels:
+        server = next(lane for lane in panel.lanes if lane.role == "server")
+        updates = [b.end_ms for b in server.boxes if b.kind == "update"]
+        assert max(updates) <= timeline.end_ms + 1e-9
+        for lane in panel.lanes:
+            if lane.role == "worker":  # each iteration ends waiting for its update, which then ends
+                last = lane.boxes[-1]
+                assert last.kind == "wait" and any(abs(last.end_ms - end) < 1e-9 for end in updates), (panel.id, lane.id)
+    if example == "ps-sync":  # the demo: every letter fits in its box, none above a sliver
+        assert all(not panel.tags for panel in draw_timeline(timeline).panels)

@@ -57,8 +57,10 @@ def check_figure_geometry(log: str) -> list[str]:
     return overlaps + check_paths_clear(boxes, parse_paths(log), rects)
 
 
-# Text nodes keep 2pt of inner sep around their glyphs, icons 1pt: a path may graze 1pt of it.
-TEXT_MARGIN_PT = 1.0
+# Text nodes keep 2pt of inner sep around their glyphs, icons 1pt. A path (1pt wide) may
+# run along a text's box but not into it: a line within a point of the glyphs reads as
+# touching them (a ring link beside a worker's label). An icon's path may graze 1pt of it.
+TEXT_MARGIN_PT = 0.5
 ICON_MARGIN_PT = 1.0
 
 
@@ -108,7 +110,8 @@ def _is_text(name: str) -> bool:
 
 def check_paths_clear(bboxes: list[BBox], paths: dict, rects: dict | None = None) -> list[str]:
     """Edges that run through a text (a label, the title, a note) or through an icon or box
-    other than the ones they join. An edge is named <src>-<dst>-<style>; the nodes it
+    other than the ones they join; a brace (<name>-brace) counts as an edge joining nothing,
+    so it may not run through a worker's label. An edge is named <src>-<dst>-<style>; the nodes it
     starts or ends at may touch it; its own label only its outer half (labels sit beside it)."""
     rects = rects or {b.name: _Rect.of(b, {}) for b in bboxes}
     problems = []

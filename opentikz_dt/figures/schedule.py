@@ -114,7 +114,11 @@ def _ps_sync(spec, cost) -> tuple[_Sim, float]:
     return sim, t
 
 
-def _ps_async(spec, cost, until: float) -> _Sim:
+def _ps_async(spec, cost, until: float) -> tuple[_Sim, float]:
+    """Async workers never wait for each other: each starts its next iteration as soon as
+    its update is applied, until `until` (the sync panel's end). An iteration under way
+    then runs to its update, so the panel ends where its last update does (returned) and
+    the figure cuts no box: a cut box drew a stray letter above its sliver."""
     sim = _Sim(spec, cost)
     workers, servers = spec.topology.workers.ids, _server_ids(spec)
     s = len(servers)
@@ -140,7 +144,7 @@ def _ps_async(spec, cost, until: float) -> _Sim:
         sim.add(w, arrived, server_free, "wait")
         if server_free < until:
             iteration(w, server_free)
-    return sim
+    return sim, server_free
 
 
 def _allreduce_phases(spec, sim) -> list[tuple[str, float, bool]]:
@@ -357,8 +361,9 @@ def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
     words = spec.figure.labels
     note, axis = label_tex(spec, "timeline_note"), label_tex(spec, "time_axis")
     if kind == "parameter-server":
-        sync_sim, end = _ps_sync(spec, cost)
-        async_sim = _ps_async(spec, cost, until=end)
+        sync_sim, sync_end = _ps_sync(spec, cost)
+        async_sim, async_end = _ps_async(spec, cost, until=sync_end)
+        end = max(sync_end, async_end)  # both panels whole: neither is cut at the other's end
         mine = spec.strategy.sync
         panels = (
             Panel("sync", words["sync_panel"], _lanes(spec, sync_sim, True),

@@ -12,7 +12,9 @@ import dataclasses
 from ..texsafe import render_label
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
 from .names import ICON_MACROS, worker_label_macro
-from .spacing import ICON_SIZE, Spacing, column_ys, printed_cm, printed_lines, worker_ys
+from .spacing import ICON_SIZE, LABEL_H, Spacing, column_ys, icon_size, printed_cm, printed_lines, worker_ys
+
+PT_PER_CM = 72.27 / 2.54
 from .texts import label_tex
 
 
@@ -105,7 +107,8 @@ def worker_column(spec, sp: Spacing, x, prefix="w", count=None, node_for=None):
     nodes, names = [], []
     for k, (slot, y) in enumerate(zip(slots, ys)):
         if slot is None:
-            nodes.append(ellipsis_node(more_name(prefix, slots, k), x, y))
+            # midway between the label hanging under the member above and the next member's top
+            nodes.append(ellipsis_node(more_name(prefix, slots, k), x, round(y - LABEL_H / 2, 3)))
         else:
             node = node_for(slot, x, y) if node_for else worker_node(spec, slot, x, y)
             nodes.append(node)
@@ -119,9 +122,12 @@ def data_fan(spec, members, elided, count):
     batch = Tex(r"\batchlabel")
     if elided:
         first, last = members[0], members[-1]
-        # both ends on the column's west edge (level with the last label's bottom): the brace stands upright
-        braces.append(Brace("workers", Port(first, "north west", dx=-6, level=f"{last}-label.south"),
-                            Port(first, "north west", dx=-6), workers_brace(spec, count)))
+        # both ends on the column's west edge (level with the last label's bottom): the brace stands
+        # upright, left of the icons and of any label wider than them (a step time makes them wider)
+        widest = max(printed_cm(spec, spec.topology.workers.label_of(m), "worker") for m in members)
+        dx = -6 - round(max(0.0, (widest - icon_size(spec, "worker")[0]) / 2) * PT_PER_CM, 1)
+        braces.append(Brace("workers", Port(first, "north west", dx=dx, level=f"{last}-label.south"),
+                            Port(first, "north west", dx=dx), workers_brace(spec, count)))
         edges.append(Edge(Port("data", "east"), Port("workers"), "data", label=batch))
         return edges, braces
     for k, (member, dy) in enumerate(zip(members, spread(len(members), min(10.0, 4.0 * (len(members) - 1))))):

@@ -215,13 +215,19 @@ def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Lay
 
 
 def _layout_for(spec, step_ms: dict, once: bool = False) -> Layout:
-    """The spec's layout; at a target width (compact gaps), or in host boxes (where workers sit
-    side by side, or links must clear the box's padding), placed as if each worker's label
+    """The spec's layout; at a target width (compact gaps), in host boxes (where workers sit
+    side by side, or links must clear the box's padding), or elided (a brace left of the
+    labels, ring links right of them), placed as if each worker's label
     already held its step time and each link label its bytes, so the longer labels get their room."""
     layout = build_layout(spec)
-    if not fitted(spec) and spec.topology.hosts < 2:
+    if not fitted(spec) and spec.topology.hosts < 2 and not _column_elided(spec):
         return layout
     return replace(build_layout(_spaced_spec(spec, step_ms, once)), macros=layout.macros)
+
+
+def _column_elided(spec) -> bool:
+    """Whether the worker column is elided: its brace and ring links must clear the widened labels."""
+    return spec.topology.workers.count > spec.figure.max_workers_drawn
 
 
 def _spaced_spec(spec, step_ms: dict, once: bool = False):
