@@ -31,6 +31,14 @@ def test_a_push_whose_send_returned_after_the_update_began_ends_where_the_server
     assert received_pushes(spans[:2], ids) == spans[:2]  # a trace without `received` (older runs) as it was
 
 
+def test_a_servers_received_marks_inside_its_updates_do_not_split_its_lane():
+    from opentikz_dt.measured.timeline import _lane_spans
+
+    update = Span(2, 0, "update", 0.0, 10.0, 0, "ps", {"step": 0, "id": "ps"})
+    spans = [update, _span(2, "received", 5.0, 5.0, ident="ps", worker="w1"), _span(2, "wait", 10.0, 12.0, ident="ps")]
+    assert _lane_spans(spans) == (spans, None)  # one lane: a mark is not drawn, so it overlaps nothing
+
+
 def _real_run(kind, **overrides):
     pytest.importorskip("torch")
     os.environ.setdefault("OMP_NUM_THREADS", "1")

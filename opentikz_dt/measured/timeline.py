@@ -72,7 +72,8 @@ def _lane_spans(mine: list) -> tuple:
     when it overlaps compute."""
     compute = [s for s in mine if s.tid != COMM]
     comm = [s for s in mine if s.tid == COMM]
-    if _overlaps(compute, comm):
+    # only what is drawn counts: a server's `received` marks land inside its updates
+    if _overlaps([s for s in compute if s.name in BOX_KINDS], [s for s in comm if s.name in BOX_KINDS]):
         return compute, comm
     return mine, None
 
