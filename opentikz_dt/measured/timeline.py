@@ -100,7 +100,7 @@ def received_pushes(spans: list, ids: dict) -> list:
     sender was not scheduled yet). Where the servers traced the push as `received` (their
     own time they had it; the latest shard's), the push ends there and the sender's time
     after it is drawn as what it is, a wait. The two ends are on different ranks' clocks,
-    aligned to within each rank's bound (trace metadata `clock`, tens of µs here)."""
+    aligned to within each rank's bound (trace metadata `clock`; 0 for ranks of one machine)."""
     received: dict = {}  # (worker id, step) -> the last server's receive time
     for s in spans:
         if s.name == "received":
