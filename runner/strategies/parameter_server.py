@@ -10,9 +10,9 @@ shard sent, then `fetch`), forward, backward, injected slowdown, `push` each sha
 gradients while already posting the next fetch (a gloo send completes only once the
 peer posted its receive, so receives go first).
 
-Server shard, sync: receive all N pushes (`wait`, each push's arrival as `received`), average them and take one SGD step
+Server shard, sync: receive all N pushes (`wait`), average them and take one SGD step
 (the same math as `single` on the global batch), send every worker the new weights.
-Server shard, async: whichever push lands first (`Inbox`, its arrival traced as `received`) is applied alone at once and
+Server shard, async: whichever push lands first (`Inbox`) is applied alone at once and
 only that worker gets fresh weights; staleness = versions applied since that worker's
 weights were sent (recorded per update in metrics and in the `update` span).
 Only the servers hold authoritative weights; each saves its shard at the end.
