@@ -11,7 +11,8 @@
   per pending receive blocks in `wait()` and queues the worker; on NCCL the main thread
   polls `is_completed()` (a CUDA event query), then calls `wait()`. Either way
   `arrived_ns` is the perf_counter_ns() at which the returned push was seen complete (the
-  waiter thread's, not the main thread's later pick-up): the server traces it as `received`.
+  waiter thread's, not the main thread's later pick-up): the server traces it in its
+  `update` span (`received_us`).
 Imports torch; used only by runner strategies.
 """
 

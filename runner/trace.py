@@ -68,6 +68,10 @@ class Tracer:
     def now_us(self) -> float:
         return (perf_counter_ns() - self.base_ns) / 1000 + self.offset_us
 
+    def run_us(self, ns: int) -> float:
+        """A perf_counter_ns() stamp on the run's clock (µs), as spans' `ts` are written."""
+        return round((ns - self.base_ns) / 1000 + self.offset_us, 3)
+
     def enabled_for(self, step: int) -> bool:
         return self.enabled and step % self.sample_every == 0 and self.count < self.max_events
 

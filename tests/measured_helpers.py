@@ -41,10 +41,10 @@ def expected_lane_boxes(run_dir: Path, rank: int, t0_us: float, t1_us: float, pi
     spans = oracle_spans(run_dir)
     # A push ends where the (last) server received it; the sender's time after that is a wait.
     received: dict = {}
-    for _, _, name, start, _, args in spans:
-        if name == "received":
-            key = (args["worker"], args["step"])
-            received[key] = max(received.get(key, start), start)
+    for _, _, name, _, _, args in spans:
+        for worker, at in (args.get("received_us") or {}).items() if name == "update" else ():
+            key = (worker, args["step"])
+            received[key] = max(received.get(key, at), at)
     split = []
     for r, tid, name, start, end, args in spans:
         at = received.get((args["id"], args["step"])) if name == "push" else None

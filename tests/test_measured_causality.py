@@ -21,22 +21,20 @@ def _span(rank, name, start, end, step=0, ident="w1", **args):
 def test_a_push_whose_send_returned_after_the_update_began_ends_where_the_server_received_it():
     ids = {0: "w1", 1: "w2", 2: "ps"}
     spans = [_span(0, "push", 10.0, 30.0), _span(1, "push", 12.0, 16.0, ident="w2"),
-             _span(2, "received", 18.0, 18.0, ident="ps", worker="w1"),
-             _span(2, "received", 19.0, 19.0, ident="ps", worker="w2"),
-             _span(2, "update", 20.0, 25.0, ident="ps")]
-    drawn = sorted((s.rank, s.name, s.start, s.end) for s in received_pushes(spans, ids) if s.name != "received")
+             _span(2, "update", 20.0, 25.0, ident="ps", received_us={"w1": 18.0, "w2": 19.0})]
+    drawn = sorted((s.rank, s.name, s.start, s.end) for s in received_pushes(spans, ids))
     assert drawn == [(0, "push", 10.0, 18.0), (0, "wait", 18.0, 30.0),  # the sender still in its call: a wait
                      (1, "push", 12.0, 16.0),  # over before the server saw it: as traced
                      (2, "update", 20.0, 25.0)]
-    assert received_pushes(spans[:2], ids) == spans[:2]  # a trace without `received` (older runs) as it was
+    assert received_pushes(spans[:2], ids) == spans[:2]  # a trace without `received_us` (older runs) as it was
 
 
-def test_a_servers_received_marks_inside_its_updates_do_not_split_its_lane():
+def test_a_span_the_figure_does_not_draw_does_not_split_a_lane():
     from opentikz_dt.measured.timeline import _lane_spans
 
     update = Span(2, 0, "update", 0.0, 10.0, 0, "ps", {"step": 0, "id": "ps"})
-    spans = [update, _span(2, "received", 5.0, 5.0, ident="ps", worker="w1"), _span(2, "wait", 10.0, 12.0, ident="ps")]
-    assert _lane_spans(spans) == (spans, None)  # one lane: a mark is not drawn, so it overlaps nothing
+    spans = [update, _span(2, "marker", 5.0, 5.0, ident="ps"), _span(2, "wait", 10.0, 12.0, ident="ps")]
+    assert _lane_spans(spans) == (spans, None)  # one lane: an unknown span is not drawn, so it overlaps nothing
 
 
 def _real_run(kind, **overrides):
@@ -52,8 +50,8 @@ def test_no_push_of_a_real_sync_run_is_drawn_ending_after_its_steps_update_began
     run = _real_run("parameter-server", topology={"workers": {"count": 2}, "servers": {"count": 1}})
     spans = run.trace.spans
     pushes = [s for s in spans if s.name == "push"]
-    received = {(s.args["worker"], s.step): s.start for s in spans if s.name == "received"}
-    assert set(received) == {(run.trace.ids[s.rank], s.step) for s in pushes}  # every push, once, server's time
+    received = {(w, s.step): at for s in spans if s.name == "update" for w, at in s.args["received_us"].items()}
+    assert set(received) == {(run.trace.ids[s.rank], s.step) for s in pushes}  # every push, on the server's clock
     update = {s.step: s.start for s in spans if s.name == "update"}
     m = measured_timeline(run.spec, run.trace, (0, run.trace.steps[-1]))
     drawn = [s for s in m.spans if s.name == "push"]

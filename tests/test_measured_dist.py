@@ -37,7 +37,7 @@ def test_real_run_timeline_draws_every_span_of_every_rank(kind):
     ids = {ident: rank for rank, ident in run.trace.ids.items()}
     assert {ids[lane.id.removesuffix("-comm")] for lane in lanes} == set(ids.values())
     pipeline = kind == "pipeline"
-    if kind.startswith("ps"):  # nothing a PS rank draws overlaps (a server's `received` marks are not drawn)
+    if kind.startswith("ps"):  # nothing a PS rank draws overlaps: one lane per rank
         assert not any(lane.id.endswith("-comm") for lane in lanes)
     for lane in lanes:
         expected = expected_lane_boxes(run_dir, ids[lane.id.removesuffix("-comm")], m.window.t0, m.window.t1, pipeline)

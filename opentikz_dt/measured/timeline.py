@@ -72,7 +72,7 @@ def _lane_spans(mine: list) -> tuple:
     when it overlaps compute."""
     compute = [s for s in mine if s.tid != COMM]
     comm = [s for s in mine if s.tid == COMM]
-    # only what is drawn counts: a server's `received` marks land inside its updates
+    # only what is drawn counts (a span the figure does not know is the runner's business)
     if _overlaps([s for s in compute if s.name in BOX_KINDS], [s for s in comm if s.name in BOX_KINDS]):
         return compute, comm
     return mine, None
@@ -97,15 +97,19 @@ def _overlaps(a: list, b: list) -> bool:
 def received_pushes(spans: list, ids: dict) -> list:
     """Each push drawn as what the server received when: the worker's `push` span ends when
     its send call returned, which can come after the update that needed it began (the
-    sender was not scheduled yet). Where the servers traced the push as `received` (their
-    own time they had it; the latest shard's), the push ends there and the sender's time
-    after it is drawn as what it is, a wait. The two ends are on different ranks' clocks,
-    aligned to within each rank's bound (trace metadata `clock`; 0 for ranks of one machine)."""
+    sender was not scheduled yet). Where the servers' `update` spans say when they had
+    each push (arg `received_us`: {worker id: µs}, on the server's clock; the latest
+    shard's counts), the push ends there and the sender's time after it is drawn as what
+    it is, a wait. The two ends are on different ranks' clocks, aligned to within each
+    rank's bound (trace metadata `clock`; 0 for ranks of one machine)."""
     received: dict = {}  # (worker id, step) -> the last server's receive time
     for s in spans:
-        if s.name == "received":
-            key = (s.args.get("worker"), s.step)
-            received[key] = max(received.get(key, s.start), s.start)
+        times = s.args.get("received_us") if s.name == "update" else None
+        if isinstance(times, dict):
+            for worker, at in times.items():
+                if isinstance(at, (int, float)):
+                    key = (worker, s.step)
+                    received[key] = max(received.get(key, at), at)
     if not received:
         return spans
     out = []

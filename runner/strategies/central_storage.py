@@ -7,7 +7,8 @@ Synchronous, with collectives over all ranks:
                                                       can split `wait` from `fetch`)
   workers --reduce(sum of gradients)--> storage      (`push`; the storage adds zeros and
                                                       traces the reduce as `wait`,
-                                                      its end as each push's `received`)
+                                                      its end as each push's
+                                                      `received_us` in `update`)
   storage: average, one SGD step (`update`)          == `single` on the global batch.
 The storage saves the whole model at the end; workers keep nothing between steps.
 """
@@ -74,11 +75,11 @@ def run_storage(ctx) -> None:
         grads = tensors[0].new_zeros(sum(t.numel() for t in tensors))
         with ctx.tracer.span("wait", tid="comm", step=step):
             ctx.comm.reduce(grads, dst=ctx.rank)
-        reduced = perf_counter_ns()  # one collective: every worker's push is in by now, none seen sooner
-        for w in ctx.spec.topology.workers.ids:
-            ctx.tracer.add_span("received", reduced, reduced, step, tid="comm", worker=w)
+        # one collective: every worker's push is in by its end, none seen sooner
+        reduced = ctx.tracer.run_us(perf_counter_ns())
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
-        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0):
+        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0,
+                             received_us=dict.fromkeys(ctx.spec.topology.workers.ids, reduced)):
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             assign_grads(grads.div_(n), tensors)

@@ -142,16 +142,16 @@ class _Shard:
         ctx.save_model(dict(zip(self.names, self.tensors)))
 
 
-def _trace_received(ctx, step: int, received) -> None:
-    """One zero-length `received` span per push, at the server's own time it had the
-    gradients (args: worker), on its comm thread. A figure ends the push there: the
-    sender's `push` ends when its send call returned, which on a busy machine can be after
-    the update that needed the push began. The sync server waits for its receives in
-    worker order, so a push's time is when the server saw it complete: never before it
-    arrived, never after the update. `received`: a list in worker order, or {worker: ns}."""
+def _received_us(ctx, received) -> dict:
+    """{worker id: the server's own run-clock time (µs) it had that worker's push}, for the
+    `update` span's `received_us` arg. A figure ends the push there: the sender's `push`
+    ends when its send call returned, which on a busy machine can be after the update that
+    needed the push began. The sync server waits for its receives in worker order, so a
+    push's time is when the server saw it complete: never before it arrived, never after
+    the update. `received`: perf_counter_ns() stamps, a list in worker order or {worker: ns}."""
     ids = ctx.spec.topology.workers.ids
-    for k, t in (received.items() if isinstance(received, dict) else enumerate(received)):
-        ctx.tracer.add_span("received", t, t, step, tid="comm", worker=ids[k])
+    pairs = received.items() if isinstance(received, dict) else enumerate(received)
+    return {ids[k]: ctx.tracer.run_us(t) for k, t in pairs}
 
 
 def run_sync_server(ctx) -> None:
@@ -171,10 +171,9 @@ def run_sync_server(ctx) -> None:
                 received.append(perf_counter_ns())
             for work in sends:
                 work.wait()
-        _trace_received(ctx, step, received)
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
         with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=shard.version + 1,
-                             staleness=0):
+                             staleness=0, received_us=_received_us(ctx, received)):
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             total = shard.grads[0].clone()
@@ -220,12 +219,12 @@ def run_async_server(ctx) -> None:
         t_wait = perf_counter_ns()
         k = inbox.next()
         step = pushes[k]
-        _trace_received(ctx, step, {k: inbox.arrived_ns})
         ctx.tracer.add_span("wait", t_wait, perf_counter_ns(), step, tid="comm")
         ctx.fault_check(step)
         staleness = shard.version - sent_version[k]
         with ctx.tracer.span("update", step=step, flow_in=ctx.tracer.flow_id(k, step, ctx.rank),
-                             worker=worker_ids[k], version=shard.version + 1, staleness=staleness):
+                             worker=worker_ids[k], version=shard.version + 1, staleness=staleness,
+                             received_us=_received_us(ctx, {k: inbox.arrived_ns})):
             assign_grads(shard.grads[k], shard.tensors)
             shard.opt.step()
             shard.version += 1
