@@ -345,10 +345,12 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: i
     import torch.multiprocessing as mp
 
     from ..predict.simulate import roles
+    from .compat import check_torch
 
     from .preflight import preflight
     from .strategies import load_strategy
 
+    check_torch()  # before any process starts, as `dtgen run`
     world = ranks or len(roles(spec))
     world = max(2, world)
     out_path = Path(out_path)

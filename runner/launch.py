@@ -23,6 +23,7 @@ import yaml
 from .. import __version__
 from ..errors import RunError
 from ..spec import load_spec, spec_from_data
+from .compat import accepted, check_torch
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
@@ -98,6 +99,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
                rdzv_timeout: float = 120.0, measure_only: bool = False) -> RunResult:
     """Run a spec for real; write the run directory; return its metrics or raise RunError."""
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+    check_torch()  # a torch outside the supported range: one line, before anything is read or spawned
     spec, data = resolve_spec(spec_path, steps, measure_only)
     roles = load_strategy(spec.strategy.kind).roles(spec)
     world = len(roles)
@@ -226,7 +228,9 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
         # is_host given, so torch does not resolve this host's name (small clusters often cannot)
         rdzv_configs={"join_timeout": int(rdzv_timeout), "is_host": launch["rdzv_host"]} if nnodes > 1 else {},
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs" / "elastic"), redirects=Std.NONE),
-        shutdown_timeout=3,
+        # newer than torch 2.10 (not in 2.11): where it exists, ranks that ignore SIGTERM are
+        # killed after 3 s instead of the agent's default 30
+        **accepted(LaunchConfig, shutdown_timeout=3),
     )
     monitor.start()
     # The launcher logs every failure and signal at length; dtgen reports them itself. Its

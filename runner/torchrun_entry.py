@@ -32,11 +32,14 @@ def main(argv=None) -> int:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     node = int(os.environ.get("GROUP_RANK", "0"))
     nnodes = int(os.environ["WORLD_SIZE"]) // int(os.environ["LOCAL_WORLD_SIZE"])
+    from .compat import check_torch
+
     try:
+        check_torch()
         spec, data = resolve_spec(args.spec, args.steps)
     except DtgenError as exc:
         print(f"dtgen: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     roles = load_strategy(spec.strategy.kind).roles(spec)
     run_dir = Path(args.out)
     launch_path = run_dir / "launch.json"
