@@ -284,7 +284,7 @@ def _describe(spec, where: dict) -> dict | None:
 
 def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path, workload=None) -> None:
     from ..predict.blocks import model_signature
-    from ..predict.calibration import FORMAT, Calibration, machine_info
+    from ..predict.calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
 
     batch = spec.training.batch_size
     from ..predict.blocks import model_blocks
@@ -312,6 +312,8 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     if len(ratios) > 400:
         ratios = [ratios[int(i * len(ratios) / 400)] for i in range(400)]
     data = {"dtgen_calibration": FORMAT, "source": "probe", "machine": machine_info(),
+            # the probe's processes compute and talk on the CPU, whatever the spec's device
+            "device": cpu_device(), "training": training_of(spec.data),
             "torch": torch.__version__, "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
             "ranks": world,
             "cores_effective": round(cores, 3),

@@ -24,6 +24,7 @@ from .. import __version__
 from ..errors import RunError
 from ..spec import load_spec, spec_from_data
 from .compat import accepted, check_torch
+from .devices import device_record
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
@@ -311,6 +312,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
            "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
+    run["device_info"] = device_record(ranks)  # what predictions fitted from this run were measured on
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")

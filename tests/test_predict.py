@@ -360,3 +360,104 @@ def test_a_python_model_is_predicted_once_a_calibration_describes_it(tmp_path):
     cal.data["model"]["workload"] = {"blocks": [{"name": "x"}]}
     with pytest.raises(CalibrationError, match="model.workload: not a model description"):
         load_calibration(cal.save(tmp_path / "bad.json"), spec)
+
+
+# ---------------------------------------------------------------- device, precision, optimizer
+
+
+def _measured(device=None, training=None):
+    """An edit making write_cal's calibration a measured one (illustrative ones are not checked)."""
+    def edit(d):
+        d["source"] = "probe"
+        if device is not None:
+            d["device"] = device
+        if training is not None:
+            d["training"] = training
+    return edit
+
+
+H100 = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "count": 1}
+XEON = {"kind": "cpu", "name": "Intel(R) Xeon(R) Gold 6248", "count": 2}
+
+
+def test_calibration_of_another_device_precision_or_optimizer_is_refused(tmp_path, monkeypatch):
+    from opentikz_dt.predict import calibration
+
+    monkeypatch.setattr(calibration, "local_gpus", lambda: [])
+    layers = {"training": {"model": {"layers": [32, 128, 128, 10]}, "steps": 10}}
+    cuda = spec_from_data({"name": "gpu-run", "strategy": {"kind": "single"}, "runtime": {"device": "cuda"}, **layers})
+    cpu = spec_from_data({"name": "cpu-run", "strategy": {"kind": "single"}, "runtime": {"device": "cpu"}, **layers})
+    auto = spec_from_data({"name": "auto-run", "strategy": {"kind": "single"}, **layers})
+    # a CPU calibration for a CUDA spec, and the other way round
+    path = write_cal(tmp_path, cpu, _measured(XEON))
+    with pytest.raises(CalibrationError) as err:
+        load_calibration(path, cuda)
+    assert str(err.value) == (f"{path}: device: measured on cpu (Intel(R) Xeon(R) Gold 6248, 2 cores), but gpu-run "
+                              "runs on cuda (runtime.device cuda); calibrate on the device the spec runs on "
+                              "(dtgen calibrate SPEC there)")
+    assert not any("device" in w for w in load_calibration(path, cpu).warnings)
+    path = write_cal(tmp_path, cpu, _measured(H100))
+    with pytest.raises(CalibrationError, match=r": device: measured on cuda \(1x NVIDIA H100 80GB HBM3\), but cpu-run "
+                                               r"runs on cpu \(runtime.device cpu\)"):
+        load_calibration(path, cpu)
+    assert load_calibration(path, cuda) and load_calibration(path, auto)  # auto: the calibration's device
+    # another GPU model than this machine's
+    monkeypatch.setattr(calibration, "local_gpus", lambda: ["NVIDIA A100-SXM4-40GB"])
+    with pytest.raises(CalibrationError) as err:
+        load_calibration(path, cuda)
+    assert str(err.value) == (f"{path}: device: measured on cuda (1x NVIDIA H100 80GB HBM3), but this machine's GPU "
+                              "is NVIDIA A100-SXM4-40GB; calibrate on this machine (dtgen calibrate SPEC)")
+    monkeypatch.setattr(calibration, "local_gpus", lambda: ["NVIDIA H100 80GB HBM3"] * 2)
+    assert load_calibration(path, cuda).warnings == ()
+    # a CPU calibration for an `auto` spec on a machine with a GPU: `dtgen run` would use the GPU
+    cal = load_calibration(write_cal(tmp_path, auto, _measured(XEON)), auto)
+    assert any("has runtime.device auto and this machine has a GPU (NVIDIA H100 80GB HBM3)" in w for w in cal.warnings)
+    # precision and optimizer are part of the cost
+    monkeypatch.setattr(calibration, "local_gpus", lambda: [])
+    path = write_cal(tmp_path, cpu, _measured(XEON, {"precision": "bf16", "optimizer": "adamw"}))
+    with pytest.raises(CalibrationError) as err:
+        load_calibration(path, cpu)
+    assert str(err.value) == (f"{path}: training: measured with precision bf16 (the spec: fp32), optimizer adamw "
+                              "(the spec: sgd); precision and optimizer change the costs: calibrate this spec "
+                              "(dtgen calibrate SPEC)")
+    # the command: one line, exit 2, nothing written
+    spec_file = tmp_path / "gpu.yaml"
+    spec_file.write_text("name: gpu-run\nstrategy: {kind: single}\nruntime: {device: cuda}\n"
+                         "training: {model: {layers: [32, 128, 128, 10]}}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec_file), "--calibration",
+                                       str(write_cal(tmp_path, cpu, _measured(XEON))), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("dtgen: error: ") and "runs on cuda (runtime.device cuda)" in result.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_calibration_files_without_device_are_read_as_cpu_fp32_sgd(tmp_path, monkeypatch):
+    """Calibrations written before they recorded the device: the probe only ever ran on the CPU."""
+    from opentikz_dt.predict import calibration
+
+    monkeypatch.setattr(calibration, "local_gpus", lambda: [])
+    cpu = spec_of({"kind": "allreduce"})
+    old = write_cal(tmp_path, cpu, lambda d: d.update(source="probe"))
+    assert "device" not in json.loads(old.read_text()) and "training" not in json.loads(old.read_text())
+    assert not any("device" in w or "training" in w for w in load_calibration(old, cpu).warnings)
+    cuda = spec_from_data(dict(cpu.data, runtime=dict(cpu.data["runtime"], device="cuda")))
+    with pytest.raises(CalibrationError, match=r"measured on cpu \(a calibration without a device: taken as the "
+                                               r"CPU\), but .* runs on cuda"):
+        load_calibration(old, cuda)
+    bad = write_cal(tmp_path, cpu, _measured({"kind": "tpu"}))
+    with pytest.raises(CalibrationError, match=r"device.kind: expected cpu or cuda"):
+        load_calibration(bad, cpu)
+
+
+def test_a_fitted_calibration_records_the_runs_device_and_training(tmp_path):
+    from opentikz_dt.predict.calibration import cpu_device
+    from opentikz_dt.predict.fit import run_device
+
+    run_dir = write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=3, steps=10)
+    cal = fit_from_run(run_dir)
+    assert cal.data["training"] == {"precision": "fp32", "optimizer": "sgd"}
+    assert cal.data["device"] == run_device(load_run(run_dir).info)
+    assert run_device({"device_info": H100}) == H100
+    assert run_device({"device": "cuda:0", "ranks": [{"device": "cuda:0"}, {"device": "cuda:1"}]}) == {
+        "kind": "cuda", "name": None, "count": 2}
+    assert run_device({"device": "cpu"}) == cpu_device() and cpu_device()["count"] >= 1

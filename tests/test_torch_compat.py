@@ -5,6 +5,7 @@ the oldest supported release."""
 
 import dataclasses
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -109,3 +110,8 @@ def test_a_run_starts_with_the_launch_config_of_torch_2_11(tmp_path, monkeypatch
     monkeypatch.setattr(api, "LaunchConfig", _launch_config_of_2_11())
     result = run_small(small_spec_data("single", training={"steps": 2}), tmp_path, cache=False)
     assert result.run["status"] == "ok" and result.metrics["steps_done"] == 2
+    # run.json says what the run computed on (a fitted calibration reads it)
+    from opentikz_dt.predict.calibration import cpu_device
+
+    assert result.run["device_info"] == cpu_device()
+    assert json.loads((result.run_dir / "run.json").read_text())["device_info"]["kind"] == "cpu"
