@@ -11,18 +11,20 @@ TORCH ?= torch==2.13.0
 OLDEST_TORCH ?= torch==2.10.0
 OLDEST_VENV ?= .venv-torch210
 # The runner's core tests on it: every strategy once and the numerics test (one file, the
-# launches shared through run_small's cache), gossip and async PS, a crash and a hang.
+# launches shared through run_small's cache), gossip and async PS, a crash and a hang, and
+# the pipeline's per-microbatch spans (they wrap private PipelineStage methods).
 CORE_TESTS := tests/test_torch_compat.py tests/test_runner_numerics.py \
 	tests/test_runner.py::test_strategy_trains_and_leaves_a_complete_run_dir \
 	tests/test_runner.py::test_crash_names_the_rank_and_keeps_the_partial_trace \
 	tests/test_runner.py::test_hang_is_stopped_after_the_timeout \
-	tests/test_runner_ps_pipeline.py::test_async_parameter_server_records_staleness
+	tests/test_runner_ps_pipeline.py::test_async_parameter_server_records_staleness \
+	tests/test_runner_ps_pipeline.py::test_pipeline_1f1b_microbatch_spans
 
 .PHONY: setup tex demo test test-oldest-torch gpu-check bench clean
 
 $(VENV)/.ready: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip "setuptools>=70.1" wheel
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e '.[run,dev]'
 	touch $@
@@ -53,8 +55,14 @@ test-oldest-torch: $(OLDEST_VENV)/.ready
 	$(OLDEST_VENV)/bin/python -c "import torch; print('oldest supported torch:', torch.__version__)"
 	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS)
 
+# On a GPU box, once: the gpu-marked tests, every example on the GPU, the GPU benchmark
+# table (runs/gpu-check/report.md). With the box's own torch: PYTHON=python3 bash scripts/gpu-check.sh
+gpu-check: setup
+	PYTHON=$(PY) bash scripts/gpu-check.sh
+
 bench: setup tex
-	for b in benchmarks/bench_*.py; do OMP_NUM_THREADS=1 $(PY) $$b || exit 1; done
+	# bench_gpu.py needs a GPU: make gpu-check runs it
+	for b in $(filter-out benchmarks/bench_gpu.py,$(wildcard benchmarks/bench_*.py)); do OMP_NUM_THREADS=1 $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) runs figures build dist *.egg-info

@@ -312,8 +312,11 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     if len(ratios) > 400:
         ratios = [ratios[int(i * len(ratios) / 400)] for i in range(400)]
     data = {"dtgen_calibration": FORMAT, "source": "probe", "machine": machine_info(),
-            # the probe's processes compute and talk on the CPU, whatever the spec's device
-            "device": cpu_device(), "training": training_of(spec.data),
+            # the probe's processes compute and talk on the CPU, whatever the spec's device, and
+            # time the blocks in fp32 with the spec's optimizer: a probe-only calibration of a
+            # bf16 spec says fp32, so predict refuses it (a short run of the spec, the default,
+            # measures the spec's precision and is fitted on top: fit.py records the run's)
+            "device": cpu_device(), "training": dict(training_of(spec.data), precision="fp32"),
             "torch": torch.__version__, "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
             "ranks": world,
             "cores_effective": round(cores, 3),
