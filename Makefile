@@ -7,7 +7,7 @@ DTGEN := $(VENV)/bin/dtgen
 # CPU build of PyTorch. On a GPU machine install the CUDA build of your choice first.
 TORCH ?= torch==2.13.0
 # The oldest supported torch (pyproject's `run` extra: >=2.10,<2.16). The registry has only
-# CUDA builds of it (about 3 GB with the nvidia-* packages); they run on CPU.
+# CUDA builds of it (a 3 GB download, 7 GB installed with the nvidia-* packages); they run on CPU.
 OLDEST_TORCH ?= torch==2.10.0
 OLDEST_VENV ?= .venv-torch210
 # The runner's core tests on it: every strategy once and the numerics test (one file, the
