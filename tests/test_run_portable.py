@@ -49,7 +49,9 @@ def test_a_moved_run_with_a_relative_text_dataset_still_draws_and_compares(tmp_p
     assert ran.returncode == 0, ran.stderr
     spec_text = (exp / "runs" / "t" / "spec.yaml").read_text(encoding="utf-8")
     assert f"path: {corpus.resolve()}" in spec_text  # by absolute path, not read against the run directory
-    recorded = json.loads((exp / "runs" / "t" / "run.json").read_text(encoding="utf-8"))["dataset"]
+    info = json.loads((exp / "runs" / "t" / "run.json").read_text(encoding="utf-8"))
+    assert info["hardware"]["cpu"] and info["hardware"]["cores"] >= 1  # what the figures' footer says it ran on
+    recorded = info["dataset"]
     assert recorded["path"] == str(corpus.resolve()) and recorded["bytes"] == corpus.stat().st_size
     assert len(recorded["sha256"]) == 64
     moved = tmp_path / "elsewhere" / "t"
