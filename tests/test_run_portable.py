@@ -63,3 +63,20 @@ def test_a_moved_run_with_a_relative_text_dataset_still_draws_and_compares(tmp_p
         done = _dtgen(*args, cwd=tmp_path)
         assert done.returncode == 0, (args, done.stderr)
         assert "wrote" in done.stdout
+
+
+def test_hardware_of_a_cpu_run_names_the_cpu_and_its_cores():
+    from opentikz_dt.runner.provenance import hardware
+
+    found = hardware([{"rank": 0, "device": "cpu"}, {"rank": 1, "device": "cpu"}])
+    assert found["cpu"] and 1 <= found["cores"] <= found["cores_total"] and "gpus" not in found
+
+
+@pytest.mark.gpu
+def test_hardware_of_a_gpu_run_names_the_gpus_its_ranks_used():
+    import torch
+
+    from opentikz_dt.runner.provenance import hardware
+
+    found = hardware([{"rank": 0, "device": "cuda:0"}, {"rank": 1, "device": "cuda:0"}])
+    assert found["gpus"] == {"0": torch.cuda.get_device_name(0)}
