@@ -93,3 +93,14 @@ def test_a_gpu_run_is_drawn_on_gpus_and_names_them(tmp_path):
     note = "ran on GPU: 4 \u00d7 NVIDIA H100 80GB HBM3, ranks: 4; nccl"
     assert "\\gpupic" in texts["measured-topology"] and "\\cpupic" not in texts["measured-topology"]
     assert note in texts["measured-topology"] and note in texts["measured-timeline"]
+
+
+def test_a_run_on_several_machines_says_its_hardware_line_is_node_0s(tmp_path):
+    run_dir = write_synthetic_run(tmp_path / "r", "allreduce-ring", workers=4, steps=8)
+    info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    for rank in info["ranks"]:
+        rank["node_rank"] = rank["rank"] // 2
+    (run_dir / "run.json").write_text(json.dumps(info), encoding="utf-8")
+    run = _with_hardware(run_dir, "cpu", "gloo", {"cpu": "Xeon", "cores": 8})
+    tex = render_run_figures(run, only=("measured-topology",))["measured-topology"]
+    assert "ran on CPU: Xeon, cores: 8, ranks: 2; gloo (node 0 of 2 machines)" in tex

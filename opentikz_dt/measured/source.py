@@ -58,9 +58,16 @@ def hardware_note(run: Run) -> str | None:
     """What a measured run ran on: device, its model, cores or GPUs, ranks, backend (None when
     run.json has no `hardware`: runs from before it was recorded)."""
     hardware = run.info.get("hardware")
-    ranks = [r for r in run.info.get("ranks") or [] if r.get("node_rank") in (None, 0)]  # hardware is node 0's
+    every = run.info.get("ranks") or []
+    ranks = [r for r in every if r.get("node_rank") in (None, 0)]  # hardware is node 0's (the one writing run.json)
     if not isinstance(hardware, dict) or not ranks:
         return None
+    nodes = len({r.get("node_rank") for r in every})
+    line = _node_hardware(run, hardware, ranks)
+    return label_text(run.spec, "first_node_note", hardware=line, n=nodes) if nodes > 1 else line
+
+
+def _node_hardware(run: Run, hardware: dict, ranks: list) -> str:
     devices = [str(r.get("device") or "") for r in ranks]
     backend = "/".join(sorted({str(r.get("backend")) for r in ranks if r.get("backend")})) or "?"
     gpus = sorted({d for d in devices if d.startswith("cuda")})
