@@ -104,3 +104,10 @@ def test_a_run_on_several_machines_says_its_hardware_line_is_node_0s(tmp_path):
     run = _with_hardware(run_dir, "cpu", "gloo", {"cpu": "Xeon", "cores": 8})
     tex = render_run_figures(run, only=("measured-topology",))["measured-topology"]
     assert "ran on CPU: Xeon, cores: 8, ranks: 2; gloo (node 0 of 2 machines)" in tex
+
+
+def test_a_prediction_in_its_default_folder_is_not_named_predicted_twice(tmp_path):
+    done = _dtgen("predict", "examples/ps-sync.yaml", "-o", tmp_path / "ps-sync-predicted", "--steps", "6")
+    assert done.returncode == 0, done.stderr
+    done = _dtgen("figure", tmp_path / "ps-sync-predicted", "--kind", "topology", "-o", tmp_path / "f")
+    assert done.stdout == f"wrote {tmp_path / 'f' / 'predicted-ps-sync-topology.tex'}\n"

@@ -36,9 +36,12 @@ def illustrative(run: Run) -> bool:
 
 
 def run_name(run: Run) -> str:
-    """The run directory's name, as a file name part (runs/a -> a)."""
-    name = Path(run.path).resolve().name
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "run"
+    """The run directory's name, as a file name part (runs/a -> a; a prediction's default
+    folder runs/ps-sync-predicted -> ps-sync, which its files' `predicted-` prefix says)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(run.path).resolve().name).strip("-.") or "run"
+    if source(run) == "predicted" and name.endswith("-predicted"):
+        name = name.removesuffix("-predicted")
+    return name
 
 
 def figure_stem(run: Run, kind: str) -> str:
