@@ -309,7 +309,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
            "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
-    run.update(_provenance(run_dir, ranks))
+    run.update(_provenance(run_dir, [r for r in ranks if r["node_rank"] in (None, node_rank)]))  # this node's
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
@@ -322,7 +322,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
 
 
 def _provenance(run_dir, ranks: list) -> dict:
-    """run.json's `hardware` (this node's CPU, cores, the GPUs used) and `dataset` (the file
+    """run.json's `hardware` (this node's CPU, cores, the GPUs its `ranks` used) and `dataset` (the file
     read, its size and SHA-256; launch.json has it from before the ranks started)."""
     try:
         launch = json.loads((Path(run_dir) / "launch.json").read_text(encoding="utf-8"))

@@ -80,5 +80,6 @@ def hardware(ranks: list) -> dict:
     if used:
         import torch
 
-        out["gpus"] = {str(i): torch.cuda.get_device_name(i) for i in used}
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        out["gpus"] = {str(i): torch.cuda.get_device_name(i) for i in used if i < count}
     return out
