@@ -11,10 +11,11 @@ from .strategies import kinds_with, strategy
 from .workload_rules import block_count, check_workload
 
 
-def check_rules(spec: Spec) -> list[Issue]:
+def check_rules(spec: Spec, data_files: bool = True) -> list[Issue]:
+    """`data_files=False`: leave out what needs the dataset file (spec.spec_from_located)."""
     issues: list[Issue] = []
     for rule in (_sync_rule, _server_rule, _worker_rule, _host_rule, _pipeline_rule, _gossip_rule,
-                 check_workload, _fault_rule):
+                 lambda s: check_workload(s, data_files), _fault_rule):
         issues += [spec.located.issue(path, message) for path, message in rule(spec)]
     return issues
 

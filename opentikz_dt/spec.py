@@ -204,8 +204,11 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
     )
 
 
-def spec_from_located(located: Located) -> Spec:
-    """Schema, defaults, rules and invariants on parsed YAML; raise SpecError with all issues."""
+def spec_from_located(located: Located, data_files: bool = True) -> Spec:
+    """Schema, defaults, rules and invariants on parsed YAML; raise SpecError with all issues.
+
+    `data_files=False` skips the checks that need the dataset file itself: a run directory's
+    spec stays loadable (for its figures, comparisons, fits) where the data is not."""
     from .workload_rules import check_sections
 
     issues = check_schema(located) + check_sections(located)
@@ -216,17 +219,17 @@ def spec_from_located(located: Located) -> Spec:
     from .invariants import check_spec_invariants
     from .rules import check_rules
 
-    issues = check_rules(spec) + check_spec_invariants(spec)
+    issues = check_rules(spec, data_files) + check_spec_invariants(spec)
     if issues:
         raise SpecError(issues)
     return spec
 
 
-def load_spec(path: str | Path, text: str | None = None) -> Spec:
+def load_spec(path: str | Path, text: str | None = None, data_files: bool = True) -> Spec:
     """Read, validate and resolve a spec file. Raises SpecError listing every problem."""
-    return spec_from_located(load_located(path, text))
+    return spec_from_located(load_located(path, text), data_files)
 
 
-def spec_from_data(data: dict, name: str = "<spec>") -> Spec:
+def spec_from_data(data: dict, name: str = "<spec>", data_files: bool = True) -> Spec:
     """Validate an in-memory spec (tests, edits); positions all point at line 1."""
-    return spec_from_located(Located(name, data))
+    return spec_from_located(Located(name, data), data_files)

@@ -81,8 +81,10 @@ def _dataset_section(dataset: dict):
         yield DATASET, "dataset kind python needs entry: 'module:fn' (a function returning a torch Dataset)", False
 
 
-def check_workload(spec):
-    """(path, message) for model/dataset combinations that cannot train."""
+def check_workload(spec, data_files: bool = True):
+    """(path, message) for model/dataset combinations that cannot train; with `data_files`,
+    also a file or text dataset that is not there (a run directory's spec is loaded without:
+    its figures need no data, and the run may have moved to a machine without it)."""
     m, d = spec.training.model, spec.training.dataset
     kind, data_kind = m["kind"], d["kind"]
     if kind == "transformer" and m["d_model"] % m["heads"]:
@@ -96,7 +98,7 @@ def check_workload(spec):
         yield from _synthetic_rule(spec, kind, d)
     if data_kind == "file" and "path" in d and Path(d["path"]).suffix not in (".npz", ".pt"):
         yield DATASET + ("path",), f"a file dataset is a .npz or .pt file, got '{d['path']}'"
-    if data_kind in ("file", "text") and "path" in d and spec.located and spec.located.file != "<spec>":
+    if data_files and data_kind in ("file", "text") and "path" in d and spec.located and spec.located.file != "<spec>":
         target = Path(spec.located.file).parent / d["path"]
         if not target.is_file():
             yield DATASET + ("path",), f"no such file: {target}"

@@ -30,6 +30,7 @@ from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .placement import check_strategy
 from .preflight import preflight
+from .provenance import dataset_file, dataset_record, hardware, run_spec_data
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
 
@@ -107,9 +108,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)
     refuse_existing_out(out, force, node_rank)  # before the placement line and the trial forward pass
     spec_dir = str(Path(spec_path).resolve().parent)
-    dataset_path = None
-    if spec.training.dataset.get("kind") in ("file", "text"):
-        dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
+    dataset_path = dataset_file(spec, spec_dir)
     placement = placement_for(spec, world // nnodes)
     check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
@@ -132,9 +131,12 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
     echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts
-    (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    # the dataset by absolute path: the run directory's spec must not be read against the run directory
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(run_spec_data(data, dataset_path), sort_keys=False,
+                                                      allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
-    launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),
+    launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "dataset": dataset_record(dataset_path),
+              "spec_source": str(spec_path),
               "spec_dir": spec_dir, "node_rank": node_rank, "node_addr": nodes.addr if nodes else None,
               "node_token": node_token(), "rdzv_host": bool(nodes and nodes.hosts_store)}
     (run_dir / "launch.json").write_text(json.dumps(launch), encoding="utf-8")
@@ -312,7 +314,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
            "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
-    run["device_info"] = device_record(ranks)  # what predictions fitted from this run were measured on
+    run.update(_provenance(run_dir, [r for r in ranks if r["node_rank"] in (None, node_rank)]))  # this node's
+    run["device_info"] = device_record(ranks, run["hardware"])  # what predictions fitted from this run measured on
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
@@ -322,6 +325,19 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
         raise error
     echo(render_summary(spec, roles, metrics, run, run_dir))
     return RunResult(run_dir, metrics, run)
+
+
+def _provenance(run_dir, ranks: list) -> dict:
+    """run.json's `hardware` (this node's CPU, cores, the GPUs its `ranks` used) and `dataset` (the file
+    read, its size and SHA-256; launch.json has it from before the ranks started)."""
+    try:
+        launch = json.loads((Path(run_dir) / "launch.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        launch = {}
+    out = {"hardware": hardware(ranks)}
+    if launch.get("dataset"):
+        out["dataset"] = launch["dataset"]
+    return out
 
 
 def _attempts(run_dir) -> int:

@@ -48,7 +48,9 @@ def rank_main(run_dir: str, launch: dict) -> None:
 
     import yaml
 
-    spec = spec_from_data(yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")), name="spec.yaml")
+    # the data is read from launch.json's dataset_path (this node's); the spec's path is node 0's
+    spec = spec_from_data(yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")), name="spec.yaml",
+                          data_files=False)
     strategy = load_strategy(spec.strategy.kind)
     roles = strategy.roles(spec)
     role, ident = roles[rank]

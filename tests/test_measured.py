@@ -417,8 +417,8 @@ def test_cli_figure_and_compare_on_run_directories(tmp_path):
     result = subprocess.run([sys.executable, "-m", "opentikz_dt", "figure", str(asyn), "--kind", "timeline",
                              "--steps", "2:3", "-o", str(out)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"wrote {out / 'measured-timeline.tex'}\n"
-    assert "steps 2\u20133" in (out / "measured-timeline.tex").read_text()
+    assert result.stdout == f"wrote {out / 'measured-ps-async-timeline.tex'}\n"  # named by the run
+    assert "steps 2\u20133" in (out / "measured-ps-async-timeline.tex").read_text()
     result = subprocess.run([sys.executable, "-m", "opentikz_dt", "compare", str(sync), str(asyn), "-o", str(out)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -147,7 +147,7 @@ def test_predict_figure_and_compare_commands(tmp_path):
     assert result.exit_code == 0, result.output
     figs = runner.invoke(main, ["figure", str(pred), "--kind", "timeline", "-o", str(tmp_path / "f")])
     assert figs.exit_code == 0, figs.output
-    assert "predicted: asynchronous parameter server" in (tmp_path / "f" / "measured-timeline.tex").read_text()
+    assert "predicted: asynchronous parameter server" in (tmp_path / "f" / "predicted-pred-timeline.tex").read_text()
     measured = write_synthetic_run(tmp_path / "run", "ps-async", steps=12)
     cmp = runner.invoke(main, ["compare", str(measured), str(pred), "-o", str(tmp_path / "c")])
     assert cmp.exit_code == 0, cmp.output

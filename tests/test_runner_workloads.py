@@ -256,7 +256,7 @@ def test_custom_model_example_runs_and_draws_its_measured_figures(tmp_path):
     assert run.metrics["loss"][-1] < run.metrics["loss"][0]
     written = write_run_figures(run.run_dir, tmp_path / "figures", ("pdf",))
     pdfs = sorted(p.name for p in written if p.suffix == ".pdf")
-    assert "measured-timeline.pdf" in pdfs and "measured-topology.pdf" in pdfs
+    assert "measured-run-timeline.pdf" in pdfs and "measured-run-topology.pdf" in pdfs  # named by the run
     assert all(p.read_bytes().startswith(b"%PDF") for p in written if p.suffix == ".pdf")
     # the topology note states the real model, known from the run (a python model's size is not in the spec)
     from opentikz_dt.measured.figures import render_run_figures
@@ -294,4 +294,5 @@ def test_gpu_ranks_share_a_gpu_over_gloo_and_use_nccl_alone(tmp_path):
         assert lines[0].startswith("dtgen run: ") and backend in lines[0]
         assert [r["device"] for r in run.run["ranks"]] == [f"cuda:{r % gpus}" for r in range(workers)]
         assert run.run["backend"] == backend
+        assert set(run.run["hardware"]["gpus"]) == {str(g) for g in range(min(gpus, workers))}  # the figures' note
         assert all(loss == loss for loss in run.metrics["loss"])  # finite, not NaN

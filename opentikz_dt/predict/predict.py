@@ -19,6 +19,8 @@ from .costs import Costs, illustrative_calibration, parse_link
 from .rundir import write_run_dir
 from .simulate import roles, simulate
 
+ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
+                        "machine (dtgen calibrate SPEC measures it)")
 MAX_RANKS = 4096
 MAX_RANK_STEPS = 2_000_000  # ranks x steps a prediction may simulate (about a minute here)
 MAX_EVENTS = 3_000_000      # trace events a predicted trace.json may hold (about 300 MB)
@@ -72,7 +74,7 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     """Costs for the spec, what the prediction assumed, and warnings to print."""
     if calibration is None:
         cal: Calibration = illustrative_calibration(spec)
-        warnings = []
+        warnings = [ILLUSTRATIVE_WARNING]
     else:
         cal = load_calibration(calibration, spec)
         warnings = list(cal.warnings)
@@ -81,7 +83,8 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated)
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
-               "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated}
+               "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,
+               "illustrative": calibration is None}
     return costs, assumed, warnings
 
 
