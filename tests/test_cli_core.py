@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from opentikz_dt.cli import main
-from opentikz_dt.spec import load_spec
+from opentikz_dt.resources import schemas_dir
+from opentikz_dt.spec import load_spec, spec_from_data
 
 CASES = Path(__file__).parent / "cases"
 
@@ -61,10 +62,22 @@ def test_init_writes_a_valid_commented_spec(tmp_path, kind):
     assert result.exit_code == 0, result.output
     text = target.read_text()
     first = text.splitlines()[0]
-    assert first.startswith("# yaml-language-server: $schema=file://")
-    schema_path = Path(first.split("file://", 1)[1])
-    assert json.loads(schema_path.read_text())["title"] == "dtgen experiment spec"
+    # The schema's $id, not a file:// path of the checkout the spec was made in.
+    schema = json.loads((schemas_dir() / "spec.schema.json").read_text())
+    assert first == f"# yaml-language-server: $schema={schema['$id']}"
+    assert "file://" not in text and str(schemas_dir()) not in text
     assert load_spec(target).strategy.kind == kind
+
+
+@pytest.mark.parametrize("kind", ["single", "parameter-server", "central-storage", "allreduce", "gossip", "pipeline"])
+def test_init_values_are_the_defaults_it_says_they_are(kind):
+    """'the values shown are the defaults': the starter resolves to what the bare kind resolves to
+    (its name and title aside, which are the user's to choose)."""
+    starter = load_spec("starter.yaml", text=run_cli("init", "--strategy", kind).output).data
+    bare = spec_from_data({"strategy": {"kind": kind}}).data
+    for data in (starter, bare):
+        data.pop("name"), data.pop("title")
+    assert starter == bare
 
 
 def test_init_to_stdout_and_refuses_overwrite(tmp_path):
