@@ -7,7 +7,8 @@ the same global batch sees the same data; worker k takes samples `k*B:(k+1)*B`. 
 holds for every dataset kind: all of them are indexed the same way.
 
 Kinds: synthetic (seeded, shaped for the model: rows with a linear teacher for the mlp
-and python models, token streams from a seeded Markov chain for the transformer,
+and python models, token streams from a seeded Markov chain for the transformer and
+python models declared with `input: tokens`,
 images labelled by a random convolutional teacher for the cnn), file (.npz or .pt with
 tensors x and y; .pt is read with weights_only=True, never unpickling objects), text (a
 UTF-8 file as byte tokens: sample i is bytes [i*T, i*T+T] shifted by one for targets)
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ..errors import RunError
+from ..workload import takes_tokens
 from .entry import call_entry, resolve_entry, spec_location
 
 
@@ -60,7 +62,7 @@ def synthetic_arrays(spec):
     n, kind = int(ds.get("samples", 16384)), m["kind"]
     if kind == "mlp":
         return _synthetic_rows(gen, n, (m["layers"][0],), m["layers"][-1])
-    if kind == "transformer":
+    if takes_tokens(m):  # the transformer, or a python model declared with input: tokens
         return _synthetic_tokens(gen, n, m["seq_len"], m["vocab"])
     if kind == "cnn":
         return _synthetic_images(gen, n, m["channels"], m["image_size"], m["classes"])
@@ -161,7 +163,7 @@ def load_arrays(spec, dataset_path: str | None = None, spec_dir=None):
         return synthetic_arrays(spec)
     path = Path(dataset_path or Path(spec_dir or ".") / ds["path"])
     if kind == "text":
-        return load_text(path, spec.training.model["seq_len"])  # a rule keeps text for the transformer
+        return load_text(path, spec.training.model["seq_len"])  # a rule keeps text for models that take tokens
     x, y = load_file(path)
     _check_mlp_rows(spec, path, x, y)
     return x, y
