@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from .. import __version__
-from ..errors import RunError
+from ..errors import InputError, RunError, UsageError
 from ..spec import load_spec, spec_from_data
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
@@ -51,9 +51,9 @@ def refuse_existing_out(out: str | Path | None, force: bool, node_rank: int = 0)
     if out is None or node_rank != 0 or not Path(out).exists():
         return
     if not Path(out).is_dir():
-        raise RunError(f"{out}: exists and is not a directory")
+        raise InputError(f"{out}: exists and is not a directory")
     if not force and any(Path(out).iterdir()):
-        raise RunError(f"{out}: directory exists and is not empty (use --force to overwrite)")
+        raise InputError(f"{out}: directory exists and is not empty (use --force to overwrite)")
 
 
 def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 0) -> Path:
@@ -187,20 +187,20 @@ def _cut_off(run_dir, nodes, silent: float, echo) -> None:
 def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoint) -> None:
     """Refuse node layouts that cannot work, before anything is written or started."""
     if node_rank >= nnodes:
-        raise RunError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (nodes are numbered 0..{nnodes - 1})")
+        raise UsageError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (nodes are numbered 0..{nnodes - 1})")
     if nnodes == 1:
         return
     if not endpoint:
-        raise RunError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+        raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
     hosts = spec.topology.hosts
     if hosts != nnodes:
-        raise RunError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
+        raise InputError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
                        "(hierarchical groups and the topology figure follow topology.hosts)")
     if spec.strategy.kind == "central-storage":
-        raise RunError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
+        raise InputError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
                        "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
     if world % nnodes:
-        raise RunError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
+        raise InputError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
                        f"(workers + servers); every host runs the same number of ranks")
 
 

@@ -284,7 +284,7 @@ def test_cli_run_writes_summary_and_refuses_existing_dir(tmp_path):
     assert "cli-single: single, 1 rank(s), gloo on cpu, 3/3 steps" in result.output
     assert json.loads((out / "metrics.json").read_text())["steps"] == 3
     again = CliRunner().invoke(main, ["run", str(spec), "--out", str(out)])
-    assert again.exit_code == 3
+    assert again.exit_code == 1  # refused before any rank started: invalid input, not a failed run
     assert again.output == f"dtgen: error: {out}: directory exists and is not empty (use --force to overwrite)\n"
 
 

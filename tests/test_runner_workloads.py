@@ -175,7 +175,7 @@ def test_cli_bad_model_exits_non_zero_with_one_line(tmp_path):
 
     spec = _write_case(tmp_path, model={"kind": "python", "entry": "nosuch:build"})
     result = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "run")])
-    assert result.exit_code == 3
+    assert result.exit_code == 1  # the preflight refuses it: invalid input, as validate's
     lines = [line for line in result.output.splitlines() if not line.startswith("dtgen run: ")]
     assert len(lines) == 1 and "cannot import 'nosuch'" in lines[0] and "Traceback" not in result.output
 
