@@ -23,6 +23,7 @@ import yaml
 from .. import __version__
 from ..errors import InputError, RunError, UsageError
 from ..spec import load_spec, spec_from_data
+from .capacity import check_capacity
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
@@ -111,6 +112,8 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
+    for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
+        echo(f"dtgen: warning: {line}")
     nodes = None
     if nnodes > 1:
         from .multinode import NodeGroup

@@ -58,10 +58,18 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
     shards = (shard_assignment(spec, {name: p.numel() for name, p in model.named_parameters()})
               if spec.strategy.kind in ("parameter-server", "central-storage") else {})
     facts = {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names, "shards": shards,
+             "data_bytes": _data_bytes(data),
              "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
     if workload is not None:  # what a fit of this run predicts with (opentikz_dt/predict/fit.py)
         facts["workload"] = workload
     return facts
+
+
+def _data_bytes(data) -> int:
+    """Bytes of the dataset each rank holds (a python Dataset's are unknown: 0)."""
+    if data.dataset is not None:
+        return 0
+    return data.x.numel() * data.x.element_size() + data.y.numel() * data.y.element_size()
 
 
 def _prediction_workload(spec, model, x) -> dict | None:
