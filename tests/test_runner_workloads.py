@@ -155,7 +155,8 @@ BAD = {
 def test_bad_input_is_one_line_before_anything_is_spawned(tmp_path, case):
     kwargs, expected = BAD[case]
     spec = _write_case(tmp_path, **kwargs)
-    (tmp_path / "corpus.txt").write_bytes(b"hello\n\xff\xfe more text")
+    # long enough for one global batch (validate counts samples from the size), bad from byte 6
+    (tmp_path / "corpus.txt").write_bytes(b"hello\n\xff\xfe more text" + b" and more text" * 30)
     import argparse
 
     torch.save({"x": torch.zeros(4, 4), "y": argparse.Namespace(labels=[0, 1])}, tmp_path / "d.pt")
