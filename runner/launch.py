@@ -289,7 +289,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
     metrics = merge_metrics(run_dir, roles, spec.training.steps)
     if not ended_early:
         try:
-            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors)
+            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors,
+                        (model_info or {}).get("aliases"))
         except ValueError as exc:
             failure = {"rank": None, "role": None, "id": None, "exit_code": None, "log": None, "message": str(exc)}
     ranks = []

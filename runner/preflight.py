@@ -58,11 +58,21 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
     shards = (shard_assignment(spec, {name: p.numel() for name, p in model.named_parameters()})
               if spec.strategy.kind in ("parameter-server", "central-storage") else {})
     facts = {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names, "shards": shards,
-             "data_bytes": _data_bytes(data),
+             "data_bytes": _data_bytes(data), "aliases": _tied_aliases(model),
              "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
     if workload is not None:  # what a fit of this run predicts with (opentikz_dt/predict/fit.py)
         facts["workload"] = workload
     return facts
+
+
+def _tied_aliases(model) -> dict:
+    """{second name: first name} of parameters shared under two names (tied weights)."""
+    first, aliases = {}, {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        canonical = first.setdefault(id(p), name)
+        if canonical != name:
+            aliases[name] = canonical
+    return aliases
 
 
 def _data_bytes(data) -> int:

@@ -117,3 +117,19 @@ def test_a_model_returning_logits_objects_matches_single_on_the_global_batch(tmp
         assert torch.allclose(got[name], want[name], atol=1e-5, rtol=1e-4), name
     assert any((init[n] - want[n]).abs().max().item() > 1e-3 for n in want)  # it trained
     assert runs[0].metrics["loss"] == pytest.approx(runs[1].metrics["loss"], rel=1e-4)
+
+
+def test_a_tied_weight_keeps_its_second_name_in_model_pt(tmp_path):
+    """A parameter-server run saves parameters by name (a tied weight once); model.pt gets
+    its second name back, so it loads into the model as single's and allreduce's do."""
+    from opentikz_dt.runner.merge import merge_model
+    from opentikz_dt.runner.preflight import _tied_aliases
+
+    model = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8, bias=False))
+    model[1].weight = model[0].weight  # tied, as a language model's output layer
+    aliases = _tied_aliases(model)
+    assert aliases == {"1.weight": "0.weight"}
+    (tmp_path / "model_parts").mkdir()
+    torch.save({name: p.detach() for name, p in model.named_parameters()}, tmp_path / "model_parts" / "rank1.pt")
+    assert merge_model(tmp_path, ["0.weight"], aliases) == ["0.weight", "1.weight"]
+    model.load_state_dict(torch.load(tmp_path / "model.pt"))  # strict: every key there
