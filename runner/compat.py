@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from ..errors import RunError
+from ..errors import ToolMissingError
 
 TORCH_RANGE = ((2, 10), (2, 16))  # [oldest, first unsupported): 2.10 ... 2.15
 RANGE_TEXT = "torch>=2.10,<2.16 (2.10 to 2.15)"
@@ -28,7 +28,7 @@ def torch_release(version: str) -> tuple[int, int] | None:
 
 
 def check_torch(version: str | None = None) -> None:
-    """Raise RunError naming the installed torch and the supported range when it is outside it."""
+    """Raise ToolMissingError (exit 4, as a missing torch) naming the installed torch and the supported range when it is outside it."""
     if version is None:
         import torch
 
@@ -36,7 +36,7 @@ def check_torch(version: str | None = None) -> None:
     release = torch_release(str(version))
     low, high = TORCH_RANGE
     if release is None or not low <= release < high:
-        raise RunError(f"torch {version} is installed, but dtgen supports {RANGE_TEXT}: "
+        raise ToolMissingError(f"torch {version} is installed, but dtgen supports {RANGE_TEXT}: "
                        f"install a supported release (pip install 'torch>=2.10,<2.16')")
 
 

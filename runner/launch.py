@@ -21,8 +21,9 @@ from pathlib import Path
 import yaml
 
 from .. import __version__
-from ..errors import RunError
+from ..errors import InputError, RunError, UsageError
 from ..spec import load_spec, spec_from_data
+from .capacity import check_capacity
 from .compat import accepted, check_torch
 from .devices import device_record
 from .dist import placement_for
@@ -54,9 +55,9 @@ def refuse_existing_out(out: str | Path | None, force: bool, node_rank: int = 0)
     if out is None or node_rank != 0 or not Path(out).exists():
         return
     if not Path(out).is_dir():
-        raise RunError(f"{out}: exists and is not a directory")
+        raise InputError(f"{out}: exists and is not a directory")
     if not force and any(Path(out).iterdir()):
-        raise RunError(f"{out}: directory exists and is not empty (use --force to overwrite)")
+        raise InputError(f"{out}: directory exists and is not empty (use --force to overwrite)")
 
 
 def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 0) -> Path:
@@ -113,6 +114,8 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_strategy(placement, spec.strategy.kind)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
+    for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
+        echo(f"dtgen: warning: {line}")
     nodes = None
     if nnodes > 1:
         from .multinode import NodeGroup
@@ -192,20 +195,20 @@ def _cut_off(run_dir, nodes, silent: float, echo) -> None:
 def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoint) -> None:
     """Refuse node layouts that cannot work, before anything is written or started."""
     if node_rank >= nnodes:
-        raise RunError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (nodes are numbered 0..{nnodes - 1})")
+        raise UsageError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (nodes are numbered 0..{nnodes - 1})")
     if nnodes == 1:
         return
     if not endpoint:
-        raise RunError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+        raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
     hosts = spec.topology.hosts
     if hosts != nnodes:
-        raise RunError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
+        raise InputError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
                        "(hierarchical groups and the topology figure follow topology.hosts)")
     if spec.strategy.kind == "central-storage":
-        raise RunError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
+        raise InputError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
                        "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
     if world % nnodes:
-        raise RunError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
+        raise InputError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
                        f"(workers + servers); every host runs the same number of ranks")
 
 
@@ -293,7 +296,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
     metrics = merge_metrics(run_dir, roles, spec.training.steps)
     if not ended_early:
         try:
-            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors)
+            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors,
+                        (model_info or {}).get("aliases"))
         except ValueError as exc:
             failure = {"rank": None, "role": None, "id": None, "exit_code": None, "log": None, "message": str(exc)}
     ranks = []

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 PROGRESS_S = 0.5
+RECENT_LOSSES = 8  # per-step losses a progress report carries (the parent averages a step all ranks did)
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -35,6 +36,7 @@ class Metrics:
         self.current_step = -1
         self.started_step = -1
         self.first_start: float | None = None
+        self.first_samples = 0  # samples of the first (warm-up) step, left out of throughput
         self._last_progress = 0.0
         self.on_step = None  # set by the worker: flush the tracer now and then
 
@@ -43,6 +45,7 @@ class Metrics:
         now = self.clock()
         if self.first_start is None:
             self.first_start = now - seconds
+            self.first_samples = int(samples)
         if loss is not None:
             self.loss[step] = float(loss)
         self.step_time[step] = float(seconds)
@@ -75,13 +78,18 @@ class Metrics:
         self.staleness_values = list(snap["staleness"])
         self.first_start = snap["first_start"]
         self.current_step = max(self.step_end, default=-1)
+        self.first_samples = self.samples // max(1, len(self.step_end))  # steps are equal-sized
 
     def write_progress(self) -> None:
         self._last_progress = time.monotonic()
         last = max(self.loss, default=None)
+        recent = {s: self.loss[s] for s in sorted(self.loss)[-RECENT_LOSSES:]}
+        ends = self.step_end
         write_json_atomic(self.run_dir / "progress" / f"rank{self.rank}.json", {
             "rank": self.rank, "id": self.ident, "role": self.role, "step": self.current_step, "started": self.started_step,
-            "loss": self.loss[last] if last is not None else None, "samples": self.samples,
+            "loss": self.loss[last] if last is not None else None, "losses": recent, "samples": self.samples,
+            "first_samples": self.first_samples, "first_end": ends[min(ends)] if ends else None,
+            "last_end": ends[max(ends)] if ends else None,
             "first_start": self.first_start, "now": self.clock(), "wall": time.time()})
 
     def write(self) -> None:

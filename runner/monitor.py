@@ -104,20 +104,9 @@ class Monitor:
                     pass
 
     def _show(self, prog) -> None:
-        reporting = [d for r, d in prog.items() if self.roles[r][0] in ("worker", "stage") and d.get("step", -1) >= 0]
-        if not reporting:
+        line = progress_line(prog, self.roles, self.spec.training.steps)
+        if line is None:
             return
-        steps = self.spec.training.steps
-        done = min(d["step"] for d in reporting) + 1
-        losses = [d["loss"] for d in reporting if d.get("loss") is not None]
-        starts = [d["first_start"] for d in reporting if d.get("first_start") is not None]
-        elapsed = max(d["now"] for d in reporting) - min(starts) if starts else 0.0
-        stages = [d for d in reporting if self.roles[d["rank"]][0] == "stage"]
-        samples = max(d["samples"] for d in stages) if stages else sum(d["samples"] for d in reporting)
-        rate = samples / elapsed if elapsed > 0 else 0.0
-        eta = elapsed / done * (steps - done) if done else 0.0
-        loss = f"{sum(losses) / len(losses):.4f}" if losses else "-"
-        line = f"step {done}/{steps}  loss {loss}  {rate:,.0f} samples/s  ETA {_fmt_time(eta)}"
         now = time.monotonic()
         if self._tty:
             sys.stderr.write("\r" + line.ljust(70))
@@ -126,6 +115,45 @@ class Monitor:
         elif now - self._last_print >= 10:
             self.echo(line)
             self._last_print = now
+
+
+def progress_line(prog: dict, roles, steps: int) -> str | None:
+    """'step 12/60  loss 1.2345  9,876 samples/s  ETA 3s' from the ranks' progress reports,
+    with the summary's definitions (runner/merge.py): the loss of the newest step every
+    reporting rank has done, averaged over them; samples/s and the ETA after the warm-up
+    step (connection setup and first allocations, often 100x a steady step on gloo), so
+    neither says anything until a second step is done."""
+    reporting = [d for r, d in prog.items() if roles[r][0] in ("worker", "stage") and d.get("step", -1) >= 0]
+    if not reporting:
+        return None
+    done = min(d["step"] for d in reporting) + 1
+    loss = _common_step_loss(reporting)
+    stages = [d for d in reporting if roles[d["rank"]][0] == "stage"]
+    steady = [d.get("samples", 0) - d.get("first_samples", 0) for d in (stages or reporting)]
+    total = max(steady) if stages else sum(steady)
+    firsts = [d["first_end"] for d in reporting if d.get("first_end") is not None]
+    lasts = [d["last_end"] for d in reporting if d.get("last_end") is not None]
+    span = max(lasts) - max(firsts) if firsts and lasts else 0.0
+    steady_steps = max(d["step"] for d in reporting)  # steps after the first, by the furthest rank
+    if span > 0 and total > 0 and steady_steps > 0:
+        rate = f"{total / span:,.0f}"
+        eta = _fmt_time(span / steady_steps * (steps - done))
+    else:
+        rate = eta = "-"
+    shown = f"{loss:.4f}" if loss is not None else "-"
+    return f"step {done}/{steps}  loss {shown}  {rate} samples/s  ETA {eta}"
+
+
+def _common_step_loss(reporting) -> float | None:
+    """Mean loss of the newest step that every rank reporting losses has in its recent ones."""
+    recent = [d.get("losses") or {} for d in reporting if d.get("losses")]
+    if not recent:
+        return None
+    common = set.intersection(*(set(r) for r in recent))
+    if not common:
+        return None
+    step = max(common, key=int)
+    return sum(r[step] for r in recent) / len(recent)
 
 
 def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | None) -> dict:

@@ -262,7 +262,7 @@ def test_cli_figure_on_a_run_with_a_bad_trace_prints_one_line(tmp_path):
         path.unlink()
     result = subprocess.run([sys.executable, "-m", "opentikz_dt", "figure", str(run_dir), "-o", str(tmp_path / "o")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2
+    assert result.returncode == 1  # invalid input; a bad option value (--steps x, below) is usage, 2
     assert result.stderr == (f"dtgen: error: {run_dir / 'trace.json'}: not a trace "
                              "(not JSON: Expecting value at line 1 column 1)\n")
 

@@ -253,43 +253,43 @@ def test_calibration_of_another_model_is_refused_and_another_machine_warns(tmp_p
     assert "dtgen: warning: " in result.output and "calibrated on another machine" in result.output
     refused = CliRunner().invoke(main, ["predict", "examples/allreduce-native.yaml", "--calibration",
                                         str(write_cal(tmp_path, other)), "-o", str(tmp_path / "q")])
-    assert refused.exit_code == 2 and 'made for model kind="mlp" layers=[32,64,10]' in refused.output
+    assert refused.exit_code == 1 and 'made for model kind="mlp" layers=[32,64,10]' in refused.output
     assert not (tmp_path / "q").exists()
 
 
 def test_cli_bad_input_is_one_line_and_nothing_written(tmp_path):
     runner = CliRunner()
     out = tmp_path / "p"
-    cases = [
-        (["--calibration", str(tmp_path / "nope.json")], "no such calibration file"),
-        (["--sweep", "workers=2,4,x"], "worker counts must be whole numbers"),
-        (["--sweep", "hosts=2,4"], "expected workers=N,N,..."),
-        (["--sweep", "workers=" + ",".join(str(i) for i in range(1, 80))], "at most 64 per figure"),
-        (["--workers", "4096"], "4,097 ranks: predictions go up to 4,096 ranks"),
-        (["--workers", "4000", "--steps", "1000"], "rank-steps"),
-        (["--link", "fast"], "is not a bandwidth"),
-        (["--set", "topology.workers.count=-3"], "the overrides make an invalid spec"),
+    cases = [  # exit codes of errors.py's table: 1 invalid input, 2 a bad option value (usage)
+        (["--calibration", str(tmp_path / "nope.json")], "no such calibration file", 1),
+        (["--sweep", "workers=2,4,x"], "worker counts must be whole numbers", 2),
+        (["--sweep", "hosts=2,4"], "expected workers=N,N,...", 2),
+        (["--sweep", "workers=" + ",".join(str(i) for i in range(1, 80))], "at most 64 per figure", 2),
+        (["--workers", "4096"], "4,097 ranks: predictions go up to 4,096 ranks", 1),
+        (["--workers", "4000", "--steps", "1000"], "rank-steps", 1),
+        (["--link", "fast"], "is not a bandwidth", 2),
+        (["--set", "topology.workers.count=-3"], "the overrides make an invalid spec", 2),
     ]
-    for args, message in cases:
+    for args, message, code in cases:
         result = runner.invoke(main, ["predict", "examples/ps-sync.yaml", "-o", str(out), *args])
-        assert result.exit_code == 2, (args, result.output)
+        assert result.exit_code == code, (args, result.output)
         assert message in result.output, (args, result.output)
         assert "Traceback" not in result.output
         assert not out.exists(), args
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "notes.txt").write_text("mine")
     result = runner.invoke(main, ["predict", "examples/ps-sync.yaml", "-o", str(tmp_path / "keep")])
-    assert result.exit_code == 2 and "is not a predicted run" in result.output
+    assert result.exit_code == 1 and "is not a predicted run" in result.output
     assert (tmp_path / "keep" / "notes.txt").read_text() == "mine"
     bad = runner.invoke(main, ["calibrate", "--from", str(tmp_path / "keep"), "-o", str(tmp_path / "c.json")])
-    assert bad.exit_code == 2 and "not a run directory (no spec.yaml)" in bad.output
+    assert bad.exit_code == 1 and "not a run directory (no spec.yaml)" in bad.output
     assert not (tmp_path / "c.json").exists()
     # a python model that does not import: the run's own preflight, before any process starts
     spec = tmp_path / "mine.yaml"
     spec.write_text("strategy: {kind: allreduce}\ntraining:\n  model: {kind: python, entry: 'nowhere:build'}\n"
                     "  dataset: {kind: python, entry: 'nowhere:data'}\n")
     bad = runner.invoke(main, ["calibrate", str(spec), "-o", str(tmp_path / "c.json")])
-    assert bad.exit_code == 3 and "training.model.entry: cannot import 'nowhere'" in bad.output, bad.output
+    assert bad.exit_code == 1 and "training.model.entry: cannot import 'nowhere'" in bad.output, bad.output
     assert "Traceback" not in bad.output and not (tmp_path / "c.json").exists()
 
 
@@ -420,13 +420,13 @@ def test_calibration_of_another_device_precision_or_optimizer_is_refused(tmp_pat
     assert str(err.value) == (f"{path}: training: measured with precision bf16 (the spec: fp32), optimizer adamw "
                               "(the spec: sgd); precision and optimizer change the costs: calibrate this spec "
                               "(dtgen calibrate SPEC)")
-    # the command: one line, exit 2, nothing written
+    # the command: one line, exit 1 (invalid input), nothing written
     spec_file = tmp_path / "gpu.yaml"
     spec_file.write_text("name: gpu-run\nstrategy: {kind: single}\nruntime: {device: cuda}\n"
                          "training: {model: {layers: [32, 128, 128, 10]}}\n")
     result = CliRunner().invoke(main, ["predict", str(spec_file), "--calibration",
                                        str(write_cal(tmp_path, cpu, _measured(XEON))), "-o", str(tmp_path / "p")])
-    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
     assert result.output.startswith("dtgen: error: ") and "runs on cuda (runtime.device cuda)" in result.output
     assert not (tmp_path / "p").exists()
 

@@ -155,7 +155,8 @@ BAD = {
 def test_bad_input_is_one_line_before_anything_is_spawned(tmp_path, case):
     kwargs, expected = BAD[case]
     spec = _write_case(tmp_path, **kwargs)
-    (tmp_path / "corpus.txt").write_bytes(b"hello\n\xff\xfe more text")
+    # long enough for one global batch (validate counts samples from the size), bad from byte 6
+    (tmp_path / "corpus.txt").write_bytes(b"hello\n\xff\xfe more text" + b" and more text" * 30)
     import argparse
 
     torch.save({"x": torch.zeros(4, 4), "y": argparse.Namespace(labels=[0, 1])}, tmp_path / "d.pt")
@@ -175,7 +176,7 @@ def test_cli_bad_model_exits_non_zero_with_one_line(tmp_path):
 
     spec = _write_case(tmp_path, model={"kind": "python", "entry": "nosuch:build"})
     result = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "run")])
-    assert result.exit_code == 3
+    assert result.exit_code == 1  # the preflight refuses it: invalid input, as validate's
     lines = [line for line in result.output.splitlines() if not line.startswith("dtgen run: ")]
     assert len(lines) == 1 and "cannot import 'nosuch'" in lines[0] and "Traceback" not in result.output
 

@@ -63,7 +63,7 @@ def test_cli_refuses_an_unsupported_torch_before_anything_starts(command, tmp_pa
     out = tmp_path / "out"
     args = [command, str(spec), "--out" if command == "run" else "-o", str(out)]
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 3, result.output
+    assert result.exit_code == 4, result.output
     assert result.output == REFUSAL.format(v="2.9.1+cu128")
     assert not out.exists()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import DtgenError, SpecError
+from ..errors import DtgenError, SpecError, UsageError
 from ..spec import load_spec, spec_from_data
 from .calibration import Calibration, load_calibration
 from .costs import Costs, illustrative_calibration, parse_link
@@ -33,7 +33,7 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
     for item in pairs:
         key, sep, raw = str(item).partition("=")
         if not sep or not key.strip():
-            raise DtgenError(f"--set {item!r}: expected key.path=value, e.g. topology.workers.count=64")
+            raise UsageError(f"--set {item!r}: expected key.path=value, e.g. topology.workers.count=64")
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:
@@ -43,7 +43,7 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
         try:
             node[parts[-1]] = yaml.safe_load(raw)
         except yaml.YAMLError:
-            raise DtgenError(f"--set {item!r}: the value is not YAML") from None
+            raise UsageError(f"--set {item!r}: the value is not YAML") from None
     if not pairs:
         return spec
     if workers is not None and data["strategy"]["kind"] == "pipeline":
@@ -55,7 +55,7 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
     try:
         return spec_from_data(data, name=f"{spec.source} (with --set)")
     except SpecError as exc:
-        raise DtgenError(f"the overrides make an invalid spec:\n{exc}") from None
+        raise UsageError(f"the overrides make an invalid spec:\n{exc}") from None
 
 
 def check_size(spec, steps: int) -> None:
