@@ -28,7 +28,8 @@ def torch_release(version: str) -> tuple[int, int] | None:
 
 
 def check_torch(version: str | None = None) -> None:
-    """Raise ToolMissingError (exit 4, as a missing torch) naming the installed torch and the supported range when it is outside it."""
+    """Raise ToolMissingError (exit 4, as for a missing torch) naming the installed torch and
+    the supported range when it is outside it."""
     if version is None:
         import torch
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 
 from opentikz_dt.cli import main  # noqa: E402
-from opentikz_dt.errors import RunError  # noqa: E402
+from opentikz_dt.errors import ToolMissingError  # noqa: E402
 from opentikz_dt.runner import compat  # noqa: E402
 from opentikz_dt.runner.testing import run_small, small_spec_data, write_spec  # noqa: E402
 
@@ -34,7 +34,7 @@ def test_versions_outside_the_range_are_refused(version, ok):
     if ok:
         compat.check_torch(version)
     else:
-        with pytest.raises(RunError) as err:
+        with pytest.raises(ToolMissingError) as err:
             compat.check_torch(version)
         assert str(err.value) == REFUSAL[len("dtgen: error: "):-1].format(v=version)
 
