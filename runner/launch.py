@@ -27,6 +27,7 @@ from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .placement import check_strategy
+from .precision import check_precision, training_line, training_record
 from .preflight import preflight
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
@@ -109,6 +110,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
     placement = placement_for(spec, world // nnodes)
     check_strategy(placement, spec.strategy.kind)
+    check_precision(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     nodes = None
@@ -128,7 +130,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                      nodes, echo, progress, spec_dir, dataset_path, model_info, placement) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
-    echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts
+    echo(f"dtgen run: {placement.reason}; {training_line(spec, placement)}")  # the first line of a run that starts
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
     launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),
@@ -306,7 +308,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
            "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
-           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
+           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"},
+           "training": training_record(spec, ranks[0]["device"] or "cpu")}
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")

@@ -142,12 +142,13 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
         d = prog.get(rank) or {}
         return d.get("started", d.get("step", -1))
 
-    own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error"))
+    own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error", "diverged", "oom"))
     if own:
         rank = own[0][1]
         d = reports[rank]
-        what = "crashed" if d["kind"] == "crash" else "failed"
-        detail = f"{what} at step {d['step']}: {d['error']}"
+        what = {"crash": "crashed", "diverged": "diverged", "oom": "ran out of GPU memory"}.get(d["kind"], "failed")
+        error = d["error"].split(": ", 1)[1] if d["kind"] == "diverged" else d["error"]  # no exception class name
+        detail = f"{what} at step {d['step']}: {error}"
     elif monitor is not None and monitor.stalled is not None:
         rank = min(range(len(roles)), key=lambda r: (started(r), r))
         detail = (f"hung: no rank made progress for {monitor.stalled['seconds']:.0f} s "

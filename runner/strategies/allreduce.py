@@ -47,6 +47,9 @@ def _train_manual(ctx, algorithm: str) -> None:
         p.grad = flat[offset:offset + p.numel()].view_as(p)
         offset += p.numel()
     reduce = _reducer(ctx, algorithm, workers)
+    # Every rank holds the same summed gradients, so the same (possibly fp16-scaled)
+    # values are clipped, checked and stepped identically everywhere.
+    stepper = ctx.stepper(opt, params)
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = time.perf_counter()
@@ -54,7 +57,7 @@ def _train_manual(ctx, algorithm: str) -> None:
         reduce(flat, step)
         flat.div_(n)
         with ctx.tracer.span("optimizer", step=step):
-            opt.step()
+            stepper.step(step)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
@@ -82,6 +85,7 @@ def _train_ddp(ctx) -> None:
     opt = ctx.build_optimizer(model.parameters())
     ctx.resume(model, opt)
     ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    stepper = ctx.stepper(opt, model.parameters())  # DDP's averaged gradients: the same on every rank
     state = {"step": 0}
     if ctx.spec.runtime.trace.get("enabled", True):
         ddp.register_comm_hook(state, _traced_allreduce_hook(ctx))
@@ -95,7 +99,7 @@ def _train_ddp(ctx) -> None:
         loss, samples = ctx.forward_backward(ddp, step, ctx.rank)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         with ctx.tracer.span("optimizer", step=step):
-            opt.step()
+            stepper.step(step)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:

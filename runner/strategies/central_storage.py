@@ -47,6 +47,7 @@ def run_worker(ctx) -> None:
             ctx.tracer.add_span("wait", posted, sent, step, tid="comm")
         ctx.tracer.add_span("fetch", sent, arrived, step, tid="comm", version=version)
         loss, samples = ctx.forward_backward(model, step, k, n)
+        ctx.unscale_for_push(tensors, step)
         grads = flatten_grads(tensors)
         with ctx.tracer.span("push", tid="comm", step=step, flow_out=ctx.tracer.flow_id(k, step, storage)):
             ctx.comm.reduce(grads, dst=storage)
@@ -60,6 +61,7 @@ def run_storage(ctx) -> None:
     model = ctx.build_model()
     tensors = list(model.parameters())
     opt = ctx.build_optimizer(tensors)
+    stepper = ctx.stepper(opt, tensors, scaler=None)  # the workers unscaled what they pushed
     version = 0
     state = ctx.load_checkpoint()
     if state:
@@ -78,7 +80,7 @@ def run_storage(ctx) -> None:
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             assign_grads(grads.div_(n), tensors)
-            opt.step()
+            stepper.step(step)
             version += 1
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "version": version})
         ctx.tracer.maybe_flush()
