@@ -21,9 +21,9 @@ class NonFiniteLoss(RuntimeError):
 
     def __init__(self, step: int, rank: int, ident: str, precision: str, value: float):
         self.step, self.rank, self.precision = step, rank, precision
-        super().__init__(f"the loss is {value} at step {step} on rank {rank} ({ident}), training.precision {precision}; "
-                         "the run stopped before this step's update (lower training.optimizer.lr, set "
-                         "training.grad_clip, or use a wider precision)")
+        super().__init__(f"the loss is {value} in training.precision {precision}; the run stopped before "
+                         f"step {step}'s update (lower training.optimizer.lr, set training.grad_clip, "
+                         "or use a wider precision)")
 
 
 def fault_for(spec, rank: int, attempt: int):
