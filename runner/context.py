@@ -115,7 +115,7 @@ class RankContext:
             return
         grads = [t.grad for t in tensors]
         self.scaler.unscale_(grads)
-        finite = all(bool(torch.isfinite(g).all()) for g in grads)
+        finite = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())  # one device sync
         if not finite:
             for g in grads:
                 g.fill_(float("nan"))

@@ -55,8 +55,10 @@ class Stepper:
         self.check_finite = fp16 if check_finite is None else check_finite
         self.skipped: list[int] = []
 
-    def step(self, step: int, span: str = "optimizer", **span_args) -> bool:
-        """Update from the current gradients; False when the step was skipped (fp16 overflow)."""
+    def step(self, step: int, span=None) -> bool:
+        """Update from the current gradients; False when the step was skipped (fp16 overflow).
+        `span`: the open `optimizer`/`update` span, marked `skipped: true` on a skip (the
+        measured timeline's note names those steps)."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if self.scaler is not None:
             self.scaler.unscale_(grads)
@@ -66,6 +68,8 @@ class Stepper:
                 self.scaler.update(found_inf=True)
             self.skipped.append(step)
             self.ctx.metrics.skipped_step(step)
+            if getattr(span, "args", None) is not None:  # an unsampled step's span is a nullcontext
+                span.args["skipped"] = True
             self.ctx.log(f"dtgen: step {step}: gradients not finite in fp16 (norm {norm}); step skipped"
                          + (f", loss scale now {self.scaler.scale:g}" if self.scaler is not None else ""))
             return False

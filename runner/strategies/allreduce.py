@@ -56,8 +56,8 @@ def _train_manual(ctx, algorithm: str) -> None:
         loss, samples = ctx.forward_backward(model, step, ctx.rank, zero_grad=flat.zero_)
         reduce(flat, step)
         flat.div_(n)
-        with ctx.tracer.span("optimizer", step=step):
-            stepper.step(step)
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
@@ -98,8 +98,8 @@ def _train_ddp(ctx) -> None:
         # DDP overlaps its bucket all-reduces with backward: they show on the comm thread.
         loss, samples = ctx.forward_backward(ddp, step, ctx.rank)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        with ctx.tracer.span("optimizer", step=step):
-            stepper.step(step)
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:

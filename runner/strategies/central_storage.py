@@ -7,7 +7,7 @@ Synchronous, with collectives over all ranks:
                                                       can split `wait` from `fetch`)
   workers --reduce(sum of gradients)--> storage      (`push`; the storage adds zeros and
                                                       traces the reduce as `wait`)
-  storage: average, one SGD step (`update`)          == `single` on the global batch.
+  storage: average, one optimizer step (`update`)    == `single` on the global batch.
 The storage saves the whole model at the end; workers keep nothing between steps.
 """
 
@@ -76,11 +76,11 @@ def run_storage(ctx) -> None:
         with ctx.tracer.span("wait", tid="comm", step=step):
             ctx.comm.reduce(grads, dst=ctx.rank)
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
-        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0):
+        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0) as span:
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             assign_grads(grads.div_(n), tensors)
-            stepper.step(step)
+            stepper.step(step, span)
             version += 1
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "version": version})
         ctx.tracer.maybe_flush()

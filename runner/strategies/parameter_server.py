@@ -10,8 +10,10 @@ shard sent, then `fetch`), forward, backward, injected slowdown, `push` each sha
 gradients while already posting the next fetch (a gloo send completes only once the
 peer posted its receive, so receives go first).
 
-Server shard, sync: receive all N pushes (`wait`), average them and take one SGD step
-(the same math as `single` on the global batch), send every worker the new weights.
+Server shard, sync: receive all N pushes (`wait`), average them and take one optimizer
+step (runner/optim.py: schedule, clip by the norm summed over the shards, fp16 skip; the
+same math as `single` on the global batch), send every worker the new weights. Workers
+unscale fp16 gradients before pushing; an async worker clips its own push whole.
 Server shard, async: whichever push lands first (`Inbox`) is applied alone at once and
 only that worker gets fresh weights; staleness = versions applied since that worker's
 weights were sent (recorded per update in metrics and in the `update` span).
@@ -189,14 +191,14 @@ def run_sync_server(ctx) -> None:
                 work.wait()
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
         with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=shard.version + 1,
-                             staleness=0):
+                             staleness=0) as span:
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             total = shard.grads[0].clone()
             for g in shard.grads[1:]:
                 total += g
             assign_grads(total.div_(n), shard.tensors)
-            shard.stepper.step(step)
+            shard.stepper.step(step, span)
             shard.version += 1
         sends = []
         if step + 1 < ctx.steps:

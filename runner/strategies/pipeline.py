@@ -83,8 +83,8 @@ def train(ctx) -> None:
             loss = ctx.check_loss(torch.stack(losses).mean() / scale, step)
         if tied is not None:
             tied(step)
-        with ctx.tracer.span("optimizer", step=step):
-            stepper.step(step)
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         moved = boundary.per_step(microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
