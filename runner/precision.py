@@ -39,12 +39,28 @@ def check_precision(spec, placement) -> None:
             raise RunError(f"{where}: fp16 needs a GPU and this run is on the CPU ({placement.reason}); "
                            "use bf16, which the CPU runs under autocast")
         return
-    if precision == "bf16" and not torch.cuda.is_bf16_supported():  # GPU-only path
-        raise RunError(f"{where}: bf16 is not supported by {torch.cuda.get_device_name(0)}; use fp16 or fp32")
-    if precision == "tf32" and torch.cuda.get_device_capability(0) < (8, 0):  # GPU-only path
-        raise RunError(f"{where}: tf32 needs a GPU of compute capability 8.0 or later, "
-                       f"{torch.cuda.get_device_name(0)} has {'.'.join(map(str, torch.cuda.get_device_capability(0)))};"
-                       " use fp32")
+    if precision in ("bf16", "tf32"):  # GPU-only path
+        name, capability = _gpu_capability()
+        if capability < (8, 0):  # bf16 and TF32 units arrived with Ampere (compute capability 8.0)
+            other = "fp16 or fp32" if precision == "bf16" else "fp32"
+            raise RunError(f"{where}: {precision} needs a GPU of compute capability 8.0 or later; {name} has "
+                           f"{capability[0]}.{capability[1]}: use {other}")
+
+
+def _gpu_capability() -> tuple[str, tuple[int, int]]:
+    """GPU 0's name and compute capability, asked in a short-lived child process: CUDA
+    initialised here would hold a context (hundreds of MB of GPU memory) in the launcher
+    for the whole run. GPU-only path."""
+    import subprocess
+    import sys
+
+    code = ("import torch; c = torch.cuda.get_device_capability(0); "
+            "print(c[0], c[1], torch.cuda.get_device_name(0))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RunError(f"cannot query the GPU's compute capability: {out.stderr.strip().splitlines()[-1:]}")
+    major, minor, name = out.stdout.split(maxsplit=2)
+    return name.strip(), (int(major), int(minor))
 
 
 def describe(precision: str, device_kind: str) -> str:

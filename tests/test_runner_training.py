@@ -187,3 +187,21 @@ def test_compiled_single_run_matches_the_eager_one(tmp_path, monkeypatch):
         assert torch.allclose(got[name], want[name], atol=2e-3), name
     log = (compiled.run_dir / "logs" / "rank0.log").read_text()
     assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("precision, advice", [("bf16", "fp16 or fp32"), ("tf32", "fp32")])
+def test_precision_a_gpu_cannot_do_is_refused_naming_the_key(tmp_path, monkeypatch, precision, advice):
+    from opentikz_dt.runner import precision as prec
+    from opentikz_dt.runner.placement import Placement
+    from opentikz_dt.spec import load_spec
+
+    monkeypatch.setattr(prec, "_gpu_capability", lambda: ("Tesla V100-SXM2-16GB", (7, 0)))  # no GPU needed
+    path = tmp_path / "old-gpu.yaml"
+    path.write_text(f"strategy: {{kind: single}}\ntraining:\n  precision: {precision}\n", encoding="utf-8")
+    gpu = Placement("cuda", "nccl", 1, "1 rank on 1 GPU, one each, with nccl")
+    with pytest.raises(RunError) as err:
+        prec.check_precision(load_spec(path), gpu)
+    assert str(err.value) == (f"{path}:3:14: training.precision: {precision} needs a GPU of compute capability 8.0 "
+                              f"or later; Tesla V100-SXM2-16GB has 7.0: use {advice}")
+    monkeypatch.setattr(prec, "_gpu_capability", lambda: ("NVIDIA H100 80GB HBM3", (9, 0)))
+    prec.check_precision(load_spec(path), gpu)  # an H100 does both
