@@ -205,3 +205,24 @@ def test_precision_a_gpu_cannot_do_is_refused_naming_the_key(tmp_path, monkeypat
                               f"or later; Tesla V100-SXM2-16GB has 7.0: use {advice}")
     monkeypatch.setattr(prec, "_gpu_capability", lambda: ("NVIDIA H100 80GB HBM3", (9, 0)))
     prec.check_precision(load_spec(path), gpu)  # an H100 does both
+
+
+def test_out_of_memory_failure_reads_as_one_line_naming_the_rank(tmp_path):
+    from opentikz_dt.runner.monitor import describe_failure
+    from opentikz_dt.runner.worker import _write_failure
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    (tmp_path / "failure").mkdir()
+    exc = OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of "
+                           "79.19 GiB of which 20.00 MiB is free.")
+    line = describe_out_of_memory(exc, "cuda:0", "NVIDIA H100 80GB HBM3")
+    metrics = SimpleNamespace(started_step=3)
+    _write_failure(tmp_path, 0, "worker", "w1", classify(exc), exc, metrics, line)
+    failure = describe_failure(tmp_path, [("worker", "w1")], {0: 1}, None)
+    assert failure["message"].splitlines()[0] == (
+        "rank 0 (worker w1) ran out of GPU memory at step 3: cuda:0 (NVIDIA H100 80GB HBM3): asked for 512.00 MiB, "
+        "20.00 MiB free; lower training.batch_size, training.model.seq_len (or the model's size), "
+        "or use training.precision bf16")
+    assert "Traceback" not in failure["message"] and "OutOfMemoryError" not in failure["message"]
