@@ -51,7 +51,8 @@ def check_training(spec):
         yield ("training", "lr_schedule", "warmup_steps"), (f"{sched['warmup_steps']} warm-up steps are more than "
                                                             f"the run's {t.steps} steps")
     if t.compile and spec.strategy.kind in NO_COMPILE:
-        yield ("training", "compile"), f"strategy {spec.strategy.kind} cannot run compiled: {NO_COMPILE[spec.strategy.kind]}"
+        kind = spec.strategy.kind
+        yield ("training", "compile"), f"strategy {kind} cannot run compiled: {NO_COMPILE[kind]}"
     if t.precision == "fp16" and spec.runtime.device == "cpu":
         yield ("training", "precision"), "fp16 needs a GPU (runtime.device is cpu); use bf16 on the CPU"
 

@@ -35,13 +35,15 @@ CASES += [
 # that binds every step and a warm-up + cosine schedule, in fp32 (eps about the size
 # of the clipped gradients: Adam is otherwise nearly blind to a constant gradient
 # scale, and a per-shard or per-stage clip instead of the global one went unseen);
-# sgd with momentum, clip and a linear schedule in bf16 (autocast on the CPU; sgd, because Adam's first steps move each weight by about +-lr whatever the
-# gradient's size, so bf16's sign flips of near-zero gradients would swamp the check).
+# sgd with momentum, clip and a linear schedule in bf16 (autocast on the CPU; sgd,
+# because Adam's first steps move each weight by about +-lr whatever the gradient's
+# size, so bf16's sign flips of near-zero gradients would swamp the check).
 TRAININGS = {
     "sgd": {},
-    "adamw-clip-cosine": {"optimizer": {"kind": "adamw", "lr": 0.01, "weight_decay": 0.1, "eps": 0.01}, "grad_clip": 0.5,
-                          "lr_schedule": {"kind": "cosine", "warmup_steps": 2, "min_lr": 0.001}},
-    "bf16-sgd-clip-linear": {"precision": "bf16", "grad_clip": 0.5, "lr_schedule": {"kind": "linear", "warmup_steps": 1}},
+    "adamw-clip-cosine": {"optimizer": {"kind": "adamw", "lr": 0.01, "weight_decay": 0.1, "eps": 0.01},
+                          "grad_clip": 0.5, "lr_schedule": {"kind": "cosine", "warmup_steps": 2, "min_lr": 0.001}},
+    "bf16-sgd-clip-linear": {"precision": "bf16", "grad_clip": 0.5,
+                             "lr_schedule": {"kind": "linear", "warmup_steps": 1}},
 }
 # (atol, rtol) against `single`. fp32: float rounding of differently ordered sums.
 # bf16: each rank's activations and weight gradients are rounded to bf16 (8 bits of
@@ -85,7 +87,8 @@ def test_pipeline_clips_by_the_global_norm_counting_the_tied_embedding_once():
     global norm counts it once (counted twice: 2.7e-3 off here), so a 2-stage pipeline
     with adamw, a binding clip and a schedule still equals `single` (measured 1.5e-8)."""
     training = {"dataset": {"samples": 512}, "batch_size": 16, "steps": 4, "grad_clip": 0.3,
-                "optimizer": {"kind": "adamw", "lr": 0.01, "eps": 0.01}, "lr_schedule": {"kind": "cosine", "warmup_steps": 1}}
+                "optimizer": {"kind": "adamw", "lr": 0.01, "eps": 0.01},
+                "lr_schedule": {"kind": "cosine", "warmup_steps": 1}}
     runs = []
     for kind, over in (("pipeline", {"topology": {"workers": {"count": 2}},
                                      "strategy": {"schedule": "1f1b", "microbatches": 2}}), ("single", {})):

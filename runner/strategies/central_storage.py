@@ -76,7 +76,8 @@ def run_storage(ctx) -> None:
         with ctx.tracer.span("wait", tid="comm", step=step):
             ctx.comm.reduce(grads, dst=ctx.rank)
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
-        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0) as span:
+        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1,
+                             staleness=0) as span:
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             assign_grads(grads.div_(n), tensors)
