@@ -93,8 +93,10 @@ def describe_training(training) -> str:
     """One phrase for the run's first line and the figures' model note."""
     opt = optimizer_settings(training)
     extras = []
-    if training.lr_schedule.get("kind", "constant") != "constant" or training.lr_schedule.get("warmup_steps"):
-        extras.append(f"{training.lr_schedule.get('kind', 'constant')} lr")
+    if training.lr_schedule.get("warmup_steps"):
+        extras.append(f"{training.lr_schedule['warmup_steps']} warm-up steps")
+    if training.lr_schedule.get("kind", "constant") != "constant":
+        extras.append(f"{training.lr_schedule['kind']} lr")
     if training.grad_clip:
         extras.append(f"clip {training.grad_clip:g}")
     if training.compile:
