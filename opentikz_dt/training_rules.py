@@ -90,7 +90,7 @@ def lr_at(training, step: int) -> float:
 
 
 def describe_training(training) -> str:
-    """One phrase for the run's first line and the figures' model note."""
+    """The optimizer and its extras in one phrase (the run's first line)."""
     opt = optimizer_settings(training)
     extras = []
     if training.lr_schedule.get("warmup_steps"):
@@ -101,4 +101,4 @@ def describe_training(training) -> str:
         extras.append(f"clip {training.grad_clip:g}")
     if training.compile:
         extras.append("compiled")
-    return f"{training.precision}, {opt['kind']}" + (f" ({', '.join(extras)})" if extras else "")
+    return opt["kind"] + (f" ({', '.join(extras)})" if extras else "")

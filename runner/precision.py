@@ -68,17 +68,27 @@ def describe(precision: str, device_kind: str) -> str:
     if precision == "fp32":
         return "fp32"
     if precision == "tf32":
-        return "tf32 matmuls, fp32 weights" if device_kind == "cuda" else "tf32 = fp32 on the CPU (no TF32 units)"
+        return ("tf32: TF32 matmuls and convolutions, fp32 weights" if device_kind == "cuda" else
+                "tf32: plain fp32 on the CPU, which has no TF32 units")
     scaled = ", dynamic loss scaling" if precision == "fp16" else ""
-    return f"{precision} autocast, fp32 weights{scaled}"
+    return f"{precision}: autocast, fp32 weights{scaled}"
 
 
 def training_line(spec, placement) -> str:
     """The run's first line's second half: precision, optimizer, what a gradient costs."""
     from ..training_rules import describe_training
 
-    return (f"training {describe_training(spec.training)}; {describe(spec.training.precision, placement.device)}, "
-            f"gradients sent as fp32 ({BYTES_PER_GRADIENT} bytes per value)")
+    precision = spec.training.precision
+    means = describe(precision, placement.device)
+    return (f"training {describe_training(spec.training)} in {precision}"
+            + ("" if means == precision else f" ({means.split(': ', 1)[1]})")
+            + SENT.get(spec.strategy.kind, f"; gradients sent as fp32, {BYTES_PER_GRADIENT} bytes per value"))
+
+
+SENT = {"single": "", "pipeline": f"; activations and their gradients sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
+        "gossip": f"; weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
+        "parameter-server": f"; gradients and weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
+        "central-storage": f"; gradients and weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value"}
 
 
 def training_record(spec, device: str) -> dict:
