@@ -85,7 +85,8 @@ def training_line(spec, placement) -> str:
             + SENT.get(spec.strategy.kind, f"; gradients sent as fp32, {BYTES_PER_GRADIENT} bytes per value"))
 
 
-SENT = {"single": "", "pipeline": f"; activations and their gradients sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
+SENT = {"single": "",
+        "pipeline": f"; activations and their gradients sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
         "gossip": f"; weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
         "parameter-server": f"; gradients and weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
         "central-storage": f"; gradients and weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value"}
