@@ -25,8 +25,10 @@ NO_COMPILE = {"pipeline": "torch.distributed.pipelining runs each stage's forwar
 
 
 def optimizer_section(data: dict):
-    """(path, message, prefer_value) for keys the chosen optimizer kind does not take."""
-    opt = (data.get("training") or {}).get("optimizer") if isinstance(data.get("training"), dict) else None
+    """(path, message, prefer_value) for keys the chosen optimizer kind does not take (on
+    the raw YAML, which need not even be a mapping)."""
+    training = data.get("training") if isinstance(data, dict) else None
+    opt = training.get("optimizer") if isinstance(training, dict) else None
     if not isinstance(opt, dict):
         return
     kind = opt.get("kind", "sgd")
