@@ -27,7 +27,7 @@ from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .placement import check_strategy
-from .precision import check_precision, training_line, training_record
+from .precision import check_compile, check_precision, training_line, training_record
 from .preflight import preflight
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
@@ -111,6 +111,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     placement = placement_for(spec, world // nnodes)
     check_strategy(placement, spec.strategy.kind)
     check_precision(spec, placement)
+    check_compile(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     nodes = None

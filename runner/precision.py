@@ -30,6 +30,20 @@ AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 BYTES_PER_GRADIENT = 4  # gradients and weights travel as fp32 in every precision
 
 
+def check_compile(spec, placement) -> None:
+    """Refuse training.compile on the CPU without a C++ compiler (inductor generates C++
+    there), before any rank is spawned, instead of every rank failing at its first step."""
+    if not spec.training.compile or placement.device != "cpu":
+        return
+    import os
+    import shutil
+
+    if not any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c):
+        raise RunError(f"{spec_location(spec, ('training', 'compile'))}: torch.compile on the CPU needs a C++ "
+                       "compiler (g++, c++ or clang++ on PATH, or CXX) and none was found; install one or set "
+                       "compile: false")
+
+
 def check_precision(spec, placement) -> None:
     """Refuse, before any rank is spawned, a precision the run's device cannot do."""
     precision = spec.training.precision

@@ -226,3 +226,24 @@ def test_out_of_memory_failure_reads_as_one_line_naming_the_rank(tmp_path):
         "20.00 MiB free; lower training.batch_size, training.model.seq_len (or the model's size), "
         "or use training.precision bf16")
     assert "Traceback" not in failure["message"] and "OutOfMemoryError" not in failure["message"]
+
+
+def test_compile_on_a_cpu_without_a_compiler_is_refused_naming_the_key(tmp_path, monkeypatch):
+    import shutil
+
+    from opentikz_dt.runner import precision as prec
+    from opentikz_dt.runner.placement import Placement
+    from opentikz_dt.spec import load_spec
+
+    path = tmp_path / "compiled.yaml"
+    path.write_text("strategy: {kind: single}\ntraining:\n  compile: true\n", encoding="utf-8")
+    cpu = Placement("cpu", "gloo", 0, "1 rank on the CPU with gloo")
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(RunError) as err:
+        prec.check_compile(load_spec(path), cpu)
+    assert str(err.value) == (f"{path}:3:12: training.compile: torch.compile on the CPU needs a C++ compiler "
+                              "(g++, c++ or clang++ on PATH, or CXX) and none was found; install one or set "
+                              "compile: false")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}" if name == "g++" else None)
+    prec.check_compile(load_spec(path), cpu)
