@@ -102,6 +102,11 @@ class Training:
     momentum: float
     seed: int
     model: dict = field(default_factory=dict)  # the resolved training.model section
+    optimizer: dict = field(default_factory=dict)  # training.optimizer as written (kind, lr, ...)
+    lr_schedule: dict = field(default_factory=dict)
+    grad_clip: float | None = None
+    precision: str = "fp32"
+    compile: bool = False
 
     @property
     def model_kind(self) -> str:
@@ -193,7 +198,9 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
         strategy=Strategy(s["kind"], s["sync"], s["algorithm"], s["microbatches"], s["schedule"], s["stages"], s["peers"]),
         training=Training(tuple(tr["model"]["layers"]) if tr["model"]["kind"] == "mlp" else (), dict(tr["dataset"]),
                           tr["batch_size"], tr["steps"], float(tr["optimizer"]["lr"]),
-                          float(tr["optimizer"]["momentum"]), tr["seed"], dict(tr["model"])),
+                          float(tr["optimizer"].get("momentum", 0.9)), tr["seed"], dict(tr["model"]),
+                          dict(tr["optimizer"]), dict(tr["lr_schedule"]), tr.get("grad_clip"), tr["precision"],
+                          tr["compile"]),
         runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
                         dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
         figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),

@@ -40,8 +40,11 @@ def check_sections(located) -> list:
     check, so they must not assume schema-valid data)."""
     model = _section(located.data, *MODEL)
     dataset = _section(located.data, *DATASET)
+    from .training_rules import optimizer_section
+
     found = [located.issue(path, message, prefer_value=prefer)
-             for path, message, prefer in (*_model_section(model), *_dataset_section(dataset))]
+             for path, message, prefer in (*_model_section(model), *_dataset_section(dataset),
+                                           *optimizer_section(located.data))]
     return found
 
 

@@ -170,7 +170,12 @@ def load_arrays(spec, dataset_path: str | None = None, spec_dir=None):
 
 
 class Data:
-    """The dataset plus the deterministic batch order; batches land on `device`."""
+    """The dataset plus the deterministic batch order; batches land on `device`.
+
+    Tensor-backed kinds are copied to the device once, at start: a batch is then a
+    gather on the device and never waits for the host. A python Dataset is collated on
+    the host per batch; on a GPU into pinned memory and copied with non_blocking, so the
+    copy is queued behind the previous step's kernels instead of stalling them."""
 
     def __init__(self, spec, device, dataset_path: str | None = None, spec_dir=None):
         self.device = torch.device(device)
@@ -217,7 +222,9 @@ class Data:
         pairs = [self.dataset[i] for i in idx.tolist()]
         x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
         y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
-        return x.to(self.device), y.to(self.device)
+        if self.device.type == "cuda":  # GPU-only path: page-locked staging, copy queued on the stream
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x, y
 
     def batch(self, step: int, part: int, parts: int):
         """Samples of worker `part` (of `parts`) for `step`; the global batch is batch_size*parts."""

@@ -30,6 +30,7 @@ from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .placement import check_strategy
+from .precision import check_compile, check_precision, training_line, training_record
 from .preflight import preflight
 from .provenance import dataset_file, dataset_record, hardware, run_spec_data
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
@@ -112,6 +113,8 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     dataset_path = dataset_file(spec, spec_dir)
     placement = placement_for(spec, world // nnodes)
     check_strategy(placement, spec.strategy.kind)
+    check_precision(spec, placement)
+    check_compile(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
@@ -133,7 +136,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                      nodes, echo, progress, spec_dir, dataset_path, model_info, placement) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
-    echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts
+    echo(f"dtgen run: {placement.reason}; {training_line(spec, placement)}")  # the first line of a run that starts
     # the dataset by absolute path: the run directory's spec must not be read against the run directory
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(run_spec_data(data, dataset_path), sort_keys=False,
                                                       allow_unicode=True), encoding="utf-8")
@@ -317,7 +320,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
            "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
-           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
+           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"},
+           "training": training_record(spec, ranks[0]["device"] or "cpu")}
     run.update(_provenance(run_dir, [r for r in ranks if r["node_rank"] in (None, node_rank)]))  # this node's
     run["device_info"] = device_record(ranks, run["hardware"])  # what predictions fitted from this run measured on
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")

@@ -102,6 +102,9 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
         "staleness": [v for m in per_rank.values() for v in m["staleness"]],
         "per_worker_samples_per_s": per_worker,
         "warmup_s": round(warmup, 6),
+        # fp16: steps skipped because their gradients overflowed (every rank holding
+        # a part of the model skips the same steps)
+        "skipped_steps": sorted({s for m in per_rank.values() for s in m.get("skipped", [])}),
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
     return metrics

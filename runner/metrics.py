@@ -33,6 +33,7 @@ class Metrics:
         self.sent = 0
         self.recv = 0
         self.staleness_values: list[float] = []
+        self.skipped: list[int] = []  # fp16 steps whose gradients overflowed (no update)
         self.current_step = -1
         self.started_step = -1
         self.first_start: float | None = None
@@ -60,6 +61,9 @@ class Metrics:
     def staleness(self, value: float) -> None:
         self.staleness_values.append(float(value))
 
+    def skipped_step(self, step: int) -> None:
+        self.skipped.append(int(step))
+
     def add_bytes(self, sent: int = 0, recv: int = 0) -> None:
         self.sent += sent
         self.recv += recv
@@ -68,7 +72,8 @@ class Metrics:
     def snapshot(self) -> dict:
         return {"loss": dict(self.loss), "step_time": dict(self.step_time), "step_end": dict(self.step_end),
                 "samples": self.samples, "sent": self.sent, "recv": self.recv,
-                "staleness": list(self.staleness_values), "first_start": self.first_start}
+                "staleness": list(self.staleness_values), "first_start": self.first_start,
+                "skipped": list(self.skipped)}
 
     def restore(self, snap: dict) -> None:
         self.loss = {int(k): v for k, v in snap["loss"].items()}
@@ -76,6 +81,7 @@ class Metrics:
         self.step_end = {int(k): v for k, v in snap["step_end"].items()}
         self.samples, self.sent, self.recv = snap["samples"], snap["sent"], snap["recv"]
         self.staleness_values = list(snap["staleness"])
+        self.skipped = list(snap.get("skipped", []))
         self.first_start = snap["first_start"]
         self.current_step = max(self.step_end, default=-1)
         self.first_samples = self.samples // max(1, len(self.step_end))  # steps are equal-sized

@@ -157,7 +157,10 @@ def build_model(spec, device="cpu", spec_dir=None) -> nn.Module:
 
 
 def build_optimizer(spec, params):
-    return torch.optim.SGD(params, lr=spec.training.lr, momentum=spec.training.momentum)
+    """The spec's optimizer (runner/optim.py; kept here for the calibration probe)."""
+    from .optim import build_optimizer as build
+
+    return build(spec, params)
 
 
 def logits_of(output):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 GRACE_S = 5.0
 STARTUP_S = 120.0
+COMPILE_S = 600.0  # training.compile: the first step also compiles the model (minutes for a large one)
 
 
 def _read(path: Path):
@@ -44,7 +45,8 @@ class Monitor:
         self._tty = sys.stderr.isatty()
         self._last_print = 0.0
         self._printed = False
-        self._deadline = time.time() + STARTUP_S
+        self.startup_s = STARTUP_S + (COMPILE_S if spec.training.compile else 0.0)
+        self._deadline = time.time() + self.startup_s
         self._seen: dict[str, float] = {}  # rank start files already counted
         self._walls: dict[int, float] = {}  # last progress report seen per rank
 
@@ -78,13 +80,14 @@ class Monitor:
 
     def _watch(self, prog) -> None:
         """Stalled = no new progress report for `limit` seconds after the last one (or
-        STARTUP_S after a rank (re)started and before it reported)."""
+        STARTUP_S after a rank (re)started and before it reported; COMPILE_S more when the
+        first step compiles the model)."""
         now = time.time()
         for p in (self.run_dir / "ranks").glob("rank*.json"):
             key = f"start:{p.stat().st_mtime}:{p.name}"
             if key not in self._seen:
                 self._seen[key] = now
-                self._deadline = max(self._deadline, now + STARTUP_S)
+                self._deadline = max(self._deadline, now + self.startup_s)
         fresh = [d["wall"] for r, d in prog.items() if d.get("wall") and self._walls.get(r) != d["wall"]]
         self._walls = {r: d.get("wall") for r, d in prog.items()}
         if fresh:
@@ -92,7 +95,7 @@ class Monitor:
         if now > self._deadline:
             self.stalled = {"seconds": round(now - self._deadline + self.limit, 1), "progress": prog}
             self._kill_ranks()
-            self._deadline = now + STARTUP_S
+            self._deadline = now + self.startup_s
 
     def _kill_ranks(self) -> None:
         for p in (self.run_dir / "ranks").glob("rank*.json"):
@@ -170,12 +173,13 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
         d = prog.get(rank) or {}
         return d.get("started", d.get("step", -1))
 
-    own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error"))
+    own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error", "diverged", "oom"))
     if own:
         rank = own[0][1]
         d = reports[rank]
-        what = "crashed" if d["kind"] == "crash" else "failed"
-        detail = f"{what} at step {d['step']}: {d['error']}"
+        what = {"crash": "crashed", "diverged": "diverged", "oom": "ran out of GPU memory"}.get(d["kind"], "failed")
+        error = d["error"].split(": ", 1)[1] if d["kind"] == "diverged" else d["error"]  # no exception class name
+        detail = f"{what} at step {d['step']}: {error}"
     elif monitor is not None and monitor.stalled is not None:
         rank = min(range(len(roles)), key=lambda r: (started(r), r))
         detail = (f"hung: no rank made progress for {monitor.stalled['seconds']:.0f} s "

@@ -7,7 +7,7 @@ Synchronous, with collectives over all ranks:
                                                       can split `wait` from `fetch`)
   workers --reduce(sum of gradients)--> storage      (`push`; the storage adds zeros and
                                                       traces the reduce as `wait`)
-  storage: average, one SGD step (`update`)          == `single` on the global batch.
+  storage: average, one optimizer step (`update`)    == `single` on the global batch.
 The storage saves the whole model at the end; workers keep nothing between steps.
 """
 
@@ -47,6 +47,7 @@ def run_worker(ctx) -> None:
             ctx.tracer.add_span("wait", posted, sent, step, tid="comm")
         ctx.tracer.add_span("fetch", sent, arrived, step, tid="comm", version=version)
         loss, samples = ctx.forward_backward(model, step, k, n)
+        ctx.unscale_for_push(tensors, step)
         grads = flatten_grads(tensors)
         with ctx.tracer.span("push", tid="comm", step=step, flow_out=ctx.tracer.flow_id(k, step, storage)):
             ctx.comm.reduce(grads, dst=storage)
@@ -60,6 +61,7 @@ def run_storage(ctx) -> None:
     model = ctx.build_model()
     tensors = list(model.parameters())
     opt = ctx.build_optimizer(tensors)
+    stepper = ctx.stepper(opt, tensors, scaler=None)  # the workers unscaled what they pushed
     version = 0
     state = ctx.load_checkpoint()
     if state:
@@ -74,11 +76,12 @@ def run_storage(ctx) -> None:
         with ctx.tracer.span("wait", tid="comm", step=step):
             ctx.comm.reduce(grads, dst=ctx.rank)
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
-        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0):
+        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1,
+                             staleness=0) as span:
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             assign_grads(grads.div_(n), tensors)
-            opt.step()
+            stepper.step(step, span)
             version += 1
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "version": version})
         ctx.tracer.maybe_flush()
