@@ -6,12 +6,25 @@ PY := $(VENV)/bin/python
 DTGEN := $(VENV)/bin/dtgen
 # CPU build of PyTorch. On a GPU machine install the CUDA build of your choice first.
 TORCH ?= torch==2.13.0
+# The oldest supported torch (pyproject's `run` extra: >=2.10,<2.16). The registry has only
+# CUDA builds of it (a 3 GB download, 7 GB installed with the nvidia-* packages); they run on CPU.
+OLDEST_TORCH ?= torch==2.10.0
+OLDEST_VENV ?= .venv-torch210
+# The runner's core tests on it: every strategy once and the numerics test (one file, the
+# launches shared through run_small's cache), gossip and async PS, a crash and a hang, and
+# the pipeline's per-microbatch spans (they wrap private PipelineStage methods).
+CORE_TESTS := tests/test_torch_compat.py tests/test_runner_numerics.py \
+	tests/test_runner.py::test_strategy_trains_and_leaves_a_complete_run_dir \
+	tests/test_runner.py::test_crash_names_the_rank_and_keeps_the_partial_trace \
+	tests/test_runner.py::test_hang_is_stopped_after_the_timeout \
+	tests/test_runner_ps_pipeline.py::test_async_parameter_server_records_staleness \
+	tests/test_runner_ps_pipeline.py::test_pipeline_1f1b_microbatch_spans
 
-.PHONY: setup tex demo test bench clean
+.PHONY: setup tex demo test test-oldest-torch gpu-check bench clean
 
 $(VENV)/.ready: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip "setuptools>=70.1" wheel
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e '.[run,dev]'
 	touch $@
@@ -30,8 +43,26 @@ demo: setup tex
 test: setup tex
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
+$(OLDEST_VENV)/.ready: pyproject.toml
+	python3 -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
+	# --no-cache-dir: the 3 GB download is not kept a second time in pip's cache
+	$(OLDEST_VENV)/bin/python -m pip install -q --no-cache-dir "$(OLDEST_TORCH)"
+	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[run,dev]'
+	touch $@
+
+test-oldest-torch: $(OLDEST_VENV)/.ready
+	$(OLDEST_VENV)/bin/python -c "import torch; print('oldest supported torch:', torch.__version__)"
+	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS)
+
+# On a GPU box, once: the gpu-marked tests, every example on the GPU, the GPU benchmark
+# table (runs/gpu-check/report.md). With the box's own torch: PYTHON=python3 bash scripts/gpu-check.sh
+gpu-check: setup
+	PYTHON=$(PY) bash scripts/gpu-check.sh
+
 bench: setup tex
-	for b in benchmarks/bench_*.py; do OMP_NUM_THREADS=1 $(PY) $$b || exit 1; done
+	# bench_gpu.py needs a GPU: make gpu-check runs it
+	for b in $(filter-out benchmarks/bench_gpu.py,$(wildcard benchmarks/bench_*.py)); do OMP_NUM_THREADS=1 $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) runs figures build dist *.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) runs figures build dist *.egg-info

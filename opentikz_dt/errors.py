@@ -1,4 +1,14 @@
-"""The one exception family of dtgen. Library code raises these; only the CLI exits."""
+"""The one exception family of dtgen. Library code raises these; only the CLI exits.
+
+Exit codes, the same for every command (README, "Exit codes"):
+  0  success
+  1  invalid spec or input: a spec, edit, run directory, trace, model or dataset that
+     cannot be used (nothing was started or written)
+  2  usage: a bad command-line option or argument (click's own code)
+  3  a run failed: a rank crashed, hung or was lost, after the ranks started
+  4  a tool is missing or failed: pdflatex, a converter, PyTorch not installed
+  130 interrupted (Ctrl-C)
+"""
 
 from __future__ import annotations
 
@@ -20,10 +30,13 @@ class Issue:
         return f"{self.file}:{self.line}:{self.col}: {where}{self.message}"
 
 
-class DtgenError(Exception):
-    """Base of every error dtgen reports to a user (exit code 2 unless said otherwise)."""
+EXIT_INVALID, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_TOOL = 1, 2, 3, 4
 
-    exit_code = 2
+
+class DtgenError(Exception):
+    """Base of every error dtgen reports to a user: invalid input unless said otherwise."""
+
+    exit_code = EXIT_INVALID
 
 
 class SpecError(DtgenError):
@@ -34,18 +47,38 @@ class SpecError(DtgenError):
         super().__init__("\n".join(str(i) for i in self.issues))
 
 
+class UsageError(DtgenError):
+    """A command-line option or argument that dtgen checks itself (--sweep, --link,
+    --set, an edit operation's words): a usage error, exit code 2 as click's own."""
+
+    exit_code = EXIT_USAGE
+
+
 class ToolMissingError(DtgenError):
-    """An external program (pdflatex, dvisvgm, ...) is not installed."""
+    """An external program (pdflatex, dvisvgm, ...) or PyTorch is not installed."""
+
+    exit_code = EXIT_TOOL
 
 
 class CompileError(DtgenError):
     """pdflatex (or a converter) failed on generated TeX."""
 
+    exit_code = EXIT_TOOL
+
 
 class RunError(DtgenError):
     """A distributed run failed: names the rank, its role and its log."""
 
-    exit_code = 3
+    exit_code = EXIT_RUN_FAILED
+
+
+class InputError(RunError):
+    """What a run was given cannot work (an entry point that does not import, a model that
+    does not take the dataset's samples, a dataset too small): refused before any rank
+    starts, so it is invalid input, not a failed run. A RunError, so code that reports
+    run failures reports it too."""
+
+    exit_code = EXIT_INVALID
 
 
 class TraceError(DtgenError):
@@ -54,3 +87,12 @@ class TraceError(DtgenError):
 
 class EditRefused(DtgenError):
     """An edit would break the schema, a rule or a contract invariant; nothing was written."""
+
+
+def error_text(exc: DtgenError) -> str:
+    """What the CLI prints and the MCP server returns for an error: a spec's issue lines
+    as they are (gcc-style, so editors jump to them) and one `dtgen: error:` line."""
+    if isinstance(exc, SpecError):
+        files = len({issue.file for issue in exc.issues})
+        return str(exc) + f"\ndtgen: error: {len(exc.issues)} problem(s) in {files} file(s)"
+    return f"dtgen: error: {exc}"

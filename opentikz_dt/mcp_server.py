@@ -23,16 +23,11 @@ import json
 from pathlib import Path
 
 from . import __version__
-from .errors import DtgenError, SpecError
+from .errors import EXIT_USAGE, DtgenError, SpecError, error_text  # error_text: the command line's words
 
 CONTRACT_URI = "dtgen://contract"
 SKILL_PROMPT = "dtgen-skill"
 RENDER_DPI = 110
-
-
-def error_text(exc: DtgenError) -> str:
-    """What the command line prints for `exc` (cli._Group): the same words over MCP."""
-    return str(exc) if isinstance(exc, SpecError) else f"dtgen: error: {exc}"
 
 
 # -- tool definitions --------------------------------------------------------------
@@ -222,18 +217,22 @@ def call_tool(name: str, arguments: dict | None) -> tuple[list, dict, bool]:
         text = out["error"] if out.get("refused") else json.dumps(out["result"], indent=2, ensure_ascii=False)
         return [{"type": "text", "text": text}], out, bool(out.get("refused"))
     except ToolFailure as exc:
-        return _failure(exc.kind, f"{name}: {exc}")
+        return _failure(exc.kind, f"{name}: {exc}", EXIT_USAGE)
     except DtgenError as exc:  # bad operation arguments, unreadable spec, missing toolchain
         from .edit import EditArgumentError
 
         kind = "arguments" if isinstance(exc, EditArgumentError) else "spec" if isinstance(exc, SpecError) else "error"
-        return _failure(kind, error_text(exc))
+        return _failure(kind, error_text(exc), exc.exit_code)
     except Exception as exc:  # a bug must not take the server down with it
         return _failure("internal", f"{name}: internal error: {type(exc).__name__}: {exc}")
 
 
-def _failure(kind: str, message: str) -> tuple[list, dict, bool]:
-    return [{"type": "text", "text": message}], {"error": {"kind": kind, "message": message}}, True
+def _failure(kind: str, message: str, exit_code: int | None = None) -> tuple[list, dict, bool]:
+    """`exit_code`: what the command line exits with for the same error (errors.py's table)."""
+    error = {"kind": kind, "message": message}
+    if exit_code is not None:
+        error["exit_code"] = exit_code
+    return [{"type": "text", "text": message}], {"error": error}, True
 
 
 # -- the server ----------------------------------------------------------------------

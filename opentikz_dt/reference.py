@@ -32,7 +32,7 @@ def _type_of(node: dict, defs: dict) -> str:
     if "maximum" in node:
         bounds.append(f"≤ {node['maximum']}")
     if kind == "array":
-        kind = "list of integers"
+        kind = "list of numbers" if node.get("items", {}).get("type") == "number" else "list of integers"
         bounds = []
     if kind == "object" and "properties" not in node:
         kind = "mapping"

@@ -8,13 +8,15 @@ from __future__ import annotations
 from .errors import Issue
 from .spec import Spec
 from .strategies import kinds_with, strategy
+from .training_rules import check_training
 from .workload_rules import block_count, check_workload
 
 
-def check_rules(spec: Spec) -> list[Issue]:
+def check_rules(spec: Spec, data_files: bool = True) -> list[Issue]:
+    """`data_files=False`: leave out what needs the dataset file (spec.spec_from_located)."""
     issues: list[Issue] = []
     for rule in (_sync_rule, _server_rule, _worker_rule, _host_rule, _pipeline_rule, _gossip_rule,
-                 check_workload, _fault_rule):
+                 lambda s: check_workload(s, data_files), check_training, _fault_rule):
         issues += [spec.located.issue(path, message) for path, message in rule(spec)]
     return issues
 

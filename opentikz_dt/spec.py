@@ -102,6 +102,11 @@ class Training:
     momentum: float
     seed: int
     model: dict = field(default_factory=dict)  # the resolved training.model section
+    optimizer: dict = field(default_factory=dict)  # training.optimizer as written (kind, lr, ...)
+    lr_schedule: dict = field(default_factory=dict)
+    grad_clip: float | None = None
+    precision: str = "fp32"
+    compile: bool = False
 
     @property
     def model_kind(self) -> str:
@@ -193,7 +198,9 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
         strategy=Strategy(s["kind"], s["sync"], s["algorithm"], s["microbatches"], s["schedule"], s["stages"], s["peers"]),
         training=Training(tuple(tr["model"]["layers"]) if tr["model"]["kind"] == "mlp" else (), dict(tr["dataset"]),
                           tr["batch_size"], tr["steps"], float(tr["optimizer"]["lr"]),
-                          float(tr["optimizer"]["momentum"]), tr["seed"], dict(tr["model"])),
+                          float(tr["optimizer"].get("momentum", 0.9)), tr["seed"], dict(tr["model"]),
+                          dict(tr["optimizer"]), dict(tr["lr_schedule"]), tr.get("grad_clip"), tr["precision"],
+                          tr["compile"]),
         runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
                         dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
         figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),
@@ -204,8 +211,11 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
     )
 
 
-def spec_from_located(located: Located) -> Spec:
-    """Schema, defaults, rules and invariants on parsed YAML; raise SpecError with all issues."""
+def spec_from_located(located: Located, data_files: bool = True) -> Spec:
+    """Schema, defaults, rules and invariants on parsed YAML; raise SpecError with all issues.
+
+    `data_files=False` skips the checks that need the dataset file itself: a run directory's
+    spec stays loadable (for its figures, comparisons, fits) where the data is not."""
     from .workload_rules import check_sections
 
     issues = check_schema(located) + check_sections(located)
@@ -216,17 +226,17 @@ def spec_from_located(located: Located) -> Spec:
     from .invariants import check_spec_invariants
     from .rules import check_rules
 
-    issues = check_rules(spec) + check_spec_invariants(spec)
+    issues = check_rules(spec, data_files) + check_spec_invariants(spec)
     if issues:
         raise SpecError(issues)
     return spec
 
 
-def load_spec(path: str | Path, text: str | None = None) -> Spec:
+def load_spec(path: str | Path, text: str | None = None, data_files: bool = True) -> Spec:
     """Read, validate and resolve a spec file. Raises SpecError listing every problem."""
-    return spec_from_located(load_located(path, text))
+    return spec_from_located(load_located(path, text), data_files)
 
 
-def spec_from_data(data: dict, name: str = "<spec>") -> Spec:
+def spec_from_data(data: dict, name: str = "<spec>", data_files: bool = True) -> Spec:
     """Validate an in-memory spec (tests, edits); positions all point at line 1."""
-    return spec_from_located(Located(name, data))
+    return spec_from_located(Located(name, data), data_files)

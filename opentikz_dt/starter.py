@@ -1,7 +1,10 @@
 """`dtgen init`: a commented starter spec that editors can check as the user types.
 
-The first line is the YAML language server's `$schema` comment, pointing at the schema
-shipped with this installation, so VS Code / Neovim autocomplete keys and flag errors.
+The first line is the YAML language server's `$schema` comment, naming the schema by
+its `$id` (a URL that stays the same wherever dtgen is installed, and that names no
+machine path a committed spec would carry to other machines). Editors map that id to
+the installed file (`dtgen init` says how, in the comment below it), then autocomplete
+keys and flag errors as the user types.
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import DtgenError
-from .resources import schemas_dir
+from .resources import spec_schema
+from .spec import spec_from_data
 from .strategies import strategy
 
 STRATEGY_BLOCKS = {
@@ -26,7 +30,7 @@ strategy:
     "allreduce": """\
 strategy:
   kind: allreduce             # every worker averages gradients with every other
-  algorithm: ring             # native (PyTorch's collective) | ring | tree | hierarchical""",
+  algorithm: native           # native (PyTorch's collective) | ring | tree | hierarchical""",
     "gossip": """\
 strategy:
   kind: gossip                # decentralized: each worker averages parameters with its peers
@@ -41,11 +45,13 @@ strategy:
 
 def render_starter(kind: str) -> str:
     """The starter spec text for a strategy."""
-    schema = (schemas_dir() / "spec.schema.json").resolve().as_uri()
+    schema = spec_schema()["$id"]
     workers, servers = strategy(kind).default_workers, strategy(kind).servers[0]
+    icons = spec_from_data({"strategy": {"kind": kind}}).data["figure"]["icons"]  # they follow the kind
     slowdown = "" if kind == "single" else "\n    slowdown: {}              # stragglers, e.g. {w3: 2.0} = w3 computes twice as slowly"
     return f"""\
 # yaml-language-server: $schema={schema}
+# (the schema ships with dtgen: python -c "import opentikz_dt.resources as r; print(r.schemas_dir())")
 # dtgen experiment spec. Check it:   dtgen validate THIS_FILE
 # Draw it:   dtgen figure THIS_FILE --format pdf      Run it:   dtgen run THIS_FILE
 # Every key below is optional except strategy.kind; the values shown are the defaults.
@@ -67,7 +73,10 @@ training:
   dataset: {{kind: synthetic, samples: 16384, seed: 0}}
   batch_size: 256               # per worker per step
   steps: 200
-  optimizer: {{kind: sgd, lr: 0.05, momentum: 0.9}}
+  optimizer: {{kind: sgd, lr: 0.05, momentum: 0.9}}   # or adam / adamw with betas, eps, weight_decay
+  # lr_schedule: {{kind: cosine, warmup_steps: 20, min_lr: 0.005}}   # constant | cosine | linear
+  # grad_clip: 1.0              # max global gradient norm
+  precision: fp32               # fp32 | tf32 | bf16 | fp16 (GPU); bf16 runs on the CPU too
   seed: 0
 
 runtime: {{backend: auto, device: auto, timeout_s: 120}}   # auto: NCCL on GPUs, else gloo on CPU
@@ -79,7 +88,7 @@ figure:
   # Single quotes for TeX: in double quotes "\\nabla" would become a newline.
   labels: {{batch: batch, grad: '$\\nabla\\theta$', weight: '$\\theta$'}}
   colors: {{data: otgray, grad: otpurple, weight: otteal}}   # palette names only
-  icons: {{data: dataset, worker: gpu, server: server}}
+  icons: {{data: {icons['data']}, worker: {icons['worker']}, server: {icons['server']}}}
 """
 
 

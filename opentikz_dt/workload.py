@@ -126,8 +126,17 @@ MODEL_DEFAULTS = {
     "python": {"args": {}},
 }
 # Keys of training.model that mean something for each kind (a rule refuses the others).
-MODEL_KEYS = {kind: {"kind", *defaults} | ({"entry", "loss"} if kind == "python" else set())
+# A python model says it takes token ids with `input: tokens` and their vocab and seq_len.
+PYTHON_KEYS = {"entry", "loss", "input", "vocab", "seq_len"}
+MODEL_KEYS = {kind: {"kind", *defaults} | (PYTHON_KEYS if kind == "python" else set())
               for kind, defaults in MODEL_DEFAULTS.items()}
+
+
+def takes_tokens(m: dict) -> bool:
+    """True when the model takes token ids [batch, seq_len] below `vocab`: the built-in
+    transformer, or a python model declared with `input: tokens`."""
+    kind = m.get("kind", "mlp")
+    return kind == "transformer" or (kind == "python" and m.get("input") == "tokens")
 
 
 def _mlp(m: dict) -> Workload:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .strategies import strategy
-from .workload import MODEL_KEYS, workload_of
+from .workload import MODEL_KEYS, takes_tokens, workload_of
 
 MODEL = ("training", "model")
 DATASET = ("training", "dataset")
@@ -40,8 +40,11 @@ def check_sections(located) -> list:
     check, so they must not assume schema-valid data)."""
     model = _section(located.data, *MODEL)
     dataset = _section(located.data, *DATASET)
+    from .training_rules import optimizer_section
+
     found = [located.issue(path, message, prefer_value=prefer)
-             for path, message, prefer in (*_model_section(model), *_dataset_section(dataset))]
+             for path, message, prefer in (*_model_section(model), *_dataset_section(dataset),
+                                           *optimizer_section(located.data))]
     return found
 
 
@@ -51,7 +54,8 @@ def _model_section(model: dict):
         return
     for key in model:
         if key not in MODEL_KEYS[kind]:
-            users = ", ".join(k for k, keys in MODEL_KEYS.items() if key in keys)
+            users = ", ".join(k + (" (with input: tokens)" if k == "python" and key in ("vocab", "seq_len") else "")
+                              for k, keys in MODEL_KEYS.items() if key in keys)
             if not users:  # a key no kind takes: the schema reports it, with a suggestion
                 continue
             yield MODEL + (key,), f"'{key}' applies to model kind {users}, not {kind}", False
@@ -62,6 +66,22 @@ def _model_section(model: dict):
         yield MODEL + ("layers",), f"a {kind} takes its number of blocks (an integer), not a list", True
     if kind == "python" and "entry" not in model:
         yield MODEL, "model kind python needs entry: 'module:factory' (a function returning an nn.Module)", False
+    if kind == "python":
+        yield from _python_input(model)
+
+
+def _python_input(model: dict):
+    """vocab and seq_len describe the token ids a python model takes: only with input: tokens."""
+    if model.get("input") == "tokens":
+        missing = [key for key in ("vocab", "seq_len") if key not in model]
+        if missing:
+            yield (MODEL + ("input",), f"a python model with input: tokens needs {' and '.join(missing)} "
+                   "(it takes token ids [batch, seq_len], each below vocab)", False)
+        return
+    for key in ("vocab", "seq_len"):
+        if key in model:
+            yield (MODEL + (key,), f"'{key}' describes the token ids a python model takes: "
+                   "add input: tokens, or remove it", False)
 
 
 def _dataset_section(dataset: dict):
@@ -81,37 +101,62 @@ def _dataset_section(dataset: dict):
         yield DATASET, "dataset kind python needs entry: 'module:fn' (a function returning a torch Dataset)", False
 
 
-def check_workload(spec):
-    """(path, message) for model/dataset combinations that cannot train."""
+def check_workload(spec, data_files: bool = True):
+    """(path, message) for model/dataset combinations that cannot train; with `data_files`,
+    also a file or text dataset that is not there (a run directory's spec is loaded without:
+    its figures need no data, and the run may have moved to a machine without it)."""
     m, d = spec.training.model, spec.training.dataset
     kind, data_kind = m["kind"], d["kind"]
     if kind == "transformer" and m["d_model"] % m["heads"]:
         yield MODEL + ("heads",), f"d_model {m['d_model']} does not split into {m['heads']} heads"
+    tokens = takes_tokens(m) and "vocab" in m and "seq_len" in m  # a python model missing them is reported above
     if data_kind == "text":
-        if kind != "transformer":
-            yield DATASET + ("kind",), f"a text dataset gives byte tokens for the transformer, not {_a(kind)}"
-        elif kind == "transformer" and m["vocab"] < 256:
+        if not takes_tokens(m):
+            what = "a python model that takes rows" if kind == "python" else _a(kind)
+            yield DATASET + ("kind",), ("a text dataset gives byte tokens for a model that takes tokens "
+                                        f"(the transformer, or a python model with input: tokens), not {what}")
+        elif tokens and m["vocab"] < 256:
             yield MODEL + ("vocab",), f"text is read as byte tokens (0-255): vocab must be at least 256, got {m['vocab']}"
     if data_kind == "synthetic":
         yield from _synthetic_rule(spec, kind, d)
     if data_kind == "file" and "path" in d and Path(d["path"]).suffix not in (".npz", ".pt"):
         yield DATASET + ("path",), f"a file dataset is a .npz or .pt file, got '{d['path']}'"
-    if data_kind in ("file", "text") and "path" in d and spec.located and spec.located.file != "<spec>":
+    if data_files and data_kind in ("file", "text") and "path" in d and spec.located and spec.located.file != "<spec>":
         target = Path(spec.located.file).parent / d["path"]
         if not target.is_file():
             yield DATASET + ("path",), f"no such file: {target}"
+        elif data_kind == "text" and tokens:
+            yield from _text_size_rule(spec, target, m["seq_len"])
+
+
+def _data_parallel_width(spec) -> int:
+    return spec.topology.workers.count if strategy(spec.strategy.kind).data_parallel else 1
+
+
+def _text_size_rule(spec, target: Path, seq_len: int):
+    """The runner's text samples, counted from the file's size (one byte, one token):
+    sample i is bytes [i*T, i*T+T], so a file of n bytes holds (n-1) // T of them."""
+    size = target.stat().st_size
+    samples = max(0, size - 1) // seq_len
+    dp = _data_parallel_width(spec)
+    need = spec.training.batch_size * dp
+    if samples < need:
+        yield DATASET + ("path",), (f"{target} holds {samples} sample(s) of seq_len {seq_len} ({size:,} bytes), "
+                                    f"fewer than one global batch ({spec.training.batch_size} x {dp} = {need})")
 
 
 def _synthetic_rule(spec, kind: str, d: dict):
-    python = kind == "python"
+    python = kind == "python" and not takes_tokens(spec.training.model)
     if python and ("shape" not in d or "classes" not in d):
         yield DATASET, ("synthetic data for a python model needs shape (one input sample, e.g. [16]) and classes;"
                         " or use a file or python dataset")
     if not python:
+        follows = "python model with input: tokens" if kind == "python" else kind
         for key in ("shape", "classes"):
             if key in d:
-                yield DATASET + (key,), f"'{key}' is for python models; synthetic data for {_a(kind)} follows the model"
-    data_parallel = spec.topology.workers.count if strategy(spec.strategy.kind).data_parallel else 1
+                yield DATASET + (key,), (f"'{key}' is for python models that take rows; synthetic data for "
+                                         f"{_a(follows)} follows the model")
+    data_parallel = _data_parallel_width(spec)
     if d["samples"] < spec.training.batch_size * data_parallel:
         yield DATASET + ("samples",), (f"{d['samples']} samples are fewer than one global batch "
                                        f"({spec.training.batch_size} x {data_parallel})")

@@ -284,7 +284,7 @@ def _describe(spec, where: dict) -> dict | None:
 
 def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path, workload=None) -> None:
     from ..predict.blocks import model_signature
-    from ..predict.calibration import FORMAT, Calibration, machine_info
+    from ..predict.calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
 
     batch = spec.training.batch_size
     from ..predict.blocks import model_blocks
@@ -312,6 +312,11 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     if len(ratios) > 400:
         ratios = [ratios[int(i * len(ratios) / 400)] for i in range(400)]
     data = {"dtgen_calibration": FORMAT, "source": "probe", "machine": machine_info(),
+            # the probe's processes compute and talk on the CPU, whatever the spec's device, and
+            # time the blocks in fp32 with the spec's optimizer: a probe-only calibration of a
+            # bf16 spec says fp32, so predict refuses it (a short run of the spec, the default,
+            # measures the spec's precision and is fitted on top: fit.py records the run's)
+            "device": cpu_device(), "training": dict(training_of(spec.data), precision="fp32"),
             "torch": torch.__version__, "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
             "ranks": world,
             "cores_effective": round(cores, 3),
@@ -345,10 +350,12 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: i
     import torch.multiprocessing as mp
 
     from ..predict.simulate import roles
+    from .compat import check_torch
 
     from .preflight import preflight
     from .strategies import load_strategy
 
+    check_torch()  # before any process starts, as `dtgen run`
     world = ranks or len(roles(spec))
     world = max(2, world)
     out_path = Path(out_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import sys
 import time
@@ -13,8 +14,10 @@ import torch
 from ..strategies import strategy
 from . import checkpoint
 from .dist import settle
-from .faults import fault_for, inject
-from .model import build_model, build_optimizer, make_loss
+from .faults import NonFiniteLoss, fault_for, inject
+from .model import build_model, make_loss
+from .optim import Stepper, build_optimizer
+from .precision import LossScaler, autocast, configure_matmul
 
 
 class RankContext:
@@ -42,36 +45,81 @@ class RankContext:
         self._ckpt_every = checkpoint.checkpoint_every(spec)
         self.spec_dir = spec_dir  # where a python model's or dataset's module is looked up first
         self._loss = make_loss(spec, spec_dir)
+        self.precision = spec.training.precision
+        configure_matmul(self.precision, device)
+        # fp16: the loss scale of the gradients this rank computes (runner/precision.py)
+        self.scaler = LossScaler() if self.precision == "fp16" else None
 
     # --- model and data ----------------------------------------------------------------
     def build_model(self):
-        return build_model(self.spec, self.device, self.spec_dir)
+        """The spec's model on this rank's device; compiled in place (parameter names
+        unchanged) with training.compile (the spec rules refuse it where it cannot run)."""
+        model = build_model(self.spec, self.device, self.spec_dir)
+        if self.spec.training.compile:
+            model.compile()
+        return model
 
     def build_optimizer(self, params):
         return build_optimizer(self.spec, params)
 
+    def stepper(self, opt, params, **kwargs) -> Stepper:
+        """The update of `opt` (runner/optim.py): lr schedule, clipping, fp16 skipping.
+        The rank's loss scaler unscales unless `scaler=None` is passed."""
+        kwargs.setdefault("scaler", self.scaler)
+        return Stepper(self, opt, params, **kwargs)
+
     def loss_fn(self, logits, y):
         return self._loss(logits, y)
+
+    def autocast(self):
+        """The forward and loss's precision context (torch.autocast for bf16/fp16)."""
+        return autocast(self.precision, self.device)
+
+    def check_loss(self, loss, step: int) -> float:
+        """The loss as a float; NonFiniteLoss (the run stops) when it is nan or inf."""
+        value = loss.item()
+        if not math.isfinite(value):
+            raise NonFiniteLoss(step, self.rank, self.id, self.precision, value)
+        return value
 
     def batch(self, step: int, part: int = 0, parts: int | None = None):
         return self.data.batch(step, part, self.dp_size if parts is None else parts)
 
     def forward_backward(self, module, step: int, part: int = 0, parts: int | None = None, zero_grad=None):
         """The local half of every data-parallel step, traced the same way everywhere:
-        this worker's slice of the step's global batch, forward, backward, then the
-        straggler delay. Returns (loss, samples). `zero_grad` defaults to dropping the
-        gradients; the all-reduce strategies pass one that keeps their flat buffer."""
+        this worker's slice of the step's global batch, forward and loss (under autocast
+        in bf16/fp16; a nan or inf loss stops the run here, before any update), backward
+        (of the scaled loss in fp16), then the straggler delay. Returns (loss, samples).
+        `zero_grad` defaults to dropping the gradients; the all-reduce strategies pass
+        one that keeps their flat buffer. The spans end after `settle`, so on a GPU they
+        are the GPU's time, not the launch time."""
         started = time.perf_counter()
         x, y = self.batch(step, part, parts)
         with self.tracer.span("forward", step=step):
-            loss = self.loss_fn(module(x), y)
+            with self.autocast():
+                loss = self.loss_fn(module(x), y)
             settle(self.device)
+        self.check_loss(loss, step)  # settled: no extra wait on a GPU
         with self.tracer.span("backward", step=step):
             (zero_grad or (lambda: module.zero_grad(set_to_none=True)))()
-            loss.backward()
+            (loss if self.scaler is None else self.scaler.scale_loss(loss)).backward()
             settle(self.device)
         self.straggle(step, time.perf_counter() - started)
         return loss, len(x)
+
+    def unscale_for_push(self, tensors, step: int) -> None:
+        """fp16 on a rank that sends its gradients to an optimizer elsewhere (parameter
+        server, central storage): unscale them with this rank's scaler; if any is not
+        finite, make them all nan, so every shard receiving a part skips the step."""
+        if self.scaler is None:
+            return
+        grads = [t.grad for t in tensors]
+        self.scaler.unscale_(grads)
+        finite = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())  # one device sync
+        if not finite:
+            for g in grads:
+                g.fill_(float("nan"))
+        self.scaler.update(found_inf=not finite)
 
     def global_batch(self, step: int):
         """All batch_size * dp_size rows of step's global batch."""
@@ -104,8 +152,10 @@ class RankContext:
     def load_checkpoint(self):
         if self._resume_step is None:
             return None
-        state = checkpoint.load(self.run_dir, self._resume_step, self.rank)
-        return state["user"]
+        state = checkpoint.load(self.run_dir, self._resume_step, self.rank)["user"]
+        if self.scaler is not None and isinstance(state, dict) and "loss_scaler" in state:
+            self.scaler.load_state_dict(state["loss_scaler"])
+        return state
 
     def resume(self, model, opt) -> None:
         """After a restart, load the model and optimizer a strategy checkpointed as
@@ -123,7 +173,10 @@ class RankContext:
         if not self.is_checkpoint_step(step):
             return
         with self.tracer.span("checkpoint", step=step):
-            checkpoint.save(self.run_dir, step, self.rank, {"user": state_fn(), "metrics": self.metrics.snapshot()})
+            user = state_fn()
+            if self.scaler is not None and isinstance(user, dict):
+                user = {**user, "loss_scaler": self.scaler.state_dict()}
+            checkpoint.save(self.run_dir, step, self.rank, {"user": user, "metrics": self.metrics.snapshot()})
 
     def save_model(self, state_dict) -> None:
         cpu = {k: v.detach().to("cpu").clone() for k, v in state_dict.items()}

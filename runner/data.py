@@ -7,7 +7,8 @@ the same global batch sees the same data; worker k takes samples `k*B:(k+1)*B`. 
 holds for every dataset kind: all of them are indexed the same way.
 
 Kinds: synthetic (seeded, shaped for the model: rows with a linear teacher for the mlp
-and python models, token streams from a seeded Markov chain for the transformer,
+and python models, token streams from a seeded Markov chain for the transformer and
+python models declared with `input: tokens`,
 images labelled by a random convolutional teacher for the cnn), file (.npz or .pt with
 tensors x and y; .pt is read with weights_only=True, never unpickling objects), text (a
 UTF-8 file as byte tokens: sample i is bytes [i*T, i*T+T] shifted by one for targets)
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import RunError
+from ..errors import InputError
+from ..workload import takes_tokens
 from .entry import call_entry, resolve_entry, spec_location
 
 
@@ -60,7 +62,7 @@ def synthetic_arrays(spec):
     n, kind = int(ds.get("samples", 16384)), m["kind"]
     if kind == "mlp":
         return _synthetic_rows(gen, n, (m["layers"][0],), m["layers"][-1])
-    if kind == "transformer":
+    if takes_tokens(m):  # the transformer, or a python model declared with input: tokens
         return _synthetic_tokens(gen, n, m["seq_len"], m["vocab"])
     if kind == "cnn":
         return _synthetic_images(gen, n, m["channels"], m["image_size"], m["classes"])
@@ -71,20 +73,20 @@ def _as_tensor(value, name: str, path: Path) -> torch.Tensor:
     try:
         t = torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError):
-        raise RunError(f"{path}: {name} is not numeric (dtype {getattr(value, 'dtype', type(value).__name__)});"
+        raise InputError(f"{path}: {name} is not numeric (dtype {getattr(value, 'dtype', type(value).__name__)});"
                        " use float inputs and integer labels") from None
     if t.dtype == torch.bool or t.is_complex():
-        raise RunError(f"{path}: {name} has dtype {t.dtype}; use float inputs and integer labels")
+        raise InputError(f"{path}: {name} has dtype {t.dtype}; use float inputs and integer labels")
     return t.float() if t.is_floating_point() else t.long()
 
 
 def load_file(path: Path):
-    """(x, y) from a .npz or .pt; RunError naming the file otherwise."""
+    """(x, y) from a .npz or .pt; InputError naming the file otherwise."""
     try:
         if path.suffix == ".pt":
             obj = _load_pt(path)
             if not isinstance(obj, dict) or "x" not in obj or "y" not in obj:
-                raise RunError(f"{path}: expected a dict with tensors 'x' and 'y', got {type(obj).__name__}"
+                raise InputError(f"{path}: expected a dict with tensors 'x' and 'y', got {type(obj).__name__}"
                                + (f" with keys {sorted(obj)}" if isinstance(obj, dict) else ""))
             x, y = obj["x"], obj["y"]
         else:
@@ -92,13 +94,13 @@ def load_file(path: Path):
 
             with np.load(path, allow_pickle=False) as arrays:
                 x, y = arrays["x"], arrays["y"]
-    except RunError:
+    except InputError:
         raise
     except (OSError, KeyError, ValueError, EOFError, RuntimeError) as exc:
-        raise RunError(f"{path}: cannot read x and y from the dataset: {exc}") from None
+        raise InputError(f"{path}: cannot read x and y from the dataset: {exc}") from None
     x, y = _as_tensor(x, "x", path), _as_tensor(y, "y", path)
     if x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
-        raise RunError(f"{path}: x and y must hold one sample per row (the same count), "
+        raise InputError(f"{path}: x and y must hold one sample per row (the same count), "
                        f"got {tuple(x.shape)} and {tuple(y.shape)}")
     return x, y
 
@@ -110,7 +112,7 @@ def _load_pt(path: Path):
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise RunError(f"{path}: refused: this .pt holds Python objects that only weights_only=False would load, "
+        raise InputError(f"{path}: refused: this .pt holds Python objects that only weights_only=False would load, "
                        f"and unpickling can run arbitrary code; save plain tensors (torch.save({{'x': x, 'y': y}})) "
                        f"or an .npz ({first[:120]})") from None
 
@@ -120,16 +122,16 @@ def load_text(path: Path, seq_len: int):
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise RunError(f"{path}: cannot read: {exc.strerror}") from None
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise RunError(f"{path}:{line}: not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
+        raise InputError(f"{path}:{line}: not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
                        "a text dataset is a UTF-8 file") from None
     n = (len(raw) - 1) // seq_len
     if n < 1:
-        raise RunError(f"{path}: {len(raw)} bytes hold no sample of seq_len {seq_len} + 1 tokens")
+        raise InputError(f"{path}: {len(raw)} bytes hold no sample of seq_len {seq_len} + 1 tokens")
     tokens = torch.frombuffer(bytearray(raw[:n * seq_len + 1]), dtype=torch.uint8).long()
     x = tokens[:-1].view(n, seq_len)
     y = tokens[1:].view(n, seq_len)
@@ -142,7 +144,7 @@ def load_python_dataset(spec, spec_dir):
     fn = resolve_entry(ds["entry"], spec, key, spec_dir)
     dataset = call_entry(fn, dict(ds.get("args", {})), spec, key, ds["entry"])
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-        raise RunError(f"{spec_location(spec, key)}: {ds['entry']} returned {type(dataset).__name__}, "
+        raise InputError(f"{spec_location(spec, key)}: {ds['entry']} returned {type(dataset).__name__}, "
                        "not a map-style Dataset (it needs __len__ and __getitem__)")
     return dataset
 
@@ -150,7 +152,7 @@ def load_python_dataset(spec, spec_dir):
 def _check_mlp_rows(spec, path, x, y) -> None:
     widths = spec.training.layers
     if widths and (x.ndim != 2 or x.shape[1] != widths[0] or y.shape != (x.shape[0],)):
-        raise RunError(f"{path}: x must be N x {widths[0]} and y N labels, got {tuple(x.shape)} and {tuple(y.shape)}")
+        raise InputError(f"{path}: x must be N x {widths[0]} and y N labels, got {tuple(x.shape)} and {tuple(y.shape)}")
 
 
 def load_arrays(spec, dataset_path: str | None = None, spec_dir=None):
@@ -161,14 +163,19 @@ def load_arrays(spec, dataset_path: str | None = None, spec_dir=None):
         return synthetic_arrays(spec)
     path = Path(dataset_path or Path(spec_dir or ".") / ds["path"])
     if kind == "text":
-        return load_text(path, spec.training.model["seq_len"])  # a rule keeps text for the transformer
+        return load_text(path, spec.training.model["seq_len"])  # a rule keeps text for models that take tokens
     x, y = load_file(path)
     _check_mlp_rows(spec, path, x, y)
     return x, y
 
 
 class Data:
-    """The dataset plus the deterministic batch order; batches land on `device`."""
+    """The dataset plus the deterministic batch order; batches land on `device`.
+
+    Tensor-backed kinds are copied to the device once, at start: a batch is then a
+    gather on the device and never waits for the host. A python Dataset is collated on
+    the host per batch; on a GPU into pinned memory and copied with non_blocking, so the
+    copy is queued behind the previous step's kernels instead of stalling them."""
 
     def __init__(self, spec, device, dataset_path: str | None = None, spec_dir=None):
         self.device = torch.device(device)
@@ -181,7 +188,7 @@ class Data:
             self.x, self.y = x.to(self.device), y.to(self.device)
             self.n = x.shape[0]
         if self.n < 1:
-            raise RunError(f"{spec_location(spec, ('training', 'dataset'))}: the dataset is empty")
+            raise InputError(f"{spec_location(spec, ('training', 'dataset'))}: the dataset is empty")
         self.batch_size = spec.training.batch_size
         self.seed = int(spec.training.dataset.get("seed", 0))
         self._perms: dict[int, torch.Tensor] = {}
@@ -215,7 +222,9 @@ class Data:
         pairs = [self.dataset[i] for i in idx.tolist()]
         x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
         y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
-        return x.to(self.device), y.to(self.device)
+        if self.device.type == "cuda":  # GPU-only path: page-locked staging, copy queued on the stream
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x, y
 
     def batch(self, step: int, part: int, parts: int):
         """Samples of worker `part` (of `parts`) for `step`; the global batch is batch_size*parts."""

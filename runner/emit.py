@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..errors import RunError
+from ..errors import UsageError
 
 ENV = {"OMP_NUM_THREADS": "1",
        # Restarts fail to reconnect without it (torch's shared rendezvous store, see docs/runner.md).
@@ -45,7 +45,7 @@ def emit_script(engine: str, spec_path, out=None, steps: int | None = None, nnod
         return _slurm(spec, spec_path, out, extra, nnodes, nproc, rdzv_endpoint, rdzv_timeout)
     if engine == "torchrun":
         return _torchrun(spec, spec_path, out, extra, nnodes, nproc, rdzv_endpoint, rdzv_timeout)
-    raise RunError(f"--emit {engine}: expected slurm or torchrun")
+    raise UsageError(f"--emit {engine}: expected slurm or torchrun")
 
 
 def _gpu(spec) -> bool:

@@ -6,7 +6,7 @@ module of the same name imported earlier from somewhere else (another spec's
 `model.py` in the same process, e.g. the launcher's preflight in a test session) is
 evicted first, so each spec gets its own file.
 
-Errors are RunErrors of one line naming the spec file, line and key.
+Errors are InputErrors of one line naming the spec file, line and key.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from ..errors import RunError
+from ..errors import InputError
 
 
 def spec_location(spec, path: tuple) -> str:
@@ -44,7 +44,7 @@ def _evict_if_elsewhere(module: str, local: Path) -> None:
 
 
 def resolve_entry(entry: str, spec, key: tuple, spec_dir: str | Path | None):
-    """The callable named by `entry` ('pkg.module:fn'); RunError naming the spec key if not."""
+    """The callable named by `entry` ('pkg.module:fn'); InputError naming the spec key if not."""
     module, _, name = entry.partition(":")
     where = spec_location(spec, key)
     searched = "sys.path"
@@ -60,14 +60,14 @@ def resolve_entry(entry: str, spec, key: tuple, spec_dir: str | Path | None):
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and module.startswith(exc.name):
-            raise RunError(f"{where}: cannot import '{module}' (looked in {searched})") from None
-        raise RunError(f"{where}: importing '{module}' failed: {type(exc).__name__}: {exc}") from None
+            raise InputError(f"{where}: cannot import '{module}' (looked in {searched})") from None
+        raise InputError(f"{where}: importing '{module}' failed: {type(exc).__name__}: {exc}") from None
     except Exception as exc:  # the user's module raised while importing
-        raise RunError(f"{where}: importing '{module}' failed: {type(exc).__name__}: {exc}") from None
+        raise InputError(f"{where}: importing '{module}' failed: {type(exc).__name__}: {exc}") from None
     fn = getattr(mod, name, None)
     if not callable(fn):
         found = "is not callable" if fn is not None else "does not exist"
-        raise RunError(f"{where}: '{name}' in {getattr(mod, '__file__', module)} {found}")
+        raise InputError(f"{where}: '{name}' in {getattr(mod, '__file__', module)} {found}")
     return fn
 
 
@@ -76,4 +76,4 @@ def call_entry(fn, kwargs: dict, spec, key: tuple, what: str):
     try:
         return fn(**kwargs)
     except Exception as exc:
-        raise RunError(f"{spec_location(spec, key)}: {what} raised {type(exc).__name__}: {exc}") from None
+        raise InputError(f"{spec_location(spec, key)}: {what} raised {type(exc).__name__}: {exc}") from None

@@ -8,11 +8,22 @@ fires only in the first attempt, so `runtime.restarts` can recover.
 
 from __future__ import annotations
 
+import re
 import time
 
 
 class InjectedFault(RuntimeError):
     """Raised by a rank that runtime.fault tells to crash."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became nan or inf: the run stops before the step's update."""
+
+    def __init__(self, step: int, rank: int, ident: str, precision: str, value: float):
+        self.step, self.rank, self.precision = step, rank, precision
+        super().__init__(f"the loss is {value} in training.precision {precision}; the run stopped before "
+                         f"step {step}'s update (lower training.optimizer.lr, set training.grad_clip, "
+                         "or use a wider precision)")
 
 
 def fault_for(spec, rank: int, attempt: int):
@@ -39,11 +50,45 @@ _COMM_MARKERS = ("timed out", "timeout", "connection closed", "connection reset"
 
 
 def classify(exc: BaseException) -> str:
-    """'crash' (injected), 'comm' (a peer failed or timed out) or 'error' (this rank's own bug)."""
+    """'crash' (injected), 'diverged' (nan/inf loss), 'oom' (GPU out of memory), 'comm' (a
+    peer failed or timed out) or 'error' (this rank's own bug)."""
     if isinstance(exc, InjectedFault):
         return "crash"
+    if isinstance(exc, NonFiniteLoss):
+        return "diverged"
+    if is_out_of_memory(exc):
+        return "oom"
     name = type(exc).__name__
     text = str(exc).lower()
     if name in ("DistBackendError", "DistNetworkError", "DistStoreError") or any(m in text for m in _COMM_MARKERS):
         return "comm"
     return "error"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), matched by name so this
+    module needs no torch import and a fake exception can test the message."""
+    return any(cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__)
+
+
+_ASKED = re.compile(r"Tried to allocate ([0-9.]+ [KMGT]?i?B)")
+_FREE = re.compile(r"of which ([0-9.]+ [KMGT]?i?B) is free|([0-9.]+ [KMGT]?i?B) free")
+_GPU = re.compile(r"GPU (\d+)")
+
+
+def describe_out_of_memory(exc: BaseException, device: str, gpu_name: str | None) -> str:
+    """One line for a GPU out of memory, from torch's message: the GPU, the memory asked
+    for and free, and what to lower (the failure report puts the rank first). Never the
+    CUDA traceback."""
+    text = str(exc)
+    asked = _ASKED.search(text)
+    free = _FREE.search(text)
+    gpu = f"{device}" + (f" ({gpu_name})" if gpu_name else "")
+    amounts = []
+    if asked:
+        amounts.append(f"asked for {asked.group(1)}")
+    if free:
+        amounts.append(f"{free.group(1) or free.group(2)} free")
+    what = ", ".join(amounts) if amounts else "no allocation size in torch's message"
+    return (f"{gpu}: {what}; lower training.batch_size, "
+            "training.model.seq_len (or the model's size), or use training.precision bf16")

@@ -21,13 +21,18 @@ from pathlib import Path
 import yaml
 
 from .. import __version__
-from ..errors import RunError
+from ..errors import InputError, RunError, UsageError
 from ..spec import load_spec, spec_from_data
+from .capacity import check_capacity
+from .compat import accepted, check_torch
+from .devices import device_record
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .placement import check_strategy
+from .precision import check_compile, check_precision, training_line, training_record
 from .preflight import preflight
+from .provenance import dataset_file, dataset_record, hardware, run_spec_data
 from .multinode import gloo_env, lost_hosts_line, node_token, read_hosts
 from .strategies import load_strategy
 
@@ -51,9 +56,9 @@ def refuse_existing_out(out: str | Path | None, force: bool, node_rank: int = 0)
     if out is None or node_rank != 0 or not Path(out).exists():
         return
     if not Path(out).is_dir():
-        raise RunError(f"{out}: exists and is not a directory")
+        raise InputError(f"{out}: exists and is not a directory")
     if not force and any(Path(out).iterdir()):
-        raise RunError(f"{out}: directory exists and is not empty (use --force to overwrite)")
+        raise InputError(f"{out}: directory exists and is not empty (use --force to overwrite)")
 
 
 def prepare_run_dir(spec, out: str | Path | None, force: bool, node_rank: int = 0) -> Path:
@@ -98,19 +103,22 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
                rdzv_timeout: float = 120.0, measure_only: bool = False) -> RunResult:
     """Run a spec for real; write the run directory; return its metrics or raise RunError."""
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+    check_torch()  # a torch outside the supported range: one line, before anything is read or spawned
     spec, data = resolve_spec(spec_path, steps, measure_only)
     roles = load_strategy(spec.strategy.kind).roles(spec)
     world = len(roles)
     check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)
     refuse_existing_out(out, force, node_rank)  # before the placement line and the trial forward pass
     spec_dir = str(Path(spec_path).resolve().parent)
-    dataset_path = None
-    if spec.training.dataset.get("kind") in ("file", "text"):
-        dataset_path = str((Path(spec_dir) / spec.training.dataset["path"]).resolve())
+    dataset_path = dataset_file(spec, spec_dir)
     placement = placement_for(spec, world // nnodes)
     check_strategy(placement, spec.strategy.kind)
+    check_precision(spec, placement)
+    check_compile(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
+    for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
+        echo(f"dtgen: warning: {line}")
     nodes = None
     if nnodes > 1:
         from .multinode import NodeGroup
@@ -128,10 +136,13 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                      nodes, echo, progress, spec_dir, dataset_path, model_info, placement) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
-    echo(f"dtgen run: {placement.reason}")  # the first line of a run that starts
-    (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    echo(f"dtgen run: {placement.reason}; {training_line(spec, placement)}")  # the first line of a run that starts
+    # the dataset by absolute path: the run directory's spec must not be read against the run directory
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(run_spec_data(data, dataset_path), sort_keys=False,
+                                                      allow_unicode=True), encoding="utf-8")
     epoch_ns = time.time_ns()
-    launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "spec_source": str(spec_path),
+    launch = {"epoch_ns": epoch_ns, "dataset_path": dataset_path, "dataset": dataset_record(dataset_path),
+              "spec_source": str(spec_path),
               "spec_dir": spec_dir, "node_rank": node_rank, "node_addr": nodes.addr if nodes else None,
               "node_token": node_token(), "rdzv_host": bool(nodes and nodes.hosts_store)}
     (run_dir / "launch.json").write_text(json.dumps(launch), encoding="utf-8")
@@ -187,20 +198,20 @@ def _cut_off(run_dir, nodes, silent: float, echo) -> None:
 def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoint) -> None:
     """Refuse node layouts that cannot work, before anything is written or started."""
     if node_rank >= nnodes:
-        raise RunError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (nodes are numbered 0..{nnodes - 1})")
+        raise UsageError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (nodes are numbered 0..{nnodes - 1})")
     if nnodes == 1:
         return
     if not endpoint:
-        raise RunError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+        raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
     hosts = spec.topology.hosts
     if hosts != nnodes:
-        raise RunError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
+        raise InputError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
                        "(hierarchical groups and the topology figure follow topology.hosts)")
     if spec.strategy.kind == "central-storage":
-        raise RunError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
+        raise InputError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
                        "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
     if world % nnodes:
-        raise RunError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
+        raise InputError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
                        f"(workers + servers); every host runs the same number of ranks")
 
 
@@ -226,7 +237,9 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
         # is_host given, so torch does not resolve this host's name (small clusters often cannot)
         rdzv_configs={"join_timeout": int(rdzv_timeout), "is_host": launch["rdzv_host"]} if nnodes > 1 else {},
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs" / "elastic"), redirects=Std.NONE),
-        shutdown_timeout=3,
+        # newer than torch 2.10 (not in 2.11): where it exists, ranks that ignore SIGTERM are
+        # killed after 3 s instead of the agent's default 30
+        **accepted(LaunchConfig, shutdown_timeout=3),
     )
     monitor.start()
     # The launcher logs every failure and signal at length; dtgen reports them itself. Its
@@ -286,7 +299,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
     metrics = merge_metrics(run_dir, roles, spec.training.steps)
     if not ended_early:
         try:
-            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors)
+            merge_model(run_dir, (model_info or {}).get("param_tensors") or spec.training.param_tensors,
+                        (model_info or {}).get("aliases"))
         except ValueError as exc:
             failure = {"rank": None, "role": None, "id": None, "exit_code": None, "log": None, "message": str(exc)}
     ranks = []
@@ -306,7 +320,10 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
            "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
-           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"}}
+           "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"},
+           "training": training_record(spec, ranks[0]["device"] or "cpu")}
+    run.update(_provenance(run_dir, [r for r in ranks if r["node_rank"] in (None, node_rank)]))  # this node's
+    run["device_info"] = device_record(ranks, run["hardware"])  # what predictions fitted from this run measured on
     (run_dir / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
@@ -316,6 +333,19 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
         raise error
     echo(render_summary(spec, roles, metrics, run, run_dir))
     return RunResult(run_dir, metrics, run)
+
+
+def _provenance(run_dir, ranks: list) -> dict:
+    """run.json's `hardware` (this node's CPU, cores, the GPUs its `ranks` used) and `dataset` (the file
+    read, its size and SHA-256; launch.json has it from before the ranks started)."""
+    try:
+        launch = json.loads((Path(run_dir) / "launch.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        launch = {}
+    out = {"hardware": hardware(ranks)}
+    if launch.get("dataset"):
+        out["dataset"] = launch["dataset"]
+    return out
 
 
 def _attempts(run_dir) -> int:

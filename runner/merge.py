@@ -102,14 +102,20 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
         "staleness": [v for m in per_rank.values() for v in m["staleness"]],
         "per_worker_samples_per_s": per_worker,
         "warmup_s": round(warmup, 6),
+        # fp16: steps skipped because their gradients overflowed (every rank holding
+        # a part of the model skips the same steps)
+        "skipped_steps": sorted({s for m in per_rank.values() for s in m.get("skipped", [])}),
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
     return metrics
 
 
-def merge_model(run_dir: Path, order=()) -> list[str]:
+def merge_model(run_dir: Path, order=(), aliases: dict | None = None) -> list[str]:
     """Union of every rank's saved parameters into model.pt (keys in `order` first, in
-    that order, then the rest as found); returns the keys."""
+    that order, then the rest as found); returns the keys. `aliases` ({name: the tied
+    parameter's first name}) restores a tied weight's second name (a GPT-2's
+    lm_head.weight is transformer.wte.weight) where a strategy saved parameters by
+    name, so model.pt loads into the model whatever the strategy."""
     import torch
 
     run_dir = Path(run_dir)
@@ -120,6 +126,9 @@ def merge_model(run_dir: Path, order=()) -> list[str]:
             if k in state and not torch.equal(state[k], v):
                 raise ValueError(f"model_parts/rank{rank}.pt: {k} differs from another rank's copy")
             state[k] = v
+    for alias, name in (aliases or {}).items():
+        if alias not in state and name in state:
+            state[alias] = state[name]
     if state:
         rank_of = {k: i for i, k in enumerate(order)}
         state = dict(sorted(state.items(), key=lambda kv: rank_of.get(kv[0], len(rank_of))))

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 PROGRESS_S = 0.5
+RECENT_LOSSES = 8  # per-step losses a progress report carries (the parent averages a step all ranks did)
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -32,9 +33,11 @@ class Metrics:
         self.sent = 0
         self.recv = 0
         self.staleness_values: list[float] = []
+        self.skipped: list[int] = []  # fp16 steps whose gradients overflowed (no update)
         self.current_step = -1
         self.started_step = -1
         self.first_start: float | None = None
+        self.first_samples = 0  # samples of the first (warm-up) step, left out of throughput
         self._last_progress = 0.0
         self.on_step = None  # set by the worker: flush the tracer now and then
 
@@ -43,6 +46,7 @@ class Metrics:
         now = self.clock()
         if self.first_start is None:
             self.first_start = now - seconds
+            self.first_samples = int(samples)
         if loss is not None:
             self.loss[step] = float(loss)
         self.step_time[step] = float(seconds)
@@ -57,6 +61,9 @@ class Metrics:
     def staleness(self, value: float) -> None:
         self.staleness_values.append(float(value))
 
+    def skipped_step(self, step: int) -> None:
+        self.skipped.append(int(step))
+
     def add_bytes(self, sent: int = 0, recv: int = 0) -> None:
         self.sent += sent
         self.recv += recv
@@ -65,7 +72,8 @@ class Metrics:
     def snapshot(self) -> dict:
         return {"loss": dict(self.loss), "step_time": dict(self.step_time), "step_end": dict(self.step_end),
                 "samples": self.samples, "sent": self.sent, "recv": self.recv,
-                "staleness": list(self.staleness_values), "first_start": self.first_start}
+                "staleness": list(self.staleness_values), "first_start": self.first_start,
+                "skipped": list(self.skipped)}
 
     def restore(self, snap: dict) -> None:
         self.loss = {int(k): v for k, v in snap["loss"].items()}
@@ -73,15 +81,21 @@ class Metrics:
         self.step_end = {int(k): v for k, v in snap["step_end"].items()}
         self.samples, self.sent, self.recv = snap["samples"], snap["sent"], snap["recv"]
         self.staleness_values = list(snap["staleness"])
+        self.skipped = list(snap.get("skipped", []))
         self.first_start = snap["first_start"]
         self.current_step = max(self.step_end, default=-1)
+        self.first_samples = self.samples // max(1, len(self.step_end))  # steps are equal-sized
 
     def write_progress(self) -> None:
         self._last_progress = time.monotonic()
         last = max(self.loss, default=None)
+        recent = {s: self.loss[s] for s in sorted(self.loss)[-RECENT_LOSSES:]}
+        ends = self.step_end
         write_json_atomic(self.run_dir / "progress" / f"rank{self.rank}.json", {
             "rank": self.rank, "id": self.ident, "role": self.role, "step": self.current_step, "started": self.started_step,
-            "loss": self.loss[last] if last is not None else None, "samples": self.samples,
+            "loss": self.loss[last] if last is not None else None, "losses": recent, "samples": self.samples,
+            "first_samples": self.first_samples, "first_end": ends[min(ends)] if ends else None,
+            "last_end": ends[max(ends)] if ends else None,
             "first_start": self.first_start, "now": self.clock(), "wall": time.time()})
 
     def write(self) -> None:

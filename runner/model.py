@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import RunError
+from ..errors import InputError
 from .entry import call_entry, resolve_entry
 
 
@@ -142,7 +142,7 @@ def _user_model(spec, spec_dir) -> nn.Module:
     if not isinstance(model, nn.Module):
         from .entry import spec_location
 
-        raise RunError(f"{spec_location(spec, key)}: {m['entry']} returned {type(model).__name__}, "
+        raise InputError(f"{spec_location(spec, key)}: {m['entry']} returned {type(model).__name__}, "
                        "not a torch nn.Module")
     return model
 
@@ -157,12 +157,35 @@ def build_model(spec, device="cpu", spec_dir=None) -> nn.Module:
 
 
 def build_optimizer(spec, params):
-    return torch.optim.SGD(params, lr=spec.training.lr, momentum=spec.training.momentum)
+    """The spec's optimizer (runner/optim.py; kept here for the calibration probe)."""
+    from .optim import build_optimizer as build
+
+    return build(spec, params)
 
 
-def loss_fn(logits, y):
-    """Mean cross-entropy; sequence outputs [B, T, C] against [B, T] targets count every
-    position (equal positions per sample keep data-parallel means exact)."""
+def logits_of(output):
+    """The logits tensor of a model's output: the tensor itself, or the `logits` of an
+    object or mapping (a Hugging Face ModelOutput has both), or the first element of a
+    tuple (such a model with return_dict=False). InputError naming what it got otherwise."""
+    if torch.is_tensor(output):
+        return output
+    logits = getattr(output, "logits", None)
+    if logits is None and isinstance(output, dict):
+        logits = output.get("logits")
+    if logits is None and isinstance(output, (tuple, list)) and output and torch.is_tensor(output[0]):
+        logits = output[0]
+    if not torch.is_tensor(logits):
+        raise InputError(f"the model returned {type(output).__name__}, with no logits tensor: return the logits, "
+                       "an object or mapping with .logits, or name your own loss (training.model.loss)")
+    return logits
+
+
+def loss_fn(output, y):
+    """Mean cross-entropy of the model's logits (logits_of); sequence outputs [B, T, C]
+    against [B, T] targets count every position (equal positions per sample keep
+    data-parallel means exact). A model's own loss (Hugging Face's, from labels) is
+    not used: it shifts the targets again, and dtgen's are already the next tokens."""
+    logits = logits_of(output)
     if logits.dim() > 2:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
     return F.cross_entropy(logits, y)

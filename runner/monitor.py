@@ -19,6 +19,7 @@ from pathlib import Path
 
 GRACE_S = 5.0
 STARTUP_S = 120.0
+COMPILE_S = 600.0  # training.compile: the first step also compiles the model (minutes for a large one)
 
 
 def _read(path: Path):
@@ -44,7 +45,8 @@ class Monitor:
         self._tty = sys.stderr.isatty()
         self._last_print = 0.0
         self._printed = False
-        self._deadline = time.time() + STARTUP_S
+        self.startup_s = STARTUP_S + (COMPILE_S if spec.training.compile else 0.0)
+        self._deadline = time.time() + self.startup_s
         self._seen: dict[str, float] = {}  # rank start files already counted
         self._walls: dict[int, float] = {}  # last progress report seen per rank
 
@@ -78,13 +80,14 @@ class Monitor:
 
     def _watch(self, prog) -> None:
         """Stalled = no new progress report for `limit` seconds after the last one (or
-        STARTUP_S after a rank (re)started and before it reported)."""
+        STARTUP_S after a rank (re)started and before it reported; COMPILE_S more when the
+        first step compiles the model)."""
         now = time.time()
         for p in (self.run_dir / "ranks").glob("rank*.json"):
             key = f"start:{p.stat().st_mtime}:{p.name}"
             if key not in self._seen:
                 self._seen[key] = now
-                self._deadline = max(self._deadline, now + STARTUP_S)
+                self._deadline = max(self._deadline, now + self.startup_s)
         fresh = [d["wall"] for r, d in prog.items() if d.get("wall") and self._walls.get(r) != d["wall"]]
         self._walls = {r: d.get("wall") for r, d in prog.items()}
         if fresh:
@@ -92,7 +95,7 @@ class Monitor:
         if now > self._deadline:
             self.stalled = {"seconds": round(now - self._deadline + self.limit, 1), "progress": prog}
             self._kill_ranks()
-            self._deadline = now + STARTUP_S
+            self._deadline = now + self.startup_s
 
     def _kill_ranks(self) -> None:
         for p in (self.run_dir / "ranks").glob("rank*.json"):
@@ -104,20 +107,9 @@ class Monitor:
                     pass
 
     def _show(self, prog) -> None:
-        reporting = [d for r, d in prog.items() if self.roles[r][0] in ("worker", "stage") and d.get("step", -1) >= 0]
-        if not reporting:
+        line = progress_line(prog, self.roles, self.spec.training.steps)
+        if line is None:
             return
-        steps = self.spec.training.steps
-        done = min(d["step"] for d in reporting) + 1
-        losses = [d["loss"] for d in reporting if d.get("loss") is not None]
-        starts = [d["first_start"] for d in reporting if d.get("first_start") is not None]
-        elapsed = max(d["now"] for d in reporting) - min(starts) if starts else 0.0
-        stages = [d for d in reporting if self.roles[d["rank"]][0] == "stage"]
-        samples = max(d["samples"] for d in stages) if stages else sum(d["samples"] for d in reporting)
-        rate = samples / elapsed if elapsed > 0 else 0.0
-        eta = elapsed / done * (steps - done) if done else 0.0
-        loss = f"{sum(losses) / len(losses):.4f}" if losses else "-"
-        line = f"step {done}/{steps}  loss {loss}  {rate:,.0f} samples/s  ETA {_fmt_time(eta)}"
         now = time.monotonic()
         if self._tty:
             sys.stderr.write("\r" + line.ljust(70))
@@ -126,6 +118,45 @@ class Monitor:
         elif now - self._last_print >= 10:
             self.echo(line)
             self._last_print = now
+
+
+def progress_line(prog: dict, roles, steps: int) -> str | None:
+    """'step 12/60  loss 1.2345  9,876 samples/s  ETA 3s' from the ranks' progress reports,
+    with the summary's definitions (runner/merge.py): the loss of the newest step every
+    reporting rank has done, averaged over them; samples/s and the ETA after the warm-up
+    step (connection setup and first allocations, often 100x a steady step on gloo), so
+    neither says anything until a second step is done."""
+    reporting = [d for r, d in prog.items() if roles[r][0] in ("worker", "stage") and d.get("step", -1) >= 0]
+    if not reporting:
+        return None
+    done = min(d["step"] for d in reporting) + 1
+    loss = _common_step_loss(reporting)
+    stages = [d for d in reporting if roles[d["rank"]][0] == "stage"]
+    steady = [d.get("samples", 0) - d.get("first_samples", 0) for d in (stages or reporting)]
+    total = max(steady) if stages else sum(steady)
+    firsts = [d["first_end"] for d in reporting if d.get("first_end") is not None]
+    lasts = [d["last_end"] for d in reporting if d.get("last_end") is not None]
+    span = max(lasts) - max(firsts) if firsts and lasts else 0.0
+    steady_steps = max(d["step"] for d in reporting)  # steps after the first, by the furthest rank
+    if span > 0 and total > 0 and steady_steps > 0:
+        rate = f"{total / span:,.0f}"
+        eta = _fmt_time(span / steady_steps * (steps - done))
+    else:
+        rate = eta = "-"
+    shown = f"{loss:.4f}" if loss is not None else "-"
+    return f"step {done}/{steps}  loss {shown}  {rate} samples/s  ETA {eta}"
+
+
+def _common_step_loss(reporting) -> float | None:
+    """Mean loss of the newest step that every rank reporting losses has in its recent ones."""
+    recent = [d.get("losses") or {} for d in reporting if d.get("losses")]
+    if not recent:
+        return None
+    common = set.intersection(*(set(r) for r in recent))
+    if not common:
+        return None
+    step = max(common, key=int)
+    return sum(r[step] for r in recent) / len(recent)
 
 
 def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | None) -> dict:
@@ -142,12 +173,13 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
         d = prog.get(rank) or {}
         return d.get("started", d.get("step", -1))
 
-    own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error"))
+    own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error", "diverged", "oom"))
     if own:
         rank = own[0][1]
         d = reports[rank]
-        what = "crashed" if d["kind"] == "crash" else "failed"
-        detail = f"{what} at step {d['step']}: {d['error']}"
+        what = {"crash": "crashed", "diverged": "diverged", "oom": "ran out of GPU memory"}.get(d["kind"], "failed")
+        error = d["error"].split(": ", 1)[1] if d["kind"] == "diverged" else d["error"]  # no exception class name
+        detail = f"{what} at step {d['step']}: {error}"
     elif monitor is not None and monitor.stalled is not None:
         rank = min(range(len(roles)), key=lambda r: (started(r), r))
         detail = (f"hung: no rank made progress for {monitor.stalled['seconds']:.0f} s "

@@ -33,7 +33,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from ..errors import RunError
+from ..errors import InputError, RunError, UsageError
 
 HEARTBEAT_S = 1.0
 GATHERED = ("trace/rank{r}.jsonl", "metrics/rank{r}.json", "logs/rank{r}.log", "model_parts/rank{r}.pt",
@@ -43,7 +43,7 @@ GATHERED = ("trace/rank{r}.jsonl", "metrics/rank{r}.json", "logs/rank{r}.log", "
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
     host, sep, port = endpoint.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise RunError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT")
+        raise UsageError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT")
     return host.strip("[]"), int(port)
 
 
@@ -146,7 +146,7 @@ class NodeGroup:
         if differ:
             addrs = {r: self._get(self._key("addr", r)) for r in differ}
             where = ", ".join(f"node {r} ({addrs[r]})" for r in differ)
-            raise RunError(f"spec differs between nodes: {where} resolved a spec with hash {hashes[differ[0]]}, "
+            raise InputError(f"spec differs between nodes: {where} resolved a spec with hash {hashes[differ[0]]}, "
                            f"node 0 {hashes[0]}; run the same spec (and --steps) on every node")
 
     def _get(self, key: str, default: str = "?") -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import RunError
+from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,14 @@ def choose_placement(device: str, backend: str, ranks: int, gpus: int) -> Placem
     else:
         why_device = f"runtime.device {device}"
     if device == "cuda" and gpus == 0:
-        raise RunError("runtime.device is cuda but CUDA is not available on this machine")
+        raise InputError("runtime.device is cuda but CUDA is not available on this machine")
     if backend == "nccl" and device != "cuda":
-        raise RunError("runtime.backend nccl needs runtime.device cuda (NCCL runs on GPUs only)")
+        raise InputError("runtime.backend nccl needs runtime.device cuda (NCCL runs on GPUs only)")
     if device == "cpu":
         return Placement("cpu", "gloo", 0, f"{_plural(ranks, 'rank')} on the CPU with gloo ({why_device})")
     own = gpus >= ranks
     if backend == "nccl" and not own:
-        raise RunError(f"runtime.backend nccl needs one GPU per rank: {_plural(ranks, 'rank')} on "
+        raise InputError(f"runtime.backend nccl needs one GPU per rank: {_plural(ranks, 'rank')} on "
                        f"{_plural(gpus, 'GPU')} of this node; use backend auto (or gloo) to share the GPUs")
     if backend == "auto":
         backend = "nccl" if own else "gloo"
@@ -78,6 +78,6 @@ def check_strategy(placement: Placement, kind: str) -> None:
     cannot (it all-reduces and broadcasts GPU tensors, nothing else); dtgen's own
     messages go through host copies, the schedules' do not."""
     if kind == "pipeline" and placement.stage_through_host:
-        raise RunError("strategy pipeline cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
+        raise InputError("strategy pipeline cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
                        "point to point, which gloo does not support; give each stage its own GPU (nccl) "
                        "or set runtime.device: cpu")

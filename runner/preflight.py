@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import RunError
+from ..errors import InputError
 from ..shards import shard_assignment
 from ..workload import human_bytes, human_count
 from .data import Data
@@ -32,7 +32,7 @@ def _first_line(exc: Exception) -> str:
 
 
 def preflight(spec, spec_dir, dataset_path, roles) -> dict:
-    """Check the model and data of `spec` (RunError if they cannot train); return the
+    """Check the model and data of `spec` (InputError if they cannot train); return the
     model facts for run.json: kind, params, grad_bytes, param_tensors, description."""
     model_where = spec_location(spec, ("training", "model"))
     data_where = spec_location(spec, ("training", "dataset"))
@@ -43,7 +43,7 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
         dp = _data_parallel_width(spec, roles)
         need = spec.training.batch_size * dp
         if data.n < need:
-            raise RunError(f"{data_where}: the dataset has {data.n} samples, fewer than one global batch "
+            raise InputError(f"{data_where}: the dataset has {data.n} samples, fewer than one global batch "
                            f"({spec.training.batch_size} x {dp} = {need})")
         x, y = data.take(data.indices(0, min(2, data.n)))
         _trial_step(model, loss_fn, x, y, model_where)
@@ -58,10 +58,28 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
     shards = (shard_assignment(spec, {name: p.numel() for name, p in model.named_parameters()})
               if spec.strategy.kind in ("parameter-server", "central-storage") else {})
     facts = {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names, "shards": shards,
+             "data_bytes": _data_bytes(data), "aliases": _tied_aliases(model),
              "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
     if workload is not None:  # what a fit of this run predicts with (opentikz_dt/predict/fit.py)
         facts["workload"] = workload
     return facts
+
+
+def _tied_aliases(model) -> dict:
+    """{second name: first name} of parameters shared under two names (tied weights)."""
+    first, aliases = {}, {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        canonical = first.setdefault(id(p), name)
+        if canonical != name:
+            aliases[name] = canonical
+    return aliases
+
+
+def _data_bytes(data) -> int:
+    """Bytes of the dataset each rank holds (a python Dataset's are unknown: 0)."""
+    if data.dataset is not None:
+        return 0
+    return data.x.numel() * data.x.element_size() + data.y.numel() * data.y.element_size()
 
 
 def _prediction_workload(spec, model, x) -> dict | None:
@@ -85,15 +103,15 @@ def _trial_step(model, loss_fn, x, y, where: str) -> None:
     try:
         out = model(x)
     except Exception as exc:
-        raise RunError(f"{where}: the model does not take the dataset's samples (a batch of 2: x {_describe(x)}, "
+        raise InputError(f"{where}: the model does not take the dataset's samples (a batch of 2: x {_describe(x)}, "
                        f"y {_describe(y)}): {_first_line(exc)}") from None
     try:
         loss = loss_fn(out, y)
     except Exception as exc:
-        raise RunError(f"{where}: the loss does not take the model's output {_describe(out)} with targets "
+        raise InputError(f"{where}: the loss does not take the model's output {_describe(out)} with targets "
                        f"{_describe(y)}: {_first_line(exc)}") from None
     if not (torch.is_tensor(loss) and loss.numel() == 1 and loss.requires_grad):
-        raise RunError(f"{where}: the loss must be a scalar tensor that depends on the parameters, got "
+        raise InputError(f"{where}: the loss must be a scalar tensor that depends on the parameters, got "
                        f"{_describe(loss)}")
     loss.backward()
 
@@ -106,5 +124,5 @@ def _check_strategy(spec, model, names, roles, where: str) -> None:
         check_splittable(model, spec.strategy.stages, where)
     servers = spec.topology.servers.count
     if kind == "parameter-server" and servers > len(names):
-        raise RunError(f"{spec_location(spec, ('topology', 'servers', 'count'))}: {servers} shards for "
+        raise InputError(f"{spec_location(spec, ('topology', 'servers', 'count'))}: {servers} shards for "
                        f"{len(names)} parameter tensors: each shard owns whole tensors, so at most {len(names)}")

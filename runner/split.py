@@ -18,7 +18,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from ..errors import RunError
+from ..errors import InputError
 from ..workload import stage_bounds
 from .model import CNN, MLP, Transformer
 
@@ -92,13 +92,13 @@ def _blocks(model) -> int:
 
 
 def check_splittable(model, stages: int, where: str = "training.model") -> None:
-    """RunError unless `model` can be cut into `stages` pipeline stages."""
+    """InputError unless `model` can be cut into `stages` pipeline stages."""
     if not isinstance(model, (MLP, Transformer, CNN, nn.Sequential)):
-        raise RunError(f"{where}: a pipeline cuts a python model only when it is an nn.Sequential (its layers in "
+        raise InputError(f"{where}: a pipeline cuts a python model only when it is an nn.Sequential (its layers in "
                        f"order); {type(model).__name__} is not: return nn.Sequential(...) of its layers from the "
                        "factory, or use a data-parallel strategy")
     if _blocks(model) < stages:
-        raise RunError(f"{where}: {stages} pipeline stages need at least {stages} layers; "
+        raise InputError(f"{where}: {stages} pipeline stages need at least {stages} layers; "
                        f"the nn.Sequential has {_blocks(model)}")
 
 

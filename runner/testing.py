@@ -81,10 +81,12 @@ DP_CASES = {
 GOSSIP_CASE = ("gossip", {"topology": {"workers": {"count": 3, "slowdown": {"w2": 2.0}}}, "strategy": {"peers": 2}}, 3)
 
 
-def single_reference(dp: int, steps: int | None = None, root=None):
-    """`single` on the global batch of a dp-wide run of small_spec_data (cached)."""
+def single_reference(dp: int, steps: int | None = None, root=None, training: dict | None = None):
+    """`single` on the global batch of a dp-wide run of small_spec_data (cached);
+    `training`: overrides of the training section (optimizer, precision, ...)."""
     base = small_spec_data("single")
-    over = {"training": {"batch_size": base["training"]["batch_size"] * dp}}
+    over = {"training": deep_update(copy.deepcopy(training or {}),
+                                    {"batch_size": base["training"]["batch_size"] * dp})}
     if steps is not None:
         over["training"]["steps"] = steps
     return run_small(small_spec_data("single", **over), root)

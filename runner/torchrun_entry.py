@@ -32,11 +32,14 @@ def main(argv=None) -> int:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     node = int(os.environ.get("GROUP_RANK", "0"))
     nnodes = int(os.environ["WORLD_SIZE"]) // int(os.environ["LOCAL_WORLD_SIZE"])
+    from .compat import check_torch
+
     try:
+        check_torch()
         spec, data = resolve_spec(args.spec, args.steps)
     except DtgenError as exc:
         print(f"dtgen: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     roles = load_strategy(spec.strategy.kind).roles(spec)
     run_dir = Path(args.out)
     launch_path = run_dir / "launch.json"
@@ -45,9 +48,15 @@ def main(argv=None) -> int:
     if local_rank == 0:
         import yaml
 
+        from .provenance import dataset_file, dataset_record, run_spec_data
+
         prepare_run_dir(spec, run_dir, force=True, node_rank=0)
-        (run_dir / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        launch = {"epoch_ns": time.time_ns(), "dataset_path": None, "spec_source": args.spec, "node_rank": node,
+        spec_dir = str(Path(args.spec).resolve().parent)
+        dataset_path = dataset_file(spec, spec_dir)  # read beside the spec, as `dtgen run` does
+        (run_dir / "spec.yaml").write_text(yaml.safe_dump(run_spec_data(data, dataset_path), sort_keys=False),
+                                           encoding="utf-8")
+        launch = {"epoch_ns": time.time_ns(), "dataset_path": dataset_path, "dataset": dataset_record(dataset_path),
+                  "spec_dir": spec_dir, "spec_source": args.spec, "node_rank": node,
                   "node_addr": os.environ.get("MASTER_ADDR") if node == 0 else None, "node_token": node_token(),
                   "agent": agent}
         tmp = launch_path.with_name(".launch.json.tmp")

@@ -48,7 +48,9 @@ def rank_main(run_dir: str, launch: dict) -> None:
 
     import yaml
 
-    spec = spec_from_data(yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")), name="spec.yaml")
+    # the data is read from launch.json's dataset_path (this node's); the spec's path is node 0's
+    spec = spec_from_data(yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")), name="spec.yaml",
+                          data_files=False)
     strategy = load_strategy(spec.strategy.kind)
     roles = strategy.roles(spec)
     role, ident = roles[rank]
@@ -76,8 +78,9 @@ def rank_main(run_dir: str, launch: dict) -> None:
         from .faults import classify
 
         kind = classify(exc)
-        _write_failure(run_dir, rank, role, ident, kind, exc, metrics)
-        print(f"dtgen: rank {rank} ({role} {ident}) failed ({kind}): {exc}", flush=True)
+        error = _out_of_memory_line(exc, spec, local_rank) if kind == "oom" else None
+        _write_failure(run_dir, rank, role, ident, kind, exc, metrics, error)
+        print(f"dtgen: rank {rank} ({role} {ident}) failed ({kind}): {error or exc}", flush=True)
         traceback.print_exc()
         for component in (tracer, metrics):
             try:
@@ -220,11 +223,27 @@ def _write_rank_info(run_dir, rank, role, ident, device, backend, attempt) -> No
         "device": str(device), "backend": backend, "attempt": attempt})
 
 
-def _write_failure(run_dir, rank, role, ident, kind, exc, metrics) -> None:
+def _out_of_memory_line(exc, spec, local_rank) -> str:
+    from .dist import placement_for
+    from .faults import describe_out_of_memory
+
+    device, name = "a GPU", None
+    try:
+        import torch
+
+        device = placement_for(spec).device_name(local_rank)
+        name = torch.cuda.get_device_name(device)  # GPU-only path
+    except Exception:
+        pass
+    return describe_out_of_memory(exc, device, name)
+
+
+def _write_failure(run_dir, rank, role, ident, kind, exc, metrics, error=None) -> None:
+    """`error`: the one line to show instead of the exception's text (a GPU out of memory)."""
     try:
         step = metrics.started_step if metrics is not None else -1
         (run_dir / "failure" / f"rank{rank}.json").write_text(json.dumps({
             "rank": rank, "role": role, "id": ident, "kind": kind, "step": step,
-            "error": f"{type(exc).__name__}: {exc}"[:2000], "wall": time.time()}), encoding="utf-8")
+            "error": (error or f"{type(exc).__name__}: {exc}")[:2000], "wall": time.time()}), encoding="utf-8")
     except OSError:
         pass

@@ -11,9 +11,8 @@ for ex in ps-sync ps-async pipeline-1f1b allreduce-ring; do
   dtgen figure "$work/runs/$ex" -o "$work/fig/$ex" --format pdf > /dev/null
   for f in "$work/fig/$ex"/*.pdf; do
     name=$(basename "$f" .pdf)
-    case "$ex:$name" in
-      *:measured-timeline|*:measured-topology) png "$f" "measured-$ex-${name#measured-}" ;;
-      ps-async:plot-loss|ps-async:plot-staleness|ps-sync:plot-throughput) png "$f" "measured-$ex-${name#plot-}" ;;
+    case "$ex:${name#measured-$ex-}" in  # the figures are named measured-<run>-<kind>, as the gallery's
+      *:timeline|*:topology|ps-async:loss|ps-async:staleness|ps-sync:throughput) png "$f" "$name" ;;
     esac
   done
 done

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from opentikz_dt.cli import main
-from opentikz_dt.spec import load_spec
+from opentikz_dt.resources import schemas_dir
+from opentikz_dt.spec import load_spec, spec_from_data
 
 CASES = Path(__file__).parent / "cases"
 
@@ -25,7 +26,7 @@ def test_validate_reports_all_files_at_once():
     result = run_cli("validate", *map(str, bad), str(CASES / "good" / "minimal-allreduce.yaml"))
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[-1] == "4 problem(s) in 2 file(s)"
+    assert lines[-1] == "dtgen: error: 4 problem(s) in 2 file(s)"
     assert any("did you mean 'algorithm'" in line for line in lines)
     assert any("did you mean 'async'" in line for line in lines)
 
@@ -48,7 +49,7 @@ def test_debug_shows_traceback_only_when_asked(tmp_path):
     target = tmp_path / "exists.yaml"
     target.write_text("x: 1\n")
     plain = subprocess.run([sys.executable, "-m", "opentikz_dt", "init", str(target)], capture_output=True, text=True)
-    assert plain.returncode == 2
+    assert plain.returncode == 1  # invalid input (errors.py's table), not click's usage code 2
     assert plain.stderr == f"dtgen: error: {target} exists; use --force to overwrite it\n"
     debug = subprocess.run([sys.executable, "-m", "opentikz_dt", "--debug", "init", str(target)], capture_output=True, text=True)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
@@ -61,10 +62,22 @@ def test_init_writes_a_valid_commented_spec(tmp_path, kind):
     assert result.exit_code == 0, result.output
     text = target.read_text()
     first = text.splitlines()[0]
-    assert first.startswith("# yaml-language-server: $schema=file://")
-    schema_path = Path(first.split("file://", 1)[1])
-    assert json.loads(schema_path.read_text())["title"] == "dtgen experiment spec"
+    # The schema's $id, not a file:// path of the checkout the spec was made in.
+    schema = json.loads((schemas_dir() / "spec.schema.json").read_text())
+    assert first == f"# yaml-language-server: $schema={schema['$id']}"
+    assert "file://" not in text and str(schemas_dir()) not in text
     assert load_spec(target).strategy.kind == kind
+
+
+@pytest.mark.parametrize("kind", ["single", "parameter-server", "central-storage", "allreduce", "gossip", "pipeline"])
+def test_init_values_are_the_defaults_it_says_they_are(kind):
+    """'the values shown are the defaults': the starter resolves to what the bare kind resolves to
+    (its name and title aside, which are the user's to choose)."""
+    starter = load_spec("starter.yaml", text=run_cli("init", "--strategy", kind).output).data
+    bare = spec_from_data({"strategy": {"kind": kind}}).data
+    for data in (starter, bare):
+        data.pop("name"), data.pop("title")
+    assert starter == bare
 
 
 def test_init_to_stdout_and_refuses_overwrite(tmp_path):
@@ -73,7 +86,7 @@ def test_init_to_stdout_and_refuses_overwrite(tmp_path):
     target = tmp_path / "spec.yaml"
     target.write_text("keep me\n")
     result = run_cli("init", str(target))
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert target.read_text() == "keep me\n"
 
 
@@ -97,18 +110,19 @@ def test_bad_spec_stops_every_command_with_the_located_message_and_writes_nothin
     monkeypatch.chdir(tmp_path)
     bad = CASES / "bad" / "misspelt-value.yaml"
     result = run_cli(*command, str(bad))
-    assert result.exit_code in (1, 2)
+    assert result.exit_code == 1  # the same code from every command
+    assert result.output.splitlines()[-1] == f"dtgen: error: 1 problem(s) in 1 file(s)"
     assert f"{bad}:3:9: strategy.sync: 'asnyc' is not one of 'sync', 'async'; did you mean 'async'?" in result.output
     assert "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []  # no runs/ or figures/ half-written
 
 
-@pytest.mark.parametrize("command", [["figure"], ["run"]])
+@pytest.mark.parametrize("command", [["figure"], ["run"], ["validate"], ["predict"]])
 def test_missing_spec_is_one_located_line(tmp_path, command):
     missing = tmp_path / "nope.yaml"
     result = run_cli(*command, str(missing))
-    assert result.exit_code == 2
-    assert result.output == f"{missing}:1:1: no such file\n"
+    assert result.exit_code == 1  # invalid input, from every command alike
+    assert result.output == f"{missing}:1:1: no such file\ndtgen: error: 1 problem(s) in 1 file(s)\n"
 
 
 def test_run_takes_dash_o_like_every_other_command(tmp_path):

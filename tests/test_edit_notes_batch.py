@@ -106,6 +106,28 @@ def test_suggestions_only_for_likely_typos(tmp_path, typed, hint):
     assert hint is None or hint in result.output
 
 
+def test_a_title_or_label_mentioning_an_old_value_is_flagged(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("strategy: {kind: parameter-server}\ntitle: Sync PS over 3 workers\n"
+                    "topology:\n  workers: {count: 3}\n  servers: {label: 3D server}\n")
+    notes = edit_file(path, "add-worker", {}, compile=False).notes
+    assert ("title on line 2 mentions '3', the old value of topology.workers.count (now 4); check it still holds: "
+            "'Sync PS over 3 workers'") in notes
+    assert not [n for n in notes if "servers.label" in n]  # '3D' is not the number 3
+
+
+def test_a_refused_edit_points_into_the_file_as_it_is_at_the_key_it_changed(tmp_path):
+    path = example(tmp_path, "ps-sync.yaml")  # no figure section: a recolor adds it past the file's end
+    lines = len(path.read_text().splitlines())
+    with pytest.raises(EditRefusal) as caught:
+        edit_file(path, "recolor", {"flow": "weight", "color": "otgray"}, compile=False)
+    issues = caught.value.result.issues
+    assert issues and all(issue.line <= lines for issue in issues), issues
+    # the colour-vision invariant speaks of the flows' section; the edit changed one key of it
+    assert {issue.path for issue in issues} == {"figure.colors.weight"}, issues
+    assert "point into the file as it is" in str(caught.value).splitlines()[0]
+
+
 def test_figure_problems_name_spec_keys_and_lines(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("strategy: {kind: parameter-server}\ntopology:\n  workers:\n    count: 3\n"

@@ -197,7 +197,7 @@ def test_cli_reports_a_bad_spec_without_a_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("strategy: {kind: parameter-server}\ntopology: {workers: {count: 0}}\n")
     result = CliRunner().invoke(main, ["figure", str(bad), "-o", str(tmp_path)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "topology.workers.count: 0 is less than the minimum of 1" in result.output
 
 

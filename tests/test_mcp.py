@@ -96,13 +96,18 @@ def test_edits_refuse_exactly_like_the_cli_and_malformed_calls_do_not_kill_the_s
     assert refused.is_error and refused.structured_content["result"]["invariant"] == "distinct-flow-colors"
     # the same words as the command line (which names the file as it was given)
     assert refused.content[0].text == cli.stderr.strip().replace(str(spec), "spec.yaml")
-    for key, kind, words in [("bad_enum", "arguments", "'red' is not one of"), ("bad_type", "arguments", "is not of type"),
-                             ("no_spec", "arguments", "missing argument 'spec'"), ("missing_file", "spec", "nope.yaml:1:1: no such file"),
-                             ("unknown", "unknown-tool", "unknown tool 'teleport'")]:
+    # exit_code: what the command line exits with for the same error (errors.py's table)
+    for key, kind, words, code in [("bad_enum", "arguments", "'red' is not one of", 2),
+                                   ("bad_type", "arguments", "is not of type", 2),
+                                   ("no_spec", "arguments", "missing argument 'spec'", 2),
+                                   ("missing_file", "spec", "nope.yaml:1:1: no such file", 1),
+                                   ("unknown", "unknown-tool", "unknown tool 'teleport'", 2)]:
         result = out[key]
         assert result.is_error, key
         error = result.structured_content["error"]
         assert error["kind"] == kind and words in error["message"], (key, error)
+        assert error["exit_code"] == code, (key, error)
+    assert out["missing_file"].content[0].text.splitlines()[-1] == "dtgen: error: 1 problem(s) in 1 file(s)"
     assert out["bad_batch"].is_error and "batch step 2: remove-server refused" in out["bad_batch"].content[0].text
     assert not out["dry"].is_error and out["dry"].structured_content["result"]["dry_run"]
     assert out["bytes_after_failures"] == original

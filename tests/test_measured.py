@@ -262,7 +262,7 @@ def test_cli_figure_on_a_run_with_a_bad_trace_prints_one_line(tmp_path):
         path.unlink()
     result = subprocess.run([sys.executable, "-m", "opentikz_dt", "figure", str(run_dir), "-o", str(tmp_path / "o")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2
+    assert result.returncode == 1  # invalid input; a bad option value (--steps x, below) is usage, 2
     assert result.stderr == (f"dtgen: error: {run_dir / 'trace.json'}: not a trace "
                              "(not JSON: Expecting value at line 1 column 1)\n")
 
@@ -340,7 +340,7 @@ def test_synthetic_run_follows_the_interface(tmp_path):
     assert sorted(e["id"] for e in flows if e["ph"] == "s") == sorted(e["id"] for e in flows if e["ph"] == "f")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics) == {"steps", "loss", "wall_s", "samples_per_s", "step_time_s", "bytes", "staleness",
-                            "per_worker_samples_per_s", "steps_done", "warmup_s"}
+                            "per_worker_samples_per_s", "steps_done", "warmup_s", "skipped_steps"}
 
 
 def test_sampled_trace_default_window_falls_back_to_single_steps(tmp_path):
@@ -417,8 +417,8 @@ def test_cli_figure_and_compare_on_run_directories(tmp_path):
     result = subprocess.run([sys.executable, "-m", "opentikz_dt", "figure", str(asyn), "--kind", "timeline",
                              "--steps", "2:3", "-o", str(out)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"wrote {out / 'measured-timeline.tex'}\n"
-    assert "steps 2\u20133" in (out / "measured-timeline.tex").read_text()
+    assert result.stdout == f"wrote {out / 'measured-ps-async-timeline.tex'}\n"  # named by the run
+    assert "steps 2\u20133" in (out / "measured-ps-async-timeline.tex").read_text()
     result = subprocess.run([sys.executable, "-m", "opentikz_dt", "compare", str(sync), str(asyn), "-o", str(out)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -467,3 +467,20 @@ def test_comm_overlapping_compute_gets_its_own_lane():
     sequential = [span(0, "forward", 1000, 1100)]
     main, split = _lane_spans(comm + sequential)
     assert split is None and len(main) == 102
+
+
+def test_fp16_skipped_steps_are_named_under_the_timeline(tmp_path):
+    """The runner marks a skipped fp16 update's span `skipped`; the note names those steps
+    of the window, and only those."""
+    run_dir = synth(tmp_path, "allreduce-ring")
+    path = run_dir / "trace.json"
+    trace = json.loads(path.read_text())
+    marked = [e for e in trace["traceEvents"] if e.get("name") == "optimizer" and e["args"].get("step") in (3, 9)]
+    assert marked
+    for e in marked:
+        e["args"]["skipped"] = True
+    path.write_text(json.dumps(trace))
+    run = load_run(run_dir)
+    note = measured_timeline(run.spec, run.trace, parse_steps("2:4")).timeline.note
+    assert note == "fp16: no update at step 3 (gradients overflowed; step skipped)"
+    assert "fp16" not in measured_timeline(run.spec, run.trace, parse_steps("5:7")).timeline.note

@@ -60,8 +60,8 @@ def test_no_push_of_a_real_sync_run_is_drawn_ending_after_its_steps_update_began
         assert s.end <= received[(s.id, s.step)] <= update[s.step], s
     for raw in pushes:  # whatever the sender spent in its call after that is drawn as a wait
         if raw.end > received[(raw.id, raw.step)]:
-            assert any(w.name == "wait" and w.rank == raw.rank and w.start == max(raw.start, received[(raw.id, raw.step)])
-                       and w.end == raw.end for w in m.spans)
+            cut = max(raw.start, received[(raw.id, raw.step)])
+            assert any(w.name == "wait" and w.rank == raw.rank and w.start == cut and w.end == raw.end for w in m.spans)
 
 
 def _ring_run():
@@ -75,7 +75,8 @@ def test_a_ring_reduce_scatter_starts_after_the_previous_ranks_backward_and_wait
     bound = {int(r): c["bound_us"] for r, c in run.trace.metadata["clock"].items()}
     n = len(run.trace.ranks)
     backward_end = {(s.rank, s.step): s.end for s in spans if s.name == "backward"}
-    first_hops = [s for s in spans if s.name == "allreduce" and s.args["phase"] == "reduce-scatter" and s.args["chunk"] == 0]
+    first_hops = [s for s in spans
+                  if s.name == "allreduce" and s.args["phase"] == "reduce-scatter" and s.args["chunk"] == 0]
     assert len(first_hops) == n * len(run.trace.steps)
     for hop in first_hops:
         prev = (hop.rank - 1) % n

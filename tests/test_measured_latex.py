@@ -20,8 +20,9 @@ def test_every_figure_of_a_run_compiles(tmp_path, kind):
     run_dir = write_synthetic_run(tmp_path / kind, kind, steps=12, slowdown={"w3": 2.0} if kind.startswith("ps") else None)
     written = write_run_figures(run_dir, tmp_path / "out", ("tex", "pdf"))
     pdfs = sorted(p.name for p in written if p.suffix == ".pdf")
-    expected = ["measured-timeline.pdf", "measured-topology.pdf", "plot-loss.pdf", "plot-throughput.pdf",
-                "table-summary.pdf"] + (["plot-staleness.pdf"] if kind == "ps-async" else [])
+    # named by the run (its directory), so two runs' figures can share a folder
+    expected = [f"measured-{kind}-{name}.pdf" for name in ("timeline", "topology", "loss", "throughput", "table")
+                + (("staleness",) if kind == "ps-async" else ())]
     assert pdfs == sorted(expected)
     assert all((tmp_path / "out" / name).read_bytes().startswith(b"%PDF") for name in pdfs)
 
@@ -61,9 +62,9 @@ def test_compare_writes_overlays_and_a_booktabs_table(tmp_path):
 def test_body_only_tex_is_bare_and_the_pdf_still_compiles(tmp_path):
     run_dir = write_synthetic_run(tmp_path / "r", "ps-async", steps=12)
     written = write_run_figures(run_dir, tmp_path / "out", ("tex", "pdf"), body_only=True, only=("plot-loss",))
-    tex = (tmp_path / "out" / "plot-loss.tex").read_text()
+    tex = (tmp_path / "out" / "measured-r-loss.tex").read_text()
     assert "\\documentclass" not in tex and "\\begin{groupplot}" in tex
-    assert (tmp_path / "out" / "plot-loss.pdf").read_bytes().startswith(b"%PDF")
+    assert (tmp_path / "out" / "measured-r-loss.pdf").read_bytes().startswith(b"%PDF")
     assert len(written) == 2
 
 
@@ -76,7 +77,7 @@ def test_dark_palette_figures_compile(tmp_path):
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     written = write_run_figures(run_dir, tmp_path / "out", ("tex", "pdf"))
     assert sum(p.suffix == ".pdf" for p in written) == 6
-    assert "\\pagecolor{otpaper}" in (tmp_path / "out" / "table-summary.tex").read_text()
+    assert "\\pagecolor{otpaper}" in (tmp_path / "out" / "measured-dark-table.tex").read_text()
 
 
 def test_measured_ring_and_pipeline_topologies_keep_edges_off_their_labels(tmp_path):
@@ -193,7 +194,7 @@ def test_a_measured_figure_wider_than_its_target_width_is_reported(tmp_path):
     heard = []
     write_run_figures(run_dir, tmp_path / "out", ("pdf",), only=("table-summary", "measured-timeline"),
                       width="column", notify=heard.append)
-    assert len(heard) == 1 and "table-summary.tex: drawn" in heard[0] and "8.5 cm asked" in heard[0], heard
+    assert len(heard) == 1 and "measured-r-table.tex: drawn" in heard[0] and "8.5 cm asked" in heard[0], heard
 
 
 @pytest.mark.parametrize("kind", ["allreduce-ring"])

@@ -147,7 +147,7 @@ def test_predict_figure_and_compare_commands(tmp_path):
     assert result.exit_code == 0, result.output
     figs = runner.invoke(main, ["figure", str(pred), "--kind", "timeline", "-o", str(tmp_path / "f")])
     assert figs.exit_code == 0, figs.output
-    assert "predicted: asynchronous parameter server" in (tmp_path / "f" / "measured-timeline.tex").read_text()
+    assert "predicted: asynchronous parameter server" in (tmp_path / "f" / "predicted-pred-timeline.tex").read_text()
     measured = write_synthetic_run(tmp_path / "run", "ps-async", steps=12)
     cmp = runner.invoke(main, ["compare", str(measured), str(pred), "-o", str(tmp_path / "c")])
     assert cmp.exit_code == 0, cmp.output
@@ -253,43 +253,43 @@ def test_calibration_of_another_model_is_refused_and_another_machine_warns(tmp_p
     assert "dtgen: warning: " in result.output and "calibrated on another machine" in result.output
     refused = CliRunner().invoke(main, ["predict", "examples/allreduce-native.yaml", "--calibration",
                                         str(write_cal(tmp_path, other)), "-o", str(tmp_path / "q")])
-    assert refused.exit_code == 2 and 'made for model kind="mlp" layers=[32,64,10]' in refused.output
+    assert refused.exit_code == 1 and 'made for model kind="mlp" layers=[32,64,10]' in refused.output
     assert not (tmp_path / "q").exists()
 
 
 def test_cli_bad_input_is_one_line_and_nothing_written(tmp_path):
     runner = CliRunner()
     out = tmp_path / "p"
-    cases = [
-        (["--calibration", str(tmp_path / "nope.json")], "no such calibration file"),
-        (["--sweep", "workers=2,4,x"], "worker counts must be whole numbers"),
-        (["--sweep", "hosts=2,4"], "expected workers=N,N,..."),
-        (["--sweep", "workers=" + ",".join(str(i) for i in range(1, 80))], "at most 64 per figure"),
-        (["--workers", "4096"], "4,097 ranks: predictions go up to 4,096 ranks"),
-        (["--workers", "4000", "--steps", "1000"], "rank-steps"),
-        (["--link", "fast"], "is not a bandwidth"),
-        (["--set", "topology.workers.count=-3"], "the overrides make an invalid spec"),
+    cases = [  # exit codes of errors.py's table: 1 invalid input, 2 a bad option value (usage)
+        (["--calibration", str(tmp_path / "nope.json")], "no such calibration file", 1),
+        (["--sweep", "workers=2,4,x"], "worker counts must be whole numbers", 2),
+        (["--sweep", "hosts=2,4"], "expected workers=N,N,...", 2),
+        (["--sweep", "workers=" + ",".join(str(i) for i in range(1, 80))], "at most 64 per figure", 2),
+        (["--workers", "4096"], "4,097 ranks: predictions go up to 4,096 ranks", 1),
+        (["--workers", "4000", "--steps", "1000"], "rank-steps", 1),
+        (["--link", "fast"], "is not a bandwidth", 2),
+        (["--set", "topology.workers.count=-3"], "the overrides make an invalid spec", 2),
     ]
-    for args, message in cases:
+    for args, message, code in cases:
         result = runner.invoke(main, ["predict", "examples/ps-sync.yaml", "-o", str(out), *args])
-        assert result.exit_code == 2, (args, result.output)
+        assert result.exit_code == code, (args, result.output)
         assert message in result.output, (args, result.output)
         assert "Traceback" not in result.output
         assert not out.exists(), args
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "notes.txt").write_text("mine")
     result = runner.invoke(main, ["predict", "examples/ps-sync.yaml", "-o", str(tmp_path / "keep")])
-    assert result.exit_code == 2 and "is not a predicted run" in result.output
+    assert result.exit_code == 1 and "is not a predicted run" in result.output
     assert (tmp_path / "keep" / "notes.txt").read_text() == "mine"
     bad = runner.invoke(main, ["calibrate", "--from", str(tmp_path / "keep"), "-o", str(tmp_path / "c.json")])
-    assert bad.exit_code == 2 and "not a run directory (no spec.yaml)" in bad.output
+    assert bad.exit_code == 1 and "not a run directory (no spec.yaml)" in bad.output
     assert not (tmp_path / "c.json").exists()
     # a python model that does not import: the run's own preflight, before any process starts
     spec = tmp_path / "mine.yaml"
     spec.write_text("strategy: {kind: allreduce}\ntraining:\n  model: {kind: python, entry: 'nowhere:build'}\n"
                     "  dataset: {kind: python, entry: 'nowhere:data'}\n")
     bad = runner.invoke(main, ["calibrate", str(spec), "-o", str(tmp_path / "c.json")])
-    assert bad.exit_code == 3 and "training.model.entry: cannot import 'nowhere'" in bad.output, bad.output
+    assert bad.exit_code == 1 and "training.model.entry: cannot import 'nowhere'" in bad.output, bad.output
     assert "Traceback" not in bad.output and not (tmp_path / "c.json").exists()
 
 
@@ -360,3 +360,104 @@ def test_a_python_model_is_predicted_once_a_calibration_describes_it(tmp_path):
     cal.data["model"]["workload"] = {"blocks": [{"name": "x"}]}
     with pytest.raises(CalibrationError, match="model.workload: not a model description"):
         load_calibration(cal.save(tmp_path / "bad.json"), spec)
+
+
+# ---------------------------------------------------------------- device, precision, optimizer
+
+
+def _measured(device=None, training=None):
+    """An edit making write_cal's calibration a measured one (illustrative ones are not checked)."""
+    def edit(d):
+        d["source"] = "probe"
+        if device is not None:
+            d["device"] = device
+        if training is not None:
+            d["training"] = training
+    return edit
+
+
+H100 = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "count": 1}
+XEON = {"kind": "cpu", "name": "Intel(R) Xeon(R) Gold 6248", "count": 2}
+
+
+def test_calibration_of_another_device_precision_or_optimizer_is_refused(tmp_path, monkeypatch):
+    from opentikz_dt.predict import calibration
+
+    monkeypatch.setattr(calibration, "local_gpus", lambda: [])
+    layers = {"training": {"model": {"layers": [32, 128, 128, 10]}, "steps": 10}}
+    cuda = spec_from_data({"name": "gpu-run", "strategy": {"kind": "single"}, "runtime": {"device": "cuda"}, **layers})
+    cpu = spec_from_data({"name": "cpu-run", "strategy": {"kind": "single"}, "runtime": {"device": "cpu"}, **layers})
+    auto = spec_from_data({"name": "auto-run", "strategy": {"kind": "single"}, **layers})
+    # a CPU calibration for a CUDA spec, and the other way round
+    path = write_cal(tmp_path, cpu, _measured(XEON))
+    with pytest.raises(CalibrationError) as err:
+        load_calibration(path, cuda)
+    assert str(err.value) == (f"{path}: device: measured on cpu (Intel(R) Xeon(R) Gold 6248, 2 cores), but gpu-run "
+                              "runs on cuda (runtime.device cuda); calibrate on the device the spec runs on "
+                              "(dtgen calibrate SPEC there)")
+    assert not any("device" in w for w in load_calibration(path, cpu).warnings)
+    path = write_cal(tmp_path, cpu, _measured(H100))
+    with pytest.raises(CalibrationError, match=r": device: measured on cuda \(1x NVIDIA H100 80GB HBM3\), but cpu-run "
+                                               r"runs on cpu \(runtime.device cpu\)"):
+        load_calibration(path, cpu)
+    assert load_calibration(path, cuda) and load_calibration(path, auto)  # auto: the calibration's device
+    # another GPU model than this machine's
+    monkeypatch.setattr(calibration, "local_gpus", lambda: ["NVIDIA A100-SXM4-40GB"])
+    with pytest.raises(CalibrationError) as err:
+        load_calibration(path, cuda)
+    assert str(err.value) == (f"{path}: device: measured on cuda (1x NVIDIA H100 80GB HBM3), but this machine's GPU "
+                              "is NVIDIA A100-SXM4-40GB; calibrate on this machine (dtgen calibrate SPEC)")
+    monkeypatch.setattr(calibration, "local_gpus", lambda: ["NVIDIA H100 80GB HBM3"] * 2)
+    assert load_calibration(path, cuda).warnings == ()
+    # a CPU calibration for an `auto` spec on a machine with a GPU: `dtgen run` would use the GPU
+    cal = load_calibration(write_cal(tmp_path, auto, _measured(XEON)), auto)
+    assert any("has runtime.device auto and this machine has a GPU (NVIDIA H100 80GB HBM3)" in w for w in cal.warnings)
+    # precision and optimizer are part of the cost
+    monkeypatch.setattr(calibration, "local_gpus", lambda: [])
+    path = write_cal(tmp_path, cpu, _measured(XEON, {"precision": "bf16", "optimizer": "adamw"}))
+    with pytest.raises(CalibrationError) as err:
+        load_calibration(path, cpu)
+    assert str(err.value) == (f"{path}: training: measured with precision bf16 (the spec: fp32), optimizer adamw "
+                              "(the spec: sgd); precision and optimizer change the costs: calibrate this spec "
+                              "(dtgen calibrate SPEC)")
+    # the command: one line, exit 1 (invalid input), nothing written
+    spec_file = tmp_path / "gpu.yaml"
+    spec_file.write_text("name: gpu-run\nstrategy: {kind: single}\nruntime: {device: cuda}\n"
+                         "training: {model: {layers: [32, 128, 128, 10]}}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec_file), "--calibration",
+                                       str(write_cal(tmp_path, cpu, _measured(XEON))), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("dtgen: error: ") and "runs on cuda (runtime.device cuda)" in result.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_calibration_files_without_device_are_read_as_cpu_fp32_sgd(tmp_path, monkeypatch):
+    """Calibrations written before they recorded the device: the probe only ever ran on the CPU."""
+    from opentikz_dt.predict import calibration
+
+    monkeypatch.setattr(calibration, "local_gpus", lambda: [])
+    cpu = spec_of({"kind": "allreduce"})
+    old = write_cal(tmp_path, cpu, lambda d: d.update(source="probe"))
+    assert "device" not in json.loads(old.read_text()) and "training" not in json.loads(old.read_text())
+    assert not any("device" in w or "training" in w for w in load_calibration(old, cpu).warnings)
+    cuda = spec_from_data(dict(cpu.data, runtime=dict(cpu.data["runtime"], device="cuda")))
+    with pytest.raises(CalibrationError, match=r"measured on cpu \(a calibration without a device: taken as the "
+                                               r"CPU\), but .* runs on cuda"):
+        load_calibration(old, cuda)
+    bad = write_cal(tmp_path, cpu, _measured({"kind": "tpu"}))
+    with pytest.raises(CalibrationError, match=r"device.kind: expected cpu or cuda"):
+        load_calibration(bad, cpu)
+
+
+def test_a_fitted_calibration_records_the_runs_device_and_training(tmp_path):
+    from opentikz_dt.predict.calibration import cpu_device
+    from opentikz_dt.predict.fit import run_device
+
+    run_dir = write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=3, steps=10)
+    cal = fit_from_run(run_dir)
+    assert cal.data["training"] == {"precision": "fp32", "optimizer": "sgd"}
+    assert cal.data["device"] == run_device(load_run(run_dir).info)
+    assert run_device({"device_info": H100}) == H100
+    assert run_device({"device": "cuda:0", "ranks": [{"device": "cuda:0"}, {"device": "cuda:1"}]}) == {
+        "kind": "cuda", "name": None, "count": 2}
+    assert run_device({"device": "cpu"}) == cpu_device() and cpu_device()["count"] >= 1

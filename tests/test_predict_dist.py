@@ -79,10 +79,14 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
     spec = spec_from_data(data)
     probe = load_calibration(calibrate(spec, tmp_path / "probe.json"), spec)  # every value present and a number
     assert probe.data["ranks"] == 2 and 1 <= probe.cores <= 2 and probe.data["source"] == "probe"
+    from opentikz_dt.predict.calibration import cpu_device
+
+    assert probe.data["device"] == cpu_device() and probe.data["training"] == {"precision": "fp32", "optimizer": "sgd"}
     assert all(b["forward"][1] > 0 or b["forward"][0] > 0 for b in probe.blocks)
     assert probe.comm("p2p")[0] > 0 and probe.comm("allreduce")[0] > 0
     cal = load_calibration(calibrate(spec, tmp_path / "cal.json", run_steps=8, spec_path=spec_path), spec)
     assert cal.data["source"] == "probe and a 8-step run"
+    assert cal.data["device"] == cpu_device()  # the run's, from its run.json
     assert not any(p.name.startswith("dtgen-") for p in tmp_path.iterdir())  # the run went to a temporary folder
     misses = []
     for attempt in range(2):  # a second run separates machine noise from a regression

@@ -19,4 +19,6 @@ def test_ci_runs_the_readme_test_command():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "make test " in readme and "make demo " in readme
-    assert ci.strip().splitlines()[-1] == "make test"
+    # the README's test command, then the runner's core tests on the oldest supported torch
+    assert [line for line in ci.strip().splitlines() if line.startswith("make ")] == ["make test", "make test-oldest-torch"]
+    assert "`make test-oldest-torch`" in readme

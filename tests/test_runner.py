@@ -284,7 +284,7 @@ def test_cli_run_writes_summary_and_refuses_existing_dir(tmp_path):
     assert "cli-single: single, 1 rank(s), gloo on cpu, 3/3 steps" in result.output
     assert json.loads((out / "metrics.json").read_text())["steps"] == 3
     again = CliRunner().invoke(main, ["run", str(spec), "--out", str(out)])
-    assert again.exit_code == 3
+    assert again.exit_code == 1  # refused before any rank started: invalid input, not a failed run
     assert again.output == f"dtgen: error: {out}: directory exists and is not empty (use --force to overwrite)\n"
 
 
@@ -302,3 +302,33 @@ def test_allreduce_on_nccl(algorithm, tmp_path):
                     tmp_path, cache=False)
     got, want = torch.load(result.run_dir / "model.pt"), torch.load(ref.run_dir / "model.pt")
     assert all(torch.allclose(got[k], want[k], atol=1e-4) for k in want)
+
+
+def test_progress_line_estimates_after_the_warm_up_step():
+    """A 5 s warm-up step, then 0.1 s steps: the ETA is the steady steps left (old: the
+    warm-up spread over every remaining step, 'ETA 1m21s' for a 7 s run)."""
+    from opentikz_dt.runner.monitor import progress_line
+
+    roles = [("worker", "w1"), ("worker", "w2")]
+    def report(rank, step):  # noqa: E306
+        return {"rank": rank, "step": step, "samples": 32 * (step + 1), "first_samples": 32, "first_start": 0.0,
+                "first_end": 5.0, "last_end": 5.0 + 0.1 * step, "now": 5.0 + 0.1 * step,
+                "losses": {str(s): 2.0 - 0.1 * s + rank for s in range(max(0, step - 7), step + 1)}}
+    assert progress_line({0: report(0, 0), 1: report(1, 0)}, roles, 100) == (
+        "step 1/100  loss 2.5000  - samples/s  ETA -")  # nothing to estimate from before a steady step
+    # rank 1 is a step behind: the loss is of step 9, the one both did, averaged
+    line = progress_line({0: report(0, 10), 1: report(1, 9)}, roles, 100)
+    assert line == "step 10/100  loss 1.6000  608 samples/s  ETA 9s"  # (32*10 + 32*9) / 1.0 s; 90 x 0.1 s
+
+
+@pytest.mark.dist
+def test_progress_line_at_the_end_says_what_the_summary_says():
+    from opentikz_dt.runner.monitor import progress_line
+
+    data = small_spec_data("allreduce", topology={"workers": {"count": 2}})
+    run = run_small(data)
+    progress = {int(p.stem[4:]): json.loads(p.read_text()) for p in (run.run_dir / "progress").glob("rank*.json")}
+    roles = [("worker", "w1"), ("worker", "w2")]
+    steps = run.metrics["steps"]
+    assert progress_line(progress, roles, steps) == (
+        f"step {steps}/{steps}  loss {run.metrics['loss'][-1]:.4f}  {run.metrics['samples_per_s']:,.0f} samples/s  ETA 0s")

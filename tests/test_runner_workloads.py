@@ -155,7 +155,8 @@ BAD = {
 def test_bad_input_is_one_line_before_anything_is_spawned(tmp_path, case):
     kwargs, expected = BAD[case]
     spec = _write_case(tmp_path, **kwargs)
-    (tmp_path / "corpus.txt").write_bytes(b"hello\n\xff\xfe more text")
+    # long enough for one global batch (validate counts samples from the size), bad from byte 6
+    (tmp_path / "corpus.txt").write_bytes(b"hello\n\xff\xfe more text" + b" and more text" * 30)
     import argparse
 
     torch.save({"x": torch.zeros(4, 4), "y": argparse.Namespace(labels=[0, 1])}, tmp_path / "d.pt")
@@ -175,7 +176,7 @@ def test_cli_bad_model_exits_non_zero_with_one_line(tmp_path):
 
     spec = _write_case(tmp_path, model={"kind": "python", "entry": "nosuch:build"})
     result = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "run")])
-    assert result.exit_code == 3
+    assert result.exit_code == 1  # the preflight refuses it: invalid input, as validate's
     lines = [line for line in result.output.splitlines() if not line.startswith("dtgen run: ")]
     assert len(lines) == 1 and "cannot import 'nosuch'" in lines[0] and "Traceback" not in result.output
 
@@ -256,7 +257,7 @@ def test_custom_model_example_runs_and_draws_its_measured_figures(tmp_path):
     assert run.metrics["loss"][-1] < run.metrics["loss"][0]
     written = write_run_figures(run.run_dir, tmp_path / "figures", ("pdf",))
     pdfs = sorted(p.name for p in written if p.suffix == ".pdf")
-    assert "measured-timeline.pdf" in pdfs and "measured-topology.pdf" in pdfs
+    assert "measured-run-timeline.pdf" in pdfs and "measured-run-topology.pdf" in pdfs  # named by the run
     assert all(p.read_bytes().startswith(b"%PDF") for p in written if p.suffix == ".pdf")
     # the topology note states the real model, known from the run (a python model's size is not in the spec)
     from opentikz_dt.measured.figures import render_run_figures
@@ -294,4 +295,5 @@ def test_gpu_ranks_share_a_gpu_over_gloo_and_use_nccl_alone(tmp_path):
         assert lines[0].startswith("dtgen run: ") and backend in lines[0]
         assert [r["device"] for r in run.run["ranks"]] == [f"cuda:{r % gpus}" for r in range(workers)]
         assert run.run["backend"] == backend
+        assert set(run.run["hardware"]["gpus"]) == {str(g) for g in range(min(gpus, workers))}  # the figures' note
         assert all(loss == loss for loss in run.metrics["loss"])  # finite, not NaN

@@ -15,7 +15,7 @@ from opentikz_dt.spec import load_spec
 CASES = Path(__file__).parent / "cases"
 GOOD = sorted((CASES / "good").glob("*.yaml"))
 BAD = sorted((CASES / "bad").glob("*.yaml"))
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").rglob("*.yaml"))  # custom-model/, hf-gpt2/ too
 
 
 @pytest.mark.parametrize("path", GOOD + EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -50,14 +50,16 @@ def test_wheel_has_resources_and_runs_without_torch(installed, tmp_path):
     assert '"edit_contract"' in contract.stdout
     init = subprocess.run([str(dtgen), "init", "--strategy", "allreduce", "s.yaml"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert init.returncode == 0, init.stderr
-    schema_uri = (tmp_path / "s.yaml").read_text().splitlines()[0]
-    assert str(installed) in schema_uri  # points at the installed schema, not the checkout
+    schema_line = (tmp_path / "s.yaml").read_text().splitlines()[0]
+    # the schema's $id: no path of this installation (or of the checkout) in the spec
+    assert schema_line == "# yaml-language-server: $schema=https://opentikz.org/dtgen/spec.schema.json"
+    assert str(installed) not in schema_line and str(REPO) not in schema_line
     figure = subprocess.run([str(dtgen), "figure", str(spec), "-o", str(tmp_path / "fig"), "--format", "tex"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert figure.returncode == 0, figure.stderr
     assert sorted(p.suffix for p in (tmp_path / "fig").rglob("*.tex"))
     run = subprocess.run([str(dtgen), "run", str(spec), "--out", str(tmp_path / "run")],
                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert run.returncode == 2
+    assert run.returncode == 4  # a tool is missing (errors.py's table)
     assert run.stderr == ("dtgen: error: dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
                           "(for the CPU build: pip install torch==2.13.0 first)\n")

@@ -91,7 +91,7 @@ def test_shards_own_the_transformers_tensors():
 @pytest.mark.parametrize("model, dataset, message", [
     ({"kind": "transformer", "d_model": 30, "heads": 4}, {}, "training.model.heads: d_model 30 does not split into 4 heads"),
     ({"kind": "transformer", "layers": [1, 2]}, {}, "training.model.layers: a transformer takes its number of blocks"),
-    ({"kind": "cnn", "vocab": 10}, {}, "training.model.vocab: 'vocab' applies to model kind transformer, not cnn"),
+    ({"kind": "cnn", "vocab": 10}, {}, "training.model.vocab: 'vocab' applies to model kind transformer, python (with input: tokens), not cnn"),
     ({"kind": "mlp"}, {"kind": "text", "path": "x.txt"}, "training.dataset.kind: a text dataset gives byte tokens"),
     ({"kind": "mlp"}, {"shape": [3]}, "training.dataset.shape: 'shape' is for python models"),
     ({"kind": "python", "entry": "m:f"}, {}, "training.dataset: synthetic data for a python model needs shape"),

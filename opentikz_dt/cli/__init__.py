@@ -4,8 +4,10 @@ One module per group of commands: spec.py (validate, init, contract, skill),
 figure.py (figure, compare), run.py (run), edit.py (edit), template.py
 (export-template), mcp.py (mcp: the MCP server over stdio), predict.py (calibrate, predict).
 
-Errors from the library (DtgenError) become one clear message and a non-zero exit;
-`--debug` shows the traceback instead. Only `run` imports the runner (and torch).
+Errors from the library (DtgenError) become one clear message ending in a
+`dtgen: error:` line and the same exit code in every command (opentikz_dt/errors.py
+has the table); `--debug` shows the traceback instead. Only `run` imports the runner
+(and torch).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import DtgenError, SpecError
+from ..errors import DtgenError, error_text
 
 
 class _Group(click.Group):
@@ -27,10 +29,7 @@ class _Group(click.Group):
         except DtgenError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            message = str(exc)
-            if not isinstance(exc, SpecError):
-                message = f"dtgen: error: {message}"
-            click.echo(message, err=True)
+            click.echo(error_text(exc), err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("dtgen: interrupted", err=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import DtgenError
+from ..errors import ToolMissingError
 
 
 @click.command()
@@ -40,7 +40,7 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
         click.echo(f"wrote {cal.save(out)} (fitted from {from_run})")
         return
     if importlib.util.find_spec("torch") is None:
-        raise DtgenError("dtgen calibrate needs PyTorch to measure (or use --from RUN_DIR)")
+        raise ToolMissingError("dtgen calibrate needs PyTorch to measure (or use --from RUN_DIR)")
     from ..runner.calibrate import calibrate as measure
     from ..spec import load_spec, spec_from_data
 
@@ -69,7 +69,11 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
 def predict(spec, calibration, workers, sets, steps, out, sweep, link, latency_ms, dedicated, formats):
     """Simulate SPEC's schedule and write a predicted run directory (trace.json, metrics.json)."""
     if sweep is not None:
+        from ..predict.predict import ILLUSTRATIVE_WARNING
         from ..predict.sweep import sweep_command
+
+        if calibration is None:
+            click.echo(f"dtgen: warning: {ILLUSTRATIVE_WARNING}", err=True)
 
         for path in sweep_command(spec, sweep, calibration, sets, steps, out, link, latency_ms, dedicated,
                                   tuple(formats) or ("tex",), echo=click.echo):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import DtgenError
+from ..errors import ToolMissingError
 
 
 @click.command()
@@ -36,7 +36,7 @@ def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, 
                                rdzv_timeout=rdzv_timeout), nl=False)
         return
     if importlib.util.find_spec("torch") is None:
-        raise DtgenError("dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
+        raise ToolMissingError("dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
                          "(for the CPU build: pip install torch==2.13.0 first)")
     from ..runner.launch import launch_run
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import EXIT_INVALID
 from ..strategies import KINDS
 
 
@@ -21,7 +22,8 @@ def validate(specs):
         click.echo(str(issue), err=True)
     if problems:
         files = len({i.file for i in problems})
-        raise SystemExit(click.echo(f"{len(problems)} problem(s) in {files} file(s)", err=True) or 1)
+        click.echo(f"dtgen: error: {len(problems)} problem(s) in {files} file(s)", err=True)
+        raise SystemExit(EXIT_INVALID)
     for spec in specs:
         click.echo(f"{spec}: ok")
 
@@ -46,7 +48,8 @@ def contract(check):
     for problem in problems:
         click.echo(f"contract: {problem}", err=True)
     if problems:
-        raise SystemExit(1)
+        click.echo(f"dtgen: error: the contract does not match: {len(problems)} problem(s)", err=True)
+        raise SystemExit(EXIT_INVALID)
     click.echo("contract: ok (parameters, styles, node names, operations and invariants match the templates and code)")
 
 

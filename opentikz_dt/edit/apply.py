@@ -156,7 +156,7 @@ def _propose(name: str, text: str, steps: list, operation: str, args: dict, comp
     result.changed = new_text != text
     result.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
                                                fromfile=f"a/{name}", tofile=f"b/{name}"))
-    headline = f"{name}: {operation} refused; nothing changed (line:col below point into the edited text, see --dry-run)"
+    headline = f"{name}: {operation} refused; nothing changed (line:col below point into the file as it is)"
     try:
         spec = load_spec(name, text=new_text)
     except SpecError as exc:
@@ -164,16 +164,49 @@ def _propose(name: str, text: str, steps: list, operation: str, args: dict, comp
             kind = "schema" if check_schema(load_located(name, new_text)) else "rule"
         except SpecError:
             kind = "schema"
-        _refuse(result, kind, exc.issues, headline)
+        _refuse(result, kind, in_file_as_is(name, text, new_text, exc.issues), headline)
     problems = check_tex_invariants(spec, compile=compile)
     if problems:
         issues = [locate_figure_problem(spec, invariant, message) for invariant, message in problems]
-        _refuse(result, "invariant", issues, headline)
+        _refuse(result, "invariant", in_file_as_is(name, text, new_text, issues), headline)
     result.ok = True
     result.notes = [note for context in contexts for note in context.notes]
     if result.changed:
         result.notes += edit_notes(name, text, new_text, contexts[0].data, spec, [s for s, _ in steps])
     return result, new_text
+
+
+_PATH_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def _path_keys(path: str) -> tuple:
+    """'a.b[2].c' -> ('a', 'b', 2, 'c'): yamlpos's path keys."""
+    return tuple(int(index) if index else key for index, key in _PATH_PART.findall(path))
+
+
+def in_file_as_is(name: str, text: str, new_text: str, issues: list) -> list:
+    """A refused edit's issues, pointing into the file as it is (a refusal writes nothing,
+    so an editor jumping to file:line:col lands there, never past its end) and naming the
+    key the edit changed: an issue about a section the edit wrote into (figure.colors for
+    a recolor of weight) names the changed key (figure.colors.weight). A key the file does
+    not have yet is placed at its nearest ancestor that it has."""
+    from .notes import changed_values
+
+    try:
+        before, after = load_located(name, text), load_located(name, new_text)
+    except SpecError:
+        return issues
+    changed = list(changed_values(before.data if isinstance(before.data, dict) else {},
+                                  after.data if isinstance(after.data, dict) else {}))
+    out = []
+    for issue in issues:
+        path = issue.path
+        inside = [c for c in changed if path and c.startswith(path + ".")]
+        if inside:
+            path = inside[0]
+        line, col = before.where(_path_keys(path)) if path else (1, 1)
+        out.append(Issue(issue.file, line, col, path, issue.message))
+    return out
 
 
 def _refuse(result: EditResult, kind: str, issues: list, headline: str) -> None:

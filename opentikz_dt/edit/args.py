@@ -12,7 +12,7 @@ import difflib
 from jsonschema import Draft202012Validator
 
 from ..contract import load_contract
-from ..errors import DtgenError
+from ..errors import DtgenError, UsageError
 
 
 # A suggestion must be a likely typo, not merely a shared prefix: at 0.5 'set-slowdown'
@@ -20,7 +20,7 @@ from ..errors import DtgenError
 CLOSE_ENOUGH = 0.8
 
 
-class EditArgumentError(DtgenError):
+class EditArgumentError(UsageError):
     """Unknown operation, or arguments its schema does not allow (nothing was read or written)."""
 
 

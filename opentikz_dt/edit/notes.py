@@ -6,8 +6,9 @@ operation to announce itself:
   writes by name (set-strategy resetting `sync`, a default title following the kind);
 - an edit no figure shows: the topology and timeline TeX render identically before and
   after (an all-reduce figure draws no weight flow, so recolouring it shows nothing);
-- comments that may have gone stale: a comment line mentioning a changed key's old
-  value ("three workers" after add-worker), or the end-of-line comment of a changed key.
+- words that may have gone stale: a comment line mentioning a changed key's old value
+  ("three workers" after add-worker), the end-of-line comment of a changed key, or a
+  title or label the spec spells out that mentions it ("PS over 3 workers").
 Must not import torch.
 """
 
@@ -31,6 +32,7 @@ def edit_notes(name: str, old_text: str, new_text: str, old_data: dict, new_spec
     notes = side_effects(changes, written)
     notes += unchanged_figures(name, old_text, new_spec, changes)
     notes += stale_comments(new_text, new_spec, changes)
+    notes += stale_strings(new_spec, changes)
     return notes
 
 
@@ -154,6 +156,38 @@ def stale_comments(new_text: str, new_spec, changes: dict) -> list[str]:
                 notes.append(f"comment on line {number} {why} (now {_shown(new)}); check it still holds: "
                              f"# {comment[:MAX_SHOWN]}")
     return notes
+
+
+def stale_strings(new_spec, changes: dict) -> list[str]:
+    """Titles and labels written in the spec that mention a changed key's old value: the
+    edit does not rewrite prose, so "over 3 workers" would stay in a 4-worker figure."""
+    located = new_spec.located
+    if located is None:
+        return []
+    notes = []
+    for keys, (line, _) in sorted(located.value_pos.items(), key=lambda item: item[1]):
+        value = _lookup(located.data, keys)
+        if not isinstance(value, str) or not keys:
+            continue
+        key = ".".join(str(k) for k in keys)
+        for path, (old, new) in changes.items():
+            if path == key:
+                continue
+            found = next((m.group(0) for p in _value_patterns(old) if (m := p.search(value))), None)
+            if found:
+                notes.append(f"{key} on line {line} mentions {found!r}, the old value of {path} (now {_shown(new)}); "
+                             f"check it still holds: {_shown(value)}")
+                break
+    return notes
+
+
+def _lookup(data, keys: tuple):
+    for key in keys:
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
 
 
 def _inside_quotes(line: str, position: int) -> bool:

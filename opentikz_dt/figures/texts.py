@@ -84,8 +84,12 @@ def model_note(spec) -> str:
 
 
 def sized_model_note(spec, model: str, params: int, grad_bytes: int) -> str:
-    """figure.labels.model_note for a model of this name and size (a run passes what it built)."""
-    return label_text(spec, "model_note", model=model, params=human_count(params), bytes=human_bytes(grad_bytes))
+    """figure.labels.model_note for a model of this name and size (a run passes what it built);
+    a precision other than fp32 is added, with what a gradient sent is (fp32 in every
+    precision: runner/precision.py), so the bytes are not read as bf16's."""
+    note = label_text(spec, "model_note", model=model, params=human_count(params), bytes=human_bytes(grad_bytes))
+    precision = spec.training.precision
+    return note if precision == "fp32" else f"{note} ({precision} compute, fp32 gradients)"
 
 
 def legend_names(spec) -> dict:

@@ -12,7 +12,7 @@ import dataclasses
 from ..texsafe import render_label
 from .model import Brace, Edge, Group, Layout, Node, Port, Tex, elide
 from .names import ICON_MACROS, worker_label_macro
-from .spacing import ICON_SIZE, LABEL_H, Spacing, column_ys, icon_size, printed_cm, printed_lines, worker_ys
+from .spacing import ICON_SIZE, LABEL_H, LINE_H, Spacing, column_ys, icon_size, printed_cm, printed_lines, worker_ys
 
 PT_PER_CM = 72.27 / 2.54
 from .texts import label_tex
@@ -107,8 +107,11 @@ def worker_column(spec, sp: Spacing, x, prefix="w", count=None, node_for=None):
     nodes, names = [], []
     for k, (slot, y) in enumerate(zip(slots, ys)):
         if slot is None:
-            # midway between the label hanging under the member above and the next member's top
-            nodes.append(ellipsis_node(more_name(prefix, slots, k), x, round(y - LABEL_H / 2, 3)))
+            # midway between the label hanging under the member above (its lines) and the next member's top
+            above = spec.topology.workers.label_of(f"w{slots[k - 1]}") if prefix == "w" else ""
+            lines = len(printed_lines(spec, above, "worker")) if above else 1
+            drop = (LABEL_H + LINE_H * (lines - 1)) / 2
+            nodes.append(ellipsis_node(more_name(prefix, slots, k), x, round(y - drop, 3)))
         else:
             node = node_for(slot, x, y) if node_for else worker_node(spec, slot, x, y)
             nodes.append(node)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
-from ..figures.spacing import fitted_flow_run, icon_size, printed_cm, text_cm
+from ..figures.spacing import LINE_H, fitted_flow_run, icon_size, printed_cm, text_cm
 from ..figures.textwidth import wrap_line
 from ..figures.texts import label_tex, label_text, sized_model_note
 from ..figures.topology_fit import compact_spec, fitted
@@ -23,6 +23,7 @@ from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
 from .run import Run
+from .source import device_icons, source, source_note
 
 _WORKER = re.compile(r"^w([1-9][0-9]*)$")
 SENDING = ("grad", "act", "ring", "peer")
@@ -48,8 +49,11 @@ def _rank_of(worker: str) -> int:
     return int(worker[1:]) - 1  # workers come first: w1 is rank 0 (runner-interface.md)
 
 
-def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annotation:
-    """The spec's Layout with measured bytes on links, step times under workers, the straggler marked."""
+def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str = "measured",
+                    source_line: str | None = None) -> Annotation:
+    """The spec's Layout with measured bytes on links, step times under workers, the straggler marked.
+    `seen` (measured | predicted) titles it; `source_line` (the hardware measured on, or the
+    prediction's calibration) follows the footer's first line."""
     steps = max(1, metrics["steps"])
     traffic = metrics["bytes"]
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
@@ -68,7 +72,8 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
         match = _WORKER.match(node.name)
         if match and node.kind == "icon" and node.name in step_ms:
             text = label_tex(spec, "step_time", ms=f"{step_ms[node.name]:.1f}")  # the straggler: its colour and the note
-            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name) else f"{node.label}: {text}"
+            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name, step_ms[node.name]) \
+                else f"{node.label}: {text}"
             node = replace(node, label=Tex(label), color=highlight if node.name in slow else node.color)
         nodes.append(node)
     # A link label is exact only where a worker has one link each way (parameter server,
@@ -134,11 +139,21 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
     macros = dict(layout.macros)
     if "titlelabel" in macros:
-        macros["titlelabel"] = label_tex(spec, "measured_title", tex={"title": macros["titlelabel"]})
-    # The strategy's own note sits a little lower: the worker labels above it grew by their step times.
-    nodes = [replace(n, y=n.y - 0.25) if n.name == "note" else n for n in nodes]
+        macros["titlelabel"] = label_tex(spec, f"{seen}_title", tex={"title": macros["titlelabel"]})
+    # The strategy's own note sits a little lower: the worker labels above it grew by their step
+    # times (by a line where a time has a line of its own).
+    grown = any(_time_on_own_line(spec, w, ms) for w, ms in step_ms.items() if _WORKER.match(w))
+    drop = 0.25 + (LINE_H if grown and not fitted(spec) else 0.0)
+    nodes = [replace(n, y=n.y - drop) if n.name == "note" else n for n in nodes]
+    # An elided column's ellipsis sits midway between the label above it and the next icon:
+    # half a line lower where that label grew a line the layout did not see (fitted: it did).
+    if grown and not fitted(spec):
+        nodes = [replace(n, y=round(n.y - LINE_H / 2, 3))
+                 if n.kind == "ellipsis" and _WORKER.match(n.name.removesuffix("-more")) else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
-    lines = [label_text(spec, "measured_note", steps=f"{metrics['steps']:,}")]
+    lines = [label_text(spec, f"{seen}_note", steps=f"{metrics['steps']:,}")]
+    if source_line:
+        lines.append(source_line)
     if once:
         lines.append(label_text(spec, "alike_note"))
     if totals:
@@ -174,12 +189,19 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None) -> Annota
     return Annotation(annotated, tuple(links), step_ms, slow)
 
 
-def _time_on_own_line(spec, worker: str) -> bool:
+def _time_on_own_line(spec, worker: str, ms: float) -> bool:
     """True where a worker's step time goes on a line of its own under its label: in a fitted
-    figure (the label stays about as narrow as the icon), and where the label is wider than
-    the icon already (it would reach under the links leaving the icon, and its neighbours')."""
+    figure (the label stays about as narrow as the icon), where the label is wider than
+    the icon already (it would reach under the links leaving the icon, and its neighbours'),
+    and, where the layout is not spaced for the labels as printed (no host boxes:
+    _layout_for), where label and time on one line would reach further past the icon than
+    the labels of the links leaving it stay clear of (the CPU icon is narrower than the GPU card)."""
     label = spec.topology.workers.label_of(worker)
-    return fitted(spec) or printed_cm(spec, label, "worker") > icon_size(spec, "worker")[0]
+    icon = icon_size(spec, "worker")[0]
+    if fitted(spec) or printed_cm(spec, label, "worker") > icon:
+        return True
+    one_line = f"{label}: {label_text(spec, 'step_time', ms=f'{ms:.1f}')}"
+    return spec.topology.hosts < 2 and printed_cm(spec, one_line, "worker") > icon + ONE_LINE_SPARE_CM
 
 
 def _alike(traffic: list, steps: int) -> bool:
@@ -244,6 +266,7 @@ def _spaced_spec(spec, step_ms: dict, once: bool = False):
     return wide
 
 
+ONE_LINE_SPARE_CM = 1.5  # how far past its icon a worker's one-line label may reach (0.75 cm each side)
 FOOTER_CHARS = 46  # a fitted figure's footer line, at most (a wide glyph counts twice): it must not widen the figure
 
 
@@ -256,7 +279,7 @@ def _label_with_time(spec, worker: str, ms: float) -> str:
     time = label_text(spec, "step_time", ms=f"{ms:.1f}")
     if fitted(spec):
         return label + "\n" + time.replace(" ", "\u00a0")
-    if _time_on_own_line(spec, worker):
+    if _time_on_own_line(spec, worker, ms):
         return max(label, time, key=text_cm)
     return f"{label}: {time}"
 
@@ -281,11 +304,13 @@ def _ring_return_clear_of_labels(edges: list) -> list:
 
 
 def render_annotated_topology(run: Run, body_only: bool = False) -> str:
-    """The measured topology figure of a run as standalone TeX."""
-    annotation = annotate_layout(run.spec, run.metrics)
-    layout = measured_hosts(run.spec, annotation.layout, run.info.get("ranks") or [], wrap=fitted(run.spec))
+    """The measured (or predicted) topology figure of a run as standalone TeX: titled by its
+    source, its devices drawn as the ranks used them, the hardware or calibration in its footer."""
+    spec = device_icons(run)
+    annotation = annotate_layout(spec, run.metrics, seen=source(run), source_line=source_note(run))
+    layout = measured_hosts(spec, annotation.layout, run.info.get("ranks") or [], wrap=fitted(spec))
     layout = _built_model_shards(layout, run)
-    return render_topology(run.spec, body_only=body_only, layout=layout, note=_built_model_note(run))
+    return render_topology(spec, body_only=body_only, layout=layout, note=_built_model_note(run))
 
 
 def _built_model_note(run: Run) -> str | None:

@@ -2,7 +2,10 @@
 
 measured-timeline (the trace in a window of steps), measured-topology (the spec's
 diagram annotated with what was measured), plot-loss, plot-throughput,
-plot-staleness (async runs) and table-summary. Must not import torch.
+plot-staleness (async runs) and table-summary: the figures' keys (render_run_figures,
+`only`), for a prediction's run directory too. Their files are named by the run's
+source and name (source.figure_stem: measured-<run>-timeline, predicted-<run>-topology),
+so the figures of several runs can share a folder. Must not import torch.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from .compare import default_loss_target, render_summary_table, summarize
 from .export import write_outputs
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
 from .run import Run, load_run
+from .source import figure_stem, source_note
 from .timeline import measured_timeline
 from .window import parse_steps
 
@@ -25,8 +29,7 @@ def render_run_figures(run: Run, steps: str | None = None, body_only: bool = Fal
     """stem -> TeX of every figure of the run (or of those named in `only`)."""
     window = parse_steps(steps)
     makers = {
-        "measured-timeline": lambda: render_timeline(
-            run.spec, measured_timeline(run.spec, run.trace, window).timeline, body_only=body_only),
+        "measured-timeline": lambda: render_timeline(run.spec, _timeline(run, window), body_only=body_only),
         "measured-topology": lambda: render_annotated_topology(run, body_only),
     }
     if run.metrics["loss"]:
@@ -41,6 +44,20 @@ def render_run_figures(run: Run, steps: str | None = None, body_only: bool = Fal
     return {stem: make() for stem, make in makers.items() if not only or stem in only}
 
 
+def _timeline(run: Run, window):
+    """The run's timeline, its note saying where the numbers come from: a prediction's
+    calibration first (as `dtgen figure SPEC --calibration` does), the hardware measured on last."""
+    timeline = measured_timeline(run.spec, run.trace, window).timeline
+    line = source_note(run)
+    if not line:
+        return timeline
+    parts = [line, timeline.note] if run.info.get("predicted") is not None else [timeline.note, line]
+    return dataclasses.replace(timeline, note="; ".join(p for p in parts if p))
+
+
+# the file name's last part of each figure (source.figure_stem)
+FILE_KINDS = {"measured-timeline": "timeline", "measured-topology": "topology", "plot-loss": "loss",
+              "plot-throughput": "throughput", "plot-staleness": "staleness", "table-summary": "table"}
 KIND_STEMS = {"timeline": ("measured-timeline",), "topology": ("measured-topology",),
               "plots": ("plot-loss", "plot-throughput", "plot-staleness", "table-summary"), "all": ()}
 
@@ -60,8 +77,8 @@ def write_run_figures(run_dir: str | Path, out_dir: str | Path | None = None, fo
     written = []
     texts = render_run_figures(run, steps, False, only)
     bodies = render_run_figures(run, steps, True, only) if body_only else {}
-    for stem, tex in texts.items():
-        written += write_outputs(tex, out_dir, stem, formats, body=bodies.get(stem),
+    for key, tex in texts.items():
+        written += write_outputs(tex, out_dir, figure_stem(run, FILE_KINDS[key]), formats, body=bodies.get(key),
                                  target_cm=target_width_cm(run.spec), notify=notify)
     return written
 

@@ -17,6 +17,7 @@ from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..texsafe import escape_text, render_label
 from .run import Run
+from .source import source_note
 
 MAX_POINTS = 400
 MAX_BARS = 32
@@ -91,6 +92,13 @@ def _notes(runs: list) -> list:
     return notes
 
 
+def _source_line(runs: list) -> Tex:
+    """A single run's plot says where its numbers come from (the hardware measured on, or the
+    prediction's calibration); compared runs say it in their legend (run_label)."""
+    line = source_note(runs[0]) if len(runs) == 1 else None
+    return Tex(escape_text(line)) if line else Tex("")
+
+
 def render_loss_plot(runs: list, body_only: bool = False) -> str:
     """Loss against step (left) and against wall time (right); one line per run."""
     series, ymin, ymax, wall_max, step_max, finite = [], math.inf, 0.0, 0.0, 1, []
@@ -115,7 +123,7 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
                    series=series, legend=len(runs) > 1, legend_columns=min(len(runs), 4),
                    ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
                    ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
-                   notes=_notes(runs))
+                   notes=_notes(runs), source_line=_source_line(runs))
     return environment().get_template("plot-loss.tex.j2").render(context)
 
 
@@ -267,7 +275,8 @@ def _bar_context(runs, kind, body_only, series, slots, labels, ymax) -> dict:
                    bar_width=12 if len(runs) == 1 else (10 if len(runs) <= 3 else 6),
                    ymax=ymax, xmin=-0.6, xmax=slots - 0.4, xticks=Tex(",".join(str(i) for i in range(slots))),
                    xticklabels=Tex(labels), rotate=slots > 8, title=Tex(""),
-                   legend=len(runs) > 1, legend_columns=max(2, min(len(runs), 4)), notes=_notes(runs))
+                   legend=len(runs) > 1, legend_columns=max(2, min(len(runs), 4)), notes=_notes(runs),
+                   source_line=_source_line(runs))
     return context
 
 

@@ -57,7 +57,8 @@ def load_run(path: str | Path) -> Run:
     if not (path / "spec.yaml").is_file():
         raise TraceError(f"{path}: not a run directory (no spec.yaml)")
     try:
-        spec = load_spec(path / "spec.yaml")
+        # without its data: a run's figures never read it, and the run may have moved
+        spec = load_spec(path / "spec.yaml", data_files=False)
     except SpecError as exc:
         raise TraceError(f"{path / 'spec.yaml'}: the run's resolved spec does not load:\n{exc}") from None
     info = _read_json(path / "run.json", required=False)

@@ -66,10 +66,13 @@ def _window_note(spec, window) -> str:
     return f"{window.label}: {how}"
 
 
-def timeline_note(spec, seen: str, window, bubble, binned: tuple | None, ended_note: str | None) -> str:
+def timeline_note(spec, seen: str, window, bubble, binned: tuple | None, ended_note: str | None,
+                  skipped: list | None = None) -> str:
     """The note under the timeline: the bubble, the binning (spans, budget), why the run ended
-    early; or, when none applies, which steps are drawn."""
+    early, fp16 steps skipped in the window; or, when none applies, which steps are drawn."""
     notes = []
+    if skipped:
+        notes.append(f"fp16: no update at step {', '.join(map(str, skipped))} (gradients overflowed; step skipped)")
     if bubble is not None:
         notes.append(_bubble_note(spec, seen, bubble))
     if binned is not None:

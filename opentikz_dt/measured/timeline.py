@@ -355,6 +355,13 @@ def _strips(bins: list, t0: float, width: float, budget: int) -> list:
     return cells
 
 
+def _skipped_steps(trace: Trace, window) -> list[int]:
+    """Steps in the window whose update was skipped (fp16 gradients that overflowed): the
+    runner marks their optimizer or update span `skipped`."""
+    return sorted({e["args"]["step"] for e in trace.events
+                   if e["args"].get("skipped") and window.first <= e["args"]["step"] <= window.last})
+
+
 def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
     """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
     asynchronous = spec.strategy.sync == "async" and spec.strategy.kind == "parameter-server"
@@ -373,7 +380,8 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
     seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
     panel_note = bubble_title_note(spec, seen, bubble) if bubble is not None else ""
     note = timeline_note(spec, seen, window, bubble, (count, budget) if aggregated else None,
-                         (trace.note or "run ended early") if trace.ended_early else None)
+                         (trace.note or "run ended early") if trace.ended_early else None,
+                         _skipped_steps(trace, window))
     t0_ms = window.t0 / 1000
     # A prediction is a schedule, not a measurement: like the expected one it draws the
     # server update (the event a PS figure is about) visibly, where a trace keeps true widths.

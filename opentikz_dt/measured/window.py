@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..errors import DtgenError, TraceError
+from ..errors import DtgenError, TraceError, UsageError
 from .trace import Trace
 
 MAX_BOXES = 2400  # whole figure; ~10,000 fills is TeX's limit and compile time grows with it
@@ -23,7 +23,7 @@ _WORKER = re.compile(r"^w[1-9][0-9]*$")
 _STEPS = re.compile(r"^\s*(\d*)\s*(?::\s*(\d*)\s*)?$")
 
 
-class StepsOptionError(DtgenError):
+class StepsOptionError(UsageError):
     """A --steps value that is not FIRST:LAST."""
 
 

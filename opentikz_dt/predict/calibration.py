@@ -69,6 +69,60 @@ def machine_info() -> dict:
             "machine": platform.machine()}
 
 
+# ---------------------------------------------------------------- device and training
+# A calibration records the device it measured and the spec's precision and optimizer
+# (costs depend on all three); `dtgen predict` refuses one that differs from the spec.
+# Files written before these fields existed are read as measured on the CPU at fp32 with
+# SGD: the only thing dtgen could calibrate then (the probe always ran on the CPU).
+OLD_DEVICE = {"kind": "cpu", "name": None, "count": None}
+OLD_TRAINING = {"precision": "fp32", "optimizer": "sgd"}
+
+
+def cpu_model() -> str:
+    """This machine's CPU model ('Intel(R) Xeon(R) ...'), from /proc/cpuinfo where there is one."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware")) and ":" in line:
+                return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_device() -> dict:
+    return {"kind": "cpu", "name": cpu_model(), "count": os.cpu_count() or 1}
+
+
+def local_gpus() -> list[str]:
+    """The NVIDIA GPUs' model names on this machine, read from the driver without torch
+    (`dtgen predict` never imports it); [] where there is no NVIDIA driver."""
+    names = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            for line in info.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith("Model:"):
+                    names.append(" ".join(line.split(":", 1)[1].split()))
+        except OSError:
+            continue
+    return names
+
+
+def training_of(spec_data: dict) -> dict:
+    """The precision and optimizer kind a spec trains with (defaults where not said)."""
+    training = spec_data.get("training") or {}
+    return {"precision": str(training.get("precision", "fp32")),
+            "optimizer": str((training.get("optimizer") or {}).get("kind", "sgd"))}
+
+
+def describe_device(device: dict) -> str:
+    """'cpu (Intel Xeon Gold 6248, 2 cores)', 'cuda (1x NVIDIA H100 80GB HBM3)'."""
+    name, count = device.get("name"), device.get("count")
+    if device.get("kind") == "cuda":
+        return f"cuda ({count or '?'}x {name or 'unnamed GPU'})"
+    detail = ", ".join(x for x in (name, f"{count} cores" if count else None) if x)
+    return f"cpu ({detail})" if detail else "cpu"
+
+
 # ---------------------------------------------------------------- checking
 
 
@@ -116,6 +170,12 @@ def check_calibration(data, where: str) -> None:
         _number(data, f"comm.{kind}.beta_s_per_byte", where)
     if not isinstance(data.get("model"), dict) or not isinstance(data["model"].get("model"), dict):
         raise CalibrationError(f"{where}: model.model: missing (the training.model the calibration was made for)")
+    device = data.get("device", OLD_DEVICE)
+    if not isinstance(device, dict) or device.get("kind") not in ("cpu", "cuda"):
+        raise CalibrationError(f"{where}: device.kind: expected cpu or cuda (the device the calibration measured)")
+    training = data.get("training", OLD_TRAINING)
+    if not isinstance(training, dict) or not all(isinstance(training.get(k), str) for k in OLD_TRAINING):
+        raise CalibrationError(f"{where}: training: expected precision and optimizer (the spec's, as measured)")
 
 
 def learn_described_model(data: dict, where: str) -> None:
@@ -144,6 +204,12 @@ def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
         if strict:
             raise CalibrationError(message)
         warnings.append(message)
+    refusals, notes = _device_and_training_differences(cal, spec)
+    for message in refusals:
+        if strict:
+            raise CalibrationError(message)
+        warnings.append(message)
+    warnings += notes
     if have.get("batch_size") != want["batch_size"]:
         warnings.append(f"{cal.path}: measured at batch {have.get('batch_size')}, the spec uses "
                         f"{want['batch_size']} (compute scaled by the fitted per-sample cost)")
@@ -153,6 +219,53 @@ def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
         warnings.append(f"{cal.path}: calibrated on another machine ({', '.join(diffs)}): "
                         "predictions describe that machine")
     return warnings
+
+
+def spec_device(spec) -> tuple[str | None, str]:
+    """The device the spec asks for: ('cuda' | 'cpu', the keys that say so), or None for
+    `runtime.device: auto`, which follows the machine; predictions are often made away from
+    the box they are for, so there the calibration says which device the run will have."""
+    device, backend = spec.runtime.device, spec.runtime.backend
+    if device == "cuda" or backend == "nccl":
+        return "cuda", f"runtime.device {device}" + (", runtime.backend nccl" if backend == "nccl" else "")
+    if device == "cpu" or backend == "gloo":  # auto with gloo runs on the CPU (runner/placement.py)
+        return "cpu", f"runtime.device {device}" + (", runtime.backend gloo" if device == "auto" else "")
+    return None, "runtime.device auto"
+
+
+def _device_and_training_differences(cal: Calibration, spec) -> tuple[list[str], list[str]]:
+    """(refusals, warnings): another device kind than the spec asks for, another GPU model
+    than this machine's, another precision or optimizer are refused; a CPU calibration for a
+    spec on `auto` on a machine with a GPU (where `dtgen run` would use the GPU) is a warning.
+    Illustrative calibrations measured nothing and are not checked."""
+    if cal.data.get("source") == "illustrative":
+        return [], []
+    refusals, warnings = [], []
+    device = cal.data.get("device", OLD_DEVICE)
+    measured = describe_device(device) + (" (a calibration without a device: taken as the CPU)"
+                                          if "device" not in cal.data else "")
+    kind, why = spec_device(spec)
+    here = local_gpus()
+    if kind is not None and kind != device["kind"]:
+        refusals.append(f"{cal.path}: device: measured on {measured}, but {spec.name} runs on {kind} ({why}); "
+                        f"calibrate on the device the spec runs on (dtgen calibrate SPEC there)")
+    elif device["kind"] == "cuda" and here and device.get("name") and _gpu_key(device["name"]) != _gpu_key(here[0]):
+        refusals.append(f"{cal.path}: device: measured on {measured}, but this machine's GPU is {here[0]}; "
+                        f"calibrate on this machine (dtgen calibrate SPEC)")
+    elif kind is None and device["kind"] == "cpu" and here:
+        warnings.append(f"{cal.path}: device: measured on {measured}, but {spec.name} has runtime.device auto "
+                        f"and this machine has a GPU ({here[0]}), which `dtgen run` would use: "
+                        f"the prediction describes a CPU run")
+    have, want = cal.data.get("training", OLD_TRAINING), training_of(spec.data)
+    diffs = [f"{k} {have.get(k)} (the spec: {want[k]})" for k in ("precision", "optimizer") if have.get(k) != want[k]]
+    if diffs:
+        refusals.append(f"{cal.path}: training: measured with {', '.join(diffs)}; precision and optimizer "
+                        f"change the costs: calibrate this spec (dtgen calibrate SPEC)")
+    return refusals, warnings
+
+
+def _gpu_key(name: str) -> str:
+    return " ".join(name.casefold().split())
 
 
 def _describe(model) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..errors import DtgenError
+from ..errors import UsageError
 from .blocks import model_blocks, model_signature
 from .calibration import FORMAT, Calibration, machine_info
 
@@ -24,13 +24,13 @@ def parse_link(text: str) -> float:
     """'10gbit' -> bytes/s. Accepts kbit/mbit/gbit/tbit and kb/mb/gb (bytes)."""
     match = _LINK.match(str(text))
     if not match:
-        raise DtgenError(f"--link: {text!r} is not a bandwidth (e.g. 10gbit, 100mbit, 1gb)")
+        raise UsageError(f"--link: {text!r} is not a bandwidth (e.g. 10gbit, 100mbit, 1gb)")
     value = float(match.group(1)) * {None: 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[
         (match.group(2) or "").lower() or None]
     unit = (match.group(3) or "bit").lower()
     rate = value / 8 if unit in ("bit", "bps") else value
     if rate <= 0:
-        raise DtgenError(f"--link: {text!r} must be more than 0")
+        raise UsageError(f"--link: {text!r} must be more than 0")
     return rate
 
 

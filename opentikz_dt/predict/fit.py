@@ -21,7 +21,7 @@ from ..measured.run import load_run
 from ..shards import shard_assignment
 from ..workload import model_section
 from .blocks import learn_model, model_blocks, model_signature, stage_units, tensor_sizes
-from .calibration import FORMAT, Calibration, machine_info
+from .calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
 from .costs import illustrative_calibration
 from .phases import compute_ratios, phase_times, role_of, server_gaps, untraced
 
@@ -150,6 +150,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     overhead = statistics.fmean(gaps) / 1e6 if gaps else 0.0
     ratios = compute_ratios(run, role)
     data = {"dtgen_calibration": FORMAT, "source": f"run {run.path}", "machine": machine_info(),
+            "device": run_device(run.info), "training": training_of(spec.data),
             "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
             "ranks": len(run.trace.ids), "cores_effective": cores,
             "compute": {"blocks": [{"name": b.name, "forward": [0.0, fwd_us[i] / 1e6 / share],
@@ -166,6 +167,20 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     if pipeline:
         cal = _solve_message_latency(cal, run)
     return cal
+
+
+def run_device(info: dict) -> dict:
+    """The device a run computed on: run.json's `device_info` (the launcher's record), else,
+    for runs written before it, `cuda` with an unknown model when its ranks were on GPUs and
+    this machine's CPU otherwise."""
+    recorded = info.get("device_info")
+    if isinstance(recorded, dict) and recorded.get("kind") in ("cpu", "cuda"):
+        return dict(recorded)
+    gpus = {(r.get("node_rank"), r.get("device")) for r in info.get("ranks") or []
+            if str(r.get("device") or "").startswith("cuda")}
+    if gpus or str(info.get("device") or "").startswith("cuda"):
+        return {"kind": "cuda", "name": None, "count": len(gpus) or None}
+    return cpu_device()
 
 
 def _solve_message_latency(cal: Calibration, run) -> Calibration:

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import DtgenError, SpecError
+from ..errors import DtgenError, SpecError, UsageError
 from ..spec import load_spec, spec_from_data
 from .calibration import Calibration, load_calibration
 from .costs import Costs, illustrative_calibration, parse_link
 from .rundir import write_run_dir
 from .simulate import roles, simulate
 
+ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
+                        "machine (dtgen calibrate SPEC measures it)")
 MAX_RANKS = 4096
 MAX_RANK_STEPS = 2_000_000  # ranks x steps a prediction may simulate (about a minute here)
 MAX_EVENTS = 3_000_000      # trace events a predicted trace.json may hold (about 300 MB)
@@ -31,7 +33,7 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
     for item in pairs:
         key, sep, raw = str(item).partition("=")
         if not sep or not key.strip():
-            raise DtgenError(f"--set {item!r}: expected key.path=value, e.g. topology.workers.count=64")
+            raise UsageError(f"--set {item!r}: expected key.path=value, e.g. topology.workers.count=64")
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:
@@ -41,7 +43,7 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
         try:
             node[parts[-1]] = yaml.safe_load(raw)
         except yaml.YAMLError:
-            raise DtgenError(f"--set {item!r}: the value is not YAML") from None
+            raise UsageError(f"--set {item!r}: the value is not YAML") from None
     if not pairs:
         return spec
     if workers is not None and data["strategy"]["kind"] == "pipeline":
@@ -53,7 +55,7 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
     try:
         return spec_from_data(data, name=f"{spec.source} (with --set)")
     except SpecError as exc:
-        raise DtgenError(f"the overrides make an invalid spec:\n{exc}") from None
+        raise UsageError(f"the overrides make an invalid spec:\n{exc}") from None
 
 
 def check_size(spec, steps: int) -> None:
@@ -72,7 +74,7 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     """Costs for the spec, what the prediction assumed, and warnings to print."""
     if calibration is None:
         cal: Calibration = illustrative_calibration(spec)
-        warnings = []
+        warnings = [ILLUSTRATIVE_WARNING]
     else:
         cal = load_calibration(calibration, spec)
         warnings = list(cal.warnings)
@@ -81,7 +83,8 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated)
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
-               "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated}
+               "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,
+               "illustrative": calibration is None}
     return costs, assumed, warnings
 
 

@@ -57,7 +57,7 @@ def metrics_of(result: Result, spec, steps: int, loss: list | None = None) -> di
             "samples_per_s": round(total / span, 2) if span > 0 else 0.0, "step_time_s": step_time,
             "bytes": {str(r): {"sent": b[0], "recv": b[1]} for r, b in result.bytes.items()},
             "staleness": list(result.staleness), "per_worker_samples_per_s": per_worker,
-            "warmup_s": round(ends.get(first, 0.0), 6)}
+            "warmup_s": round(ends.get(first, 0.0), 6), "skipped_steps": []}
 
 
 def _trace_events(result: Result, roles) -> list:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DtgenError
+from ..errors import DtgenError, UsageError
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..measured.export import write_outputs
@@ -41,15 +41,15 @@ class Point:
 def parse_sweep(text: str) -> list[int]:
     key, sep, values = str(text).partition("=")
     if key.strip() != "workers" or not sep:
-        raise DtgenError(f"--sweep {text!r}: expected workers=N,N,... (e.g. workers=2,4,8,16)")
+        raise UsageError(f"--sweep {text!r}: expected workers=N,N,... (e.g. workers=2,4,8,16)")
     try:
         counts = sorted({int(v) for v in values.split(",") if v.strip()})
     except ValueError:
-        raise DtgenError(f"--sweep {text!r}: worker counts must be whole numbers") from None
+        raise UsageError(f"--sweep {text!r}: worker counts must be whole numbers") from None
     if not counts or counts[0] < 1:
-        raise DtgenError(f"--sweep {text!r}: worker counts must be 1 or more")
+        raise UsageError(f"--sweep {text!r}: worker counts must be 1 or more")
     if len(counts) > MAX_POINTS:
-        raise DtgenError(f"--sweep: {len(counts)} worker counts, at most {MAX_POINTS} per figure")
+        raise UsageError(f"--sweep: {len(counts)} worker counts, at most {MAX_POINTS} per figure")
     return counts
 
 
@@ -60,14 +60,14 @@ def _series(sets: tuple) -> tuple[list, tuple]:
         key, _, value = str(item).partition("=")
         if "," in value and not value.strip().startswith(("[", "{")):
             if varying is not None:
-                raise DtgenError("--sweep: only one --set may list several values (one line per value)")
+                raise UsageError("--sweep: only one --set may list several values (one line per value)")
             varying = (key, [v.strip() for v in value.split(",")])
         else:
             fixed.append(item)
     if varying is None:
         return [("", ())], tuple(fixed)
     if len(varying[1]) > MAX_SERIES:
-        raise DtgenError(f"--set {varying[0]}: {len(varying[1])} values, at most {MAX_SERIES} lines per figure")
+        raise UsageError(f"--set {varying[0]}: {len(varying[1])} values, at most {MAX_SERIES} lines per figure")
     return [(f"{varying[0].split('.')[-1]}={v}", (f"{varying[0]}={v}",)) for v in varying[1]], tuple(fixed)
 
 
@@ -131,7 +131,7 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
     labels = list(dict.fromkeys(p.series for p in points))
     counts = sorted({p.workers for p in points})
     if not counts:
-        raise DtgenError("--sweep: no worker count gives a valid spec")
+        raise UsageError("--sweep: no worker count gives a valid spec")
     series = []
     for i, label in enumerate(labels):
         mine = sorted((p for p in points if p.series == label), key=lambda p: p.workers)

@@ -47,14 +47,17 @@ def _train_manual(ctx, algorithm: str) -> None:
         p.grad = flat[offset:offset + p.numel()].view_as(p)
         offset += p.numel()
     reduce = _reducer(ctx, algorithm, workers)
+    # Every rank holds the same summed gradients, so the same (possibly fp16-scaled)
+    # values are clipped, checked and stepped identically everywhere.
+    stepper = ctx.stepper(opt, params)
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = time.perf_counter()
         loss, samples = ctx.forward_backward(model, step, ctx.rank, zero_grad=flat.zero_)
         reduce(flat, step)
         flat.div_(n)
-        with ctx.tracer.span("optimizer", step=step):
-            opt.step()
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
@@ -82,6 +85,7 @@ def _train_ddp(ctx) -> None:
     opt = ctx.build_optimizer(model.parameters())
     ctx.resume(model, opt)
     ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    stepper = ctx.stepper(opt, model.parameters())  # DDP's averaged gradients: the same on every rank
     state = {"step": 0}
     if ctx.spec.runtime.trace.get("enabled", True):
         ddp.register_comm_hook(state, _traced_allreduce_hook(ctx))
@@ -94,8 +98,8 @@ def _train_ddp(ctx) -> None:
         # DDP overlaps its bucket all-reduces with backward: they show on the comm thread.
         loss, samples = ctx.forward_backward(ddp, step, ctx.rank)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        with ctx.tracer.span("optimizer", step=step):
-            opt.step()
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:

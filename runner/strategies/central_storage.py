@@ -9,7 +9,7 @@ Synchronous, with collectives over all ranks:
                                                       traces the reduce as `wait`,
                                                       its end as each push's
                                                       `received_us` in `update`)
-  storage: average, one SGD step (`update`)          == `single` on the global batch.
+  storage: average, one optimizer step (`update`)    == `single` on the global batch.
 The storage saves the whole model at the end; workers keep nothing between steps.
 """
 
@@ -49,6 +49,7 @@ def run_worker(ctx) -> None:
             ctx.tracer.add_span("wait", posted, sent, step, tid="comm")
         ctx.tracer.add_span("fetch", sent, arrived, step, tid="comm", version=version)
         loss, samples = ctx.forward_backward(model, step, k, n)
+        ctx.unscale_for_push(tensors, step)
         grads = flatten_grads(tensors)
         with ctx.tracer.span("push", tid="comm", step=step, flow_out=ctx.tracer.flow_id(k, step, storage)):
             ctx.comm.reduce(grads, dst=storage)
@@ -62,6 +63,7 @@ def run_storage(ctx) -> None:
     model = ctx.build_model()
     tensors = list(model.parameters())
     opt = ctx.build_optimizer(tensors)
+    stepper = ctx.stepper(opt, tensors, scaler=None)  # the workers unscaled what they pushed
     version = 0
     state = ctx.load_checkpoint()
     if state:
@@ -78,12 +80,12 @@ def run_storage(ctx) -> None:
         # one collective: every worker's push is in by its end, none seen sooner
         reduced = ctx.tracer.run_us(perf_counter_ns())
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
-        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1, staleness=0,
-                             received_us=dict.fromkeys(ctx.spec.topology.workers.ids, reduced)):
+        with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=version + 1,
+                             staleness=0, received_us=dict.fromkeys(ctx.spec.topology.workers.ids, reduced)) as span:
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             assign_grads(grads.div_(n), tensors)
-            opt.step()
+            stepper.step(step, span)
             version += 1
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "version": version})
         ctx.tracer.maybe_flush()

@@ -31,6 +31,7 @@ def train(ctx) -> None:
     opt = ctx.build_optimizer(model.parameters())
     ctx.resume(model, opt)
     params = list(model.parameters())
+    stepper = ctx.stepper(opt, params)  # a local step on local gradients
     n = ctx.world_size
     to, frm = neighbours(ctx.rank, n, ctx.spec.strategy.peers)
     flat = torch.empty(sum(p.numel() for p in params), device=ctx.device)
@@ -39,8 +40,8 @@ def train(ctx) -> None:
         ctx.fault_check(step)
         t0 = time.perf_counter()
         loss, samples = ctx.forward_backward(model, step, ctx.rank)
-        with ctx.tracer.span("optimizer", step=step):
-            opt.step()
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         with ctx.tracer.span("gossip", tid="comm", step=step, peers=[ctx.roles[r][1] for r in frm]):
             with torch.no_grad():
                 torch.cat([p.reshape(-1) for p in params], out=flat)

@@ -10,8 +10,10 @@ shard sent, then `fetch`), forward, backward, injected slowdown, `push` each sha
 gradients while already posting the next fetch (a gloo send completes only once the
 peer posted its receive, so receives go first).
 
-Server shard, sync: receive all N pushes (`wait`), average them and take one SGD step
-(the same math as `single` on the global batch), send every worker the new weights.
+Server shard, sync: receive all N pushes (`wait`), average them and take one optimizer
+step (runner/optim.py: schedule, clip by the norm summed over the shards, fp16 skip; the
+same math as `single` on the global batch), send every worker the new weights. Workers
+unscale fp16 gradients before pushing; an async worker clips its own push whole.
 Server shard, async: whichever push lands first (`Inbox`) is applied alone at once and
 only that worker gets fresh weights; staleness = versions applied since that worker's
 weights were sent (recorded per update in metrics and in the `update` span).
@@ -27,6 +29,8 @@ restart re-sends every worker the restored weights.
 from __future__ import annotations
 
 from time import perf_counter, perf_counter_ns
+
+import torch
 
 from ...shards import shard_assignment
 from ..ps_wire import (Inbox, assign_grads, flatten_grads, pack_weights, perf_ns_of, unpack_weights,
@@ -75,6 +79,9 @@ def run_worker(ctx) -> None:
         _finish_fetch(ctx, step, posted, fetches, bufs, owned)
         loss, samples = ctx.forward_backward(model, step, k, n)
         loss_value = loss.item()
+        ctx.unscale_for_push(model.parameters(), step)  # fp16: the optimizer is on the servers
+        if not sync and ctx.spec.training.grad_clip:  # async applies each push alone: clip it whole here
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), ctx.spec.training.grad_clip)
         grads = [flatten_grads(tensors) for tensors in owned]
         with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list]):
             sends = [ctx.comm.isend(g, dst=rank) for g, (rank, _, _) in zip(grads, shard_list)]
@@ -118,6 +125,14 @@ class _Shard:
         self.names = names
         self.tensors = [params[name] for name in names]
         self.opt = ctx.build_optimizer(self.tensors)
+        # The update (runner/optim.py). Sync: the global norm of the averaged gradient,
+        # summed over the shards. Async: each push is applied alone and its worker
+        # clipped it whole before sending. The workers unscaled (fp16) what they pushed.
+        sync = ctx.spec.strategy.sync == "sync"
+        servers = [rank for rank, _, _ in shards(ctx.spec, model)]
+        self.stepper = ctx.stepper(self.opt, self.tensors, scaler=None,
+                                   reduce_sq=_sum_over_shards(ctx, servers) if sync and len(servers) > 1 else None,
+                                   clip=ctx.spec.training.grad_clip if sync else None)
         self.version = 0
         size = sum(t.numel() for t in self.tensors)
         self.grads = [self.tensors[0].new_empty(size) for _ in range(n)]
@@ -154,6 +169,25 @@ def _received_us(ctx, received) -> dict:
     return {ids[k]: ctx.tracer.run_us(t) for k, t in pairs}
 
 
+def _sum_over_shards(ctx, servers: list[int]):
+    """A shard's squared gradient norm -> the sum over every shard (the same on each:
+    added in rank order). One small message per pair of shards, receives posted first."""
+    others = [r for r in servers if r != ctx.rank]
+
+    def reduce_sq(sq):
+        got = {r: torch.empty_like(sq) for r in others}
+        works = [ctx.comm.irecv(got[r], src=r) for r in others] + [ctx.comm.isend(sq, dst=r) for r in others]
+        for work in works:
+            work.wait()
+        got[ctx.rank] = sq
+        total = torch.zeros_like(sq)
+        for r in servers:
+            total += got[r]
+        return total
+
+    return reduce_sq
+
+
 def run_sync_server(ctx) -> None:
     n = ctx.spec.topology.workers.count
     shard = _Shard(ctx)
@@ -173,14 +207,14 @@ def run_sync_server(ctx) -> None:
                 work.wait()
         flows = [ctx.tracer.flow_id(k, step, ctx.rank) for k in range(n)]
         with ctx.tracer.span("update", step=step, flow_in=flows[0], worker="all", version=shard.version + 1,
-                             staleness=0, received_us=_received_us(ctx, received)):
+                             staleness=0, received_us=_received_us(ctx, received)) as span:
             for fid in flows[1:]:
                 ctx.tracer.flow_finish(fid, step)
             total = shard.grads[0].clone()
             for g in shard.grads[1:]:
                 total += g
             assign_grads(total.div_(n), shard.tensors)
-            shard.opt.step()
+            shard.stepper.step(step, span)
             shard.version += 1
         sends = []
         if step + 1 < ctx.steps:
@@ -226,7 +260,7 @@ def run_async_server(ctx) -> None:
                              worker=worker_ids[k], version=shard.version + 1, staleness=staleness,
                              received_us=_received_us(ctx, {k: inbox.arrived_ns})):
             assign_grads(shard.grads[k], shard.tensors)
-            shard.opt.step()
+            shard.stepper.step(step)
             shard.version += 1
         ctx.metrics.staleness(staleness)
         pushes[k] += 1

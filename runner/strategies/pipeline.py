@@ -28,6 +28,7 @@ from time import perf_counter, perf_counter_ns
 import torch
 
 from ... import workload
+from ..precision import autocast_forward
 from ..split import TIED, stage_module
 
 
@@ -47,8 +48,10 @@ def train(ctx) -> None:
     spec, rank, stages = ctx.spec, ctx.rank, ctx.world_size
     microbatches = spec.strategy.microbatches
     part = stage_module(ctx.build_model(), rank, stages)
+    autocast_forward(part, ctx.precision, ctx.device)
     tied = _tied_parameters(ctx, part, stages)
     opt = ctx.build_optimizer(part.parameters())
+    stepper = _stage_stepper(ctx, opt, part, tied is not None and rank == stages - 1)
     state = ctx.load_checkpoint()
     if state:
         part.load_state_dict(state["model"])
@@ -56,7 +59,7 @@ def train(ctx) -> None:
     stage = PipelineStage(part, rank, stages, ctx.device, group=ctx.group)
     hooks = _StageTrace(ctx, stage, rank)
     schedule_cls = ScheduleGPipe if spec.strategy.schedule == "gpipe" else Schedule1F1B
-    schedule = schedule_cls(stage, microbatches, loss_fn=ctx.loss_fn)
+    schedule = schedule_cls(stage, microbatches, loss_fn=_stage_loss(ctx))
     # The schedule talks to its neighbours itself, so its traffic is counted here: per
     # step every microbatch's activation crosses each stage boundary once forward and
     # its gradient once back (sizes measured on the stage's own forward).
@@ -74,17 +77,46 @@ def train(ctx) -> None:
             schedule.step(target=y, losses=losses)
         else:
             schedule.step()
+        loss = None
+        if losses:  # the last stage: stop before the update if the loss is not finite
+            scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
+            loss = ctx.check_loss(torch.stack(losses).mean() / scale, step)
         if tied is not None:
             tied(step)
-        with ctx.tracer.span("optimizer", step=step):
-            opt.step()
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         moved = boundary.per_step(microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        loss = torch.stack(losses).mean().item() if losses else None
         ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": part.state_dict(), "opt": opt.state_dict()})
         ctx.tracer.maybe_flush()
     ctx.save_model(part.state_dict())
+
+
+def _stage_loss(ctx):
+    """The last stage's loss per microbatch: under autocast, scaled in fp16 (every stage's
+    gradients then carry the same scale, which each stage's Stepper removes)."""
+    def loss_fn(output, target):
+        with ctx.autocast():
+            loss = ctx.loss_fn(output, target)
+        return loss if ctx.scaler is None else ctx.scaler.scale_loss(loss)
+
+    return loss_fn
+
+
+def _stage_stepper(ctx, opt, part, tied_copy: bool):
+    """Each stage holds part of the model: the clip norm and fp16's skip decision use the
+    squared norm summed over all stages (an all-reduce, only when clipping or in fp16),
+    the tied weight counted once (by the first stage)."""
+    kind = ctx.spec.training.model.get("kind", "mlp")
+    skip = set(TIED.get(kind, ())) if tied_copy else set()
+    counted = [p for name, p in part.named_parameters() if name not in skip]
+
+    def reduce_sq(sq):
+        ctx.comm.all_reduce(sq, group=ctx.group)
+        return sq
+
+    return ctx.stepper(opt, part.parameters(), norm_params=counted, reduce_sq=reduce_sq)
 
 
 def _tied_parameters(ctx, part, stages: int):

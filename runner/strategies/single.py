@@ -13,12 +13,13 @@ def train(ctx) -> None:
     model = ctx.build_model()
     opt = ctx.build_optimizer(model.parameters())
     ctx.resume(model, opt)
+    stepper = ctx.stepper(opt, model.parameters())
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = time.perf_counter()
         loss, samples = ctx.forward_backward(model, step, 0, 1)
-        with ctx.tracer.span("optimizer", step=step):
-            opt.step()
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     ctx.save_model(model.state_dict())
