@@ -104,3 +104,30 @@ def test_gaps_inside_a_step_of_a_real_ring_are_drawn_as_wait():
             for start, end in covered:
                 assert start - reach <= visible_ms + 1e-9, (lane.id, step, reach, start)  # no blank gap
                 reach = max(reach, end)
+
+
+def test_idle_is_filled_inside_a_workers_step_but_not_between_an_async_servers_updates(tmp_path):
+    """An async server's spans carry the pushing workers' steps: two updates of one step
+    number from different workers have the server's reply work between them, not idle."""
+    import json
+
+    from opentikz_dt.measured.trace import load_trace
+    from opentikz_dt.spec import spec_from_data
+
+    def x(pid, ident, name, ts, dur, tid=0, **args):
+        return {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+                "args": {"step": 3, "id": ident, **args}}
+
+    events = [x(0, "w1", "forward", 0.0, 50.0), x(0, "w1", "backward", 80.0, 20.0), x(0, "w1", "push", 100.0, 300.0, 1),
+              x(1, "w2", "forward", 0.0, 200.0), x(1, "w2", "push", 200.0, 10.0, 1),
+              x(2, "ps", "update", 120.0, 30.0, worker="w1", received_us={"w1": 110.0}),
+              x(2, "ps", "update", 300.0, 30.0, worker="w2", received_us={"w2": 210.0})]
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    spec = spec_from_data({"strategy": {"kind": "parameter-server", "sync": "async"},
+                           "topology": {"workers": {"count": 2}}})
+    timeline = measured_timeline(spec, load_trace(tmp_path / "trace.json"), (3, 3)).timeline
+    lanes = {lane.id: lane for lane in timeline.panels[0].lanes}
+    idle = {lane: [(b.start_ms, b.end_ms) for b in lanes[lane].boxes if b.label == "idle"] for lane in lanes}
+    assert idle["w1"] == [(0.05, 0.08)] and idle["ps"] == []
+    assert [(b.kind, b.start_ms, b.end_ms) for b in lanes["w1"].boxes if b.start_ms >= 0.1] == [
+        ("push", 0.1, 0.11), ("wait", 0.11, 0.4)]  # received at 110 µs: the rest of the send call is a wait

@@ -255,7 +255,9 @@ def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -
         cells = _cells(lane, window.t0, window.t1, pipeline, asynchronous, len(lane) <= budget)
         if pipeline and not row.id.endswith("-comm") and not any(s.name == "wait" for s in lane):
             cells = sorted(cells + _bubbles(lane, window.t0, window.t1), key=lambda c: c.start)
-        elif whole and not pipeline:
+        elif whole and not pipeline and not (asynchronous and row.role == "server"):
+            # (an async server's spans carry the pushing workers' steps, not steps of its own:
+            # between two of them it replies, which is its work, not idle time)
             cells = sorted(cells + _bubbles(lane, window.t0, window.t1, "idle", visible_us), key=lambda c: c.start)
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
