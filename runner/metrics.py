@@ -28,6 +28,7 @@ class Metrics:
         self.loss: dict[int, float] = {}
         self.step_time: dict[int, float] = {}
         self.step_end: dict[int, float] = {}
+        self.global_step: dict[int, int] = {}  # async PS: this worker's update -> the global step it served
         self.samples = 0
         self.sent = 0
         self.recv = 0
@@ -39,7 +40,10 @@ class Metrics:
         self.on_step = None  # set by the worker: flush the tracer now and then
 
     # --- recording -------------------------------------------------------------------
-    def step_done(self, step: int, loss: float | None, samples: int, seconds: float) -> None:
+    def step_done(self, step: int, loss: float | None, samples: int, seconds: float,
+                  global_step: int | None = None) -> None:
+        """`step` counts this rank's own steps; an async PS worker also names the global
+        step its update belongs to (merge.py files its loss there)."""
         now = self.clock()
         if self.first_start is None:
             self.first_start = now - seconds
@@ -48,7 +52,9 @@ class Metrics:
         self.step_time[step] = float(seconds)
         self.step_end[step] = now
         self.samples += int(samples)
-        self.current_step = max(self.current_step, step)
+        if global_step is not None:
+            self.global_step[step] = int(global_step)
+        self.current_step = max(self.current_step, step if global_step is None else global_step)
         if time.monotonic() - self._last_progress >= PROGRESS_S:
             self.write_progress()
         if self.on_step is not None:
@@ -65,7 +71,8 @@ class Metrics:
     def snapshot(self) -> dict:
         return {"loss": dict(self.loss), "step_time": dict(self.step_time), "step_end": dict(self.step_end),
                 "samples": self.samples, "sent": self.sent, "recv": self.recv,
-                "staleness": list(self.staleness_values), "first_start": self.first_start}
+                "staleness": list(self.staleness_values), "first_start": self.first_start,
+                "global_step": dict(self.global_step)}
 
     def restore(self, snap: dict) -> None:
         self.loss = {int(k): v for k, v in snap["loss"].items()}
@@ -74,7 +81,8 @@ class Metrics:
         self.samples, self.sent, self.recv = snap["samples"], snap["sent"], snap["recv"]
         self.staleness_values = list(snap["staleness"])
         self.first_start = snap["first_start"]
-        self.current_step = max(self.step_end, default=-1)
+        self.global_step = {int(k): int(v) for k, v in snap.get("global_step", {}).items()}
+        self.current_step = max(self.global_step.values() or self.step_end, default=-1)
 
     def write_progress(self) -> None:
         self._last_progress = time.monotonic()

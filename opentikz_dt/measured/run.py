@@ -111,6 +111,8 @@ def check_metrics(data: dict, where: Path) -> dict:
         "staleness": _numbers(data.get("staleness", []), where, "staleness"),
         "per_worker_samples_per_s": _per_worker(data.get("per_worker_samples_per_s", {}), where,
                                                 "per_worker_samples_per_s"),
+        "steps_per_worker": {w: int(v) for w, v in _per_worker(data.get("steps_per_worker", {}), where,
+                                                               "steps_per_worker").items()},
     }
     for rank, value in _mapping(data.get("bytes", {}), where, "bytes").items():
         if str(rank).isdigit() and isinstance(value, dict):
