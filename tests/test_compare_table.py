@@ -84,3 +84,28 @@ def test_repeats_are_one_row_with_their_spread_and_error_bars(tmp_path):
     bars = (tmp_path / "out" / "compare-throughput.tex").read_text()
     assert "y explicit" in bars and "+= (0," in bars and "mean of 2 runs" in bars
     assert len([p for p in written if p.suffix == ".tex"]) >= 3
+
+
+@pytest.mark.dist
+def test_run_repeat_writes_r1_to_rn_and_compare_draws_them_with_error_bars(tmp_path):
+    """`dtgen run --repeat 2` -> OUT/r1, OUT/r2 and a spread line; `dtgen compare OUT` -> one row of 2 runs."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from opentikz_dt.runner.testing import small_spec_data
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(small_spec_data("single", training={"steps": 4})))
+    out = tmp_path / "rep"
+    done = subprocess.run([sys.executable, "-m", "opentikz_dt", "run", str(spec), "-o", str(out), "--repeat", "2"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["r1", "r2"]
+    assert "2 repeats: samples/s mean" in done.stderr and f"repeat folder: {out}" in done.stderr
+    compare_runs([out], tmp_path / "cmp", ("tex",))
+    table = (tmp_path / "cmp" / "compare-table.tex").read_text()
+    assert "t-single (2 runs)" in table and "Time to loss" not in table
+    assert "y explicit" in (tmp_path / "cmp" / "compare-throughput.tex").read_text()
