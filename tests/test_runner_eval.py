@@ -73,3 +73,24 @@ def test_the_summary_warns_when_an_async_loss_blows_up():
     assert line.startswith("dtgen: warning: the loss diverged: the final loss 28.36 is above 1.5 x")
     assert "staleness mean 1.50, max 3" in line and "--repeat" in line
     assert divergence_warning(spec, {"loss": [4.16, 1.0], "staleness": []}) == []
+
+
+@pytest.mark.dist
+def test_sync_ps_with_a_held_out_split_still_matches_single_and_its_eval(tmp_path):
+    """The split is the same on every strategy: sync PS on 2 workers and `single` on the
+    global batch train on the same samples (same parameters, atol 1e-5 / rtol 1e-4 as
+    test_runner_numerics) and report the same eval loss."""
+    import torch
+
+    from opentikz_dt.runner.testing import run_small, small_spec_data
+
+    held = {"eval": {"samples": 500}}
+    ps = run_small(small_spec_data("parameter-server", topology={"workers": {"count": 2}, "servers": {"count": 1}},
+                                   training=held), tmp_path / "ps", cache=False)
+    single = run_small(small_spec_data("single", training={**held, "batch_size": 64}), tmp_path / "single",
+                       cache=False)
+    got, want = torch.load(ps.run_dir / "model.pt"), torch.load(single.run_dir / "model.pt")
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-5, rtol=1e-4), name
+    assert ps.metrics["eval"]["loss"] == pytest.approx(single.metrics["eval"]["loss"], rel=1e-4)
+    assert ps.metrics["eval"]["samples"] == 500 and "perplexity" not in ps.metrics["eval"]
