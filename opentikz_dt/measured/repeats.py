@@ -72,6 +72,7 @@ def aggregate(runs: list) -> Run:
     metrics.update(loss=loss, wall_s=wall, samples_per_s=total[0],
                    per_worker_samples_per_s={w: v[0] for w, v in rates.items()},
                    staleness=[v for r in runs for v in r.metrics["staleness"]],
+                   steps_per_worker={},  # differs per async repeat: the table and each run's own figures say it
                    spread={"loss": loss_spread, "samples_per_s": total[1:],
                            "per_worker_samples_per_s": {w: v[1:] for w, v in rates.items()}})
     info = dict(first.info, status="failed" if any(r.failed for r in runs) else first.info.get("status", "ok"))
