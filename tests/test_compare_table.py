@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from opentikz_dt.errors import TraceError
 from opentikz_dt.lossfacts import divergence, final_loss
 from opentikz_dt.measured.compare import compare_runs, default_loss_target, render_summary_table, summarize
 from opentikz_dt.measured.run import load_run
@@ -84,6 +85,8 @@ def test_repeats_are_one_row_with_their_spread_and_error_bars(tmp_path):
     bars = (tmp_path / "out" / "compare-throughput.tex").read_text()
     assert "y explicit" in bars and "+= (0," in bars and "mean of 2 runs" in bars
     assert len([p for p in written if p.suffix == ".tex"]) >= 3
+    with pytest.raises(TraceError, match=r"a folder of repeats \(r1, r2, \.\.\.\), not one run"):
+        load_run(folder)  # `dtgen figure FOLDER` says what to do instead
 
 
 @pytest.mark.dist

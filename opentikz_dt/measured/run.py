@@ -56,6 +56,9 @@ def load_run(path: str | Path) -> Run:
     if not path.is_dir():
         raise TraceError(f"{path}: not a run directory")
     if not (path / "spec.yaml").is_file():
+        if is_run_dir(path / "r1"):  # `dtgen run --repeat N` wrote r1..rN here
+            raise TraceError(f"{path}: a folder of repeats (r1, r2, ...), not one run: draw one of them "
+                             f"({path / 'r1'}), or all with their spread (dtgen compare {path})")
         raise TraceError(f"{path}: not a run directory (no spec.yaml)")
     try:
         spec = load_spec(path / "spec.yaml")
