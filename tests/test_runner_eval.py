@@ -41,12 +41,19 @@ def test_without_eval_the_batches_are_unchanged():
     assert a.n == 2048 and len(a.held_out) == 0 and a.indices(5, 96).tolist() != b.indices(5, 96).tolist()
 
 
-def test_too_many_held_out_samples_is_refused():
+def test_too_many_held_out_samples_is_refused(tmp_path):
+    """validate refuses it for synthetic data (tests/cases/bad/eval-holds-out-too-much.yaml);
+    a file's length is known only to the runner, which refuses it before any rank starts."""
+    import numpy as np
+
     from opentikz_dt.errors import RunError
     from opentikz_dt.runner.data import Data
 
-    with pytest.raises(RunError, match=r"training\.eval\.samples: 2048 held-out samples leave none"):
-        Data(_spec(eval={"samples": 2048}), "cpu")
+    np.savez(tmp_path / "d.npz", x=np.zeros((100, 16), dtype=np.float32), y=np.zeros(100, dtype=np.int64))
+    spec = _spec(eval={"samples": 100}, dataset={"kind": "file", "path": str(tmp_path / "d.npz")})
+    with pytest.raises(RunError, match=r"training\.eval\.samples: 100 held-out samples leave none of the "
+                                       r"dataset's 100 to train on"):
+        Data(spec, "cpu")
 
 
 @pytest.mark.dist
