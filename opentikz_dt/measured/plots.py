@@ -82,6 +82,8 @@ class LossSeries:
     by_wall: Tex
     low: Tex = Tex("")  # repeats: the lowest and highest loss of each step (thin lines)
     high: Tex = Tex("")
+    low_wall: Tex = Tex("")  # the same against the repeats' mean wall time
+    high_wall: Tex = Tex("")
 
 
 def _nice_max(value: float) -> float:
@@ -103,15 +105,15 @@ def _nice_min(low: float, high: float) -> float:
     return math.floor((low - 0.05 * span) / power * 2) * power / 2
 
 
-def _notes(runs: list) -> list:
+def _notes(runs: list, spread: str = "error bars") -> list:
+    """Crashed runs; and, once, how repeats are drawn (the legend says "mean of N runs")."""
     notes = []
     for run in runs:
         if run.failed:
             steps = run.metrics["steps"]
             notes.append(Tex(escape_text(f"{run.name}: run ended early, after {steps} completed steps")))
-        if run.repeats > 1:
-            notes.append(Tex(escape_text(f"{run.name}: mean of {run.repeats} runs; thin lines and error bars: "
-                                         "the lowest and highest of them")))
+    if any(run.repeats > 1 for run in runs):
+        notes.append(Tex(escape_text(f"{spread}: min\u2013max over the repeats")))
     return notes
 
 
@@ -132,11 +134,13 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
         band = run.metrics.get("spread", {}).get("loss", [])
         low = thin([(float(step), lo) for step, (lo, _) in enumerate(band)])
         high = thin([(float(step), hi) for step, (_, hi) in enumerate(band)])
+        low_wall = thin([(w - wall[0], lo) for w, (lo, _) in zip(wall, band)]) if wall else []
+        high_wall = thin([(w - wall[0], hi) for w, (_, hi) in zip(wall, band)]) if wall else []
         ymax = max([ymax] + [y for _, y in high if math.isfinite(y)])
         ymin = min([ymin] + [y for _, y in low if math.isfinite(y)])
         series.append(LossSeries(run_label(run), COLORS[index % 5], DASHES[index % 5], MARKS[index % 5],
                                  len(by_step) <= 40, coordinates(by_step), coordinates(by_wall),
-                                 coordinates(low), coordinates(high)))
+                                 coordinates(low), coordinates(high), coordinates(low_wall), coordinates(high_wall)))
     context = base_context(runs[0].spec, "loss plot", body_only, [], source=_source(runs))
     target = _target_cm(runs)
     stacked = target is not None and target < 13.0  # two side-by-side axes would squeeze their text
@@ -145,7 +149,7 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
                    series=series, legend=len(runs) > 1, legend_columns=min(len(runs), 4),
                    ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
                    ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
-                   notes=_notes(runs))
+                   notes=_notes(runs, "thin lines"))
     return environment().get_template("plot-loss.tex.j2").render(context)
 
 
