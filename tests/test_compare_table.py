@@ -112,3 +112,17 @@ def test_run_repeat_writes_r1_to_rn_and_compare_draws_them_with_error_bars(tmp_p
     table = (tmp_path / "cmp" / "compare-table.tex").read_text()
     assert "t-single (2 runs)" in table and "Time to loss" not in table
     assert "y explicit" in (tmp_path / "cmp" / "compare-throughput.tex").read_text()
+
+
+@pytest.mark.latex
+def test_compare_with_repeats_and_a_diverged_run_compiles(tmp_path):
+    folder = tmp_path / "rep"
+    for index in (1, 2):
+        shutil.copytree(_synth(tmp_path, "ps-sync", f"s{index}"), folder / f"r{index}")
+    bad = _synth(tmp_path, "ps-async")
+    loss = json.loads((bad / "metrics.json").read_text())["loss"]
+    _edit_metrics(bad, loss=[loss[0]] + [float("inf")] * (len(loss) - 1))
+    written = compare_runs([folder, bad], tmp_path / "out", ("pdf",))
+    assert "non-finite$^{\\ddagger}$" in (tmp_path / "out" / "compare-table.tex").read_text()
+    assert sorted(p.name for p in written if p.suffix == ".pdf") == [
+        "compare-loss.pdf", "compare-staleness.pdf", "compare-table.pdf", "compare-throughput.pdf"]

@@ -147,7 +147,7 @@ def _time_cell(s: Summary) -> str:
 
 
 def _loss_cell(s: Summary) -> str:
-    cell = _cell(s.final_loss, ".4g")
+    cell = "non-finite" if s.final_loss is None and s.diverged else _cell(s.final_loss, ".4g")
     if s.diverged:
         cell += "$^{\\ddagger}$" + (f" ({s.diverged} of {s.repeats})" if s.repeats > 1 else "")
     return cell
