@@ -13,6 +13,8 @@ Must not import torch.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -322,6 +324,23 @@ def _skipped_steps(trace: Trace, window) -> list[int]:
                    if e["args"].get("skipped") and window.first <= e["args"]["step"] <= window.last})
 
 
+def async_updates_note(spec, trace: Trace) -> str:
+    """How many updates each async worker did over the whole run: they share one budget of
+    steps x workers, so a straggler does fewer (counted from the pushes; only when every
+    step was traced)."""
+    if int(spec.runtime.trace.get("sample_every", 1)) != 1 or trace.ended_early:
+        return ""
+    counts = Counter(e["args"]["id"] for e in trace.events if e["name"] == "push")
+    workers = [w for w in spec.topology.workers.ids if w in counts]
+    if not workers:
+        return ""
+    if len(workers) > 4:
+        return (f"{min(counts[w] for w in workers)}\u2013{max(counts[w] for w in workers)} updates per worker of "
+                f"{spec.training.steps * spec.topology.workers.count:,}")
+    total = spec.training.steps * spec.topology.workers.count
+    return "updates: " + ", ".join(f"W{w[1:]} {counts[w]}" for w in workers) + f" of {total:,}"
+
+
 def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
     """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
     asynchronous = spec.strategy.sync == "async" and spec.strategy.kind == "parameter-server"
@@ -339,6 +358,8 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
     bubble = _bubble(spec, trace, window)
     seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
     panel_note = bubble_title_note(spec, seen, bubble) if bubble is not None else ""
+    if asynchronous and not panel_note:
+        panel_note = async_updates_note(spec, trace)
     note = timeline_note(spec, seen, window, bubble, (count, budget) if aggregated else None,
                          (trace.note or "run ended early") if trace.ended_early else None,
                          _skipped_steps(trace, window))
