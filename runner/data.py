@@ -181,7 +181,7 @@ def held_out_split(spec, n: int, seed: int):
         return torch.empty(0, dtype=torch.int64), None
     where = spec_location(spec, ("training", "eval", "samples"))
     if held >= n:
-        raise RunError(f"{where}: {held} held-out samples leave none of the dataset's {n} to train on")
+        raise InputError(f"{where}: {held} held-out samples leave none of the dataset's {n} to train on")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + 999_983))
     return order[:held].sort().values, order[held:].sort().values
 

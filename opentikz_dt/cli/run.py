@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import ToolMissingError
+from ..errors import ToolMissingError, UsageError
 
 
 @click.command()
@@ -43,7 +43,7 @@ def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, 
                          "(for the CPU build: pip install torch==2.13.0 first)")
     if repeat > 1:
         if nnodes > 1:
-            raise DtgenError("--repeat runs on one node; repeat a multi-node run by launching it again")
+            raise UsageError("--repeat runs on one node; repeat a multi-node run by launching it again")
         from ..runner.repeat import launch_repeats
 
         launch_repeats(spec, repeat, out=out, steps=steps, force=force, echo=lambda line: click.echo(line, err=True))

@@ -82,8 +82,6 @@ def run_worker(ctx) -> None:
         loss, samples = ctx.forward_backward(model, step, k, n)
         loss_value = loss.item()
         ctx.unscale_for_push(model.parameters(), step)  # fp16: the optimizer is on the servers
-        if not sync and ctx.spec.training.grad_clip:  # async applies each push alone: clip it whole here
-            torch.nn.utils.clip_grad_norm_(list(model.parameters()), ctx.spec.training.grad_clip)
         grads = [flatten_grads(tensors) for tensors in owned]
         with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list]):
             sends = [ctx.comm.isend(g, dst=rank) for g, (rank, _, _) in zip(grads, shard_list)]
@@ -141,6 +139,9 @@ def run_async_worker(ctx) -> None:
         last_step = step
         loss, samples = ctx.forward_backward(model, step, ticket % n, n)
         loss_value = loss.item()
+        ctx.unscale_for_push(model.parameters(), step)  # fp16: the optimizer is on the servers
+        if ctx.spec.training.grad_clip:  # async applies each push alone: clip it whole here
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), ctx.spec.training.grad_clip)
         with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list], ticket=ticket):
             sends = [ctx.comm.isend(pack_grads(tensors, ticket), dst=rank)
                      for tensors, (rank, _, _) in zip(owned, shard_list)]
