@@ -160,6 +160,13 @@ def _synthetic_rule(spec, kind: str, d: dict):
     if d["samples"] < spec.training.batch_size * data_parallel:
         yield DATASET + ("samples",), (f"{d['samples']} samples are fewer than one global batch "
                                        f"({spec.training.batch_size} x {data_parallel})")
+    held = (spec.data.get("training", {}).get("eval") or {}).get("samples", 0)
+    if held and d["samples"] >= spec.training.batch_size * data_parallel:
+        left = d["samples"] - held
+        if left < spec.training.batch_size * data_parallel:
+            yield ("training", "eval", "samples"), (
+                f"holding out {held} of the {d['samples']} samples leaves {max(left, 0)}, fewer than one global "
+                f"batch ({spec.training.batch_size} x {data_parallel})")
 
 
 def block_count(spec) -> tuple[int, str] | None:

@@ -14,6 +14,9 @@ tensors x and y; .pt is read with weights_only=True, never unpickling objects), 
 UTF-8 file as byte tokens: sample i is bytes [i*T, i*T+T] shifted by one for targets)
 and python (a user function returning a map-style Dataset of (x, y) pairs, collated
 per batch).
+
+`training.eval: {samples: H}` holds H samples out (held_out_split): the batch order
+above then walks the other n - H, so no training step of any strategy sees them.
 """
 
 from __future__ import annotations
@@ -169,6 +172,20 @@ def load_arrays(spec, dataset_path: str | None = None, spec_dir=None):
     return x, y
 
 
+def held_out_split(spec, n: int, seed: int):
+    """(held-out indices, training indices or None) for `training.eval: {samples: H}`: H
+    samples chosen by a seeded permutation of the whole dataset (its own stream, so the
+    same H rows whatever the strategy or width), kept out of every training batch."""
+    held = int((spec.data.get("training", {}).get("eval") or {}).get("samples", 0))
+    if not held:
+        return torch.empty(0, dtype=torch.int64), None
+    where = spec_location(spec, ("training", "eval", "samples"))
+    if held >= n:
+        raise InputError(f"{where}: {held} held-out samples leave none of the dataset's {n} to train on")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + 999_983))
+    return order[:held].sort().values, order[held:].sort().values
+
+
 class Data:
     """The dataset plus the deterministic batch order; batches land on `device`.
 
@@ -192,12 +209,22 @@ class Data:
         self.batch_size = spec.training.batch_size
         self.seed = int(spec.training.dataset.get("seed", 0))
         self._perms: dict[int, torch.Tensor] = {}
+        self.held_out, self._pool = held_out_split(spec, self.n, self.seed)
+        if self._pool is not None:
+            self.n = len(self._pool)  # training batches are drawn from the rest only
+
+    def eval_batches(self, size: int = 256):
+        """The held-out samples (training.eval), in chunks of `size`."""
+        for start in range(0, len(self.held_out), size):
+            yield self.take(self.held_out[start:start + size])
 
     def _perm(self, epoch: int) -> torch.Tensor:
         perm = self._perms.get(epoch)
         if perm is None:
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch + 1)
             perm = torch.randperm(self.n, generator=gen)
+            if self._pool is not None:
+                perm = self._pool[perm]  # positions in the training part -> dataset indices
             self._perms = {epoch: perm}  # keep one epoch: steps walk forward
         return perm
 

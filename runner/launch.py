@@ -303,6 +303,11 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
                         (model_info or {}).get("aliases"))
         except ValueError as exc:
             failure = {"rank": None, "role": None, "id": None, "exit_code": None, "log": None, "message": str(exc)}
+    if failure is None and spec.data.get("training", {}).get("eval"):
+        from .evaluate import evaluate
+
+        metrics["eval"] = evaluate(run_dir, spec)
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
     ranks = []
     for rank, (role, ident) in enumerate(roles):
         info = {}

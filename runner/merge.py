@@ -64,10 +64,13 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
     losses: dict[int, list[float]] = {}
     ends: dict[int, float] = {}
     for m in per_rank.values():
+        # An async PS worker's own steps serve global steps (its tickets): file them there.
+        serves = {int(k): int(v) for k, v in m.get("global_step", {}).items()}
         for s, v in m["loss"].items():
-            losses.setdefault(int(s), []).append(v)
+            losses.setdefault(serves.get(int(s), int(s)), []).append(v)
         for s, t in m["step_end"].items():
-            ends[int(s)] = max(ends.get(int(s), t), t)
+            g = serves.get(int(s), int(s))
+            ends[g] = max(ends.get(g, t), t)
     last = max(list(losses) + list(ends), default=-1)
     loss = [round(mean(losses[s]), 7) if s in losses else None for s in range(last + 1)]
     wall = [round(ends[s], 6) if s in ends else None for s in range(last + 1)]
@@ -80,15 +83,16 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
     stages = [m for m in per_rank.values() if m["role"] == "stage"]
     workers = [m for m in per_rank.values() if m["role"] == "worker"]
     total = max((_steady_samples(m) for m in stages), default=0) if stages else sum(_steady_samples(m) for m in workers)
-    per_worker, step_time = {}, {}
+    per_worker, step_time, own_steps = {}, {}, {}
     for m in workers + stages:
         times = {int(k): v for k, v in m["step_time"].items()}
+        own_steps[m["id"]] = len(m["step_end"])
         if times:
             kept = [v for k, v in times.items() if k != min(times)] or list(times.values())
             step_time[m["id"]] = round(mean(kept), 6)
-            own_ends = sorted(m["step_end"].values())
-            own = own_ends[-1] - own_ends[0] if len(own_ends) > 1 else 0
-            per_worker[m["id"]] = round(_steady_samples(m) / own, 2) if own > 0 else 0.0
+            # Over the run's window, as samples_per_s: the workers' bars add up to it (a worker
+            # that stopped early counts as idle for the rest, not at the rate it had while busy).
+            per_worker[m["id"]] = round(_steady_samples(m) / span, 2) if span > 0 else 0.0
     starts = [m["first_start"] for m in per_rank.values() if m.get("first_start") is not None]
     warmup = (ends[first] - min(starts)) if ends and starts else 0.0
     metrics = {
@@ -101,6 +105,7 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
         "bytes": {str(r): {"sent": m["sent"], "recv": m["recv"]} for r, m in per_rank.items()},
         "staleness": [v for m in per_rank.values() for v in m["staleness"]],
         "per_worker_samples_per_s": per_worker,
+        "steps_per_worker": own_steps,
         "warmup_s": round(warmup, 6),
         # fp16: steps skipped because their gradients overflowed (every rank holding
         # a part of the model skips the same steps)

@@ -29,6 +29,7 @@ class Metrics:
         self.loss: dict[int, float] = {}
         self.step_time: dict[int, float] = {}
         self.step_end: dict[int, float] = {}
+        self.global_step: dict[int, int] = {}  # async PS: this worker's update -> the global step it served
         self.samples = 0
         self.sent = 0
         self.recv = 0
@@ -42,7 +43,10 @@ class Metrics:
         self.on_step = None  # set by the worker: flush the tracer now and then
 
     # --- recording -------------------------------------------------------------------
-    def step_done(self, step: int, loss: float | None, samples: int, seconds: float) -> None:
+    def step_done(self, step: int, loss: float | None, samples: int, seconds: float,
+                  global_step: int | None = None) -> None:
+        """`step` counts this rank's own steps; an async PS worker also names the global
+        step its update belongs to (merge.py files its loss there)."""
         now = self.clock()
         if self.first_start is None:
             self.first_start = now - seconds
@@ -52,7 +56,9 @@ class Metrics:
         self.step_time[step] = float(seconds)
         self.step_end[step] = now
         self.samples += int(samples)
-        self.current_step = max(self.current_step, step)
+        if global_step is not None:
+            self.global_step[step] = int(global_step)
+        self.current_step = max(self.current_step, step if global_step is None else global_step)
         if time.monotonic() - self._last_progress >= PROGRESS_S:
             self.write_progress()
         if self.on_step is not None:
@@ -73,7 +79,7 @@ class Metrics:
         return {"loss": dict(self.loss), "step_time": dict(self.step_time), "step_end": dict(self.step_end),
                 "samples": self.samples, "sent": self.sent, "recv": self.recv,
                 "staleness": list(self.staleness_values), "first_start": self.first_start,
-                "skipped": list(self.skipped)}
+                "skipped": list(self.skipped), "global_step": dict(self.global_step)}
 
     def restore(self, snap: dict) -> None:
         self.loss = {int(k): v for k, v in snap["loss"].items()}
@@ -83,7 +89,8 @@ class Metrics:
         self.staleness_values = list(snap["staleness"])
         self.skipped = list(snap.get("skipped", []))
         self.first_start = snap["first_start"]
-        self.current_step = max(self.step_end, default=-1)
+        self.global_step = {int(k): int(v) for k, v in snap.get("global_step", {}).items()}
+        self.current_step = max(self.global_step.values() or self.step_end, default=-1)
         self.first_samples = self.samples // max(1, len(self.step_end))  # steps are equal-sized
 
     def write_progress(self) -> None:

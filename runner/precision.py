@@ -23,7 +23,7 @@ import contextlib
 
 import torch
 
-from ..errors import RunError
+from ..errors import InputError, RunError
 from .entry import spec_location
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -39,7 +39,7 @@ def check_compile(spec, placement) -> None:
     import shutil
 
     if not any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c):
-        raise RunError(f"{spec_location(spec, ('training', 'compile'))}: torch.compile on the CPU needs a C++ "
+        raise InputError(f"{spec_location(spec, ('training', 'compile'))}: torch.compile on the CPU needs a C++ "
                        "compiler (g++, c++ or clang++ on PATH, or CXX) and none was found; install one or set "
                        "compile: false")
 
@@ -50,14 +50,14 @@ def check_precision(spec, placement) -> None:
     where = spec_location(spec, ("training", "precision"))
     if placement.device == "cpu":
         if precision == "fp16":
-            raise RunError(f"{where}: fp16 needs a GPU and this run is on the CPU ({placement.reason}); "
+            raise InputError(f"{where}: fp16 needs a GPU and this run is on the CPU ({placement.reason}); "
                            "use bf16, which the CPU runs under autocast")
         return
     if precision in ("bf16", "tf32"):  # GPU-only path
         name, capability = _gpu_capability()
         if capability < (8, 0):  # bf16 and TF32 units arrived with Ampere (compute capability 8.0)
             other = "fp16 or fp32" if precision == "bf16" else "fp32"
-            raise RunError(f"{where}: {precision} needs a GPU of compute capability 8.0 or later; {name} has "
+            raise InputError(f"{where}: {precision} needs a GPU of compute capability 8.0 or later; {name} has "
                            f"{capability[0]}.{capability[1]}: use {other}")
 
 

@@ -4,7 +4,9 @@
   order, then a float64 header (server version, server's run-clock time in µs when it
   sent). One message per fetch: the version and send time ride along for free, so a
   worker can split its blocked time into `wait` (server not done yet) and `fetch`.
-- Gradients travel as one flat float buffer per shard, no header.
+- Gradients travel as one flat float buffer per shard, no header (sync). An async push
+  carries a float64 ticket after them: the update it answers (its global step is
+  ticket // workers), or STOP from a worker leaving (see runner/ps_async.py).
 - `Inbox` returns whichever worker's push landed first *without* any-source receive
   (NCCL has none): one pending receive per worker. A gloo receive reports completion
   only from `wait()` (measured: `is_completed()` stays False), so on gloo a waiter thread
@@ -35,29 +37,54 @@ def flat_numel(tensors) -> int:
     return sum(t.numel() for t in tensors)
 
 
-def weights_buffer(tensors) -> torch.Tensor:
-    """An empty receive buffer for `pack_weights(tensors, ...)`."""
-    size = flat_numel(tensors) * tensors[0].element_size() + _HEADER_BYTES
+def weights_buffer(tensors, ticket: bool = False) -> torch.Tensor:
+    """An empty receive buffer for `pack_weights(tensors, ...)` (with a ticket: the async server's)."""
+    size = flat_numel(tensors) * tensors[0].element_size() + _HEADER_BYTES + 8 * ticket
     return torch.empty(size, dtype=torch.uint8, device=tensors[0].device)
 
 
-def pack_weights(tensors, version: int, now_us: float) -> torch.Tensor:
+def pack_weights(tensors, version: int, now_us: float, ticket: int | None = None) -> torch.Tensor:
+    """`ticket` (async only): the update the receiving worker computes next, STOP when the budget is spent."""
     flat = torch.cat([t.detach().reshape(-1) for t in tensors])
-    header = torch.tensor([float(version), float(now_us)], dtype=torch.float64, device=flat.device)
+    values = [float(version), float(now_us)] + ([] if ticket is None else [float(ticket)])
+    header = torch.tensor(values, dtype=torch.float64, device=flat.device)
     return torch.cat([flat.view(torch.uint8), header.view(torch.uint8)])
 
 
-def unpack_weights(buf: torch.Tensor, tensors) -> tuple[int, float]:
-    """Copy the weights into `tensors` in place; return (version, sender time in µs)."""
-    body = buf[:-_HEADER_BYTES].view(tensors[0].dtype)
+def unpack_weights(buf: torch.Tensor, tensors, ticket: bool = False) -> tuple:
+    """Copy the weights into `tensors` in place; return (version, sender time in µs[, ticket])."""
+    head = _HEADER_BYTES + 8 * ticket
+    body = buf[:-head].view(tensors[0].dtype)
     offset = 0
     with torch.no_grad():
         for t in tensors:
             t.copy_(body[offset:offset + t.numel()].view_as(t))
             offset += t.numel()
     # clone: the header's byte offset need not be 8-aligned for a float64 view
-    version, sent_us = buf[-_HEADER_BYTES:].clone().view(torch.float64).tolist()
-    return int(version), sent_us
+    values = buf[-head:].clone().view(torch.float64).tolist()
+    return (int(values[0]), values[1]) + ((int(values[2]),) if ticket else ())
+
+
+STOP = -1  # ticket: no update left in the budget (weights) / this worker is done (gradients)
+
+
+def grads_buffer(tensors) -> torch.Tensor:
+    """An empty receive buffer for `pack_grads(tensors, ...)`."""
+    return torch.empty(flat_numel(tensors) * tensors[0].element_size() + 8, dtype=torch.uint8,
+                       device=tensors[0].device)
+
+
+def pack_grads(tensors, ticket: int) -> torch.Tensor:
+    """An async push: the gradients (zeros for STOP) then the ticket they answer, as float64."""
+    flat = (torch.cat([t.grad.reshape(-1) for t in tensors]) if ticket != STOP
+            else torch.zeros(flat_numel(tensors), dtype=tensors[0].dtype, device=tensors[0].device))
+    header = torch.tensor([float(ticket)], dtype=torch.float64, device=flat.device)
+    return torch.cat([flat.view(torch.uint8), header.view(torch.uint8)])
+
+
+def unpack_grads(buf: torch.Tensor, dtype) -> tuple:
+    """(flat gradient view into `buf`, no copy; the ticket) of a `pack_grads` message."""
+    return buf[:-8].view(dtype), int(buf[-8:].clone().view(torch.float64).item())
 
 
 def flatten_grads(tensors) -> torch.Tensor:

@@ -25,6 +25,32 @@ def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
     if metrics["staleness"]:
         s = metrics["staleness"]
         tail.append(f"staleness mean {sum(s) / len(s):.2f} max {max(s):g}")
+    done = metrics.get("steps_per_worker", {})
+    if spec.strategy.kind == "parameter-server" and spec.strategy.sync == "async" and done:
+        tail.append("updates per worker " + ", ".join(f"{w} {c}" for w, c in done.items()))
+    evaluated = metrics.get("eval")
+    if evaluated:
+        tail.append(f"eval loss {evaluated['loss']:.4f}" + (f" (perplexity {evaluated['perplexity']:.2f})"
+                                                             if "perplexity" in evaluated else "")
+                    + f" on {evaluated['samples']} held-out samples" if "loss" in evaluated
+                    else f"eval failed: {evaluated.get('error')}")
     if run.get("attempts", 1) > 1:
         tail.append(f"{run['attempts']} attempts")
-    return "\n".join([head] + lines + ["; ".join(tail), f"run directory: {run_dir}"])
+    return "\n".join([head] + lines + ["; ".join(tail), f"run directory: {run_dir}"] + divergence_warning(spec, metrics))
+
+
+def divergence_warning(spec, metrics: dict) -> list:
+    """One warning line when the loss diverged (opentikz_dt.lossfacts), with the async cause."""
+    from ..lossfacts import divergence
+
+    why = divergence(metrics["loss"])
+    if why is None:
+        return []
+    line = f"dtgen: warning: the loss diverged: {why}"
+    if spec.strategy.kind == "parameter-server" and spec.strategy.sync == "async":
+        s = metrics["staleness"]
+        stale = f" (staleness mean {sum(s) / len(s):.2f}, max {max(s):g})" if s else ""
+        line += (f"; asynchronous updates on stale weights{stale} at lr {spec.training.lr:g}, momentum "
+                 f"{spec.training.momentum:g} can blow up in one run and not the next: lower "
+                 "training.optimizer.lr or momentum, and repeat the run (dtgen run --repeat N)")
+    return [line]

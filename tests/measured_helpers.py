@@ -43,11 +43,11 @@ def expected_lane_boxes(run_dir: Path, rank: int, t0_us: float, t1_us: float, pi
     received: dict = {}
     for _, _, name, _, _, args in spans:
         for worker, at in (args.get("received_us") or {}).items() if name == "update" else ():
-            key = (worker, args["step"])
+            key = (worker, args["step"], args.get("ticket"))
             received[key] = max(received.get(key, at), at)
     split = []
     for r, tid, name, start, end, args in spans:
-        at = received.get((args["id"], args["step"])) if name == "push" else None
+        at = received.get((args["id"], args["step"], args.get("ticket"))) if name == "push" else None
         if at is not None and end > at:
             split += [(r, tid, name, start, max(start, at), args), (r, tid, "wait", max(start, at), end, args)]
         else:

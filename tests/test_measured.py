@@ -340,7 +340,8 @@ def test_synthetic_run_follows_the_interface(tmp_path):
     assert sorted(e["id"] for e in flows if e["ph"] == "s") == sorted(e["id"] for e in flows if e["ph"] == "f")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics) == {"steps", "loss", "wall_s", "samples_per_s", "step_time_s", "bytes", "staleness",
-                            "per_worker_samples_per_s", "steps_done", "warmup_s", "skipped_steps"}
+                            "per_worker_samples_per_s", "steps_per_worker", "steps_done", "warmup_s",
+                            "skipped_steps"}
 
 
 def test_sampled_trace_default_window_falls_back_to_single_steps(tmp_path):

@@ -45,22 +45,36 @@ def _real_run(kind, **overrides):
     return load_run(run_small(small_spec_data(kind, **overrides)).run_dir)
 
 
+PS_RUNS = {"sync": {"topology": {"workers": {"count": 2}, "servers": {"count": 1}}},
+           # as test_measured_dist's: a 2x straggler, so the fast worker takes more of the budget
+           "async": {"topology": {"workers": {"count": 2, "slowdown": {"w2": 2.0}}, "servers": {"count": 1}},
+                     "strategy": {"sync": "async"}}}
+
+
 @pytest.mark.dist
-def test_no_push_of_a_real_sync_run_is_drawn_ending_after_its_steps_update_began():
-    run = _real_run("parameter-server", topology={"workers": {"count": 2}, "servers": {"count": 1}})
+@pytest.mark.parametrize("mode", sorted(PS_RUNS))
+def test_no_push_of_a_real_ps_run_is_drawn_ending_after_the_update_it_fed_began(mode):
+    run = _real_run("parameter-server", **PS_RUNS[mode])
     spans = run.trace.spans
     pushes = [s for s in spans if s.name == "push"]
-    received = {(w, s.step): at for s in spans if s.name == "update" for w, at in s.args["received_us"].items()}
-    assert set(received) == {(run.trace.ids[s.rank], s.step) for s in pushes}  # every push, on the server's clock
-    update = {s.step: s.start for s in spans if s.name == "update"}
+
+    def key(s, worker):  # an async push and its update share the ticket; a sync step has one of each
+        return worker, s.step, s.args.get("ticket")
+
+    received, update = {}, {}
+    for s in spans:
+        if s.name == "update":
+            for w, at in s.args["received_us"].items():
+                received[key(s, w)], update[key(s, w)] = at, s.start
+    assert set(received) == {key(s, s.id) for s in pushes}  # every push, on the server's clock
     m = measured_timeline(run.spec, run.trace, (0, run.trace.steps[-1]))
     drawn = [s for s in m.spans if s.name == "push"]
     assert len(drawn) == len(pushes)
     for s in drawn:
-        assert s.end <= received[(s.id, s.step)] <= update[s.step], s
+        assert s.end <= received[key(s, s.id)] <= update[key(s, s.id)], s
     for raw in pushes:  # whatever the sender spent in its call after that is drawn as a wait
-        if raw.end > received[(raw.id, raw.step)]:
-            cut = max(raw.start, received[(raw.id, raw.step)])
+        if raw.end > received[key(raw, raw.id)]:
+            cut = max(raw.start, received[key(raw, raw.id)])
             assert any(w.name == "wait" and w.rank == raw.rank and w.start == cut and w.end == raw.end for w in m.spans)
 
 

@@ -141,7 +141,8 @@ def test_async_parameter_server_records_staleness(tmp_path_factory):
         updates = sorted(_spans(events, "update"), key=lambda e: e["ts"])
         updates = [u for u in updates if u["pid"] == server]
         assert [u["args"]["version"] for u in updates] == list(range(1, 13))
-        assert Counter(u["args"]["worker"] for u in updates) == {"w1": 6, "w2": 6}
+        # a budget of 6 steps x 2 workers, shared by whoever is free; metrics say who did how many
+        assert Counter(u["args"]["worker"] for u in updates) == result.metrics["steps_per_worker"]
         # staleness = updates applied since that worker's last one (its weights were sent then)
         last = {}
         for u in updates:
@@ -151,6 +152,28 @@ def test_async_parameter_server_records_staleness(tmp_path_factory):
     assert sorted(staleness) == sorted(float(u["args"]["staleness"]) for u in _spans(events, "update"))
     _assert_flows_pair(events, pushes=2 * 2 * 6)
     _assert_lanes_nest(events)
+
+
+@pytest.mark.dist
+def test_async_workers_never_wait_for_a_straggler(tmp_path):
+    """The seeds' async PS: a budget of steps x workers updates goes to whichever worker is
+    free, so the fast worker does more of them and all end together (on main each did
+    exactly `steps` and the fast one idled at the end)."""
+    from opentikz_dt.runner.testing import run_small
+
+    data = _small("parameter-server", {**PS_ASYNC, "topology": {"workers": {"count": 2, "slowdown": {"w2": 30.0}},
+                                                                "servers": {"count": 1}}})
+    result = run_small(data, tmp_path, cache=False)
+    pushes = _spans(_trace(result), "push")
+    done = Counter(e["args"]["id"] for e in pushes)
+    assert sum(done.values()) == 2 * 6 and done["w1"] > done["w2"] >= 1
+    assert result.metrics["steps_per_worker"] == done
+    assert len(result.metrics["loss"]) == 6 and None not in result.metrics["loss"]
+    assert sorted(e["args"]["ticket"] for e in pushes) == list(range(12))  # each update of the budget once
+    for e in pushes:  # ticket t is slice t % 2 of global step t // 2, the samples sync would use
+        assert e["args"]["step"] == e["args"]["ticket"] // 2
+    rates = result.metrics["per_worker_samples_per_s"]
+    assert sum(rates.values()) == pytest.approx(result.metrics["samples_per_s"], rel=1e-3)
 
 
 @pytest.mark.dist

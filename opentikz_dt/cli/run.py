@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import ToolMissingError
+from ..errors import ToolMissingError, UsageError
 
 
 @click.command()
@@ -27,7 +27,10 @@ from ..errors import ToolMissingError
 @click.option("--emit", type=click.Choice(["slurm", "torchrun"]),
               help="Print a launch script for that engine (with these options) instead of running.")
 @click.option("--force", is_flag=True, help="Reuse a non-empty run directory (its previous run outputs are removed).")
-def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, force):
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run the spec N times, one after another, into OUT/r1..rN; `dtgen compare OUT` then shows their "
+                   "mean and min-max.")
+def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, force, repeat):
     """Run SPEC with one process per rank (gloo on CPU, NCCL on GPUs); write trace and metrics."""
     if emit:
         from ..runner.emit import emit_script
@@ -38,6 +41,13 @@ def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, 
     if importlib.util.find_spec("torch") is None:
         raise ToolMissingError("dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "
                          "(for the CPU build: pip install torch==2.13.0 first)")
+    if repeat > 1:
+        if nnodes > 1:
+            raise UsageError("--repeat runs on one node; repeat a multi-node run by launching it again")
+        from ..runner.repeat import launch_repeats
+
+        launch_repeats(spec, repeat, out=out, steps=steps, force=force, echo=lambda line: click.echo(line, err=True))
+        return
     from ..runner.launch import launch_run
 
     launch_run(spec, out=out, steps=steps, nnodes=nnodes, node_rank=node_rank,

@@ -1,9 +1,13 @@
 """`dtgen compare`: several runs in one set of plots and one booktabs table of summary metrics.
 
-Summary metrics per run: samples/s, mean step time, time to a loss (wall-clock seconds
-from the end of the first step until the mean loss first reaches the target; the
-default target is the lowest loss every run reached), bytes per step (sent by all
-ranks), and staleness (mean and max versions behind, async only). Must not import torch.
+Summary metrics per run: samples/s, mean step time, final loss (and whether the run
+diverged: opentikz_dt.lossfacts), the held-out eval loss (training.eval), time to a loss
+(wall-clock seconds from the end of the first step until the mean loss first reaches the
+target; the default target is the lowest loss every converged run reached, and none for
+runs of a single spec), bytes per step (sent by all ranks), and staleness (mean and max
+versions behind, async only). Runs of one spec (a `dtgen run --repeat` folder, or several
+run directories) make one row and one series: their mean, with min--max as the spread and
+as error bars. The table's note defines every column. Must not import torch.
 """
 
 from __future__ import annotations
@@ -20,20 +24,44 @@ from ..texsafe import escape_text
 from ..workload import human_bytes
 from .export import write_outputs
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
+from ..lossfacts import DIVERGED_DEFINITION, FINAL_DEFINITION, divergence, final_loss
+from .repeats import aggregate, expand, group
 from .run import Run, load_run
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A metric over one run (n = 1) or the repeats of one spec: mean and min--max."""
+    mean: float
+    lo: float
+    hi: float
+    n: int
+
+
+def stat(values) -> Stat | None:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return None
+    return Stat(statistics.fmean(values), min(values), max(values), len(values))
 
 
 @dataclass(frozen=True)
 class Summary:
     name: str
     strategy: str
-    samples_per_s: float
-    step_ms: float | None
-    time_to_loss_s: float | None
+    samples_per_s: Stat | None
+    step_ms: Stat | None
+    time_to_loss_s: Stat | None
     bytes_per_step: float
     staleness_mean: float | None
     staleness_max: float | None
     ended_early: bool
+    final_loss: Stat | None = None
+    eval_loss: Stat | None = None
+    perplexity: Stat | None = None
+    diverged: int = 0  # how many of the runs diverged (lossfacts.divergence)
+    repeats: int = 1
+    reached: int = 0  # how many of the runs reached the target loss
 
 
 def strategy_name(spec) -> str:
@@ -49,9 +77,13 @@ def strategy_name(spec) -> str:
 
 
 def default_loss_target(runs: list) -> float | None:
-    """The lowest loss every run reached (the largest of the runs' minima), to 3 significant digits, rounded up."""
+    """The lowest loss every converged run reached (the largest of their minima), to 3
+    significant digits, rounded up; None for runs of one spec only (one run's own loss
+    would only restate its length) and for diverged runs (they are not ranked)."""
+    if len(group(runs)) < 2:
+        return None
     minima = [min(v for v in run.metrics["loss"] if math.isfinite(v)) for run in runs
-              if any(math.isfinite(v) for v in run.metrics["loss"])]
+              if divergence(run.metrics["loss"]) is None and any(math.isfinite(v) for v in run.metrics["loss"])]
     if not minima:
         return None
     worst = max(minima)
@@ -74,41 +106,102 @@ def time_to_loss(metrics: dict, target: float | None) -> float | None:
 
 
 def summarize(run: Run, target: float | None) -> Summary:
+    return summarize_repeats([run], target)
+
+
+def summarize_repeats(runs: list, target: float | None) -> Summary:
+    """One row: a run, or the repeats of one spec (means, with min--max in the Stats)."""
+    run = runs[0]
     m = run.metrics
     steps = max(1, m["steps"])
     sent = sum(b["sent"] for b in m["bytes"].values())
-    stale = [v for v in m["staleness"] if math.isfinite(v)]
-    times = list(m["step_time_s"].values())
+    stale = [v for r in runs for v in r.metrics["staleness"] if math.isfinite(v)]
     name = f"{run.name} (predicted)" if run.info.get("predicted") is not None else run.name
-    return Summary(name, strategy_name(run.spec), m["samples_per_s"],
-                   statistics.fmean(times) * 1000 if times else None, time_to_loss(m, target), sent / steps,
-                   statistics.fmean(stale) if stale else None, max(stale) if stale else None, run.failed)
+    diverged = [divergence(r.metrics["loss"]) is not None for r in runs]
+    times = [time_to_loss(r.metrics, target) for r, bad in zip(runs, diverged) if not bad]
+    evals = [r.metrics.get("eval") or {} for r in runs]
+    return Summary(
+        name, strategy_name(run.spec), stat(r.metrics["samples_per_s"] for r in runs),
+        stat(statistics.fmean(r.metrics["step_time_s"].values()) * 1000 for r in runs if r.metrics["step_time_s"]),
+        stat(times), sent / steps, statistics.fmean(stale) if stale else None, max(stale) if stale else None,
+        any(r.failed for r in runs), stat(final_loss(r.metrics["loss"]) for r in runs),
+        stat(e.get("loss") for e in evals), stat(e.get("perplexity") for e in evals), sum(diverged), len(runs),
+        sum(t is not None for t in times))
 
 
-def _cell(value: float | None, fmt: str) -> str:
-    return "--" if value is None else format(value, fmt)
+def _cell(value: Stat | None, fmt: str) -> str:
+    """mean, and (min--max) when the row stands for repeats."""
+    if value is None:
+        return "--"
+    if value.n == 1:
+        return format(value.mean, fmt)
+    return f"{format(value.mean, fmt)} ({format(value.lo, fmt)}--{format(value.hi, fmt)})"
+
+
+def _time_cell(s: Summary) -> str:
+    if s.time_to_loss_s is not None and s.reached == s.repeats - s.diverged:
+        return _cell(s.time_to_loss_s, ".3f")
+    if s.time_to_loss_s is not None:
+        return f"{_cell(s.time_to_loss_s, '.3f')}, {s.reached} of {s.repeats}"
+    return "diverged" if s.diverged == s.repeats else "not reached"
+
+
+def _loss_cell(s: Summary) -> str:
+    cell = "non-finite" if s.final_loss is None and s.diverged else _cell(s.final_loss, ".4g")
+    if s.diverged:
+        cell += "$^{\\ddagger}$" + (f" ({s.diverged} of {s.repeats})" if s.repeats > 1 else "")
+    return cell
+
+
+def _eval_cell(s: Summary) -> str:
+    cell = _cell(s.eval_loss, ".4g")
+    return cell + (f" / {_cell(s.perplexity, '.3g')}" if s.perplexity is not None else "")
+
+
+def column_notes(summaries: list, target: float | None) -> list:
+    """What each column means (the table's note), in column order; only the columns shown."""
+    notes = ["Samples/s: all workers' samples after their first step, over the wall time from the end of "
+             "step 0 to the last step's end (the per-worker bars add up to it). Step: mean step time per worker.",
+             f"Final loss: {FINAL_DEFINITION}. $^{{\\ddagger}}$Diverged: {DIVERGED_DEFINITION}."]
+    if any(s.eval_loss is not None for s in summaries):
+        ppl = " / perplexity (transformer)" if any(s.perplexity is not None for s in summaries) else ""
+        notes.append(f"Eval loss{ppl}: the final model on the held-out samples of training.eval (no training "
+                     "batch saw them).")
+    if target is not None:
+        notes.append(f"Time to loss: wall seconds from the end of step 0 until the loss first reaches {target:g}, "
+                     "the lowest loss every converged run reached; diverged runs are not ranked.")
+    notes.append("Bytes/step: sent by all ranks. Staleness: versions behind, per async update.")
+    if any(s.repeats > 1 for s in summaries):
+        notes.append("n runs: the mean over repeats of one spec, (min--max) over them.")
+    if any(s.ended_early for s in summaries):
+        notes.append("$^{\\dagger}$run ended early (failed); metrics cover the steps it completed.")
+    return notes
 
 
 def render_summary_table(summaries: list, target: float | None, spec, body_only: bool = False,
                          source: str = "") -> str:
-    """A booktabs table: one row per run."""
-    target_tex = "--" if target is None else f"$\\leq$ {target:g}"
-    header = ["Run", "Strategy", "Samples/s", "Step (ms)", f"Time to loss {target_tex} (s)", "Bytes/step",
-              "Staleness mean (max)"]
+    """A booktabs table: one row per run (or per spec's repeats), each column defined in the note."""
+    evals = any(s.eval_loss is not None for s in summaries)
+    ppl = any(s.perplexity is not None for s in summaries)
+    header = ["Run", "Strategy", "Samples/s", "Step (ms)", "Final loss"]
+    header += ["Eval loss" + (" / ppl" if ppl else "")] if evals else []
+    header += [f"Time to loss $\\leq$ {target:g} (s)"] if target is not None else []
+    header += ["Bytes/step", "Staleness mean (max)"]
     rows = []
     for s in summaries:
-        name = escape_text(s.name) + ("$^{\\dagger}$" if s.ended_early else "")
+        name = escape_text(s.name) + (f" ({s.repeats} runs)" if s.repeats > 1 else "") + (
+            "$^{\\dagger}$" if s.ended_early else "")
         stale = "--" if s.staleness_mean is None else f"{s.staleness_mean:.2f} ({s.staleness_max:g})"
-        cells = [name, escape_text(s.strategy), f"{s.samples_per_s:,.0f}", _cell(s.step_ms, ".1f"),
-                 _cell(s.time_to_loss_s, ".3f") if s.time_to_loss_s is not None else "not reached",
-                 escape_text(human_bytes(s.bytes_per_step)), stale]
+        cells = [name, escape_text(s.strategy), _cell(s.samples_per_s, ",.0f"),
+                 _cell(s.step_ms, ".1f"), _loss_cell(s)]
+        cells += [_eval_cell(s)] if evals else []
+        cells += [_time_cell(s)] if target is not None else []
+        cells += [escape_text(human_bytes(s.bytes_per_step)), stale]
         rows.append(Tex(" & ".join(cells)))
-    footnote = ""
-    if any(s.ended_early for s in summaries):
-        footnote = Tex("$^{\\dagger}$run ended early (failed); metrics cover the steps it completed")
+    notes = [Tex(note) for note in column_notes(summaries, target)]
     context = base_context(spec, "summary table", body_only, [], source=source or "runs")
-    context.update(colspec=Tex("llrrrrr"), header=Tex(" & ".join(header)), rows=rows, footnote=footnote,
-                   ncols=len(header))
+    context.update(colspec=Tex("ll" + "r" * (len(header) - 2)), header=Tex(" & ".join(header)), rows=rows,
+                   footnote=notes, ncols=len(header))
     return environment().get_template("table-summary.tex.j2").render(context)
 
 
@@ -118,10 +211,12 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
     A run and a prediction of it also get compare-phases (per phase, with the error), echoed as text."""
     if not run_dirs:
         raise DtgenError("dtgen compare needs at least one run directory")
-    runs = [load_run(path) for path in run_dirs]
-    target = loss if loss is not None else default_loss_target(runs)
-    summaries = [summarize(run, target) for run in runs]
-    source = ", ".join(str(r.path) for r in runs)[:300]
+    everything = [load_run(path) for path in expand(run_dirs)]
+    target = loss if loss is not None else default_loss_target(everything)
+    groups = group(everything)
+    summaries = [summarize_repeats(members, target) for members in groups]
+    runs = [aggregate(members) for members in groups]  # one series per spec, error bars over its repeats
+    source = ", ".join(str(r.path) for r in everything)[:300]
     out_dir = Path(out_dir)
     makers = {"compare-loss": lambda bare: render_loss_plot(runs, bare),
               "compare-throughput": lambda bare: render_throughput_plot(runs, bare)}

@@ -50,7 +50,26 @@ def coordinates(points: list) -> Tex:
 
 def run_label(run: Run) -> Tex:
     predicted = run.info.get("predicted") is not None
-    return Tex(escape_text(f"{run.name} (predicted)" if predicted else run.name))
+    name = f"{run.name} (predicted)" if predicted else run.name
+    return Tex(escape_text(name + (f" (mean of {run.repeats} runs)" if run.repeats > 1 else "")))
+
+
+def bar_coordinates(run: Run, points: list) -> Tex:
+    """(x, worker) pairs as bar coordinates; for repeats with min--max error bars
+    (`+= (0,up) -= (0,down)`, pgfplots' explicit asymmetric errors)."""
+    rates = run.metrics["per_worker_samples_per_s"]
+    spread = run.metrics.get("spread", {}).get("per_worker_samples_per_s", {})
+    out = []
+    for x, w in points:
+        y = rates[w]
+        if not math.isfinite(y):
+            continue
+        text = f"({num(x)},{num(y)})"
+        if w in spread and all(math.isfinite(v) for v in spread[w]):
+            lo, hi = spread[w]
+            text += f" += (0,{num(hi - y)}) -= (0,{num(y - lo)})"
+        out.append(text)
+    return Tex(" ".join(out))
 
 
 @dataclass(frozen=True)
@@ -62,6 +81,10 @@ class LossSeries:
     marks: bool
     by_step: Tex
     by_wall: Tex
+    low: Tex = Tex("")  # repeats: the lowest and highest loss of each step (thin lines)
+    high: Tex = Tex("")
+    low_wall: Tex = Tex("")  # the same against the repeats' mean wall time
+    high_wall: Tex = Tex("")
 
 
 def _nice_max(value: float) -> float:
@@ -83,12 +106,15 @@ def _nice_min(low: float, high: float) -> float:
     return math.floor((low - 0.05 * span) / power * 2) * power / 2
 
 
-def _notes(runs: list) -> list:
+def _notes(runs: list, spread: str = "error bars") -> list:
+    """Crashed runs; and, once, how repeats are drawn (the legend says "mean of N runs")."""
     notes = []
     for run in runs:
         if run.failed:
             steps = run.metrics["steps"]
             notes.append(Tex(escape_text(f"{run.name}: run ended early, after {steps} completed steps")))
+    if any(run.repeats > 1 for run in runs):
+        notes.append(Tex(escape_text(f"{spread}: min\u2013max over the repeats")))
     return notes
 
 
@@ -113,8 +139,16 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
         ymin = min([ymin] + values)
         wall_max = max([wall_max] + [w - wall[0] for w in wall if math.isfinite(w)])
         step_max = max(step_max, len(loss) - 1)
+        band = run.metrics.get("spread", {}).get("loss", [])
+        low = thin([(float(step), lo) for step, (lo, _) in enumerate(band)])
+        high = thin([(float(step), hi) for step, (_, hi) in enumerate(band)])
+        low_wall = thin([(w - wall[0], lo) for w, (lo, _) in zip(wall, band)]) if wall else []
+        high_wall = thin([(w - wall[0], hi) for w, (_, hi) in zip(wall, band)]) if wall else []
+        ymax = max([ymax] + [y for _, y in high if math.isfinite(y)])
+        ymin = min([ymin] + [y for _, y in low if math.isfinite(y)])
         series.append(LossSeries(run_label(run), COLORS[index % 5], DASHES[index % 5], MARKS[index % 5],
-                                 len(by_step) <= 40, coordinates(by_step), coordinates(by_wall)))
+                                 len(by_step) <= 40, coordinates(by_step), coordinates(by_wall),
+                                 coordinates(low), coordinates(high), coordinates(low_wall), coordinates(high_wall)))
     context = base_context(runs[0].spec, "loss plot", body_only, [], source=_source(runs))
     target = _target_cm(runs)
     stacked = target is not None and target < 13.0  # two side-by-side axes would squeeze their text
@@ -123,7 +157,7 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
                    series=series, legend=len(runs) > 1, legend_columns=min(len(runs), 4),
                    ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
                    ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
-                   notes=_notes(runs), source_line=_source_line(runs))
+                   notes=_notes(runs, "thin lines"), source_line=_source_line(runs))
     return environment().get_template("plot-loss.tex.j2").render(context)
 
 
@@ -134,6 +168,7 @@ class BarSeries:
     points: Tex
     shift: float | None
     legend: bool
+    errors: bool = False  # points carry explicit min--max error bars (repeats)
 
 
 def stragglers(step_time: dict) -> list:
@@ -158,13 +193,14 @@ def render_throughput_plot(runs: list, body_only: bool = False) -> str:
         run = runs[0]
         rates = run.metrics["per_worker_samples_per_s"]
         slow = set(stragglers(run.metrics["step_time_s"]))
-        normal = [(xs[w], rates[w]) for w in drawn if w in rates and w not in slow]
-        flagged = [(xs[w], rates[w]) for w in drawn if w in rates and w in slow]
-        series.append(BarSeries(Tex("worker"), "otblue", coordinates(normal), 0.0, False))
+        errors = run.repeats > 1
+        normal = bar_coordinates(run, [(xs[w], w) for w in drawn if w in rates and w not in slow])
+        flagged = [(xs[w], w) for w in drawn if w in rates and w in slow]
+        series.append(BarSeries(Tex("worker"), "otblue", normal, 0.0, False, errors))
         if flagged:
-            series.append(BarSeries(Tex("straggler"), "otorange", coordinates(flagged), 0.0, True))
-            series[0] = BarSeries(Tex("worker"), "otblue", series[0].points, 0.0, True)
-        top = max(rates.values(), default=1.0)
+            series.append(BarSeries(Tex("straggler"), "otorange", bar_coordinates(run, flagged), 0.0, True, errors))
+            series[0] = BarSeries(Tex("worker"), "otblue", series[0].points, 0.0, True, errors)
+        top = max(_tops(run), default=1.0)
         if rates:
             mean = statistics.fmean(rates.values())
     else:
@@ -172,10 +208,10 @@ def render_throughput_plot(runs: list, body_only: bool = False) -> str:
         bar = 10 if count <= 3 else 6
         for index, run in enumerate(runs):
             rates = run.metrics["per_worker_samples_per_s"]
-            points = [(xs[w], rates[w]) for w in drawn if w in rates]
+            points = bar_coordinates(run, [(xs[w], w) for w in drawn if w in rates])
             shift = (index - (count - 1) / 2) * (bar + 1)
-            series.append(BarSeries(run_label(run), COLORS[index % 5], coordinates(points), shift, True))
-            top = max([top] + list(rates.values()))
+            series.append(BarSeries(run_label(run), COLORS[index % 5], points, shift, True, run.repeats > 1))
+            top = max([top] + _tops(run))
     width = _bar_width_cm(runs, len(drawn))
     names, rotate = _tick_names(runs[0], drawn, width)
     labels = ",".join("{%s}" % name for name in names)
@@ -183,8 +219,21 @@ def render_throughput_plot(runs: list, body_only: bool = False) -> str:
     context.update(width=width, rotate=rotate)
     # The mean goes in the axis title, not beside the axis: no text sticks out of a narrow figure.
     xlabel = "worker" if mean is None else f"worker (dashed: mean {mean:,.0f})"
+    done = runs[0].metrics.get("steps_per_worker", {}) if len(runs) == 1 else {}
+    if done and runs[0].spec.strategy.sync == "async" and runs[0].spec.strategy.kind == "parameter-server":
+        # async workers share one budget of updates: say who did how many
+        counts = [done[w] for w in drawn if w in done]
+        xlabel += ("; updates " + ", ".join(f"W{w[1:]} {done[w]}" for w in drawn if w in done) if len(counts) <= 4
+                   else f"; {min(counts)}\u2013{max(counts)} updates per worker")
     context.update(xlabel=Tex(escape_text(xlabel)), ylabel=Tex("samples/s"), mean=mean, mean_label=Tex(""))
     return environment().get_template("plot-bars.tex.j2").render(context)
+
+
+def _tops(run: Run) -> list:
+    """Bar heights, or the tops of their error bars."""
+    spread = run.metrics.get("spread", {}).get("per_worker_samples_per_s", {})
+    return [max(v, spread.get(w, (v, v))[1]) for w, v in run.metrics["per_worker_samples_per_s"].items()
+            if math.isfinite(v)]
 
 
 TICK_CHAR_CM = 0.13  # a \scriptsize sans character, about

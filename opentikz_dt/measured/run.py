@@ -27,6 +27,7 @@ class Run:
     info: dict  # run.json ({} when missing)
     metrics: dict  # metrics.json, checked and with missing keys defaulted
     _trace: Trace | None = field(default=None, repr=False)
+    repeats: int = 1  # >1: the mean of that many runs of one spec (measured.repeats), with metrics["spread"]
 
     @property
     def name(self) -> str:
@@ -55,6 +56,9 @@ def load_run(path: str | Path) -> Run:
     if not path.is_dir():
         raise TraceError(f"{path}: not a run directory")
     if not (path / "spec.yaml").is_file():
+        if is_run_dir(path / "r1"):  # `dtgen run --repeat N` wrote r1..rN here
+            raise TraceError(f"{path}: a folder of repeats (r1, r2, ...), not one run: draw one of them "
+                             f"({path / 'r1'}), or all with their spread (dtgen compare {path})")
         raise TraceError(f"{path}: not a run directory (no spec.yaml)")
     try:
         # without its data: a run's figures never read it, and the run may have moved
@@ -112,6 +116,9 @@ def check_metrics(data: dict, where: Path) -> dict:
         "staleness": _numbers(data.get("staleness", []), where, "staleness"),
         "per_worker_samples_per_s": _per_worker(data.get("per_worker_samples_per_s", {}), where,
                                                 "per_worker_samples_per_s"),
+        "steps_per_worker": {w: int(v) for w, v in _per_worker(data.get("steps_per_worker", {}), where,
+                                                               "steps_per_worker").items()},
+        "eval": _eval(data.get("eval")),
     }
     for rank, value in _mapping(data.get("bytes", {}), where, "bytes").items():
         if str(rank).isdigit() and isinstance(value, dict):
@@ -121,6 +128,14 @@ def check_metrics(data: dict, where: Path) -> dict:
     samples = data.get("samples_per_s", 0.0)
     out["samples_per_s"] = float(samples) if isinstance(samples, (int, float)) and math.isfinite(samples) else 0.0
     return out
+
+
+def _eval(value) -> dict | None:
+    """metrics.json's held-out evaluation (training.eval): its finite numbers, or None."""
+    if not isinstance(value, dict):
+        return None
+    return {k: float(v) for k, v in value.items() if k in ("loss", "perplexity", "samples")
+            and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)} or None
 
 
 def _per_worker(values, where: Path, key: str) -> dict:

@@ -15,6 +15,8 @@ Must not import torch.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -94,27 +96,34 @@ def _overlaps(a: list, b: list) -> bool:
     return False
 
 
-def received_pushes(spans: list, ids: dict) -> list:
+def received_pushes(spans: list, ids: dict, events: list | None = None) -> list:
     """Each push drawn as what the server received when: the worker's `push` span ends when
     its send call returned, which can come after the update that needed it began (the
     sender was not scheduled yet). Where the servers' `update` spans say when they had
     each push (arg `received_us`: {worker id: µs}, on the server's clock; the latest
-    shard's counts), the push ends there and the sender's time after it is drawn as what
-    it is, a wait. The two ends are on different ranks' clocks, aligned to within each
-    rank's bound (trace metadata `clock`; 0 for ranks of one machine)."""
-    received: dict = {}  # (worker id, step) -> the last server's receive time
-    for s in spans:
-        times = s.args.get("received_us") if s.name == "update" else None
+    shard's counts; an async push is matched by its `ticket` too), the push ends there
+    and the sender's time after it is drawn as what it is, a wait. The updates are looked
+    up in `events` (the whole trace's raw events: an update may start after the window
+    that shows its push), else among `spans`. The two ends are on different ranks'
+    clocks, aligned to within each rank's bound (trace metadata `clock`; 0 for ranks of
+    one machine)."""
+    wanted = {(ids.get(s.rank), s.step, s.args.get("ticket")) for s in spans if s.name == "push"}
+    if not wanted:  # no push drawn: nothing to look up in a possibly long trace
+        return spans
+    received: dict = {}  # (worker id, step, async ticket) -> the last server's receive time
+    for name, args in ((e["name"], e["args"]) for e in events) if events is not None else \
+            ((s.name, s.args) for s in spans):
+        times = args.get("received_us") if name == "update" else None
         if isinstance(times, dict):
             for worker, at in times.items():
-                if isinstance(at, (int, float)):
-                    key = (worker, s.step)
+                key = (worker, args["step"], args.get("ticket"))
+                if key in wanted and isinstance(at, (int, float)):
                     received[key] = max(received.get(key, at), at)
     if not received:
         return spans
     out = []
     for s in spans:
-        at = received.get((ids.get(s.rank), s.step)) if s.name == "push" else None
+        at = received.get((ids.get(s.rank), s.step, s.args.get("ticket"))) if s.name == "push" else None
         if at is None or s.end <= at:
             out.append(s)
             continue
@@ -232,7 +241,7 @@ def _gap_lane(row: _Row) -> Lane:
 def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -> tuple:
     """Lanes from typed spans: every span a box while the lane is under its budget."""
     by_rank: dict = {}
-    for span in received_pushes(trace.spans_between(window.t0, window.t1), trace.ids):
+    for span in received_pushes(trace.spans_between(window.t0, window.t1), trace.ids, trace.events):
         by_rank.setdefault(span.rank, []).append(span)
     lanes_spans = []  # (row, its spans; None for the gap, whether they are all its rank's)
     for row in rows:
@@ -364,6 +373,23 @@ def _skipped_steps(trace: Trace, window) -> list[int]:
                    if e["args"].get("skipped") and window.first <= e["args"]["step"] <= window.last})
 
 
+def async_updates_note(spec, trace: Trace) -> str:
+    """How many updates each async worker did over the whole run: they share one budget of
+    steps x workers, so a straggler does fewer (counted from the pushes; only when every
+    step was traced)."""
+    if int(spec.runtime.trace.get("sample_every", 1)) != 1 or trace.ended_early:
+        return ""
+    counts = Counter(e["args"]["id"] for e in trace.events if e["name"] == "push")
+    workers = [w for w in spec.topology.workers.ids if w in counts]
+    if not workers:
+        return ""
+    if len(workers) > 4:
+        return (f"{min(counts[w] for w in workers)}\u2013{max(counts[w] for w in workers)} updates per worker of "
+                f"{spec.training.steps * spec.topology.workers.count:,}")
+    total = spec.training.steps * spec.topology.workers.count
+    return "updates: " + ", ".join(f"W{w[1:]} {counts[w]}" for w in workers) + f" of {total:,}"
+
+
 def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
     """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
     asynchronous = spec.strategy.sync == "async" and spec.strategy.kind == "parameter-server"
@@ -381,6 +407,8 @@ def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes:
     bubble = _bubble(spec, trace, window)
     seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
     panel_note = bubble_title_note(spec, seen, bubble) if bubble is not None else ""
+    if asynchronous and not panel_note:
+        panel_note = async_updates_note(spec, trace)
     note = timeline_note(spec, seen, window, bubble, (count, budget) if aggregated else None,
                          (trace.note or "run ended early") if trace.ended_early else None,
                          _skipped_steps(trace, window))

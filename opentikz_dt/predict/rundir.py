@@ -45,19 +45,20 @@ def metrics_of(result: Result, spec, steps: int, loss: list | None = None) -> di
     batch = spec.training.batch_size
     done = len(ends)
     total = batch * dp * (done - 1) if done > 1 else 0
-    step_time, per_worker = {}, {}
+    step_time, per_worker, own_steps = {}, {}, {}
     for w, times in result.step_time.items():
         kept = times[1:steps] or times[:1]
         step_time[w] = round(statistics.fmean(kept) / 1e6, 6) if kept else 0.0
-        own = result.step_done[w][:steps]
-        width = (own[-1] - own[0]) / 1e6 if len(own) > 1 else 0.0
-        per_worker[w] = round(batch * (len(own) - 1) / width, 2) if width > 0 else 0.0
+        # as merge.py: a worker's steady samples over the run's window, so the bars add up to samples_per_s
+        own = [t for t in result.step_done[w] if t / 1e6 <= max(steady, default=0.0)] or result.step_done[w][:1]
+        own_steps[w] = len(own)
+        per_worker[w] = round(batch * (len(own) - 1) / span, 2) if span > 0 else 0.0
     return {"steps": steps, "steps_done": done, "loss": list(loss or []),
             "wall_s": [round(ends[s], 6) for s in sorted(ends)],
             "samples_per_s": round(total / span, 2) if span > 0 else 0.0, "step_time_s": step_time,
             "bytes": {str(r): {"sent": b[0], "recv": b[1]} for r, b in result.bytes.items()},
             "staleness": list(result.staleness), "per_worker_samples_per_s": per_worker,
-            "warmup_s": round(ends.get(first, 0.0), 6), "skipped_steps": []}
+            "steps_per_worker": own_steps, "warmup_s": round(ends.get(first, 0.0), 6), "skipped_steps": []}
 
 
 def _trace_events(result: Result, roles) -> list:

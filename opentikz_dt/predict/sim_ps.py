@@ -4,7 +4,8 @@ Worker step (runner/strategies/parameter_server.py): finish the fetch posted dur
 last push (`wait` until the shard sent, then `fetch`), forward, backward, straggler
 sleep, `push` to every shard. A shard sends its weights to N workers and receives N
 gradients over its one link, so transfers queue there. Sync shards update once all N
-pushes landed; async shards apply each push alone in arrival order.
+pushes landed; async shards apply each push alone in arrival order, and the first
+hands the pushing worker the next update of the budget (steps x N updates in all).
 Must not import torch.
 """
 
@@ -91,32 +92,39 @@ def ps_sync(sim, steps: int) -> None:
 
 
 def ps_async(sim, steps: int) -> None:
+    """As the runner: a budget of steps x N updates; the first shard hands the next one
+    (ticket t: slice t % N of global step t // N) to whichever worker pushed, so nobody
+    waits for a straggler. Spans carry the global step, flows the ticket."""
     spec, c, rec = sim.spec, sim.costs, sim.rec
     n = spec.topology.workers.count
     shards = _shards(spec, sim.blocks)
     batch = spec.training.batch_size
+    budget, handed = steps * n, 0
     version = [0] * len(shards)
     sent_version = [[0] * n for _ in shards]
     server_free = [0.0] * len(shards)
     heap = []
 
-    def start_step(k: int, step: int, push_end: float, sent: list) -> None:
+    def start_update(k: int, ticket: int, push_end: float, sent: list, first: bool) -> None:
+        step = ticket // n
         t0 = push_end
         arrive = t0
         for j, (sid, params, tensors, nbytes) in enumerate(shards):
-            arrive = max(arrive, sent[j] + c.noisy(c.p2p(nbytes) + (k * c.p2p_bytes(nbytes) if step == 0 else 0),
+            arrive = max(arrive, sent[j] + c.noisy(c.p2p(nbytes) + (k * c.p2p_bytes(nbytes) if first else 0),
                                                    step))
         s = max(min(max(sent), arrive), push_end)
         if s > push_end:
             rec.span(k, "wait", 1, push_end, s, step)
         rec.span(k, "fetch", 1, s, arrive, step, version=min(sent_version[j][k] for j in range(len(shards))))
         t1 = _compute(sim, k, step, arrive + c.overhead(step), batch, n)
-        heapq.heappush(heap, (t1, k, step, t0))
+        heapq.heappush(heap, (t1, k, ticket, t0))
 
-    for k in range(n):
-        start_step(k, 0, 0.0, [0.0] * len(shards))
+    for k in range(min(n, budget)):
+        start_update(k, k, 0.0, [0.0] * len(shards), True)
+    handed = min(n, budget)
     while heap:
-        t1, k, step, t0 = heapq.heappop(heap)
+        t1, k, ticket, t0 = heapq.heappop(heap)
+        step = ticket // n
         end, sent = t1, []
         for j, (sid, params, tensors, nbytes) in enumerate(shards):
             ps = n + j
@@ -128,7 +136,7 @@ def ps_async(sim, steps: int) -> None:
             u = c.noisy(c.update(params, tensors, 1), step)
             rec.span(ps, "update", 0, begin, begin + u, step, worker=sim.ids[k], version=version[j], staleness=stale)
             if rec.record:
-                rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, begin + 1)
+                rec.flow(ps, "f", rec.flow_id(k, ticket, ps), 0, begin + 1)
             rec.result.staleness.append(stale)
             # an async server packs and sends this worker's reply before it takes the next push
             server_free[j] = begin + u + c.noisy(c.server_us, step)
@@ -137,13 +145,14 @@ def ps_async(sim, steps: int) -> None:
             end = max(end, landed)
             rec.send(k, ps, nbytes)
             rec.send(ps, k, nbytes)
-        rec.span(k, "push", 1, t1, end, step, shards=[s[0] for s in shards])
+        rec.span(k, "push", 1, t1, end, step, shards=[s[0] for s in shards], ticket=ticket)
         for j in range(len(shards)):
             if rec.record:
-                rec.flow(k, "s", rec.flow_id(k, step, n + j), 1, max(t1, end - 1))
+                rec.flow(k, "s", rec.flow_id(k, ticket, n + j), 1, max(t1, end - 1))
         rec.step(sim.ids[k], step, t0, end)
-        if step + 1 < steps:
-            start_step(k, step + 1, end, sent)
+        if handed < budget:
+            start_update(k, handed, end, sent, False)
+            handed += 1
 
 
 def central_storage(sim, steps: int) -> None:

@@ -16,14 +16,17 @@ same math as `single` on the global batch), send every worker the new weights. W
 unscale fp16 gradients before pushing; an async worker clips its own push whole.
 Server shard, async: whichever push lands first (`Inbox`) is applied alone at once and
 only that worker gets fresh weights; staleness = versions applied since that worker's
-weights were sent (recorded per update in metrics and in the `update` span).
+weights were sent (recorded per update in metrics and in the `update` span). Workers
+never wait for each other: the run is a budget of `training.steps` x N updates (the
+samples of the same number of sync steps), handed out by the first shard as tickets to
+whichever worker pushed, until it answers STOP; a fast worker does more of them.
 Only the servers hold authoritative weights; each saves its shard at the end.
 
 Checkpoints (both modes) are step-labelled like every strategy's: a worker's holds only
-its metrics, a shard's its tensors, optimizer state and version. An async shard lines
-its workers up at each checkpoint step (it holds its reply to a worker that pushed that
-step until all did), so the saved version counts exactly n pushes per step and a
-restart re-sends every worker the restored weights.
+its metrics, a shard's its tensors, optimizer state and version. Async: the first shard
+holds the tickets past a checkpoint boundary until every update before it was applied,
+so the saved version counts exactly n updates per step and a restart re-sends every
+worker the restored weights.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from time import perf_counter, perf_counter_ns
 import torch
 
 from ...shards import shard_assignment
-from ..ps_wire import (Inbox, assign_grads, flatten_grads, pack_weights, perf_ns_of, unpack_weights,
-                       weights_buffer)
+from ..ps_wire import (STOP, Inbox, assign_grads, flatten_grads, grads_buffer, pack_grads, pack_weights,
+                       perf_ns_of, unpack_grads, unpack_weights, weights_buffer)
 
 
 def roles(spec):
@@ -53,7 +56,7 @@ def shards(spec, model) -> list[tuple[int, str, list[str]]]:
 
 def train(ctx) -> None:
     if ctx.role == "worker":
-        run_worker(ctx)
+        (run_worker if ctx.spec.strategy.sync == "sync" else run_async_worker)(ctx)
     elif ctx.spec.strategy.sync == "async":
         run_async_server(ctx)
     else:
@@ -64,7 +67,6 @@ def train(ctx) -> None:
 
 def run_worker(ctx) -> None:
     n, k = ctx.spec.topology.workers.count, ctx.rank
-    sync = ctx.spec.strategy.sync == "sync"
     model = ctx.build_model()
     shard_list = shards(ctx.spec, model)
     params = dict(model.named_parameters())
@@ -80,8 +82,6 @@ def run_worker(ctx) -> None:
         loss, samples = ctx.forward_backward(model, step, k, n)
         loss_value = loss.item()
         ctx.unscale_for_push(model.parameters(), step)  # fp16: the optimizer is on the servers
-        if not sync and ctx.spec.training.grad_clip:  # async applies each push alone: clip it whole here
-            torch.nn.utils.clip_grad_norm_(list(model.parameters()), ctx.spec.training.grad_clip)
         grads = [flatten_grads(tensors) for tensors in owned]
         with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list]):
             sends = [ctx.comm.isend(g, dst=rank) for g, (rank, _, _) in zip(grads, shard_list)]
@@ -110,6 +110,75 @@ def _finish_fetch(ctx, step, posted_ns, fetches, bufs, owned) -> None:
     if sent_ns > posted_ns:
         ctx.tracer.add_span("wait", posted_ns, sent_ns, step, tid="comm")
     ctx.tracer.add_span("fetch", sent_ns, arrived, step, tid="comm", version=min(versions))
+
+
+def run_async_worker(ctx) -> None:
+    """Take the next ticket the first shard hands out until it says STOP: no worker waits
+    for another, so a fast one does more of the budget (metrics: steps per worker)."""
+    n, k = ctx.spec.topology.workers.count, ctx.rank
+    model = ctx.build_model()
+    shard_list = shards(ctx.spec, model)
+    params = dict(model.named_parameters())
+    owned = [[params[name] for name in names] for _, _, names in shard_list]
+    bufs = [weights_buffer(tensors, ticket=j == 0) for j, tensors in enumerate(owned)]
+    local = max(ctx.metrics.step_end, default=-1) + 1  # updates this worker did (restored after a restart)
+    last_step = ctx.start_step - 1
+    posted, fetches = perf_counter_ns(), []
+    if ctx.start_step < ctx.steps:
+        fetches = [ctx.comm.irecv(buf, src=rank) for buf, (rank, _, _) in zip(bufs, shard_list)]
+    while fetches:
+        t0 = perf_counter()
+        ticket = _finish_async_fetch(ctx, posted, fetches, bufs, owned, n)
+        if ticket == STOP:
+            break
+        step = ticket // n
+        for passed in range(last_step + 1, step + 1):  # a fault or checkpoint at a step this worker skipped
+            ctx.fault_check(passed)
+        if step > last_step and step - 1 >= ctx.start_step:
+            ctx.maybe_checkpoint(step - 1, dict)  # every worker crosses each boundary here, held by the first shard
+        last_step = step
+        loss, samples = ctx.forward_backward(model, step, ticket % n, n)
+        loss_value = loss.item()
+        ctx.unscale_for_push(model.parameters(), step)  # fp16: the optimizer is on the servers
+        if ctx.spec.training.grad_clip:  # async applies each push alone: clip it whole here
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), ctx.spec.training.grad_clip)
+        with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list], ticket=ticket):
+            sends = [ctx.comm.isend(pack_grads(tensors, ticket), dst=rank)
+                     for tensors, (rank, _, _) in zip(owned, shard_list)]
+            fetches = [ctx.comm.irecv(buf, src=rank) for buf, (rank, _, _) in zip(bufs, shard_list)]
+            for work in sends:
+                work.wait()
+            for rank, _, _ in shard_list:
+                ctx.tracer.flow_start(ctx.tracer.flow_id(k, ticket, rank), step, tid="comm")
+        posted = perf_counter_ns()
+        ctx.metrics.step_done(local, loss_value, samples, perf_counter() - t0, global_step=step)
+        local += 1
+        ctx.tracer.maybe_flush()
+    # The other shards replied to the last push too and wait for the next: tell them this worker is done.
+    byes = [ctx.comm.isend(pack_grads(tensors, STOP), dst=rank) for tensors, (rank, _, _) in
+            zip(owned[1:], shard_list[1:])]
+    for work in byes:
+        work.wait()
+
+
+def _finish_async_fetch(ctx, posted_ns, fetches, bufs, owned, n) -> int:
+    """Wait for every shard's weights; trace `wait` then `fetch` under the step of the
+    first shard's ticket; return the ticket (STOP: nothing left, nothing traced)."""
+    versions, sent_ns, ticket = [], posted_ns, STOP
+    for j, (work, buf, tensors) in enumerate(zip(fetches, bufs, owned)):
+        work.wait()
+        version, sent_us, *rest = unpack_weights(buf, tensors, ticket=j == 0)
+        ticket = rest[0] if j == 0 else ticket
+        versions.append(version)
+        sent_ns = max(sent_ns, perf_ns_of(ctx.tracer, sent_us))
+    if ticket == STOP:
+        return STOP
+    arrived = perf_counter_ns()
+    sent_ns = min(sent_ns, arrived)
+    if sent_ns > posted_ns:
+        ctx.tracer.add_span("wait", posted_ns, sent_ns, ticket // n, tid="comm")
+    ctx.tracer.add_span("fetch", sent_ns, arrived, ticket // n, tid="comm", version=min(versions))
+    return ticket
 
 
 # --- servers ------------------------------------------------------------------------------
@@ -228,53 +297,97 @@ def run_sync_server(ctx) -> None:
 def run_async_server(ctx) -> None:
     """Apply each push alone as it lands; reply to that worker only.
 
-    At a checkpoint step the shard holds its reply to each worker that pushed it until
-    every worker did, then saves (see the module docstring); a restart resumes there.
+    The budget is `training.steps` x workers updates (the samples of `steps` sync steps);
+    the first shard hands them out as tickets with its replies, in push arrival order, so
+    a worker that is free takes the next update at once and nobody waits for a straggler.
+    Ticket t computes slice t % N of global step t // N (the same samples as sync). Other
+    shards reply with weights only and learn the ticket from the push. At a checkpoint
+    boundary (all tickets of the steps up to it applied) the first shard holds its next
+    tickets until every push before it landed; every shard saves there; a push that
+    reaches a shard early (ticket past the boundary) waits until the shard saved.
     """
-    n, steps = ctx.spec.topology.workers.count, ctx.steps
+    n, budget = ctx.spec.topology.workers.count, ctx.steps * ctx.spec.topology.workers.count
     worker_ids = ctx.spec.topology.workers.ids
+    dispenser = ctx.rank == n  # the first shard owns the tickets
     shard = _Shard(ctx)
+    inbound = [grads_buffer(shard.tensors) for _ in range(n)]
+    dtype = shard.tensors[0].dtype
     inbox = Inbox(ctx.backend, ctx.spec.runtime.timeout_s)
-    pushes = [ctx.start_step] * n   # pushes applied per worker = that worker's next step
     sent_version = [shard.version] * n  # version of the weights each worker computes on
     outgoing: dict[int, object] = {}
-    held: list[int] = []            # workers waiting at a checkpoint step
+    next_ticket = ctx.start_step * n
+    boundary = _next_boundary(ctx, shard.version, n)
+    waiting: list[int] = []  # workers owed a ticket (first shard)
+    early: list[tuple[int, int]] = []  # (worker, ticket) past the boundary, applied after the save
+    ready: list[tuple[int, int]] = []
+    arrived: dict = {}  # (worker, ticket) -> when its push landed (perf_counter_ns): the update's received_us
 
-    def reply(k):
-        weights = shard.weights(ctx)
+    def reply(k, ticket):
+        weights = pack_weights(shard.tensors, shard.version, ctx.tracer.now_us(), ticket if dispenser else None)
         sent_version[k] = shard.version
         outgoing[k] = (ctx.comm.isend(weights, dst=k), weights)
-        inbox.post(k, ctx.comm.irecv(shard.grads[k], src=k))
+        if ticket != STOP:
+            inbox.post(k, ctx.comm.irecv(inbound[k], src=k))
 
-    if ctx.start_step < steps:
-        for k in range(n):
-            reply(k)
-    while len(inbox):
-        t_wait = perf_counter_ns()
-        k = inbox.next()
-        step = pushes[k]
-        ctx.tracer.add_span("wait", t_wait, perf_counter_ns(), step, tid="comm")
+    def hand_out():
+        nonlocal next_ticket
+        while waiting and (next_ticket < boundary or next_ticket >= budget):
+            k = waiting.pop(0)
+            reply(k, next_ticket if next_ticket < budget else STOP)
+            next_ticket += 1
+
+    if ctx.start_step < ctx.steps:
+        if dispenser:
+            waiting.extend(range(n))
+            hand_out()
+        else:
+            for k in range(n):
+                reply(k, 0)
+    while len(inbox) or ready:
+        if ready:
+            k, ticket = ready.pop(0)
+        else:
+            t_wait = perf_counter_ns()
+            k = inbox.next()
+            shard.grads[k], ticket = unpack_grads(inbound[k], dtype)
+            if ticket != STOP:
+                ctx.tracer.add_span("wait", t_wait, perf_counter_ns(), ticket // n, tid="comm")
+            outgoing.pop(k)[0].wait()  # long done: the worker received it before it pushed
+            if ticket == STOP:  # a worker the first shard stopped says goodbye
+                continue
+            arrived[(k, ticket)] = inbox.arrived_ns  # an early push is applied later: keep when it landed
+            if ticket >= boundary > shard.version:
+                early.append((k, ticket))
+                continue
+        step = ticket // n
         ctx.fault_check(step)
         staleness = shard.version - sent_version[k]
-        with ctx.tracer.span("update", step=step, flow_in=ctx.tracer.flow_id(k, step, ctx.rank),
-                             worker=worker_ids[k], version=shard.version + 1, staleness=staleness,
-                             received_us=_received_us(ctx, {k: inbox.arrived_ns})):
+        with ctx.tracer.span("update", step=step, flow_in=ctx.tracer.flow_id(k, ticket, ctx.rank),
+                             worker=worker_ids[k], version=shard.version + 1, staleness=staleness, ticket=ticket,
+                             received_us=_received_us(ctx, {k: arrived.pop((k, ticket))})):
             assign_grads(shard.grads[k], shard.tensors)
             shard.stepper.step(step)
             shard.version += 1
         ctx.metrics.staleness(staleness)
-        pushes[k] += 1
-        outgoing.pop(k)[0].wait()  # long done: the worker received it before it pushed
-        if ctx.is_checkpoint_step(step):  # implies pushes[k] < steps
-            held.append(k)
-            if len(held) == n:  # every worker pushed `step`: a consistent state
-                ctx.maybe_checkpoint(step, shard.state)
-                for j in held:
-                    reply(j)
-                held.clear()
-        elif pushes[k] < steps:
-            reply(k)
+        if shard.version == boundary:  # every update before the boundary is in: a consistent state
+            ctx.maybe_checkpoint(boundary // n - 1, shard.state)
+            boundary = _next_boundary(ctx, shard.version, n)
+            ready.extend(early)
+            early.clear()
+        if dispenser:
+            waiting.append(k)
+            hand_out()
+        else:
+            reply(k, 0)
         ctx.tracer.maybe_flush()
     for work, _ in outgoing.values():
         work.wait()
     shard.save(ctx)
+
+
+def _next_boundary(ctx, version: int, n: int) -> float:
+    """The update count at the next checkpoint after `version` updates (inf when none is due)."""
+    for step in range(version // n, ctx.steps):
+        if ctx.is_checkpoint_step(step) and (step + 1) * n > version:
+            return (step + 1) * n
+    return float("inf")
