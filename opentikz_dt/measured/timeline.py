@@ -110,6 +110,8 @@ def received_pushes(spans: list, ids: dict, events: list | None = None) -> list:
     wanted = {(ids.get(s.rank), s.step, s.args.get("ticket")) for s in spans if s.name == "push"}
     if not wanted:  # no push drawn: nothing to look up in a possibly long trace
         return spans
+    if not any("received_us" in s.args for s in spans if s.name == "update"):
+        events = None  # a trace that records none (older runs, predictions): no pass over all of it
     received: dict = {}  # (worker id, step, async ticket) -> the last server's receive time
     for name, args in ((e["name"], e["args"]) for e in events) if events is not None else \
             ((s.name, s.args) for s in spans):
