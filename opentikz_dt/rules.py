@@ -6,7 +6,7 @@ Each rule returns Issues located at the key a user should change. Must not impor
 from __future__ import annotations
 
 from .errors import Issue
-from .spec import Spec
+from .spec_types import Spec
 from .strategies import kinds_with, strategy
 from .training_rules import check_training
 from .workload_rules import block_count, check_workload

@@ -14,7 +14,7 @@ With at least as many tensors as shards (a spec rule), every shard owns one or m
 from __future__ import annotations
 
 from .errors import DtgenError
-from .spec import Spec
+from .spec_types import Spec
 from .workload import workload_of
 
 

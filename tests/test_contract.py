@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from opentikz_dt.cli import main
-from opentikz_dt.contract import check_contract, load_contract
+from opentikz_dt.contract import load_contract
+from opentikz_dt.contract_check import check_contract
 
 
 def test_contract_check_passes_on_the_shipped_contract():

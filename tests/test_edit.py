@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from opentikz_dt.cli import main
-from opentikz_dt.contract import check_contract, load_contract
+from opentikz_dt.contract import load_contract
+from opentikz_dt.contract_check import check_contract
 from opentikz_dt.edit import OPERATIONS, EditArgumentError, EditRefusal, edit_file, parse_words
 from opentikz_dt.spec import load_spec
 

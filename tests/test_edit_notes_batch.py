@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from opentikz_dt.cli import main
-from opentikz_dt.contract import check_coverage, load_contract
+from opentikz_dt.contract import load_contract
+from opentikz_dt.contract_check import check_coverage
 from opentikz_dt.edit import EditArgumentError, EditRefusal, edit_batch, edit_file
 from opentikz_dt.edit.nodepaths import locate_figure_problem
 from opentikz_dt.spec import load_spec
@@ -174,6 +175,7 @@ def _no_batch_label(tex):  # a TeX invariant registered by the test below
 
 def test_an_invariant_is_one_line_in_meta_json_and_one_entry_in_the_exec_file(tmp_path, monkeypatch):
     import opentikz_dt.contract as contract
+    from opentikz_dt.contract_check import check_contract
     from opentikz_dt.resources import contract_exec, contract_meta
 
     meta, executable = copy.deepcopy(contract_meta()), copy.deepcopy(contract_exec())
@@ -182,7 +184,7 @@ def test_an_invariant_is_one_line_in_meta_json_and_one_entry_in_the_exec_file(tm
     executable["invariants"]["no-batch-label"] = {"applies_to": "tex", "check": f"{__name__}:_no_batch_label"}
     monkeypatch.setattr(contract, "contract_meta", lambda: meta)
     monkeypatch.setattr(contract, "contract_exec", lambda: executable)
-    assert not [p for p in contract.check_contract() if "invariant" in p]
+    assert not [p for p in check_contract() if "invariant" in p]
     path = example(tmp_path, "ps-sync.yaml")
     with pytest.raises(EditRefusal) as refused:
         edit_file(path, "recolor", {"flow": "data", "color": "otblue"}, compile=False)

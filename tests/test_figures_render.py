@@ -7,7 +7,7 @@ import re
 import pytest
 
 from opentikz_dt import __version__
-from opentikz_dt.contract import check_contract
+from opentikz_dt.contract_check import check_contract
 from opentikz_dt.figures.checks import check_node_ids, check_no_overlaps, check_palette_only
 from opentikz_dt.figures.bbox import BBox, parse_bboxes
 from opentikz_dt.figures.model import Tex, elide

@@ -37,7 +37,7 @@ def contract(check):
     prose its tools read) and contract.exec.json (argument schemas, spec paths, bounds,
     checks). Both are printed, under their file names.
     """
-    from ..contract import check_contract
+    from ..contract_check import check_contract
     from ..resources import contract_exec, contract_meta
 
     if not check:
