@@ -73,7 +73,7 @@ training:
   dataset: {{kind: synthetic, samples: 16384, seed: 0}}
   batch_size: 256               # per worker per step
   steps: 200
-  optimizer: {{kind: sgd, lr: 0.05, momentum: 0.9}}   # or adam / adamw with betas, eps, weight_decay
+  optimizer: {{kind: sgd, lr: 0.05}}   # sgd: momentum 0.9 by default; or adam / adamw with betas, eps, weight_decay
   # lr_schedule: {{kind: cosine, warmup_steps: 20, min_lr: 0.005}}   # constant | cosine | linear
   # grad_clip: 1.0              # max global gradient norm
   precision: fp32               # fp32 | tf32 | bf16 | fp16 (GPU); bf16 runs on the CPU too
