@@ -77,6 +77,34 @@ DP_CASES = {
     "allreduce-hierarchical": ("allreduce", {"topology": {"workers": {"count": 4}, "hosts": 2},
                                              "strategy": {"algorithm": "hierarchical"}}, 4),
 }
+# Every synchronous strategy with the width `single` must match: DP_CASES plus the
+# parameter-server, central-storage and pipeline cases (dp 1: a pipeline splits the model,
+# not the batch). The numerics test and benchmarks/bench_numerics.py both run these.
+SYNC_CASES = {
+    **DP_CASES,
+    "ps-sync-1shard": ("parameter-server", {"topology": {"workers": {"count": 3}, "servers": {"count": 1}}}, 3),
+    "ps-sync-2shards": ("parameter-server", {"topology": {"workers": {"count": 2}, "servers": {"count": 2}}}, 2),
+    "central-storage": ("central-storage", {"topology": {"workers": {"count": 3}}}, 3),
+    "pipeline-gpipe": ("pipeline", {"topology": {"workers": {"count": 3}},
+                                    "strategy": {"schedule": "gpipe", "microbatches": 4}}, 1),
+    "pipeline-1f1b": ("pipeline", {"topology": {"workers": {"count": 2}},
+                                   "strategy": {"schedule": "1f1b", "microbatches": 4}}, 1),
+}
+# The training sections the numerics test runs every case with, each exercising several
+# features at once (CI time): the default (sgd with momentum, fp32); adamw with weight
+# decay, a clip that binds every step and a warm-up + cosine schedule, in fp32 (eps about
+# the size of the clipped gradients: Adam is otherwise nearly blind to a constant gradient
+# scale, and a per-shard or per-stage clip instead of the global one went unseen); sgd
+# with momentum, clip and a linear schedule in bf16 (autocast on the CPU; sgd, because
+# Adam's first steps move each weight by about +-lr whatever the gradient's size, so
+# bf16's sign flips of near-zero gradients would swamp the check).
+NUMERICS_TRAININGS = {
+    "sgd": {},
+    "adamw-clip-cosine": {"optimizer": {"kind": "adamw", "lr": 0.01, "weight_decay": 0.1, "eps": 0.01},
+                          "grad_clip": 0.5, "lr_schedule": {"kind": "cosine", "warmup_steps": 2, "min_lr": 0.001}},
+    "bf16-sgd-clip-linear": {"precision": "bf16", "grad_clip": 0.5,
+                             "lr_schedule": {"kind": "linear", "warmup_steps": 1}},
+}
 # w2 is a 2x straggler here, so the smoke test also sees `slowdown` spans.
 GOSSIP_CASE = ("gossip", {"topology": {"workers": {"count": 3, "slowdown": {"w2": 2.0}}}, "strategy": {"peers": 2}}, 3)
 

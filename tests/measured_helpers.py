@@ -52,6 +52,9 @@ def expected_lane_boxes(run_dir: Path, rank: int, t0_us: float, t1_us: float, pi
             split += [(r, tid, name, start, max(start, at), args), (r, tid, "wait", max(start, at), end, args)]
         else:
             split.append((r, tid, name, start, end, args))
+    # an fp16 step the scaler skipped is drawn as its own kind (the runner marks the span)
+    split = [(r, tid, "skipped" if name in ("optimizer", "update") and args.get("skipped") else name, start, end, args)
+             for r, tid, name, start, end, args in split]
     mine = [(tid, name, start, end) for r, tid, name, start, end, _ in split
             if r == rank and name in BOX_KINDS and end >= t0_us and start <= t1_us]
     if pipeline:

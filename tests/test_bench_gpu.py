@@ -23,7 +23,7 @@ def _bench():
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_smoke_measures_the_plain_loop_dtgen_single_and_a_shared_strategy(tmp_path):
+def test_smoke_measures_the_plain_loop_dtgen_single_in_fp32_and_bf16_and_a_shared_strategy(tmp_path):
     out = tmp_path / "table.md"
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--smoke", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -34,6 +34,10 @@ def test_smoke_measures_the_plain_loop_dtgen_single_and_a_shared_strategy(tmp_pa
     assert fp32, table
     plain, ours, ratio = (float(g.replace(",", "")) for g in fp32.groups())
     assert plain > 0 and ours > 0 and ratio == pytest.approx(ours / plain, abs=0.01)
+    # bf16 runs on the CPU too (autocast): both sides measured, not "not run"
+    bf16 = re.search(r"^\| bf16 \| ([\d,.]+) \| ([\d,.]+) \| (\d+\.\d\d)x \|$", table, re.M)
+    assert bf16, table
+    assert re.search(r"^dtgen bf16 / dtgen fp32: \d+\.\d\dx$", table, re.M), table
     assert re.search(r"^\| allreduce-native \| 4 \| [\d,.]+ \|$", table, re.M), table
     assert "transformer (layers 2, d_model 32" in table and "Device: CPU" in table
 

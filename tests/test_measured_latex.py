@@ -208,3 +208,35 @@ def test_a_64_worker_measured_topology_keeps_its_brace_and_links_off_the_worker_
     tex = render_annotated_topology(load_run(write_synthetic_run(tmp_path / kind, kind, workers=64, steps=4)))
     assert "ms/step" in tex and "64 workers" in tex
     assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+@pytest.mark.parametrize("kind, span", [("allreduce-ring", "optimizer"), ("ps-sync", "update")])
+def test_an_fp16_skipped_step_is_drawn_crossed_out_and_the_legend_says_so(tmp_path, kind, span):
+    """The runner marks the optimizer step (server update) the fp16 scaler skipped with arg
+    `skipped`: that box is drawn as its own kind, crossed out, and the legend names it;
+    the steps around it stay plain optimizer steps (updates)."""
+    import json
+
+    from measured_helpers import parse_timeline_tex
+
+    run_dir = write_synthetic_run(tmp_path / kind, kind, steps=8)
+    path = run_dir / "trace.json"
+    trace = json.loads(path.read_text())
+    marked = [e for e in trace["traceEvents"] if e.get("name") == span and e["args"].get("step") == 3]
+    assert marked
+    for e in marked:
+        e["args"]["skipped"] = True
+    path.write_text(json.dumps(trace))
+    tex = render_run_figures(load_run(run_dir), steps="2:4", only=("measured-timeline",))["measured-timeline"]
+    drawn = parse_timeline_tex(tex)
+    skipped = {lane: [b for b in boxes if b[0] == "skipped"] for lane, boxes in drawn.items()}
+    ranks = {e["pid"] for e in marked}
+    assert sum(len(boxes) for boxes in skipped.values()) == len(ranks)  # one crossed box per rank that skipped
+    assert all(len(boxes) <= 1 for boxes in skipped.values())
+    plain = [b for boxes in drawn.values() for b in boxes if b[0] == span]
+    assert len(plain) >= 2 * len(ranks)  # steps 2 and 4 were applied: drawn as they are
+    style = tex.split("tl-skipped/.style={", 1)[1].split("},\n", 1)[0]
+    assert "path picture" in style and "north east" in style  # the cross: its two diagonals
+    compiled = compile_pdf(tex)
+    assert "legend-skipped" in {b.name for b in parse_bboxes(compiled.log)}
+    assert "skipped (fp16 overflow)" in " ".join(pdf_text(compiled.pdf).split())

@@ -2,49 +2,25 @@
 `single` on the global batch (same seed, data order and steps), to float tolerance.
 
 This is the best evidence that the runs are real and right. Other strategies plug in by
-appending to CASES: pytest.param(kind, spec_overrides, dp, id=...), where the overrides
-apply to opentikz_dt.runner.testing.small_spec_data(kind) and dp is the data-parallel
-width (1 for pipeline).
+adding to runner/testing.py SYNC_CASES: name -> (kind, spec_overrides, dp), where the
+overrides apply to small_spec_data(kind) and dp is the data-parallel width (1 for
+pipeline).
 """
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from opentikz_dt.runner.testing import DP_CASES, run_small, single_reference, small_spec_data  # noqa: E402
+from opentikz_dt.runner.testing import (  # noqa: E402
+    NUMERICS_TRAININGS, SYNC_CASES, run_small, single_reference, small_spec_data)
 
 pytestmark = pytest.mark.dist
 
-CASES = [pytest.param(kind, over, dp, id=name) for name, (kind, over, dp) in DP_CASES.items()]
-# Parameter-server (sync), central-storage and pipeline cases are added here by their owner.
-CASES += [
-    pytest.param("parameter-server", {"topology": {"workers": {"count": 3}, "servers": {"count": 1}}}, 3,
-                 id="ps-sync-1shard"),
-    pytest.param("parameter-server", {"topology": {"workers": {"count": 2}, "servers": {"count": 2}}}, 2,
-                 id="ps-sync-2shards"),
-    pytest.param("central-storage", {"topology": {"workers": {"count": 3}}}, 3, id="central-storage"),
-    pytest.param("pipeline", {"topology": {"workers": {"count": 3}},
-                              "strategy": {"schedule": "gpipe", "microbatches": 4}}, 1, id="pipeline-gpipe"),
-    pytest.param("pipeline", {"topology": {"workers": {"count": 2}},
-                              "strategy": {"schedule": "1f1b", "microbatches": 4}}, 1, id="pipeline-1f1b"),
-]
-
-
-# The training sections every case also runs with, each exercising several features at
-# once (CI time): the default (sgd with momentum, fp32); adamw with weight decay, a clip
-# that binds every step and a warm-up + cosine schedule, in fp32 (eps about the size
-# of the clipped gradients: Adam is otherwise nearly blind to a constant gradient
-# scale, and a per-shard or per-stage clip instead of the global one went unseen);
-# sgd with momentum, clip and a linear schedule in bf16 (autocast on the CPU; sgd,
-# because Adam's first steps move each weight by about +-lr whatever the gradient's
-# size, so bf16's sign flips of near-zero gradients would swamp the check).
-TRAININGS = {
-    "sgd": {},
-    "adamw-clip-cosine": {"optimizer": {"kind": "adamw", "lr": 0.01, "weight_decay": 0.1, "eps": 0.01},
-                          "grad_clip": 0.5, "lr_schedule": {"kind": "cosine", "warmup_steps": 2, "min_lr": 0.001}},
-    "bf16-sgd-clip-linear": {"precision": "bf16", "grad_clip": 0.5,
-                             "lr_schedule": {"kind": "linear", "warmup_steps": 1}},
-}
+# SYNC_CASES: DP_CASES plus the parameter-server, central-storage and pipeline cases
+# (benchmarks/bench_numerics.py runs the same ones and prints the differences).
+CASES = [pytest.param(kind, over, dp, id=name) for name, (kind, over, dp) in SYNC_CASES.items()]
+# The training sections every case also runs with (why these: runner/testing.py).
+TRAININGS = NUMERICS_TRAININGS
 # (atol, rtol) against `single`. fp32: float rounding of differently ordered sums.
 # bf16: each rank's activations and weight gradients are rounded to bf16 (8 bits of
 # mantissa) before the ranks' sum, `single`'s after. Measured (torch 2.13 CPU, 6 steps,

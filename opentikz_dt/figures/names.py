@@ -32,7 +32,9 @@ TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "bus", 
                    "stagebox", "morebox", "elide", "brace", "ttl")
 # Styles of the timeline picture: one per box kind of the trace vocabulary
 # (docs/dev/runner-interface.md), plus lanes, axis and panel titles.
-BOX_KINDS = ("fetch", "forward", "backward", "slowdown", "optimizer", "update", "push",
+# `skipped` is no trace event of its own: an optimizer or update span whose arg `skipped`
+# is set (fp16 gradients overflowed, the scaler skipped the step) is drawn as it.
+BOX_KINDS = ("fetch", "forward", "backward", "slowdown", "optimizer", "update", "skipped", "push",
              "allreduce", "gossip", "send", "recv", "wait")
 TIMELINE_STYLES = ("slbl", "ttl", "lane", "axis", "tick", "panel") + tuple(f"tl-{kind}" for kind in BOX_KINDS)
 STYLES = tuple(dict.fromkeys(TOPOLOGY_STYLES + TIMELINE_STYLES))

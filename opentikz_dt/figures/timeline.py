@@ -7,7 +7,8 @@
   start of the window: the first step for a schedule, the run's epoch for a trace).
 - A Box is one span on one lane. `kind` is a trace-event name of
   docs/dev/runner-interface.md: fetch, forward, backward, slowdown, optimizer, update,
-  push, allreduce, gossip, send, recv, wait. `label` is short plain text drawn inside
+  push, allreduce, gossip, send, recv, wait; or `skipped`, an optimizer step or server
+  update that did not apply (fp16 gradients overflowed). `label` is short plain text drawn inside
   the box when it fits ("F", "3", "reduce-scatter"); it is escaped when drawn. A fetch
   or push box too narrow for its letter gets it above the box (timeline_tags.py).
 - A Lane is one process (its id: w1, ps, ps2, ...; role worker | server | stage) or,
@@ -51,7 +52,8 @@ AXIS_BELOW = 0.08  # the axis line runs this far under the last lane (templates/
 
 KIND_NAMES = {
     "fetch": "fetch", "forward": "forward", "backward": "backward", "slowdown": "straggler delay",
-    "optimizer": "optimizer step", "update": "server update", "push": "push", "allreduce": "all-reduce",
+    "optimizer": "optimizer step", "update": "server update",
+    "skipped": "skipped (fp16 overflow)", "push": "push", "allreduce": "all-reduce",
     "gossip": "gossip", "send": "send", "recv": "recv", "wait": "idle / wait",
 }
 

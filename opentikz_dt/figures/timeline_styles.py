@@ -4,7 +4,7 @@ The colours were chosen (colorvision.py) so that every pair of kinds that can sh
 figure differs by CIEDE2000 >= 15 for normal, protan, deutan and tritan readers, in the
 light and the dark palette; where hue cannot carry the difference a mark does (a
 dashed outline for the straggler delay, hatching for idle time, dots and cross-hatching
-for the second and third all-reduce phase). `figure_encodings` lists, per figure of a
+for the second and third all-reduce phase, a cross for an fp16 step the scaler skipped). `figure_encodings` lists, per figure of a
 spec, what each meaning is drawn with; the `distinguishable-colors` invariant checks
 them, so a recolour that makes gradients orange like the compute boxes is refused.
 Must not import torch.
@@ -22,7 +22,7 @@ from .colorvision import contrast_ratio, indistinguishable, rgb
 class BoxStyle:
     color: str  # a figure.colors role (grad, weight, data, server) or a palette name
     shade: str  # the xcolor mix after the colour: "!30!otpaper" (lighter), "!55!otink" (darker), "" (pure)
-    mark: str = ""  # "" | dashed | hatched | dotted | crosshatch: the non-colour cue
+    mark: str = ""  # "" | dashed | hatched | dotted | crosshatch | crossed: the non-colour cue
 
 
 BOX_STYLES = {
@@ -32,6 +32,8 @@ BOX_STYLES = {
     "slowdown": BoxStyle("otorange", "!8!otpaper", "dashed"),
     "optimizer": BoxStyle("server", "!12!otpaper"),
     "update": BoxStyle("server", ""),
+    # an optimizer step or update the fp16 scaler skipped: the optimizer's fill, crossed out
+    "skipped": BoxStyle("server", "!12!otpaper", "crossed"),
     "push": BoxStyle("grad", "!80!otpaper"),
     "allreduce": BoxStyle("grad", "!80!otpaper"),
     "allreduce-b": BoxStyle("grad", "!80!otpaper", "dotted"),
@@ -42,14 +44,19 @@ BOX_STYLES = {
     "wait": BoxStyle("otpaper", "", "hatched"),
 }
 PATTERNS = {"hatched": "north east lines", "dotted": "dots", "crosshatch": "crosshatch"}
+# The "crossed" mark: the box's two diagonals, drawn by `path picture` inside the box (a
+# pattern would read as one more kind of idle time; a cross reads as "did not happen").
+CROSSED = ("path picture={{\\draw[{color}, line width=0.5pt] (path picture bounding box.south west) -- "
+           "(path picture bounding box.north east) (path picture bounding box.north west) -- "
+           "(path picture bounding box.south east);}}")
 # The boxes that can share one figure, per strategy (expected and measured timelines).
 STRATEGY_KINDS = {
-    "parameter-server": ("fetch", "forward", "backward", "slowdown", "push", "update", "wait"),
-    "central-storage": ("fetch", "forward", "backward", "slowdown", "push", "update", "wait"),
-    "allreduce": ("forward", "backward", "slowdown", "allreduce", "allreduce-b", "allreduce-c", "optimizer", "wait"),
-    "gossip": ("forward", "backward", "slowdown", "gossip", "optimizer", "wait"),
-    "pipeline": ("forward", "backward", "slowdown", "send", "recv", "optimizer", "wait"),
-    "single": ("forward", "backward", "slowdown", "optimizer"),
+    "parameter-server": ("fetch", "forward", "backward", "slowdown", "push", "update", "skipped", "wait"),
+    "central-storage": ("fetch", "forward", "backward", "slowdown", "push", "update", "skipped", "wait"),
+    "allreduce": ("forward", "backward", "slowdown", "allreduce", "allreduce-b", "allreduce-c", "optimizer", "skipped", "wait"),
+    "gossip": ("forward", "backward", "slowdown", "gossip", "optimizer", "skipped", "wait"),
+    "pipeline": ("forward", "backward", "slowdown", "send", "recv", "optimizer", "skipped", "wait"),
+    "single": ("forward", "backward", "slowdown", "optimizer", "skipped"),
 }
 # Topology flows: (colour role, shade, mark) as templates/topology.tex.j2 draws them.
 FLOW_STYLES = {"data": BoxStyle("data", "!45!otpaper"), "gradient": BoxStyle("grad", "!85!otink"),
@@ -81,6 +88,8 @@ def tikz_styles(colors: dict, variant: str) -> dict:
             keys = f"fill={fill}, draw={base}!70!otink, line width=0.4pt"
             if style.mark == "dashed":
                 keys += ", densely dashed, line width=0.6pt"
+            elif style.mark == "crossed":
+                keys += ", " + CROSSED.format(color=f"{base}!70!otink")
             elif style.mark in PATTERNS:
                 keys += f", postaction={{pattern={PATTERNS[style.mark]}, pattern color={base}!40!otink}}"
         out[kind] = keys

@@ -34,6 +34,7 @@ PHASES = {"reduce-scatter": "RS", "all-gather": "AG", "reduce": "R", "broadcast"
 # hierarchical all-reduce's intra and inter are its host-level phases).
 PHASE_NAMES = {"RS": "reduce-scatter", "AG": "all-gather", "R": "reduce", "B": "broadcast",
                "intra": "intra-host reduce", "inter": "inter-host all-reduce"}
+SKIPPABLE = ("optimizer", "update")  # the spans fp16's scaler can skip (drawn as `skipped`)
 OVERLAP_US = 1.0  # spans on one lane may touch within this slack (clock rounding)
 FAST_FACTOR = 8  # a lane this many times over its box budget is binned in one pass over raw events
 
@@ -135,13 +136,21 @@ def received_pushes(spans: list, ids: dict, events: list | None = None) -> list:
     return out
 
 
+def box_kind(name: str, args: dict) -> str:
+    """The box kind a span is drawn as: its name, or `skipped` for an optimizer step or server
+    update the fp16 gradient scaler skipped (the runner marks the span with arg `skipped`)."""
+    return "skipped" if name in SKIPPABLE and args.get("skipped") else name
+
+
 def _cells(spans: list, t0: float, t1: float, pipeline: bool, asynchronous: bool, labels: bool) -> list:
     out = []
     for s in spans:
         if s.name not in BOX_KINDS:
             continue  # unknown span names are the runner's business, not drawn
-        out.append(Cell(max(s.start, t0), min(s.end, t1), s.name, 1,
-                        box_label(s, pipeline, asynchronous) if labels else ""))
+        kind = box_kind(s.name, s.args)
+        # a skipped step's cross is its mark: no "opt"/"Update" inside it, which would say it ran
+        out.append(Cell(max(s.start, t0), min(s.end, t1), kind, 1,
+                        box_label(s, pipeline, asynchronous) if labels and kind != "skipped" else ""))
     return out
 
 
@@ -300,7 +309,7 @@ def _binned_lanes(spec, trace, window, rows, max_boxes, pipeline) -> tuple:
         if lane is None:
             lane = fill[key] = [None] * MAX_BINS
         lo, hi = max(start, t0), min(end, t1)
-        name = e["name"]
+        name = box_kind(e["name"], e["args"])
         for index in range(min(last, int((lo - t0) / width)), min(last, int((hi - t0) / width)) + 1):
             part = min(hi, t0 + (index + 1) * width) - max(lo, t0 + index * width)
             if part > 0:
