@@ -22,6 +22,7 @@ from ..figures.topology import build_layout, layout_kind
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
+from .clearance import links_cross_labels
 from .run import Run
 from .source import device_icons, source, source_note
 
@@ -66,13 +67,18 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms, once))) \
         if fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS else None
     slow = tuple(stragglers(metrics["step_time_s"]))
+    # A time goes on its own line under every worker where a link would cut through a label
+    # holding it on one line (a tall column's steep links: clearance.links_cross_labels).
+    one_line = {w: f"{spec.topology.workers.label_of(w)}: {label_text(spec, 'step_time', ms=f'{ms:.1f}')}"
+                for w, ms in step_ms.items() if _WORKER.match(w) and not _time_on_own_line(spec, w, ms)}
+    crowded = bool(one_line) and links_cross_labels(spec, layout, one_line)
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     nodes = []
     for node in layout.nodes:
         match = _WORKER.match(node.name)
         if match and node.kind == "icon" and node.name in step_ms:
             text = label_tex(spec, "step_time", ms=f"{step_ms[node.name]:.1f}")  # the straggler: its colour and the note
-            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name, step_ms[node.name]) \
+            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name, step_ms[node.name], crowded) \
                 else f"{node.label}: {text}"
             node = replace(node, label=Tex(label), color=highlight if node.name in slow else node.color)
         nodes.append(node)
@@ -142,7 +148,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
         macros["titlelabel"] = label_tex(spec, f"{seen}_title", tex={"title": macros["titlelabel"]})
     # The strategy's own note sits a little lower: the worker labels above it grew by their step
     # times (by a line where a time has a line of its own).
-    grown = any(_time_on_own_line(spec, w, ms) for w, ms in step_ms.items() if _WORKER.match(w))
+    grown = any(_time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
     drop = 0.25 + (LINE_H if grown and not fitted(spec) else 0.0)
     nodes = [replace(n, y=n.y - drop) if n.name == "note" else n for n in nodes]
     # An elided column's ellipsis sits midway between the label above it and the next icon:
@@ -189,8 +195,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     return Annotation(annotated, tuple(links), step_ms, slow)
 
 
-def _time_on_own_line(spec, worker: str, ms: float) -> bool:
-    """True where a worker's step time goes on a line of its own under its label: in a fitted
+def _time_on_own_line(spec, worker: str, ms: float, crowded: bool = False) -> bool:
+    """True where a worker's step time goes on a line of its own under its label: where the
+    figure's links would cut through labels holding it on one line (`crowded`), in a fitted
     figure (the label stays about as narrow as the icon), where the label is wider than
     the icon already (it would reach under the links leaving the icon, and its neighbours'),
     and, where the layout is not spaced for the labels as printed (no host boxes:
@@ -198,7 +205,7 @@ def _time_on_own_line(spec, worker: str, ms: float) -> bool:
     the labels of the links leaving it stay clear of (the CPU icon is narrower than the GPU card)."""
     label = spec.topology.workers.label_of(worker)
     icon = icon_size(spec, "worker")[0]
-    if fitted(spec) or printed_cm(spec, label, "worker") > icon:
+    if crowded or fitted(spec) or printed_cm(spec, label, "worker") > icon:
         return True
     one_line = f"{label}: {label_text(spec, 'step_time', ms=f'{ms:.1f}')}"
     return spec.topology.hosts < 2 and printed_cm(spec, one_line, "worker") > icon + ONE_LINE_SPARE_CM
