@@ -62,6 +62,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     # worker's links carry the same bytes (as printed), the flow labels say them once, stacked.
     once = fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS and layout_kind(spec) != "allreduce" and \
         _alike([traffic.get(_rank_of(w), {}) for w in step_ms if _WORKER.match(w)], steps)
+    given = layout is not None
     layout = layout or _layout_for(spec, step_ms, once)
     # a fitted parameter server's links are as long as their labels need (spacing.fitted_flow_run)
     run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms, once))) \
@@ -72,6 +73,8 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     one_line = {w: f"{spec.topology.workers.label_of(w)}: {label_text(spec, 'step_time', ms=f'{ms:.1f}')}"
                 for w, ms in step_ms.items() if _WORKER.match(w) and not _time_on_own_line(spec, w, ms)}
     crowded = bool(one_line) and links_cross_labels(spec, layout, one_line)
+    if crowded and not given and _column_elided(spec):  # its brace stands left of the labels as printed
+        layout = _layout_for(spec, step_ms, once, crowded)
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     nodes = []
     for node in layout.nodes:
@@ -243,7 +246,7 @@ def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Lay
     return replace(layout, groups=tuple(groups))
 
 
-def _layout_for(spec, step_ms: dict, once: bool = False) -> Layout:
+def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False) -> Layout:
     """The spec's layout; at a target width (compact gaps), in host boxes (where workers sit
     side by side, or links must clear the box's padding), or elided (a brace left of the
     labels, ring links right of them), placed as if each worker's label
@@ -251,7 +254,7 @@ def _layout_for(spec, step_ms: dict, once: bool = False) -> Layout:
     layout = build_layout(spec)
     if not fitted(spec) and spec.topology.hosts < 2 and not _column_elided(spec):
         return layout
-    return replace(build_layout(_spaced_spec(spec, step_ms, once)), macros=layout.macros)
+    return replace(build_layout(_spaced_spec(spec, step_ms, once, crowded)), macros=layout.macros)
 
 
 def _column_elided(spec) -> bool:
@@ -259,11 +262,11 @@ def _column_elided(spec) -> bool:
     return spec.topology.workers.count > spec.figure.max_workers_drawn
 
 
-def _spaced_spec(spec, step_ms: dict, once: bool = False):
+def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False):
     """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
     step time, each link's its bytes per step."""
     workers = spec.topology.workers
-    labels = {**workers.labels, **{w: _label_with_time(spec, w, ms) for w, ms in step_ms.items() if _WORKER.match(w)}}
+    labels = {**workers.labels, **{w: _label_with_time(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
     if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
         # (said once, under the flow label: as wide as the wider of the two)
@@ -277,7 +280,7 @@ ONE_LINE_SPARE_CM = 1.5  # how far past its icon a worker's one-line label may r
 FOOTER_CHARS = 46  # a fitted figure's footer line, at most (a wide glyph counts twice): it must not widen the figure
 
 
-def _label_with_time(spec, worker: str, ms: float) -> str:
+def _label_with_time(spec, worker: str, ms: float, crowded: bool = False) -> str:
     """A worker's label as annotate_layout prints it, for the layout's estimates: a fitted
     figure's step time on a line of its own, which it never breaks (a no-break space keeps
     spacing.printed_lines from splitting it); a natural-width figure's estimates see one line
@@ -286,7 +289,7 @@ def _label_with_time(spec, worker: str, ms: float) -> str:
     time = label_text(spec, "step_time", ms=f"{ms:.1f}")
     if fitted(spec):
         return label + "\n" + time.replace(" ", "\u00a0")
-    if _time_on_own_line(spec, worker, ms):
+    if _time_on_own_line(spec, worker, ms, crowded):
         return max(label, time, key=text_cm)
     return f"{label}: {time}"
 
