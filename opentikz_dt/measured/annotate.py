@@ -266,7 +266,8 @@ def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False)
     """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
     step time, each link's its bytes per step."""
     workers = spec.topology.workers
-    labels = {**workers.labels, **{w: _label_with_time(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w)}}
+    labels = {**workers.labels,
+              **{w: _label_with_time(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
     if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
         # (said once, under the flow label: as wide as the wider of the two)

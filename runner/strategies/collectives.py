@@ -189,7 +189,8 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
         if parent is not None:
             sends.append(comm.isend(chunks[k], parent, tag=k))
         if traced:
-            record("allreduce", comm_tid, t0, perf_counter_ns(), step, {"algorithm": "tree", "phase": "reduce", "chunk": k})
+            record("allreduce", comm_tid, t0, perf_counter_ns(), step,
+                   {"algorithm": "tree", "phase": "reduce", "chunk": k})
     # Broadcast: receive each chunk from the parent and pass it down at once.
     down = [comm.irecv(chunks[k], parent, tag=_BCAST_TAG + k) for k in range(nchunks)] if parent is not None else []
     arrived = first_arrival(down[:1], "broadcast")
