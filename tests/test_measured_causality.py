@@ -1,6 +1,7 @@
 """Measured timelines draw what happened when: a push ends where the server received it, a
 ring's first reduce-scatter hop starts after the previous rank's backward, and time inside
-a step that no span explains is drawn as wait, not left blank."""
+a step that no span explains is drawn as wait, not left blank; likewise the tree's first
+reduce and broadcast chunks start once the children's (the parent's) data arrived."""
 
 from __future__ import annotations
 
@@ -98,6 +99,42 @@ def test_a_ring_reduce_scatter_starts_after_the_previous_ranks_backward_and_wait
         waited = [s for s in spans if s.name == "wait" and s.rank == hop.rank and s.step == hop.step
                   and s.start <= hop.start and s.end <= hop.start + 1.0]
         assert waited and abs(max(s.end for s in waited) - hop.start) < 1.0, hop  # the wait runs up to the hop
+
+
+@pytest.mark.dist
+def test_a_tree_reduce_starts_after_the_childrens_backward_and_waits_for_them_as_wait():
+    """The tree's first reduce chunk used to cover waiting for the children's backward (w2, a
+    2x straggler, is the root's child): that wait is a `wait` span of its own, as is a
+    child's wait for the parent's first broadcast chunk (the root reducing the whole tree)."""
+    run = _real_run("allreduce", topology={"workers": {"count": 3, "slowdown": {"w2": 2.0}}},
+                    strategy={"algorithm": "tree"})
+    spans = run.trace.spans
+    bound = {int(r): c["bound_us"] for r, c in run.trace.metadata["clock"].items()}
+    n = len(run.trace.ranks)
+    ready = {}  # a rank's gradients are ready when its backward (and its straggler's sleep) ended
+    for s in spans:
+        if s.name in ("backward", "slowdown"):
+            ready[(s.rank, s.step)] = max(ready.get((s.rank, s.step), 0.0), s.end)
+    reduce_end = {}
+    for s in spans:
+        if s.name == "allreduce" and s.args["phase"] == "reduce":
+            reduce_end[(s.rank, s.step)] = max(reduce_end.get((s.rank, s.step), 0.0), s.end)
+
+    def waited_up_to(rank, step, start):
+        return [w for w in spans if w.name == "wait" and w.rank == rank and w.step == step
+                and w.start <= start and abs(w.end - start) < 1.0]
+
+    firsts = [s for s in spans if s.name == "allreduce" and s.args["chunk"] == 0]
+    assert len(firsts) == 2 * n * len(run.trace.steps)  # reduce and broadcast, every rank, every step
+    for first in firsts:
+        me, step = first.rank, first.step
+        peers = [c for c in (2 * me + 1, 2 * me + 2) if c < n] if first.args["phase"] == "reduce" else \
+            ([(me - 1) // 2] if me else [])
+        for peer in peers:  # the children's gradients, or the parent's reduced chunk
+            after = ready[(peer, step)] if first.args["phase"] == "reduce" else reduce_end[(peer, step)]
+            assert first.start >= after - bound[me] - bound[peer], (first, peer)
+        if peers:
+            assert waited_up_to(me, step, first.start), first  # the time before it: a wait
 
 
 @pytest.mark.dist

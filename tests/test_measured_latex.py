@@ -240,3 +240,29 @@ def test_an_fp16_skipped_step_is_drawn_crossed_out_and_the_legend_says_so(tmp_pa
     compiled = compile_pdf(tex)
     assert "legend-skipped" in {b.name for b in parse_bboxes(compiled.log)}
     assert "skipped (fp16 overflow)" in " ".join(pdf_text(compiled.pdf).split())
+
+
+@pytest.mark.parametrize("workers", [4, 64])
+def test_a_tall_parameter_server_column_keeps_its_links_and_brace_off_the_worker_labels(tmp_path, workers):
+    """The server's links leave the top and bottom workers of a tall column steeply: a label
+    holding its step time on one line ("Worker 1: 75.8 ms/step", wider than the icon) would be
+    cut by them, so every time goes on a line of its own; an elided column's brace stands left
+    of the widest label and its count ("64 workers") clear of the data icon's label."""
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.predict.predict import predict
+
+    run_dir, _ = predict("examples/ps-sync.yaml", tmp_path / "p", workers=workers, steps=4)
+    tex = render_annotated_topology(load_run(run_dir))
+    assert check_figure_geometry(compile_pdf(tex).log) == []
+    assert "(w1-label) {\\workeronelabel\\\\" in tex  # the time under the name, not beside it
+
+
+def test_a_short_parameter_server_column_keeps_each_time_beside_its_name(tmp_path):
+    """Three workers' links are shallow enough to pass the one-line labels' ends: the demo's
+    figure stays as compact as it was."""
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.predict.predict import predict
+
+    run_dir, _ = predict("examples/ps-sync.yaml", tmp_path / "p", steps=4)
+    assert "(w1-label) {\\workeronelabel: " in render_annotated_topology(load_run(run_dir))

@@ -44,6 +44,7 @@ def test_a_prediction_without_calibration_says_illustrative_everywhere(tmp_path)
     assert ILLUSTRATIVE in texts["predicted-pred-timeline.tex"] and "predicted: synchronous" in \
         texts["predicted-pred-timeline.tex"]
     assert ILLUSTRATIVE in texts["predicted-pred-throughput.tex"]
+    assert f"Source: {ILLUSTRATIVE}." in texts["predicted-pred-table.tex"]
 
 
 def test_a_prediction_from_a_calibration_names_it(tmp_path):
@@ -52,7 +53,7 @@ def test_a_prediction_from_a_calibration_names_it(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "illustrative" not in done.stderr
     texts = _figures(tmp_path / "pred", tmp_path / "figs")
-    for name in ("predicted-pred-topology.tex", "predicted-pred-timeline.tex"):
+    for name in ("predicted-pred-topology.tex", "predicted-pred-timeline.tex", "predicted-pred-table.tex"):
         assert "predicted from calibration fit.json" in texts[name] and "illustrative" not in texts[name], name
 
 
@@ -84,6 +85,23 @@ def test_a_cpu_run_is_drawn_on_cpus_and_says_where_it_ran(tmp_path):
     assert "Measured: " in texts["measured-topology"]
     for key in ("measured-topology", "measured-timeline", "plot-loss", "plot-throughput"):
         assert note in texts[key], key
+    assert f"Source: measured, {note}." in texts["table-summary"]  # the table's one row, one source line
+
+
+def test_a_compare_of_a_measurement_and_an_illustrative_prediction_says_each_rows_source(tmp_path):
+    from opentikz_dt.measured.compare import compare_runs
+    from opentikz_dt.predict.predict import predict
+
+    hardware = {"cpu": "AMD EPYC 7B13", "cores": 2, "cores_total": 2}
+    measured = [_with_hardware(write_synthetic_run(tmp_path / name, "ps-sync", steps=8), "cpu", "gloo", hardware).path
+                for name in ("a", "b")]
+    predicted, _ = predict("examples/ps-sync.yaml", tmp_path / "pred", steps=6)
+    compare_runs([*measured, predicted], tmp_path / "out", ("tex",))
+    table = (tmp_path / "out" / "compare-table.tex").read_text(encoding="utf-8")
+    # the two measured runs are repeats of one spec: one row, one line; the prediction its own
+    assert "Source of synth-ps-sync: measured, ran on CPU: AMD EPYC 7B13, cores: 2, ranks: 4; gloo." in table
+    assert f"Source of ps-sync (predicted): {ILLUSTRATIVE}." in table
+    assert table.count("Source") == 2
 
 
 def test_a_gpu_run_is_drawn_on_gpus_and_names_them(tmp_path):

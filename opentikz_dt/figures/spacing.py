@@ -148,12 +148,13 @@ class _Sizes:
 
     def data_to_column(self) -> float:
         """Gap from the data icon to a column of workers (centre to centre)."""
-        if self.elided:  # the brace label sits level with the data icon, above its label (one line)
+        if self.elided:  # the brace label sits level with the data icon, above its label (one line);
+            # the brace stands left of the widest label (topology_common.data_fan), not just the icons
             t = self.spec.topology
             count = label_text(self.spec, "workers_brace", n=f"{t.workers.count:,}") + (
                 "\n" + label_text(self.spec, "on_hosts", n=f"{t.hosts:,}") if t.hosts > 1 else "")
             data = self.data_half if t.hosts > 1 else self.data_icon_half
-            return data + self.brace(count) + self.worker_w / 2 + GAP / 2
+            return data + self.brace(count) + self.worker_half + GAP / 2
         if fitted(self.spec) and self.steep_fan():  # the label sits above the icon: short arrows will do
             return self.data_half + FAN_MIN_CM + self.column_half
         # The batch label sits in the gap, clear of the data icon by as much as a one-line data

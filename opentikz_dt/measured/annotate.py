@@ -22,6 +22,7 @@ from ..figures.topology import build_layout, layout_kind
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
+from .clearance import links_cross_labels
 from .run import Run
 from .source import device_icons, source, source_note
 
@@ -61,18 +62,26 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     # worker's links carry the same bytes (as printed), the flow labels say them once, stacked.
     once = fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS and layout_kind(spec) != "allreduce" and \
         _alike([traffic.get(_rank_of(w), {}) for w in step_ms if _WORKER.match(w)], steps)
+    given = layout is not None
     layout = layout or _layout_for(spec, step_ms, once)
     # a fitted parameter server's links are as long as their labels need (spacing.fitted_flow_run)
     run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms, once))) \
         if fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS else None
     slow = tuple(stragglers(metrics["step_time_s"]))
+    # A time goes on its own line under every worker where a link would cut through a label
+    # holding it on one line (a tall column's steep links: clearance.links_cross_labels).
+    one_line = {w: f"{spec.topology.workers.label_of(w)}: {label_text(spec, 'step_time', ms=f'{ms:.1f}')}"
+                for w, ms in step_ms.items() if _WORKER.match(w) and not _time_on_own_line(spec, w, ms)}
+    crowded = bool(one_line) and links_cross_labels(spec, layout, one_line)
+    if crowded and not given and _column_elided(spec):  # its brace stands left of the labels as printed
+        layout = _layout_for(spec, step_ms, once, crowded)
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     nodes = []
     for node in layout.nodes:
         match = _WORKER.match(node.name)
         if match and node.kind == "icon" and node.name in step_ms:
             text = label_tex(spec, "step_time", ms=f"{step_ms[node.name]:.1f}")  # the straggler: its colour and the note
-            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name, step_ms[node.name]) \
+            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name, step_ms[node.name], crowded) \
                 else f"{node.label}: {text}"
             node = replace(node, label=Tex(label), color=highlight if node.name in slow else node.color)
         nodes.append(node)
@@ -142,7 +151,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
         macros["titlelabel"] = label_tex(spec, f"{seen}_title", tex={"title": macros["titlelabel"]})
     # The strategy's own note sits a little lower: the worker labels above it grew by their step
     # times (by a line where a time has a line of its own).
-    grown = any(_time_on_own_line(spec, w, ms) for w, ms in step_ms.items() if _WORKER.match(w))
+    grown = any(_time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
     drop = 0.25 + (LINE_H if grown and not fitted(spec) else 0.0)
     nodes = [replace(n, y=n.y - drop) if n.name == "note" else n for n in nodes]
     # An elided column's ellipsis sits midway between the label above it and the next icon:
@@ -189,8 +198,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     return Annotation(annotated, tuple(links), step_ms, slow)
 
 
-def _time_on_own_line(spec, worker: str, ms: float) -> bool:
-    """True where a worker's step time goes on a line of its own under its label: in a fitted
+def _time_on_own_line(spec, worker: str, ms: float, crowded: bool = False) -> bool:
+    """True where a worker's step time goes on a line of its own under its label: where the
+    figure's links would cut through labels holding it on one line (`crowded`), in a fitted
     figure (the label stays about as narrow as the icon), where the label is wider than
     the icon already (it would reach under the links leaving the icon, and its neighbours'),
     and, where the layout is not spaced for the labels as printed (no host boxes:
@@ -198,7 +208,7 @@ def _time_on_own_line(spec, worker: str, ms: float) -> bool:
     the labels of the links leaving it stay clear of (the CPU icon is narrower than the GPU card)."""
     label = spec.topology.workers.label_of(worker)
     icon = icon_size(spec, "worker")[0]
-    if fitted(spec) or printed_cm(spec, label, "worker") > icon:
+    if crowded or fitted(spec) or printed_cm(spec, label, "worker") > icon:
         return True
     one_line = f"{label}: {label_text(spec, 'step_time', ms=f'{ms:.1f}')}"
     return spec.topology.hosts < 2 and printed_cm(spec, one_line, "worker") > icon + ONE_LINE_SPARE_CM
@@ -236,7 +246,7 @@ def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Lay
     return replace(layout, groups=tuple(groups))
 
 
-def _layout_for(spec, step_ms: dict, once: bool = False) -> Layout:
+def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False) -> Layout:
     """The spec's layout; at a target width (compact gaps), in host boxes (where workers sit
     side by side, or links must clear the box's padding), or elided (a brace left of the
     labels, ring links right of them), placed as if each worker's label
@@ -244,7 +254,7 @@ def _layout_for(spec, step_ms: dict, once: bool = False) -> Layout:
     layout = build_layout(spec)
     if not fitted(spec) and spec.topology.hosts < 2 and not _column_elided(spec):
         return layout
-    return replace(build_layout(_spaced_spec(spec, step_ms, once)), macros=layout.macros)
+    return replace(build_layout(_spaced_spec(spec, step_ms, once, crowded)), macros=layout.macros)
 
 
 def _column_elided(spec) -> bool:
@@ -252,11 +262,12 @@ def _column_elided(spec) -> bool:
     return spec.topology.workers.count > spec.figure.max_workers_drawn
 
 
-def _spaced_spec(spec, step_ms: dict, once: bool = False):
+def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False):
     """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
     step time, each link's its bytes per step."""
     workers = spec.topology.workers
-    labels = {**workers.labels, **{w: _label_with_time(spec, w, ms) for w, ms in step_ms.items() if _WORKER.match(w)}}
+    labels = {**workers.labels,
+              **{w: _label_with_time(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
     if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
         # (said once, under the flow label: as wide as the wider of the two)
@@ -270,7 +281,7 @@ ONE_LINE_SPARE_CM = 1.5  # how far past its icon a worker's one-line label may r
 FOOTER_CHARS = 46  # a fitted figure's footer line, at most (a wide glyph counts twice): it must not widen the figure
 
 
-def _label_with_time(spec, worker: str, ms: float) -> str:
+def _label_with_time(spec, worker: str, ms: float, crowded: bool = False) -> str:
     """A worker's label as annotate_layout prints it, for the layout's estimates: a fitted
     figure's step time on a line of its own, which it never breaks (a no-break space keeps
     spacing.printed_lines from splitting it); a natural-width figure's estimates see one line
@@ -279,7 +290,7 @@ def _label_with_time(spec, worker: str, ms: float) -> str:
     time = label_text(spec, "step_time", ms=f"{ms:.1f}")
     if fitted(spec):
         return label + "\n" + time.replace(" ", "\u00a0")
-    if _time_on_own_line(spec, worker, ms):
+    if _time_on_own_line(spec, worker, ms, crowded):
         return max(label, time, key=text_cm)
     return f"{label}: {time}"
 

@@ -7,7 +7,9 @@ target; the default target is the lowest loss every converged run reached, and n
 runs of a single spec), bytes per step (sent by all ranks), and staleness (mean and max
 versions behind, async only). Runs of one spec (a `dtgen run --repeat` folder, or several
 run directories) make one row and one series: their mean, with min--max as the spread and
-as error bars. The table's note defines every column. Must not import torch.
+as error bars. The table's note defines every column and states where each row's numbers come
+from (source.table_source: measured on which hardware, predicted from which calibration,
+illustrative), one line per distinct source. Must not import torch.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .plots import render_loss_plot, render_staleness_plot, render_throughput_pl
 from ..lossfacts import DIVERGED_DEFINITION, FINAL_DEFINITION, divergence, final_loss
 from .repeats import aggregate, expand, group
 from .run import Run, load_run
+from .source import table_source
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Summary:
     diverged: int = 0  # how many of the runs diverged (lossfacts.divergence)
     repeats: int = 1
     reached: int = 0  # how many of the runs reached the target loss
+    source: str = ""  # where the row's numbers come from (source.table_source), plain text
 
 
 def strategy_name(spec) -> str:
@@ -126,7 +130,7 @@ def summarize_repeats(runs: list, target: float | None) -> Summary:
         stat(times), sent / steps, statistics.fmean(stale) if stale else None, max(stale) if stale else None,
         any(r.failed for r in runs), stat(final_loss(r.metrics["loss"]) for r in runs),
         stat(e.get("loss") for e in evals), stat(e.get("perplexity") for e in evals), sum(diverged), len(runs),
-        sum(t is not None for t in times))
+        sum(t is not None for t in times), "; ".join(dict.fromkeys(table_source(r) for r in runs)))
 
 
 def _cell(value: Stat | None, fmt: str) -> str:
@@ -175,7 +179,19 @@ def column_notes(summaries: list, target: float | None) -> list:
         notes.append("n runs: the mean over repeats of one spec, (min--max) over them.")
     if any(s.ended_early for s in summaries):
         notes.append("$^{\\dagger}$run ended early (failed); metrics cover the steps it completed.")
-    return notes
+    return notes + source_notes(summaries)
+
+
+def source_notes(summaries: list) -> list:
+    """Where each row's numbers come from (measured on which hardware, predicted from which
+    calibration, illustrative): one line per distinct source, naming its rows when the
+    rows have more than one source. TeX, the sources escaped."""
+    rows: dict = {}
+    for s in summaries:
+        rows.setdefault(s.source or "unknown", []).append(s.name)
+    if len(rows) == 1:
+        return [f"Source: {escape_text(next(iter(rows)))}."]
+    return [f"Source of {escape_text(', '.join(names))}: {escape_text(line)}." for line, names in rows.items()]
 
 
 def render_summary_table(summaries: list, target: float | None, spec, body_only: bool = False,

@@ -87,6 +87,16 @@ def source_note(run: Run) -> str | None:
     return prediction_note(run) if source(run) == "predicted" else hardware_note(run)
 
 
+def table_source(run: Run) -> str:
+    """A summary table's row source, said in the table's note: a measured row says it was
+    measured and where (runs from before run.json recorded hardware say that instead); a
+    predicted one says from which calibration, or that it is the illustrative cost model."""
+    if source(run) == "predicted":
+        return prediction_note(run)
+    hardware = hardware_note(run)
+    return f"measured, {hardware}" if hardware else "measured (run.json records no hardware)"
+
+
 def device_icons(run: Run):
     """The run's spec with each role's device icon (gpu, cpu) the device its ranks used:
     GPU icons for a run on the CPU would say what did not happen. Roles drawn as a

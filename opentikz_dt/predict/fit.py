@@ -217,15 +217,17 @@ def _solve_message_latency(cal: Calibration, run) -> Calibration:
     return Calibration(data, cal.path)
 
 
-def _after_last_join(run, spans_of_role: dict) -> list:
+def _after_last_join(run, spans_of_role: dict, counts=None) -> list:
     """Per steady step, a collective's time (µs) from the last rank joining it to the last
     rank leaving it; `spans_of_role` names the spans that make up the collective on each
-    role (a worker's `wait` + `fetch` is its side of the storage's broadcast)."""
+    role (a worker's `wait` + `fetch` is its side of the storage's broadcast), `counts`
+    (event -> bool), where given, which of those spans count."""
     first = run.trace.steps[0]
     per_step: dict = {}
     for e in run.trace.events:
         step = e["args"]["step"]
-        if step != first and e["name"] in spans_of_role.get(role_of(run, e["pid"]), ()):
+        if step != first and e["name"] in spans_of_role.get(role_of(run, e["pid"]), ()) and (
+                counts is None or counts(e)):
             ranks = per_step.setdefault(step, {})
             start, end = ranks.get(e["pid"], (float("inf"), 0.0))
             ranks[e["pid"]] = (min(start, e["ts"]), max(end, e["ts"] + e["dur"]))
@@ -240,7 +242,9 @@ def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
 
     from .sim_peer import TREE_CHUNK, TREE_MAX
 
-    totals = _after_last_join(run, {"worker": ("allreduce",)})
+    # a tree rank's wait for its children's (its parent's) first chunk is part of the collective
+    totals = _after_last_join(run, {"worker": ("allreduce", "wait")},
+                              lambda e: e["name"] != "wait" or e["args"].get("algorithm") == "tree")
     if not totals:
         return None
     n = spec.topology.workers.count

@@ -141,6 +141,13 @@ MAX_CHUNKS = 64
 def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> None:
     """Binary-tree reduce to ranks[0], then broadcast back, pipelined over chunks.
 
+    The wait for the children's first chunk (a child may still be in its backward pass, or
+    waiting for its own children) is a `wait` span of its own (algorithm tree, phase reduce)
+    before the first reduce span, so that span covers only the transfer and additions from
+    the chunk's arrival on; as the ring's first hop, the wait includes that chunk's own
+    transfer, which this rank cannot tell apart from the child not having sent yet. Likewise
+    the wait for the parent's first broadcast chunk (the root reducing the rest of the tree).
+
     A double binary tree (NCCL's, each half of the buffer on its own rotated tree) was
     tried and measured no faster on gloo/CPU (BENCHMARKS.md), so the simple tree stays.
     """
@@ -158,20 +165,43 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     parts = {c: list(torch.tensor_split(bufs[c], nchunks)) for c in children}
     recvs = {c: [comm.irecv(parts[c][k], c, tag=k) for k in range(nchunks)] for c in children}
     sends = []
+    traced = tracer.enabled_for(step)
+    record, comm_tid = tracer._record, TIDS["comm"]
+
+    def first_arrival(works: list, phase: str) -> int:
+        """Wait for a peer's first chunk (waiting for a peer, not reducing: a `wait` span);
+        returns when it arrived (ns), where the chunk's own span starts (raw stamps: no gap)."""
+        t0 = perf_counter_ns()
+        for w in works:
+            w.wait()
+        t1 = perf_counter_ns()
+        if traced and works:
+            record("wait", comm_tid, t0, t1, step, {"algorithm": "tree", "phase": phase})
+        return t1
+
+    arrived = first_arrival([recvs[c][0] for c in children], "reduce")
     for k in range(nchunks):
-        with tracer.span("allreduce", tid="comm", step=step, algorithm="tree", phase="reduce", chunk=k):
-            for c in children:
+        t0 = arrived if k == 0 else perf_counter_ns()
+        for c in children:
+            if k:  # the first chunk arrived in first_arrival
                 recvs[c][k].wait()
-                chunks[k].add_(parts[c][k])
-            if parent is not None:
-                sends.append(comm.isend(chunks[k], parent, tag=k))
+            chunks[k].add_(parts[c][k])
+        if parent is not None:
+            sends.append(comm.isend(chunks[k], parent, tag=k))
+        if traced:
+            record("allreduce", comm_tid, t0, perf_counter_ns(), step,
+                   {"algorithm": "tree", "phase": "reduce", "chunk": k})
     # Broadcast: receive each chunk from the parent and pass it down at once.
     down = [comm.irecv(chunks[k], parent, tag=_BCAST_TAG + k) for k in range(nchunks)] if parent is not None else []
+    arrived = first_arrival(down[:1], "broadcast")
     for k in range(nchunks):
-        with tracer.span("allreduce", tid="comm", step=step, algorithm="tree", phase="broadcast", chunk=k):
-            if down:
-                down[k].wait()
-            sends += [comm.isend(chunks[k], c, tag=_BCAST_TAG + k) for c in children]
+        t0 = arrived if k == 0 else perf_counter_ns()
+        if down and k:
+            down[k].wait()
+        sends += [comm.isend(chunks[k], c, tag=_BCAST_TAG + k) for c in children]
+        if traced:
+            record("allreduce", comm_tid, t0, perf_counter_ns(), step,
+                   {"algorithm": "tree", "phase": "broadcast", "chunk": k})
     with tracer.span("wait", tid="comm", step=step):  # the children receiving the last chunks
         for w in sends:
             w.wait()

@@ -1,0 +1,92 @@
+"""Whether a measured topology's worker labels may hold their step time on one line.
+
+A worker's label with its step time on one line ("Worker 1: 75.8 ms/step") is wider than
+its icon, and the links leaving the icon's sides (to the server, from the data icon) run
+past the label's ends: steeply where the column is tall (the top and bottom workers of
+four or more, or of an elided 64), so steeply that they cut through the label. This
+estimates, from the Layout's own positions, whether every straight link keeps clear of
+every such label; where one does not, annotate puts each time on a line of its own
+(no wider than the icon). Estimates only, on the safe side (textwidth's widths are
+conservative); the compiled figure's geometry check (figures.checks) is the judge.
+Pure: must not import torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..figures.model import Layout, Port
+from ..figures.spacing import ICON_SIZE, LABEL_H, icon_size
+from ..figures.textwidth import text_cm
+from ..figures.topology_fit import PT_PER_CM
+
+_WORKER = re.compile(r"^w([1-9][0-9]*)$")
+_ROLE = {"ps": "server", "data": "data"}  # icon nodes other than workers, by name
+LABEL_GAP_CM = 2 / PT_PER_CM  # the label's box sits 2pt below its icon (topology.tex.j2)
+ALLOWED_CM = 0.5 / PT_PER_CM  # how far a line may come into a text box (figures.checks.TEXT_MARGIN_PT)
+LINE_HALF_CM = 0.5 / PT_PER_CM  # half a link's width (the checks measure its outline)
+
+
+def links_cross_labels(spec, layout: Layout, one_line: dict) -> bool:
+    """True when a straight link of the layout would run through a worker's label printed as
+    `one_line[worker]` (text) below its icon."""
+    nodes = {n.name: n for n in layout.nodes if not n.rel}
+    boxes = [_label_box(spec, nodes[w], text) for w, text in one_line.items() if w in nodes]
+    for edge in layout.edges:
+        if edge.route != "line":
+            continue
+        a, b = _point(spec, layout, nodes, edge.src), _point(spec, layout, nodes, edge.dst)
+        if a is None or b is None:
+            continue
+        if any(_segment_meets_box(a, b, box) for box in boxes):
+            return True
+    return False
+
+
+def _label_box(spec, node, text: str) -> tuple:
+    """(left, bottom, right, top) cm of a one-line label's box (text_cm counts its inner sep)
+    under a worker icon, less what a line may enter."""
+    height = icon_size(spec, "worker")[1]
+    half = text_cm(text) / 2 - ALLOWED_CM + LINE_HALF_CM
+    top = node.y - height / 2 - LABEL_GAP_CM - ALLOWED_CM + LINE_HALF_CM
+    return (node.x - half, top - LABEL_H, node.x + half, top)
+
+
+def _point(spec, layout: Layout, nodes: dict, port: Port):
+    """Where an edge's end is, in cm: an icon's anchor shifted by the port's offset; a box's or a
+    group's centre (near enough for a line's slope); None for ends it cannot place (braces)."""
+    node = nodes.get(port.node)
+    if node is None:
+        group = next((g for g in layout.groups if g.name == port.node), None)
+        members = [nodes[m] for m in (group.members if group else ()) if m in nodes]
+        if not members:
+            return None
+        return (min(m.x for m in members), sum(m.y for m in members) / len(members) + port.dy / PT_PER_CM)
+    x, y = node.x, node.y
+    if node.kind == "icon":
+        role = "worker" if _WORKER.match(node.name) else _ROLE.get(node.name)
+        w, h = icon_size(spec, role) if role else ICON_SIZE["none"]
+        x += w / 2 * (("east" in port.anchor) - ("west" in port.anchor))
+        y += h / 2 * (("north" in port.anchor) - ("south" in port.anchor))
+    return (x + port.dx / PT_PER_CM, y + port.dy / PT_PER_CM)
+
+
+def _segment_meets_box(a: tuple, b: tuple, box: tuple) -> bool:
+    """Whether the segment a-b passes through the box (Liang-Barsky clipping)."""
+    left, bottom, right, top = box
+    (x0, y0), (x1, y1) = a, b
+    dx, dy = x1 - x0, y1 - y0
+    lo, hi = 0.0, 1.0
+    for p, q in ((-dx, x0 - left), (dx, right - x0), (-dy, y0 - bottom), (dy, top - y0)):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            lo = max(lo, t)
+        else:
+            hi = min(hi, t)
+        if lo > hi:
+            return False
+    return True
