@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from ..predict.calibration import cpu_model
+from .capacity import cpu_cores
 
 CHUNK = 1 << 20
 
@@ -51,18 +52,10 @@ def dataset_record(dataset_path: str | None) -> dict | None:
     return {"path": dataset_path, "bytes": size, "sha256": digest.hexdigest()}
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask, where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def hardware(ranks: list) -> dict:
     """run.json's `hardware` of this node: its CPU and cores, and the GPUs the ranks used
     (index -> model), from the devices the ranks recorded (cuda:0, ...)."""
-    out = {"cpu": cpu_model(), "cores": usable_cores(), "cores_total": os.cpu_count() or 1}
+    out = {"cpu": cpu_model(), "cores": cpu_cores(), "cores_total": os.cpu_count() or 1}
     used = sorted({int(d.split(":")[1]) for d in (r.get("device") or "" for r in ranks)
                    if d.startswith("cuda:") and d.split(":")[1].isdigit()})
     if used:

@@ -12,7 +12,7 @@ import difflib
 from jsonschema import Draft202012Validator
 
 from ..contract import load_contract
-from ..errors import DtgenError, UsageError
+from ..errors import UsageError
 
 
 # A suggestion must be a likely typo, not merely a shared prefix: at 0.5 'set-slowdown'

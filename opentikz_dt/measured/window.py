@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..errors import DtgenError, TraceError, UsageError
+from ..errors import TraceError, UsageError
 from .trace import Trace
 
 MAX_BOXES = 2400  # whole figure; ~10,000 fills is TeX's limit and compile time grows with it
