@@ -16,6 +16,8 @@ import torch
 from ..trace import TIDS
 from . import collectives
 
+KIND = "allreduce"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
+
 
 def roles(spec):
     return [("worker", w) for w in spec.topology.workers.ids]

@@ -20,6 +20,8 @@ from time import perf_counter, perf_counter_ns
 from ..ps_wire import (assign_grads, flatten_grads, pack_weights, perf_ns_of, unpack_weights,
                        weights_buffer)
 
+KIND = "central-storage"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
+
 
 def roles(spec):
     return [("worker", w) for w in spec.topology.workers.ids] + [("storage", "ps")]

@@ -9,6 +9,8 @@ import time
 
 import torch
 
+KIND = "gossip"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
+
 
 def roles(spec):
     return [("worker", w) for w in spec.topology.workers.ids]

@@ -39,6 +39,8 @@ from ...shards import shard_assignment
 from ..ps_wire import (STOP, Inbox, assign_grads, flatten_grads, grads_buffer, pack_grads, pack_weights,
                        perf_ns_of, unpack_grads, unpack_weights, weights_buffer)
 
+KIND = "parameter-server"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
+
 
 def roles(spec):
     workers = [("worker", w) for w in spec.topology.workers.ids]

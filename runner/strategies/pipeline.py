@@ -31,6 +31,8 @@ from ... import workload
 from ..precision import autocast_forward
 from ..split import TIED, stage_module
 
+KIND = "pipeline"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
+
 
 def roles(spec):
     # The spec rules already refuse 1F1B with fewer microbatches than stages.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+KIND = "single"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
+
 
 def roles(spec):
     return [("worker", "w1")]

@@ -1,0 +1,142 @@
+"""Strategy plugins: how each side of dtgen finds the module that answers its questions
+about one strategy.
+
+Every side keeps one module per strategy in its own `strategies` package, and each such
+module names the `strategy.kind` it serves in `KIND`:
+
+  side        package                              answers
+  strategy    opentikz_dt.strategies               descriptor (STRATEGY), rules, defaults, edit, captions
+  figures     opentikz_dt.figures.strategies       topology drawer, expected schedule, measured annotations
+  predict     opentikz_dt.predict.strategies       simulation and calibration fit
+  runner      opentikz_dt.runner.strategies        ranks' roles and train loop (the only side with torch)
+
+A side asks its registry for the plugin of a kind and calls it; it never compares the
+kind itself. Strategies from outside dtgen come as a Python package named in the
+environment variable DTGEN_PLUGINS (comma-separated package names): its module
+`<package>.<side>` is that side's plugin. The variable is read in every process, so the
+runner's ranks (which inherit the environment) find the same plugins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pkgutil
+
+from .errors import InputError
+
+ENV = "DTGEN_PLUGINS"
+
+
+def external_packages() -> list[str]:
+    """The plugin packages DTGEN_PLUGINS names, in order."""
+    return [name.strip() for name in os.environ.get(ENV, "").split(",") if name.strip()]
+
+
+class _WithDefaults:
+    """A plugin module seen through its side's defaults: an attribute the module lacks is
+    the side's default (so a plugin writes only what differs)."""
+
+    def __init__(self, module, defaults):
+        self._module, self._defaults = module, defaults
+
+    def __getattr__(self, name):
+        try:
+            return getattr(self._module, name)
+        except AttributeError:
+            if self._defaults is None:
+                raise
+            return getattr(self._defaults, name)
+
+    def __repr__(self) -> str:
+        return f"<{getattr(self._module, '__name__', self._module)} plugin>"
+
+
+def module_name(kind: str) -> str:
+    """The module that serves `kind` in a side's package: the kind with '-' as '_'
+    (parameter-server -> parameter_server)."""
+    return kind.replace("-", "_")
+
+
+class SideRegistry:
+    """One side's plugins by kind: its own package's module named after the kind
+    (module_name), else DTGEN_PLUGINS' packages' `<package>.<side>` modules, else whatever
+    `register` added. A lookup imports only the module it needs (the runner's import
+    torch); listing every kind imports them all."""
+
+    def __init__(self, side: str, package: str, defaults: str | None = None):
+        self.side, self.package, self.defaults = side, package, defaults
+        self._own: dict = {}
+        self._external: dict | None = None
+        self._registered: dict = {}
+
+    def _own_module(self, name: str):
+        if name not in self._own:
+            full = f"{self.package}.{name}"
+            module = importlib.import_module(full) if importlib.util.find_spec(full) else None
+            self._own[name] = module if getattr(module, "KIND", None) else None
+        return self._own[name]
+
+    def _externals(self) -> dict:
+        if self._external is None:
+            found = {}
+            for external in external_packages():
+                name = f"{external}.{self.side}"
+                try:
+                    module = importlib.import_module(name)
+                except ModuleNotFoundError as exc:
+                    if exc.name == external:
+                        raise InputError(f"{ENV} names the package {external!r}, which Python cannot import "
+                                         f"(is its folder on PYTHONPATH?)") from None
+                    if exc.name == name:
+                        continue  # this plugin has nothing for this side
+                    raise
+                kind = getattr(module, "KIND", None)
+                if not kind:
+                    raise InputError(f"{ENV}: {name} does not name the strategy kind it serves (KIND = \"...\")")
+                found[kind] = module
+            self._external = found
+        return self._external
+
+    def register(self, module) -> None:
+        """Add (or replace) the plugin of `module.KIND` in this process (tests; programs
+        embedding dtgen). Other processes see only DTGEN_PLUGINS."""
+        self._registered[module.KIND] = module
+
+    def unregister(self, kind: str) -> None:
+        self._registered.pop(kind, None)
+
+    def kinds(self) -> tuple[str, ...]:
+        """Every kind this side serves: its package's modules (imported), then plugins."""
+        own = []
+        package = importlib.import_module(self.package)
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+            module = None if info.name.startswith("_") else self._own_module(info.name)
+            if module is not None:
+                own.append(module.KIND)
+        return tuple(dict.fromkeys(own + list(self._externals()) + list(self._registered)))
+
+    def has(self, kind: str) -> bool:
+        try:
+            self.raw(kind)
+        except InputError:
+            return False
+        return True
+
+    def raw(self, kind: str):
+        """The plugin module itself (no defaults)."""
+        if kind in self._registered:
+            return self._registered[kind]
+        module = self._own_module(module_name(kind)) if kind and "." not in kind else None
+        if module is not None and module.KIND == kind:
+            return module
+        if kind in self._externals():
+            return self._externals()[kind]
+        raise InputError(f"no {self.side} plugin for strategy kind {kind!r} (known: {', '.join(self.kinds())})")
+
+    def get(self, kind: str):
+        """The plugin of `kind`, with the side's defaults for what it leaves out."""
+        module = self.raw(kind)
+        defaults = importlib.import_module(self.defaults) if self.defaults else None
+        return _WithDefaults(module, defaults)

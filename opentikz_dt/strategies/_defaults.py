@@ -1,0 +1,1 @@
+"""What a strategy plugin (this package) answers when its module says nothing."""
