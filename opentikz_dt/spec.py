@@ -55,6 +55,10 @@ def resolve(data: dict, source_name: str = "spec") -> dict:
     return data
 
 
+# The strategy keys every Spec carries as attributes; the rest are a plugin's `options`.
+_CORE_STRATEGY_KEYS = ("kind", "sync", "algorithm", "microbatches", "schedule", "stages", "peers")
+
+
 def build_spec(data: dict, located: Located | None = None) -> Spec:
     """Construct the Spec from resolved, schema-valid data (no checks here)."""
     t, s, tr, rt, fg = (data[k] for k in ("topology", "strategy", "training", "runtime", "figure"))
@@ -67,7 +71,8 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
             servers=Servers(t["servers"]["count"], t["servers"]["label"]),
             hosts=t["hosts"],
         ),
-        strategy=Strategy(s["kind"], s["sync"], s["algorithm"], s["microbatches"], s["schedule"], s["stages"], s["peers"]),
+        strategy=Strategy(s["kind"], s["sync"], s["algorithm"], s["microbatches"], s["schedule"], s["stages"], s["peers"],
+                          {k: v for k, v in s.items() if k not in _CORE_STRATEGY_KEYS}),
         training=Training(tuple(tr["model"]["layers"]) if tr["model"]["kind"] == "mlp" else (), dict(tr["dataset"]),
                           tr["batch_size"], tr["steps"], float(tr["optimizer"]["lr"]),
                           float(tr["optimizer"].get("momentum", 0.9)), tr["seed"], dict(tr["model"]),

@@ -68,6 +68,9 @@ class Strategy:
     schedule: str
     stages: int
     peers: int
+    # Keys only a plugin strategy reads (its descriptor's `options` beyond the ones above),
+    # as the spec gives them after defaults.
+    options: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
