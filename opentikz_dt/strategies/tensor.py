@@ -1,0 +1,85 @@
+"""Tensor parallelism (the horizontal model split, seed 002's Figure 3): every worker holds
+a slice of every split layer and the workers sum their partial results inside the layer
+(Megatron-LM's column- then row-parallel pairs). Every worker sees the same batch.
+
+The split follows the model: the built-in transformer's attention by heads and its MLP by
+hidden units, the built-in mlp's Linear layers in column/row pairs, a python model by
+`strategy.plan` (or its own tp_plan). The runner's module (runner/strategies/tensor.py)
+does the split; the rules below refuse, before anything starts, the sizes it cannot split.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from ._base import Strategy
+
+KIND = "tensor"
+STRATEGY = Strategy(KIND, "Tensor-parallel training", "tensor", ("allreduce", "optimizer"),
+                    options=("plan",), workers=(2, None), default_workers=2, data_parallel=False, order=80)
+
+# The plan values a spec may give (torch.distributed.tensor.parallel's styles by their
+# short names); schemas/spec.schema.json lists the same.
+PLAN_STYLES = ("colwise", "rowwise", "replicate")
+
+
+def rules(spec, model_blocks):
+    """Yield (spec path, message) for sizes the workers cannot split evenly (the hook the
+    spec rules ask every strategy; a python model's plan is checked once it is built)."""
+    workers = spec.topology.workers.count
+    model = spec.training.model or {"kind": "mlp", "layers": list(spec.training.layers)}
+    kind = model.get("kind", "mlp")
+    if kind == "cnn":
+        yield ("strategy", "kind"), ("tensor parallelism of the built-in cnn is not supported: its residual convolutions "
+                                     "would need an all-gather of the feature maps at every block; use kind: pipeline "
+                                     "or allreduce for the cnn")
+        return
+    if kind == "python" and "plan" in spec.strategy.options:
+        return  # its module names are known only once the model is built (the runner checks them)
+    if kind != "python" and "plan" in spec.strategy.options:
+        yield ("strategy", "plan"), (f"strategy.plan applies to a python model; the built-in {kind} has its own plan "
+                                     "(remove plan)")
+        return
+    for path, what, size in split_sizes(model):
+        if size % workers:
+            yield path, (f"{what} {size} does not split over {workers} workers: tensor parallelism needs it "
+                         f"divisible by workers.count ({nearest_counts(model, workers)})")
+            return
+
+
+def split_sizes(model: dict) -> list[tuple[tuple, str, int]]:
+    """(spec path, what, size) of every dimension the built-in model's split divides by
+    the worker count: the transformer's heads (the MLP's 4 x d_model hidden units follow,
+    d_model being heads x head size), the mlp's widths after each column-parallel layer
+    (layers 0, 2, 4, ...: each pairs with the row-parallel layer after it; an odd last
+    layer stays whole)."""
+    kind = model.get("kind", "mlp")
+    if kind == "transformer":
+        return [(("training", "model", "heads"), "training.model.heads", model["heads"])]
+    if kind == "mlp":
+        widths = list(model["layers"])
+        pairs = (len(widths) - 1) // 2
+        return [(("training", "model", "layers"), f"training.model.layers[{2 * i + 1}] (hidden width)",
+                 widths[2 * i + 1]) for i in range(pairs)]
+    return []
+
+
+def nearest_counts(model: dict, workers: int) -> str:
+    """The worker counts (at least 2) closest to `workers` that split every size evenly."""
+    common = 0
+    for _, _, size in split_sizes(model):
+        common = gcd(common, size)
+    fits = [n for n in range(2, common + 1) if common % n == 0]
+    if not fits:
+        return "no count of 2 or more workers splits it"
+    fits.sort(key=lambda n: (abs(n - workers), n))
+    best = sorted(fits[:3])
+    return "counts that work: " + ", ".join(map(str, best))
+
+
+def starter_block(kind: str) -> str:
+    return """\
+strategy:
+  kind: tensor                # model parallelism: every worker holds a slice of every layer
+  # plan:                     # python models only: module name -> colwise | rowwise | replicate
+  #   layers.0: colwise"""

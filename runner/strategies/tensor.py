@@ -1,0 +1,343 @@
+"""`tensor`: tensor parallelism (the horizontal model split): every worker holds a slice
+of every split layer, all workers see the same batch, and the workers sum their partial
+results inside each layer pair (Megatron-LM's column- then row-parallel Linear layers).
+
+The split is torch's own: a 1-D DeviceMesh over the workers and `parallelize_module` with
+ColwiseParallel / RowwiseParallel (torch.distributed.tensor.parallel). A column-parallel
+layer takes the whole (replicated) input and gives each worker its slice of the output
+features; the row-parallel layer after it takes that slice and gives each worker a
+partial sum of the whole output, which one all-reduce completes (forward). In backward
+the column-parallel layer's input gradient is a partial sum too: one all-reduce. So per
+pair: one all-reduce forward, one backward (the built-in transformer: attention and MLP,
+4 per block and step).
+
+Which layers are split (the plan):
+- built-in transformer: attention by heads (the fused q/k/v Linear column-parallel, its
+  rows regrouped so each worker's slice holds whole heads; the output projection
+  row-parallel), the MLP by hidden units (fc column-, proj row-parallel). The token and
+  position embeddings, the tied output head and the layer norms stay replicated: every
+  worker computes them whole on the same batch, so their gradients are the same on every
+  worker without any communication, and the numerics stay `single`'s. Splitting the vocab
+  would save memory but needs the tied weight split the same way in its two uses and a
+  vocab-parallel loss; at dtgen's sizes replication is the cheaper and clearer choice.
+- built-in mlp: Linear layers in pairs, colwise then rowwise; an odd last layer (the
+  classifier) stays whole.
+- built-in cnn: refused by the spec rules (opentikz_dt/strategies/tensor.py).
+- python model: `strategy.plan` (module-name patterns -> colwise | rowwise | replicate,
+  '*' matching one name part, as parallelize_module reads them), else the model's own
+  `tp_plan` / `_tp_plan` (Hugging Face) in the same words.
+
+Tracing every collective: DTensor issues its collectives as torch's functional
+collectives (torch.ops._c10d_functional.*) from Python, in forward and in backward, and
+waits on them lazily. `_CollectiveTrace` is a TorchDispatchMode (the mechanism torch's
+own CommDebugMode uses to count them) that sees each one, runs it, waits for it at once
+and records one `allreduce` span (comm thread) with its layer, pass and bytes. Waiting at
+once is what makes the span's length the collective's real time; the all-reduces of a
+tensor-parallel layer are on its critical path anyway (its next op needs the sum), so the
+step does not lose overlap it had. Module hooks on the planned layers name the layer:
+a forward pre-hook before its forward, a backward pre-hook before its backward (a
+column-parallel layer's input all-reduce runs right after its own backward, under its
+name). The mode only wraps forward and backward; the optimizer step has no collective
+(each worker updates its own slices) except the gradient-norm sum when clipping.
+
+Parameters are DTensors where split (each rank holds its slice) and plain tensors where
+replicated; the optimizer keeps the two in separate parameter groups (a foreach update
+cannot mix them). The model saved at the end is the full one, under `single`'s names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from fnmatch import fnmatch
+from time import perf_counter_ns
+
+import torch
+
+from ...errors import InputError
+from ..trace import TIDS
+
+KIND = "tensor"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
+
+STYLE_WORDS = ("colwise", "rowwise", "replicate")  # the plan's values (schema: strategy.plan)
+
+
+def roles(spec):
+    return [("worker", w) for w in spec.topology.workers.ids]
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+def builtin_plan(model) -> dict[str, str]:
+    """{module name: colwise | rowwise} of a built-in model (runner/model.py's names)."""
+    from ..model import MLP, Transformer
+
+    if isinstance(model, Transformer):
+        plan = {}
+        for i in range(len(model.blocks)):
+            plan.update({f"blocks.{i}.attn.qkv": "colwise", f"blocks.{i}.attn.proj": "rowwise",
+                         f"blocks.{i}.mlp.fc": "colwise", f"blocks.{i}.mlp.proj": "rowwise"})
+        return plan
+    if isinstance(model, MLP):
+        pairs = len(model.layers) // 2  # an odd last layer stays whole
+        return {f"layers.{2 * i + j}": ("colwise", "rowwise")[j] for i in range(pairs) for j in (0, 1)}
+    return {}
+
+
+def plan_of(spec, model, where: str = "strategy.plan") -> dict[str, str]:
+    """The plan for `model` resolved to its module names ({name: style}); InputError when
+    a python model has none, names modules it lacks, or uses a style dtgen does not run."""
+    if spec.training.model_kind != "python":
+        return builtin_plan(model)
+    given = spec.strategy.options.get("plan")
+    source = where
+    if given is None:
+        for attribute in ("tp_plan", "_tp_plan"):
+            found = getattr(model, attribute, None)
+            if isinstance(found, dict) and found:
+                given, source = dict(found), f"the model's {attribute}"
+                break
+    if not given:
+        raise InputError(f"{where}: tensor parallelism needs a plan for this python model: add strategy.plan, "
+                         "e.g. {fc1: colwise, fc2: rowwise} (module names from model.named_modules()), "
+                         "or give the model a tp_plan attribute")
+    names = [name for name, _ in model.named_modules() if name]
+    resolved: dict[str, str] = {}
+    for pattern, style in given.items():
+        if style not in STYLE_WORDS:
+            raise InputError(f"{source}: {pattern}: style {style!r} is not one dtgen runs; use "
+                             + " | ".join(STYLE_WORDS))
+        matched = [n for n in names if _matches(n, pattern)]
+        if not matched:
+            close = difflib.get_close_matches(pattern, names, n=3, cutoff=0.5) or names[:3]
+            raise InputError(f"{source}: the model has no module {pattern!r}; closest: {', '.join(close)}")
+        for name in matched:
+            if style != "replicate":
+                resolved[name] = style
+            else:
+                resolved.pop(name, None)
+    return resolved
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """parallelize_module's matching: part by part, each an fnmatch pattern."""
+    parts, wanted = name.split("."), pattern.split(".")
+    return len(parts) == len(wanted) and all(fnmatch(p, w) for p, w in zip(parts, wanted))
+
+
+def check_plan(plan: dict[str, str], model, workers: int, source: str) -> None:
+    """Every planned module is a Linear or Embedding whose split dimension divides by the
+    workers (the built-in models' sizes are checked by the spec rules before spawning)."""
+    from torch import nn
+
+    modules = dict(model.named_modules())
+    for name, style in plan.items():
+        module = modules[name]
+        if isinstance(module, nn.Linear):
+            size, what = (module.out_features, "output features") if style == "colwise" else \
+                (module.in_features, "input features")
+        elif isinstance(module, nn.Embedding):
+            size, what = (module.embedding_dim, "embedding dim") if style == "colwise" else \
+                (module.num_embeddings, "vocabulary rows")
+        else:
+            raise InputError(f"{source}: {name} is a {type(module).__name__}; {style} splits Linear and "
+                             "Embedding modules only")
+        if size % workers:
+            fits = [n for n in range(2, size + 1) if size % n == 0]
+            fits = sorted(sorted(fits, key=lambda n: (abs(n - workers), n))[:3])
+            raise InputError(f"{source}: {name} ({style}) has {size} {what}, which do not split over {workers} "
+                             f"workers (counts that work: {', '.join(map(str, fits)) or 'none'})")
+
+
+# --- the split -----------------------------------------------------------------------------
+
+def _qkv_order(d: int, heads: int, workers: int) -> torch.Tensor:
+    """Row order of the fused q/k/v weight that gives each worker whole heads: rank-major,
+    then q/k/v, then the rank's heads (`single`'s order is q/k/v, then heads)."""
+    head = d // heads
+    per_rank = heads // workers
+    rows = [s * d + h * head + e for r in range(workers) for s in range(3)
+            for h in range(r * per_rank, (r + 1) * per_rank) for e in range(head)]
+    return torch.tensor(rows)
+
+
+def _local_heads_forward(attention, workers: int):
+    """The built-in Attention's forward on this worker's heads (its q/k/v output is the
+    local slice: 3 x heads/workers heads; the row-parallel projection sums the rest)."""
+    from torch.nn import functional as F
+
+    local = attention.heads // workers
+
+    def forward(x):
+        b, t, d = x.shape
+        q, k, v = attention.qkv(x).view(b, t, 3, local, d // attention.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return attention.proj(y.transpose(1, 2).reshape(b, t, -1))
+
+    return forward
+
+
+def split_model(model, plan: dict[str, str], mesh) -> dict[str, torch.Tensor]:
+    """Apply `plan` with parallelize_module; returns {parameter name: row order} for the
+    parameters whose rows were regrouped before the split (to restore `single`'s order)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from ..model import Attention
+
+    workers = mesh.size()
+    reordered = {}
+    for name, module in model.named_modules():
+        if isinstance(module, Attention) and f"{name}.qkv" in plan:
+            order = _qkv_order(module.proj.in_features, module.heads, workers)
+            with torch.no_grad():
+                for pname in ("weight", "bias"):
+                    tensor = getattr(module.qkv, pname)
+                    tensor.copy_(tensor[order.to(tensor.device)])
+                    reordered[f"{name}.qkv.{pname}"] = order
+            module.forward = _local_heads_forward(module, workers)
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(model, mesh, {name: styles[style]() for name, style in plan.items()})
+    return reordered
+
+
+def full_state_dict(model, reordered: dict) -> dict:
+    """The whole model under `single`'s names and row order (every rank must call it:
+    each split parameter is gathered)."""
+    from torch.distributed.tensor import DTensor
+
+    state = {}
+    for name, value in model.state_dict().items():
+        value = value.full_tensor() if isinstance(value, DTensor) else value
+        if name in reordered:
+            order = reordered[name].to(value.device)
+            restored = torch.empty_like(value)
+            restored[order] = value
+            value = restored
+        state[name] = value.detach()
+    return state
+
+
+# --- tracing ------------------------------------------------------------------------------
+
+class _CollectiveTrace:
+    """Records every functional collective DTensor issues in this process as a span, and
+    counts the bytes it moves (see the module docstring)."""
+
+    def __init__(self, ctx, model, plan: dict[str, str]):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.ctx, self.workers = ctx, ctx.world_size
+        self.where = ("", "forward")  # (layer, pass) of the collectives issued now
+        self.step, self.record = 0, False
+        self.moved = 0  # bytes this rank sent (= received) this step
+        trace = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                from torch.distributed.tensor import DTensor
+
+                if any(t is DTensor or issubclass(t, DTensor) for t in types):
+                    return NotImplemented  # let DTensor lower it to local ops and collectives
+                return trace.dispatch(func, args, kwargs or {})
+
+        self.mode = Mode
+        modules = dict(model.named_modules())
+        for name in plan:
+            modules[name].register_forward_pre_hook(self._at(name, "forward"), prepend=True)
+            modules[name].register_full_backward_pre_hook(self._at(name, "backward"), prepend=True)
+
+    def _at(self, name: str, direction: str):
+        def hook(*_):
+            self.where = (name, direction)
+        return hook
+
+    def dispatch(self, func, args, kwargs):
+        namespace = getattr(func, "namespace", "")
+        op = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else ""
+        if namespace not in ("_c10d_functional", "c10d_functional") or op.startswith("wait"):
+            return func(*args, **kwargs)
+        tensor = args[0] if torch.is_tensor(args[0]) else args[0][0]
+        size = tensor.numel() * tensor.element_size()
+        t0 = perf_counter_ns()
+        out = func(*args, **kwargs)
+        torch.ops._c10d_functional.wait_tensor(out if torch.is_tensor(out) else out[0])
+        t1 = perf_counter_ns()
+        n = self.workers
+        # what one rank sends (and receives) in a ring: 2(n-1)/n of the tensor for an
+        # all-reduce, (n-1)/n of the whole for an all-gather or reduce-scatter
+        self.moved += size * 2 * (n - 1) // n if op.startswith("all_reduce") else size * (n - 1) // n
+        if self.record:
+            layer, direction = self.where
+            name = "allreduce" if op.startswith("all_reduce") else op.replace("_", "")
+            self.ctx.tracer._record(name, TIDS["comm"], t0, t1, self.step,
+                                    {"algorithm": "native", "phase": direction, "layer": layer, "bytes": size})
+        return out
+
+    def __call__(self, step: int):
+        self.step, self.moved = step, 0
+        self.record = self.ctx.tracer.enabled_for(step)
+        return self.mode()
+
+
+# --- training ------------------------------------------------------------------------------
+
+class _LocalGrad:
+    """A parameter as the gradient norm sees it: its local gradient (the rank's slice of a
+    split parameter)."""
+
+    def __init__(self, param):
+        self.param = param
+
+    @property
+    def grad(self):
+        grad = self.param.grad
+        return grad.to_local() if grad is not None and hasattr(grad, "to_local") else grad
+
+
+def train(ctx) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    import torch.distributed as dist
+
+    model = ctx.build_model()
+    plan = plan_of(ctx.spec, model)
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    reordered = split_model(model, plan, mesh)
+    params = list(model.parameters())
+    split = [p for p in params if isinstance(p, DTensor)]
+    whole = [p for p in params if not isinstance(p, DTensor)]
+    opt = ctx.build_optimizer([{"params": group} for group in (split, whole) if group])
+    # The global gradient norm (clipping): every rank's slices, plus the replicated
+    # parameters counted once (rank 0), summed over the ranks.
+    counted = [_LocalGrad(p) for p in split] + (whole if ctx.rank == 0 else [])
+
+    def reduce_sq(sq):
+        dist.all_reduce(sq, group=ctx.group)
+        return sq
+
+    stepper = ctx.stepper(opt, params, norm_params=counted, reduce_sq=reduce_sq)
+    trace = _CollectiveTrace(ctx, model, plan)
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        t0 = time.perf_counter()
+        with trace(step):
+            loss, samples = ctx.forward_backward(model, step, 0, 1)
+        ctx.metrics.add_bytes(sent=trace.moved, recv=trace.moved)
+        with ctx.tracer.span("optimizer", step=step) as span:
+            stepper.step(step, span)
+        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+    state = full_state_dict(model, reordered)
+    if ctx.rank == 0:
+        ctx.save_model(state)
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def data_parallel_width(spec, roles) -> int:
+    return 1  # every worker sees the whole batch
+
+
+def check_model(spec, model, names: list[str], where: str) -> None:
+    plan = plan_of(spec, model)
+    check_plan(plan, model, spec.topology.workers.count, "strategy.plan")
