@@ -11,13 +11,13 @@ import re
 from ..shards import shard_tensors
 from ..texsafe import escape_text, render_label
 from ..workload import abbreviate_tensors
-from .model import Edge, Group, Layout, Node, Port, Tex, elide
+from .model import Group, Layout, Node, Tex, elide
 from .spacing import (PSBOX_FIT_W, SHARD_LINE_H, SHARD_LINE_TENSORS, Spacing, fitted_flow_run, fitted_server_gap,
-                      icon_size, printed_lines)
+                      printed_lines)
 from .textwidth import split_in_two
-from .texts import FLOW_MACROS, label_lines_tex, label_text, server_group_caption
+from .texts import label_text, server_group_caption
 from .topology_fit import fitted
-from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
+from .topology_common import (data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
                               server_node, sync_pairs, worker_column)
 
 

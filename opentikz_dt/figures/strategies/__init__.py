@@ -25,16 +25,20 @@ Topology figure (figures/topology.py, spacing.py, measured/annotate.py)
       the measured figure then sizes its byte labels the same way.
   flow_labels_once(spec) -> bool                                  default False
       In a fitted measured figure whose workers' links all carry the same bytes, the flow
-      labels may say them once (the links converge on one server, too close for a label each).
+      labels may say them once (the links converge on one server, too close for a label
+      each). True only where flow_run is True too.
 
 Expected schedule (figures/schedule.py)
   expected_timeline(spec, cost) -> timeline.Timeline                          required
       What the workers (and servers) are expected to do over the first steps, from the spec
-      and the schedule.CostModel `cost`: simulate with schedule.Sim, then one_panel (one
-      panel) or schedule.lanes (your own panels). schedule.expected_timeline bounds the boxes.
+      and the schedule.CostModel `cost`: simulate with schedule.Sim (boxes per lane), then
+      make the timeline with schedule.one_panel, or with schedule.lanes for panels of your
+      own (parameter_server.py draws sync and async). schedule.expected_timeline then
+      bounds the number of boxes.
   TIMELINE_BOXES: tuple of box kinds                              default every box kind
       The timeline box kinds that can share one of its figures (timeline_styles: the
-      colour-vision check compares exactly these).
+      colour-vision check compares exactly these). List yours: every box kind at once is
+      more than the default colours can keep apart, so the spec would be refused.
 
 Lanes (expected and measured timelines, measured footer)
   LANE_ROLE: str                                                  default "worker"
@@ -60,6 +64,18 @@ Measured figures (measured/)
   table_name(spec) -> str                                         default the kind
       Its short name in the comparison table ("PS sync").
 
+A new strategy's smallest plugin (gossip.py and single.py are short ones to copy):
+
+  KIND = "my-kind"
+  TIMELINE_BOXES = ("forward", "backward", "slowdown", "optimizer", "skipped")
+  def layout(spec, spacing): return single_layout(spec, spacing)       # topology_peer
+  def spacing_needs(sizes): return single_needs(sizes)                 # spacing
+  def expected_timeline(spec, cost):
+      sim = Sim(spec, cost)                                            # schedule
+      end = sim.compute("w1", 0.0)
+      return one_panel(spec, sim, end, "my strategy: one step")
+
+A strategy from outside dtgen puts such a module at `<package>.figures` (DTGEN_PLUGINS).
 Must not import torch.
 """
 
