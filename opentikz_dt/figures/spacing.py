@@ -302,4 +302,3 @@ def pipeline_needs(s: Sizes) -> tuple[float, float]:
 
 def single_needs(s: Sizes) -> tuple[float, float]:
     return (s.data_half + s.batch + 2 * GAP + s.worker_half) / 0.8, 1.2  # the worker sits at 0.8 colsep
-

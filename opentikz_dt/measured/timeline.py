@@ -7,9 +7,10 @@ compute (pipeline send/recv) gets a second lane for it. A push ends where the se
 received it (`received_pushes`), so no push is drawn ending after the update it fed
 began; time inside a step that no span explains is drawn as wait ("idle"), not blank.
 A pipeline's lanes (its figures plugin says PIPELINED) label forward/backward with the
-microbatch and print the measured bubble fraction beside the theoretical (p-1)/(m+p-1). Time is ms on the run's clock; the axis counts from the
-window's start, as the expected schedule's does from its first step. The words it writes
-(title, notes, axis title, lane names) are the spec's where it sets them (texts.py).
+microbatch and print the measured bubble fraction beside the theoretical (p-1)/(m+p-1).
+Time is ms on the run's clock; the axis counts from the window's start, as the expected
+schedule's does from its first step. The words it writes (title, notes, axis title, lane
+names) are the spec's where it sets them (texts.py).
 Must not import torch.
 """
 
