@@ -219,6 +219,13 @@ def full_state_dict(model, reordered: dict) -> dict:
 
 # --- tracing ------------------------------------------------------------------------------
 
+# The functional collectives (op name prefix, in torch.ops._c10d_functional) -> span name.
+# DTensor's redistributions use these; dtgen's plans (colwise/rowwise pairs) issue
+# all-reduces only, a python model's own plan may need the others.
+_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
+                "all_to_all": "alltoall", "broadcast": "broadcast"}
+
+
 class _CollectiveTrace:
     """Records every functional collective DTensor issues in this process as a span, and
     counts the bytes it moves (see the module docstring)."""
@@ -254,8 +261,9 @@ class _CollectiveTrace:
     def dispatch(self, func, args, kwargs):
         namespace = getattr(func, "namespace", "")
         op = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else ""
-        if namespace not in ("_c10d_functional", "c10d_functional") or op.startswith("wait"):
-            return func(*args, **kwargs)
+        span = next((name for prefix, name in _COLLECTIVES.items() if op.startswith(prefix)), None)
+        if namespace not in ("_c10d_functional", "c10d_functional") or span is None:
+            return func(*args, **kwargs)  # a local op, a wait, or the namespace's autograd wrapping
         tensor = args[0] if torch.is_tensor(args[0]) else args[0][0]
         size = tensor.numel() * tensor.element_size()
         t0 = perf_counter_ns()
@@ -268,8 +276,7 @@ class _CollectiveTrace:
         self.moved += size * 2 * (n - 1) // n if op.startswith("all_reduce") else size * (n - 1) // n
         if self.record:
             layer, direction = self.where
-            name = "allreduce" if op.startswith("all_reduce") else op.replace("_", "")
-            self.ctx.tracer._record(name, TIDS["comm"], t0, t1, self.step,
+            self.ctx.tracer._record(span, TIDS["comm"], t0, t1, self.step,
                                     {"algorithm": "native", "phase": direction, "layer": layer, "bytes": size})
         return out
 
