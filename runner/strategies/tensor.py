@@ -316,8 +316,11 @@ def train(ctx) -> None:
     whole = [p for p in params if not isinstance(p, DTensor)]
     opt = ctx.build_optimizer([{"params": group} for group in (split, whole) if group])
     # The global gradient norm (clipping): every rank's slices, plus the replicated
-    # parameters counted once (rank 0), summed over the ranks.
-    counted = [_LocalGrad(p) for p in split] + (whole if ctx.rank == 0 else [])
+    # parameters counted once (rank 0), summed over the ranks. A row-parallel layer's bias
+    # is a DTensor too, but replicated (each rank holds all of it): counted once.
+    sliced = [p for p in split if any(placement.is_shard() for placement in p.placements)]
+    replicated = [_LocalGrad(p) for p in split if not any(pl.is_shard() for pl in p.placements)] + whole
+    counted = [_LocalGrad(p) for p in sliced] + (replicated if ctx.rank == 0 else [])
 
     def reduce_sq(sq):
         dist.all_reduce(sq, group=ctx.group)
