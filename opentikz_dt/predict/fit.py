@@ -77,7 +77,7 @@ def latency(durations_us: list, nbytes: float, beta: float) -> float | None:
 
 
 def per_row(fit: RunFit, fwd: float, bwd: float) -> tuple[list, list]:
-    """A worker's forward and backward time per step (µs) as µs per sample and block,
+    """A rank's forward and backward time per step (µs), each as µs per sample and block:
     split over the blocks by FLOPs."""
     batch, flops = fit.spec.training.batch_size, fit.flops
     fwd_us = [fwd * flops[i] / sum(flops) / batch for i in range(len(flops))]
@@ -95,7 +95,6 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         raise DtgenError(f"{run.path}: too few traced steps to fit a calibration (need 3 or more)")
     plugin = REGISTRY.get(spec.strategy.kind)
     blocks = model_blocks(spec)
-    n = spec.topology.workers.count
     cores = float(os.cpu_count() or 1)
     role = plugin.COMPUTE_ROLE
     # as the simulator: the ranks computing at once share the cores

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from .strategies import REGISTRY
 
+
 def roles_of(run):
     """rank -> role (worker, server, stage, ...) of the run's traced ranks, as the strategy's
     predict plugin names them (`role_of`): one plugin lookup for a loop over the events."""
@@ -20,10 +21,6 @@ def roles_of(run):
     known = {rank: plugin.role_of(spec, ident) for rank, ident in run.trace.ids.items()}
     nameless = plugin.role_of(spec, "")  # a rank the trace names no id for
     return lambda rank: known.get(rank, nameless)
-
-
-def role_of(run, rank: int) -> str:
-    return roles_of(run)(rank)
 
 
 def phase_times(run) -> dict:
