@@ -16,7 +16,7 @@ import yaml
 from ruamel.yaml.comments import CommentedSeq
 
 from ..spec import default_title
-from ..strategies import all_strategies, plugin, strategy
+from ..strategies import REGISTRY, all_strategies, outside_kinds, plugin, strategy
 from ..workload import workload_of
 from .yamldoc import YamlDoc
 
@@ -26,8 +26,12 @@ STRATEGY = ("strategy",)
 
 
 def kind_keys() -> dict:
-    """{strategy key: the one kind that reads it}; set-strategy removes them from the others."""
-    return {key: s.kind for s in all_strategies() for key in s.options}
+    """{strategy key: the one kind that reads it}; set-strategy removes them from the others.
+    An outside plugin's own keys (its SCHEMA) are its kind's too."""
+    owners = {key: s.kind for s in all_strategies() for key in s.options}
+    for kind in outside_kinds():
+        owners.update({key: kind for key in getattr(REGISTRY.raw(kind), "SCHEMA", None) or {}})
+    return owners
 
 
 class OperationRefused(Exception):
