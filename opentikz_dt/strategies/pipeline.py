@@ -20,6 +20,10 @@ def rules(spec, model_blocks):
         yield ("strategy", "microbatches"), f"1f1b needs at least as many microbatches as stages ({s.stages}), got {s.microbatches}"
     if t.batch_size % s.microbatches:
         yield ("strategy", "microbatches"), f"batch_size {t.batch_size} does not split into {s.microbatches} equal microbatches"
+    if t.compile:  # the other strategies run the model as one plain module under ctx.forward_backward
+        yield ("training", "compile"), ("strategy pipeline cannot run compiled: torch.distributed.pipelining runs "
+                                        "each stage's forward and backward itself (its shape inference and chunked "
+                                        "schedules do not take a compiled stage)")
 
 
 def workers_changed(ctx, count: int) -> None:

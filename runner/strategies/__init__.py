@@ -8,6 +8,7 @@ fit, the runner's other questions about the strategy:
   data_parallel_width(spec, roles)           ranks with their own batch slice (preflight)
   check_model(spec, model, names, where)     can the built model run it (preflight)
   figure_shards(spec, sizes)                 {server id: tensor names} for run.json
+  sent(spec)                                 what its ranks send (the run's first line)
   process_environment(spec, backend)         environment a rank sets first (worker.py)
   summary_variant(spec)                      ' (algorithm)' after the kind (summary.py)
   summary_facts(spec, metrics)               extra facts for the summary's last line

@@ -34,6 +34,11 @@ def figure_shards(spec, sizes: dict) -> dict:
     return {}
 
 
+def sent(spec) -> str:
+    """What the ranks send each other, for the run's first line ('' when nothing)."""
+    return "gradients"
+
+
 # --- in each rank (worker.py) -------------------------------------------------------------
 
 def process_environment(spec, backend: str) -> dict:

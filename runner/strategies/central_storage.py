@@ -107,3 +107,7 @@ def figure_shards(spec, sizes: dict) -> dict:
     from ...shards import shard_assignment
 
     return shard_assignment(spec, sizes)  # the one store holds every tensor
+
+
+def sent(spec) -> str:
+    return "gradients and weights"

@@ -430,3 +430,7 @@ def divergence_hint(spec, metrics: dict) -> str:
     return (f"asynchronous updates on stale weights{stale} at lr {spec.training.lr:g}, momentum "
             f"{spec.training.momentum:g} can blow up in one run and not the next: lower "
             "training.optimizer.lr or momentum, and repeat the run (dtgen run --repeat N)")
+
+
+def sent(spec) -> str:
+    return "gradients and weights"

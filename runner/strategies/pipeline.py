@@ -244,3 +244,7 @@ def check_placement(placement) -> None:
         raise InputError("strategy pipeline cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
                          "point to point, which gloo does not support; give each stage its own GPU (nccl) "
                          "or set runtime.device: cpu")
+
+
+def sent(spec) -> str:
+    return "activations and their gradients"
