@@ -147,7 +147,9 @@ def _string_literals(path: Path, seen: set) -> set:
 
 @pytest.mark.parametrize("s", EVERY)
 def test_runner_module_exists_and_records_its_phases(s):
-    module = RUNNER / "strategies" / f"{s.runner_module}.py"
+    from opentikz_dt.plugins import module_name
+
+    module = RUNNER / "strategies" / f"{module_name(s.kind)}.py"
     assert module.is_file(), f"no runner module for {s.kind}: {module}"
     functions = {n.name for n in ast.parse(module.read_text()).body if isinstance(n, ast.FunctionDef)}
     assert {"roles", "train"} <= functions
@@ -192,7 +194,7 @@ def outside_kind():
 
     kind = "toy-outside"
     REGISTRY.register(SimpleNamespace(
-        KIND=kind, STRATEGY=Strategy(kind, "Toy training", "toy_outside", ("optimizer",), workers=(1, 1),
+        KIND=kind, STRATEGY=Strategy(kind, "Toy training", ("optimizer",), workers=(1, 1),
                                      default_workers=1),
         SCHEMA={"knob": {"description": "A toy key.", "type": "integer", "minimum": 1, "default": 3}}, rules=rules))
     yield kind

@@ -3,7 +3,7 @@
 from ._base import Strategy
 
 KIND = "central-storage"
-STRATEGY = Strategy(KIND, "Central-storage training", "central_storage",
+STRATEGY = Strategy(KIND, "Central-storage training",
                     ("push", "fetch", "wait", "update"), servers=(1, 1), server_label="Central storage", order=30)
 
 

@@ -3,7 +3,7 @@
 from ._base import Strategy
 
 KIND = "gossip"
-STRATEGY = Strategy(KIND, "Decentralized gossip training", "gossip", ("gossip", "optimizer"),
+STRATEGY = Strategy(KIND, "Decentralized gossip training", ("gossip", "optimizer"),
                     options=("peers",), workers=(2, None), order=50)
 
 

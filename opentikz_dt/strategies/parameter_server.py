@@ -4,7 +4,7 @@ synchronously or asynchronously."""
 from ._base import Strategy
 
 KIND = "parameter-server"
-STRATEGY = Strategy(KIND, "Parameter-server training", "parameter_server",
+STRATEGY = Strategy(KIND, "Parameter-server training",
                     ("push", "fetch", "wait", "update"), sync_modes=("sync", "async"), servers=(1, None), order=20)
 
 

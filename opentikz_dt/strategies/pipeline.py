@@ -4,7 +4,7 @@ through torch's pipelining schedules (GPipe, 1F1B)."""
 from ._base import Strategy
 
 KIND = "pipeline"
-STRATEGY = Strategy(KIND, "Pipeline-parallel training", "pipeline", ("send", "recv", "optimizer"),
+STRATEGY = Strategy(KIND, "Pipeline-parallel training", ("send", "recv", "optimizer"),
                     options=("microbatches", "schedule", "stages"), workers=(2, None), data_parallel=False, order=60)
 
 

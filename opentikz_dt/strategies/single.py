@@ -4,7 +4,7 @@ strategy must match)."""
 from ._base import Strategy
 
 KIND = "single"
-STRATEGY = Strategy(KIND, "Single-device training", "single", ("optimizer",),
+STRATEGY = Strategy(KIND, "Single-device training", ("optimizer",),
                     workers=(1, 1), default_workers=1, order=10)
 
 

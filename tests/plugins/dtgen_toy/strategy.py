@@ -4,7 +4,7 @@
 from opentikz_dt.strategies import Strategy
 
 KIND = "toy"
-STRATEGY = Strategy(KIND, "Toy training", "toy", ("optimizer",), options=("toy_factor",),
+STRATEGY = Strategy(KIND, "Toy training", ("optimizer",), options=("toy_factor",),
                     workers=(1, 1), default_workers=1, order=900)
 # Its own strategy keys, merged into the spec schema's strategy block.
 SCHEMA = {"toy_factor": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
