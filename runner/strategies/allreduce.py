@@ -138,3 +138,16 @@ def _traced_allreduce_hook(ctx):
         return fut.then(done)
 
     return hook
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def process_environment(spec, backend: str) -> dict:
+    # On NCCL, ring and tree are NCCL's own algorithms (module docstring, _reducer).
+    if backend == "nccl" and spec.strategy.algorithm in ("ring", "tree"):
+        return {"NCCL_ALGO": spec.strategy.algorithm.capitalize()}
+    return {}
+
+
+def summary_variant(spec) -> str:
+    return f" ({spec.strategy.algorithm})"

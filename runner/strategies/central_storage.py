@@ -92,3 +92,22 @@ def run_storage(ctx) -> None:
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "version": version})
         ctx.tracer.maybe_flush()
     ctx.save_model(model.state_dict())
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def check_nodes(spec, spec_path, nnodes: int) -> None:
+    from ...errors import InputError
+
+    raise InputError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
+                     "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
+
+
+def figure_shards(spec, sizes: dict) -> dict:
+    from ...shards import shard_assignment
+
+    return shard_assignment(spec, sizes)  # the one store holds every tensor
+
+
+def sent(spec) -> str:
+    return "gradients and weights"

@@ -71,3 +71,9 @@ def _unflatten_into(params, flat) -> None:
     for p in params:
         p.copy_(flat[offset:offset + p.numel()].view_as(p))
         offset += p.numel()
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def sent(spec) -> str:
+    return "weights"

@@ -393,3 +393,44 @@ def _next_boundary(ctx, version: int, n: int) -> float:
         if ctx.is_checkpoint_step(step) and (step + 1) * n > version:
             return (step + 1) * n
     return float("inf")
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def check_model(spec, model, names: list[str], where: str) -> None:
+    from ...errors import InputError
+    from ..entry import spec_location
+
+    servers = spec.topology.servers.count
+    if servers > len(names):  # the spec rules check this for a built-in model; a python one is known here
+        raise InputError(f"{spec_location(spec, ('topology', 'servers', 'count'))}: {servers} shards for "
+                         f"{len(names)} parameter tensors: each shard owns whole tensors, so at most {len(names)}")
+
+
+def figure_shards(spec, sizes: dict) -> dict:
+    return shard_assignment(spec, sizes)
+
+
+def summary_variant(spec) -> str:
+    return f" ({spec.strategy.sync})"
+
+
+def summary_facts(spec, metrics: dict) -> list[str]:
+    done = metrics.get("steps_per_worker", {})
+    if spec.strategy.sync == "async" and done:  # a fast worker does more of the updates
+        return ["updates per worker " + ", ".join(f"{w} {c}" for w, c in done.items())]
+    return []
+
+
+def divergence_hint(spec, metrics: dict) -> str:
+    if spec.strategy.sync != "async":
+        return ""
+    s = metrics["staleness"]
+    stale = f" (staleness mean {sum(s) / len(s):.2f}, max {max(s):g})" if s else ""
+    return (f"asynchronous updates on stale weights{stale} at lr {spec.training.lr:g}, momentum "
+            f"{spec.training.momentum:g} can blow up in one run and not the next: lower "
+            "training.optimizer.lr or momentum, and repeat the run (dtgen run --repeat N)")
+
+
+def sent(spec) -> str:
+    return "gradients and weights"

@@ -25,3 +25,9 @@ def train(ctx) -> None:
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     ctx.save_model(model.state_dict())
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def sent(spec) -> str:
+    return ""
