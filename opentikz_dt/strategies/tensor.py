@@ -15,7 +15,7 @@ from math import gcd
 from ._base import Strategy
 
 KIND = "tensor"
-STRATEGY = Strategy(KIND, "Tensor-parallel training", "tensor", ("allreduce", "optimizer"),
+STRATEGY = Strategy(KIND, "Tensor-parallel training", ("allreduce", "optimizer"),
                     options=("plan",), workers=(2, None), default_workers=2, data_parallel=False, order=80)
 
 # The plan values a spec may give (torch.distributed.tensor.parallel's styles by their

@@ -84,23 +84,27 @@ def builtin_plan(model) -> dict[str, str]:
     return {}
 
 
-def plan_of(spec, model, where: str = "strategy.plan") -> dict[str, str]:
-    """The plan for `model` resolved to its module names ({name: style}); InputError when
-    a python model has none, names modules it lacks, or uses a style dtgen does not run."""
+def plan_of(spec, model) -> tuple[dict[str, str], str]:
+    """The plan for `model` resolved to its module names ({name: style}), and where it
+    comes from (for messages); InputError when a python model has none, names modules it
+    lacks, or uses a style dtgen does not run."""
+    from ..entry import spec_location
+
     if spec.training.model_kind != "python":
-        return builtin_plan(model)
+        return builtin_plan(model), spec_location(spec, ("training", "model"))
     given = spec.strategy.options.get("plan")
-    source = where
+    source = spec_location(spec, ("strategy", "plan"))
     if given is None:
+        source = spec_location(spec, ("training", "model", "entry"))
         for attribute in ("tp_plan", "_tp_plan"):
             found = getattr(model, attribute, None)
             if isinstance(found, dict) and found:
-                given, source = dict(found), f"the model's {attribute}"
+                given, source = dict(found), f"{source}: the model's {attribute}"
                 break
     if not given:
-        raise InputError(f"{where}: tensor parallelism needs a plan for this python model: add strategy.plan, "
-                         "e.g. {fc1: colwise, fc2: rowwise} (module names from model.named_modules()), "
-                         "or give the model a tp_plan attribute")
+        raise InputError(f"{spec_location(spec, ('strategy', 'kind'))}: tensor parallelism needs a plan for this "
+                         "python model: add strategy.plan, e.g. {fc1: colwise, fc2: rowwise} (module names from "
+                         "model.named_modules()), or give the model a tp_plan attribute")
     names = [name for name, _ in model.named_modules() if name]
     resolved: dict[str, str] = {}
     for pattern, style in given.items():
@@ -116,7 +120,7 @@ def plan_of(spec, model, where: str = "strategy.plan") -> dict[str, str]:
                 resolved[name] = style
             else:
                 resolved.pop(name, None)
-    return resolved
+    return resolved, source
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -308,7 +312,7 @@ def train(ctx) -> None:
     import torch.distributed as dist
 
     model = ctx.build_model()
-    plan = plan_of(ctx.spec, model)
+    plan, _ = plan_of(ctx.spec, model)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     reordered = split_model(model, plan, mesh)
     params = list(model.parameters())
@@ -336,10 +340,18 @@ def train(ctx) -> None:
         ctx.metrics.add_bytes(sent=trace.moved, recv=trace.moved)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.metrics.step_done(step, loss.item(), _share(samples, ctx), time.perf_counter() - t0)
     state = full_state_dict(model, reordered)
     if ctx.rank == 0:
         ctx.save_model(state)
+
+
+def _share(samples: int, ctx) -> int:
+    """This rank's share of the step's samples: the workers train one batch together, and
+    the run's throughput is the sum of the workers' samples (runner/merge.py), so each
+    counts 1/N of it (rank 0 the remainder), not the whole batch N times."""
+    share, left = divmod(samples, ctx.world_size)
+    return share + (left if ctx.rank == 0 else 0)
 
 
 # --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
@@ -349,5 +361,14 @@ def data_parallel_width(spec, roles) -> int:
 
 
 def check_model(spec, model, names: list[str], where: str) -> None:
-    plan = plan_of(spec, model)
-    check_plan(plan, model, spec.topology.workers.count, "strategy.plan")
+    plan, source = plan_of(spec, model)
+    check_plan(plan, model, spec.topology.workers.count, source)
+
+
+def sent(spec) -> str:
+    # The all-reduced values are activations and activation gradients, in the precision
+    # the layers compute in (bf16 under bf16 autocast), not fp32 as the line would say:
+    # name them only where they are fp32.
+    if spec.training.precision != "fp32":
+        return ""
+    return "partial sums of layer outputs and input gradients"
