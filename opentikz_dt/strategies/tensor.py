@@ -26,13 +26,16 @@ PLAN_STYLES = ("colwise", "rowwise", "replicate")
 def rules(spec, model_blocks):
     """Yield (spec path, message) for sizes the workers cannot split evenly (the hook the
     spec rules ask every strategy; a python model's plan is checked once it is built)."""
+    if spec.training.compile:
+        yield ("training", "compile"), ("strategy tensor cannot run compiled: its trace sees each collective where "
+                                        "DTensor issues it eagerly, which a compiled graph would hide")
     workers = spec.topology.workers.count
     model = spec.training.model or {"kind": "mlp", "layers": list(spec.training.layers)}
     kind = model.get("kind", "mlp")
     if kind == "cnn":
-        yield ("strategy", "kind"), ("tensor parallelism of the built-in cnn is not supported: its residual convolutions "
-                                     "would need an all-gather of the feature maps at every block; use kind: pipeline "
-                                     "or allreduce for the cnn")
+        yield ("strategy", "kind"), ("tensor parallelism does not split the built-in cnn: torch's tensor-parallel "
+                                     "styles split Linear and Embedding layers, not convolutions (use kind: pipeline "
+                                     "or allreduce for the cnn)")
         return
     if kind == "python" and "plan" in spec.strategy.options:
         return  # its module names are known only once the model is built (the runner checks them)
@@ -42,25 +45,24 @@ def rules(spec, model_blocks):
         return
     for path, what, size in split_sizes(model):
         if size % workers:
-            yield path, (f"{what} {size} does not split over {workers} workers: tensor parallelism needs it "
-                         f"divisible by workers.count ({nearest_counts(model, workers)})")
+            yield path, f"{what.format(size)} do not split over {workers} workers ({nearest_counts(model, workers)})"
             return
 
 
 def split_sizes(model: dict) -> list[tuple[tuple, str, int]]:
-    """(spec path, what, size) of every dimension the built-in model's split divides by
+    """(spec path, what ('{}' for the size), size) of every dimension the built-in model's split divides by
     the worker count: the transformer's heads (the MLP's 4 x d_model hidden units follow,
     d_model being heads x head size), the mlp's widths after each column-parallel layer
     (layers 0, 2, 4, ...: each pairs with the row-parallel layer after it; an odd last
     layer stays whole)."""
     kind = model.get("kind", "mlp")
     if kind == "transformer":
-        return [(("training", "model", "heads"), "training.model.heads", model["heads"])]
+        return [(("training", "model", "heads"), "{} attention heads (each worker takes whole heads)", model["heads"])]
     if kind == "mlp":
         widths = list(model["layers"])
         pairs = (len(widths) - 1) // 2
-        return [(("training", "model", "layers"), f"training.model.layers[{2 * i + 1}] (hidden width)",
-                 widths[2 * i + 1]) for i in range(pairs)]
+        return [(("training", "model", "layers"), f"the {{}} hidden units of layers[{2 * i + 1}]", widths[2 * i + 1])
+                for i in range(pairs)]
     return []
 
 
