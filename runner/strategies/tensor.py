@@ -331,6 +331,7 @@ def train(ctx) -> None:
         return sq
 
     stepper = ctx.stepper(opt, params, norm_params=counted, reduce_sq=reduce_sq)
+    _resume(ctx, model, opt)
     trace = _CollectiveTrace(ctx, model, plan)
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
@@ -341,9 +342,45 @@ def train(ctx) -> None:
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
         ctx.metrics.step_done(step, loss.item(), _share(samples, ctx), time.perf_counter() - t0)
+        ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
     state = full_state_dict(model, reordered)
     if ctx.rank == 0:
         ctx.save_model(state)
+
+
+def _local(state):
+    """A state dict with every DTensor as this rank's local slice (each rank checkpoints its
+    own: runner/checkpoint.py keeps one file per rank)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(state, DTensor):
+        return state.to_local().detach().clone()
+    if isinstance(state, dict):
+        return {k: _local(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_local(v) for v in state)
+    return state
+
+
+def _resume(ctx, model, opt) -> None:
+    """After a restart, put this rank's checkpointed slices back: the parameters' local
+    tensors in place, the optimizer's state as DTensors placed like their parameters."""
+    from torch.distributed.tensor import DTensor
+
+    state = ctx.load_checkpoint()
+    if not state:
+        return
+    with torch.no_grad():
+        for name, value in model.state_dict().items():
+            (value.to_local() if isinstance(value, DTensor) else value).copy_(state["model"][name])
+    params = [p for group in opt.param_groups for p in group["params"]]  # the state dict's numbering
+    saved = state["opt"]
+    for index, entry in saved["state"].items():
+        p = params[int(index)]
+        if isinstance(p, DTensor):
+            saved["state"][index] = {k: DTensor.from_local(v, p.device_mesh, p.placements, run_check=False)
+                                     if torch.is_tensor(v) and v.dim() > 0 else v for k, v in entry.items()}
+    opt.load_state_dict(saved)
 
 
 def _share(samples: int, ctx) -> int:
