@@ -402,6 +402,15 @@ def check_model(spec, model, names: list[str], where: str) -> None:
     check_plan(plan, model, spec.topology.workers.count, source)
 
 
+def check_placement(placement) -> None:
+    """Ranks sharing a GPU talk over gloo through host copies (runner/comm.py); DTensor's
+    functional collectives bypass those copies and have not been run on GPU tensors over
+    gloo here: refused until they are (CPU/gloo and one GPU per rank/nccl run)."""
+    if placement.stage_through_host:
+        raise InputError("strategy tensor cannot share GPUs over gloo yet: DTensor's collectives on GPU tensors over "
+                         "gloo are unverified; give each worker its own GPU (nccl) or set runtime.device: cpu")
+
+
 def sent(spec) -> str:
     # The all-reduced values are activations and activation gradients, in the precision
     # the layers compute in (bf16 under bf16 autocast), not fp32 as the line would say:
