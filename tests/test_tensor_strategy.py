@@ -109,3 +109,22 @@ def test_a_restart_resumes_each_workers_slices_and_optimizer_state(tmp_path):
     clean = run_small(small_spec_data("tensor", topology={"workers": {"count": 2}}, training=training), tmp_path)
     got, want = torch.load(result.run_dir / "model.pt"), torch.load(clean.run_dir / "model.pt")
     assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in want)
+
+
+SOFTMAXED = """def softmaxed():
+    return nn.Sequential(nn.Linear(16, 64), nn.Softmax(dim=-1), nn.Linear(64, 4))"""
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("plan, entry, expected", [
+    # a Softmax over each worker's slice of the features is not the Softmax over all of them
+    ({"0": "colwise", "2": "rowwise"}, "model:softmaxed",
+     "this plan changes what the model computes: on the first batch its output is 0.4 (relative) off"),
+    ({"5": "colwise"}, "model:build", "with this plan the model's output is [16, 2], not [16, 4]"),
+], ids=["softmax-between", "colwise-last"])
+def test_a_plan_that_changes_the_models_output_stops_the_run_in_one_line(tmp_path, plan, entry, expected):
+    spec = _write(tmp_path, {"kind": "tensor", "plan": plan}, extra_py=SOFTMAXED, entry=entry)
+    with pytest.raises(RunError) as caught:
+        launch_run(spec, out=tmp_path / "run", progress=False, echo=lambda line: None)
+    message = str(caught.value).splitlines()[0]
+    assert "InputError: " in message and "strategy.plan: " + expected in message, message

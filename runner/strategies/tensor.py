@@ -47,6 +47,7 @@ cannot mix them). The model saved at the end is the full one, under `single`'s n
 
 from __future__ import annotations
 
+import copy
 import difflib
 import time
 from fnmatch import fnmatch
@@ -60,6 +61,10 @@ from ..trace import TIDS
 KIND = "tensor"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
 STYLE_WORDS = ("colwise", "rowwise", "replicate")  # the plan's values (schema: strategy.plan)
+# How far (relative to its largest value) a split python model's output on the first batch
+# may be from the unsplit model's: float rounding of the sums in another order (fp32: 9.9e-8 on
+# examples/custom-model/tensor.yaml); a Softmax between a colwise and a rowwise layer: 0.4.
+CONSISTENT = 1e-4
 
 
 def roles(spec):
@@ -312,9 +317,15 @@ def train(ctx) -> None:
     import torch.distributed as dist
 
     model = ctx.build_model()
-    plan, _ = plan_of(ctx.spec, model)
+    plan, source = plan_of(ctx.spec, model)
+    # A python model's plan is the user's: keep the unsplit model to check it against
+    # (the built-in plans are tested against `single` in tests/test_runner_numerics.py).
+    whole_model = copy.deepcopy(model) if ctx.spec.training.model_kind == "python" else None
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     reordered = split_model(model, plan, mesh)
+    if whole_model is not None:
+        _check_consistent(ctx, model, whole_model, source)
+        del whole_model
     params = list(model.parameters())
     split = [p for p in params if isinstance(p, DTensor)]
     whole = [p for p in params if not isinstance(p, DTensor)]
@@ -346,6 +357,34 @@ def train(ctx) -> None:
     state = full_state_dict(model, reordered)
     if ctx.rank == 0:
         ctx.save_model(state)
+
+
+def _check_consistent(ctx, split, whole, source: str) -> None:
+    """Refuse a plan that changes what the model computes: on the first batch the split
+    model's output must equal the unsplit one's. A plan goes wrong silently otherwise: a
+    module between a colwise layer and its rowwise partner that needs whole features (a
+    LayerNorm, a view by the full width) sees only this worker's slice, and a colwise
+    layer with no rowwise layer after it hands the loss a slice. Every rank runs it (the
+    split forward's all-reduces need them all) and reaches the same verdict."""
+    from ..model import logits_of
+
+    x, _ = ctx.batch(ctx.start_step, 0, 1)
+    with torch.no_grad():
+        want = logits_of(whole(x))
+        try:
+            got = logits_of(split(x))
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{source}: the model cannot run split by this plan: {first}") from None
+    if got.shape != want.shape:
+        raise InputError(f"{source}: with this plan the model's output is {list(got.shape)}, not {list(want.shape)}: "
+                         "a colwise layer's slice reaches the loss (pair it with a rowwise layer after it)")
+    off = ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
+    if not off <= CONSISTENT:
+        raise InputError(f"{source}: this plan changes what the model computes: on the first batch its output is "
+                         f"{off:.2g} (relative) off the unsplit model's; a module between a colwise layer and its "
+                         "rowwise partner needs whole features (e.g. a LayerNorm), or a colwise output is used "
+                         "without a rowwise layer after it")
 
 
 def _local(state):
