@@ -33,16 +33,20 @@ waits on them lazily. `_CollectiveTrace` is a TorchDispatchMode (the mechanism t
 own CommDebugMode uses to count them) that sees each one, runs it, waits for it at once
 and records one `allreduce` span (comm thread) with its layer, pass and bytes. Waiting at
 once is what makes the span's length the collective's real time; the all-reduces of a
-tensor-parallel layer are on its critical path anyway (its next op needs the sum), so the
-step does not lose overlap it had. Module hooks on the planned layers name the layer:
+tensor-parallel layer are on its critical path anyway (the next op needs the sum), so
+little overlap is lost. Module hooks on the planned layers name the layer:
 a forward pre-hook before its forward, a backward pre-hook before its backward (a
 column-parallel layer's input all-reduce runs right after its own backward, under its
 name). The mode only wraps forward and backward; the optimizer step has no collective
 (each worker updates its own slices) except the gradient-norm sum when clipping.
 
-Parameters are DTensors where split (each rank holds its slice) and plain tensors where
-replicated; the optimizer keeps the two in separate parameter groups (a foreach update
-cannot mix them). The model saved at the end is the full one, under `single`'s names.
+Parameters are DTensors where split (each rank holds its slice; a row-parallel layer's
+bias is a replicated DTensor) and plain tensors where not; the optimizer keeps the two in
+separate parameter groups (a foreach update cannot mix them), and the gradient norm counts
+each slice once and each replicated parameter once. Checkpoints are per rank (its slices
+and their optimizer state). The model saved at the end is the whole one, under `single`'s
+names and row order. A python model's plan is the user's: each rank checks it on the
+first batch against the unsplit model before training (`_check_consistent`).
 """
 
 from __future__ import annotations
@@ -56,7 +60,6 @@ from time import perf_counter_ns
 import torch
 
 from ...errors import InputError
-from ..trace import TIDS
 
 KIND = "tensor"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -244,7 +247,7 @@ class _CollectiveTrace:
 
         self.ctx, self.workers = ctx, ctx.world_size
         self.where = ("", "forward")  # (layer, pass) of the collectives issued now
-        self.step, self.record = 0, False
+        self.step = 0
         self.moved = 0  # bytes this rank sent (= received) this step
         trace = self
 
@@ -283,15 +286,13 @@ class _CollectiveTrace:
         # what one rank sends (and receives) in a ring: 2(n-1)/n of the tensor for an
         # all-reduce, (n-1)/n of the whole for an all-gather or reduce-scatter
         self.moved += size * 2 * (n - 1) // n if op.startswith("all_reduce") else size * (n - 1) // n
-        if self.record:
-            layer, direction = self.where
-            self.ctx.tracer._record(span, TIDS["comm"], t0, t1, self.step,
-                                    {"algorithm": "native", "phase": direction, "layer": layer, "bytes": size})
+        layer, direction = self.where
+        self.ctx.tracer.add_span(span, t0, t1, self.step, "comm", algorithm="native", phase=direction, layer=layer,
+                                 bytes=size)  # a no-op on steps the trace does not sample
         return out
 
     def __call__(self, step: int):
         self.step, self.moved = step, 0
-        self.record = self.ctx.tracer.enabled_for(step)
         return self.mode()
 
 
