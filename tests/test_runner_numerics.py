@@ -118,8 +118,8 @@ def test_tensor_parallel_transformer_matches_single():
     blocks = [f"blocks.{i}.{part}" for i in (0, 1) for part in ("attn", "mlp")]
     assert reduces == ([("forward", f"{b}.proj") for b in blocks]
                        + [("backward", f"{b}.{'qkv' if 'attn' in b else 'fc'}") for b in reversed(blocks)])
-    d = TINY_TRANSFORMER["d_model"]
-    assert {s["args"]["bytes"] for s in spans if s.get("name") == "allreduce"} == {16 * TINY_TRANSFORMER["seq_len"] * d * 4}
+    activation = TENSOR_TRAINING["batch_size"] * TINY_TRANSFORMER["seq_len"] * TINY_TRANSFORMER["d_model"] * 4  # fp32
+    assert {s["args"]["bytes"] for s in spans if s.get("name") == "allreduce"} == {activation}
 
 
 def test_tensor_parallel_python_model_with_a_plan_matches_single(tmp_path):

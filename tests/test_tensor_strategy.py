@@ -77,7 +77,8 @@ def test_the_models_own_tp_plan_is_used_when_the_spec_has_none():
             self.head = nn.Linear(4, 2)
 
     spec = spec_from_data({"strategy": {"kind": "tensor"},
-                           "training": {"model": {"kind": "python", "entry": "x:y"}, "dataset": {"shape": [4], "classes": 2}}})
+                           "training": {"model": {"kind": "python", "entry": "x:y"},
+                                        "dataset": {"shape": [4], "classes": 2}}})
     plan, source = plan_of(spec, Net())
     assert plan == {"layers.0.up": "colwise", "layers.1.up": "colwise", "layers.0.down": "rowwise",
                     "layers.1.down": "rowwise"}
