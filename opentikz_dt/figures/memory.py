@@ -122,7 +122,8 @@ def render_memory_plot(spec, expected, roles, measured: dict | None = None, body
     model's sizes are unknown); `roles`: (role, id) per rank; `measured`: {rank: metrics.json
     memory entry} or None (a spec: expected only); `measured_note`: where the measured
     numbers come from."""
-    both = measured is not None
+    has_expected, has_measured = expected is not None, measured is not None
+    both = has_expected and has_measured  # two bars per rank, else one centred bar
     ranks = elide(_ranks(expected, measured, roles))
     tops, left_out = [], []
     for r in ranks:
@@ -146,10 +147,11 @@ def render_memory_plot(spec, expected, roles, measured: dict | None = None, body
         if r["expected"]:
             left, right = (x - 2 * half - 0.02, x - 0.02) if both else (x - half, x + half)
             boxes += _stack(r["expected"], left, right, scale, True)[0]
-        if both and r["measured"]:
-            boxes += _stack(r["measured"], x + 0.02, x + 2 * half + 0.02, scale, False)[0]
+        if r["measured"]:
+            left, right = (x + 0.02, x + 2 * half + 0.02) if both else (x - half, x + half)
+            boxes += _stack(r["measured"], left, right, scale, False)[0]
             if r["measured"].get("peak"):
-                peaks.append((num(x + 0.02), num(x + 2 * half + 0.02), num(r["measured"]["peak"] / scale)))
+                peaks.append((num(left), num(right), num(r["measured"]["peak"] / scale)))
     ranks = [r for r in ranks if not isinstance(r, tuple)]
     drawn = {c for r in ranks for side in ("expected", "measured")
              for c in CATEGORIES if (r[side] or {}).get(c)}
@@ -158,14 +160,15 @@ def render_memory_plot(spec, expected, roles, measured: dict | None = None, body
     rotate = any(TICK_CHAR_CM * len(rank_label(r["id"])) + 0.15 > (width - AXIS_MARGIN_CM) / max(1, len(slots))
                  for r in ranks)
     context = base_context(spec, "memory plot", body_only, [], source=source)
-    title = "Memory per rank: expected and measured" if both else "Expected memory per rank"
+    title = ("Memory per rank: expected and measured" if both
+             else "Measured memory per rank" if has_measured else "Expected memory per rank")
     context.update(
         width=num(width), ymax=num(nice_max(max(tops, default=0) / scale)), xmin=num(-0.6), xmax=num(len(slots) - 0.4),
         xticks=Tex(",".join(str(s.x) for s in slots)), xticklabels=Tex(",".join("{%s}" % s.label for s in slots)),
-        rotate=rotate, legend_expected=not both, ylabel=Tex(escape_text(unit)), boxes=boxes, peaks=peaks, legend=legend,
+        rotate=rotate, legend_expected=not has_measured, ylabel=Tex(escape_text(unit)), boxes=boxes, peaks=peaks, legend=legend,
         legend_columns=4 if width >= 9.5 else 2, title=Tex(escape_text(title)),
         xlabel=Tex("rank"), sides=both,
-        notes=[Tex(escape_text(line)) for line in _notes(spec, expected, both, measured_note, peaks, left_out)],
+        notes=[Tex(escape_text(line)) for line in _notes(spec, expected, has_measured, measured_note, peaks, left_out)],
         note_width=num(width))
     return environment().get_template("plot-memory.tex.j2").render(context)
 
@@ -176,7 +179,7 @@ def _axis_width(spec, slots: int) -> float:
     return natural if target is None else min(natural, target - PLOT_BORDER_CM - 0.2)
 
 
-def _notes(spec, expected, both: bool, measured_note: str, peaks: list, left_out: list) -> list:
+def _notes(spec, expected, has_measured: bool, measured_note: str, peaks: list, left_out: list) -> list:
     """Under the plot: what the expected bars assume, and where the measured ones come from."""
 
     from ..memory import model_sizes, optimizer_states
@@ -190,7 +193,7 @@ def _notes(spec, expected, both: bool, measured_note: str, peaks: list, left_out
         lines.append(f"expected: the spec's model of {human_count(sizes.params)} "
                      f"parameters in float32, {states} optimizer value{'s' if states != 1 else ''} per "
                      "parameter; activations not predicted")
-    if both:
+    if has_measured:
         lines.append(f"measured: {measured_note}" + ("; line: CUDA allocator peak" if peaks else ""))
     if left_out:
         lines.append("not drawn (\u2026): " + ", ".join(left_out))
