@@ -18,9 +18,10 @@ comparison. Categories, in bytes, each tensor storage counted once:
                activations and are left out)
 
 Source "tensors": the four categories above, counted from the tensors (any device).
-On CUDA the allocator's peak over the measured step (torch.cuda.max_memory_allocated
-after reset_peak_memory_stats) is `peak`, and source says "cuda-allocator"; on CPU
-`peak` is None. Buffers a strategy allocates for communication (receive buffers,
+On CUDA `peak` is the allocator's peak from the context's creation (before the model is
+built) to the end of the measured step (torch.cuda.reset_peak_memory_stats, then
+max_memory_allocated): the model, its gradients and optimizer state, the step's
+activations and every buffer; source then says "cuda-allocator". On CPU `peak` is None. Buffers a strategy allocates for communication (receive buffers,
 flattened copies) are in the allocator's peak only.
 
 The saved-tensor hooks are on from the context's creation until the first measurement,
