@@ -7,13 +7,14 @@ from .strategies import load_strategy
 
 def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
     strategy = load_strategy(spec.strategy.kind)
-    rows = [("rank", "id", "role", "step time", "samples/s", "sent MB", "recv MB")]
+    rows = [("rank", "id", "role", "step time", "samples/s", "sent MB", "recv MB", "memory MB")]
     for rank, (role, ident) in enumerate(roles):
         b = metrics["bytes"].get(str(rank), {"sent": 0, "recv": 0})
         st = metrics["step_time_s"].get(ident)
         rate = metrics["per_worker_samples_per_s"].get(ident)
         rows.append((str(rank), ident, role, f"{st * 1000:.1f} ms" if st else "-",
-                     f"{rate:,.0f}" if rate else "-", f"{b['sent'] / 1e6:.2f}", f"{b['recv'] / 1e6:.2f}"))
+                     f"{rate:,.0f}" if rate else "-", f"{b['sent'] / 1e6:.2f}", f"{b['recv'] / 1e6:.2f}",
+                     memory_mb(metrics.get("memory", {}).get(str(rank)))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -36,6 +37,16 @@ def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
     if run.get("attempts", 1) > 1:
         tail.append(f"{run['attempts']} attempts")
     return "\n".join([head] + lines + ["; ".join(tail), f"run directory: {run_dir}"] + divergence_warning(spec, metrics))
+
+
+def memory_mb(memory: dict | None) -> str:
+    """A rank's memory in MB: the CUDA allocator's peak where there is one, else the sum of
+    the categories counted from the tensors (runner/memory.py); `-` when not measured."""
+    if not memory:
+        return "-"
+    if memory.get("peak") is not None:
+        return f"{memory['peak'] / 1e6:.2f}"
+    return f"{sum(memory.get(c) or 0 for c in ('params', 'grads', 'optimizer', 'activations')) / 1e6:.2f}"
 
 
 def divergence_warning(spec, metrics: dict) -> list:

@@ -23,6 +23,7 @@ and, where the default (_defaults.py, which documents each) does not fit, hooks:
   switch_workers(ctx, kind)        the worker count set-strategy gives when too few
   strategy_set(ctx, args, workers) set-strategy switched to this kind: fix what it needs
   node_spec_path(node, parts)      the spec key behind a figure node only this kind draws
+  expected_memory(spec, sizes)     memory per rank by category, in rank order (opentikz_dt/memory.py)
 
 Code outside the plugins asks these; it never compares a kind, algorithm, sync mode or
 schedule name itself. Must not import torch (the runner imports this, never the other

@@ -86,3 +86,9 @@ def strategy_set(ctx, args: dict, workers: int) -> None:
 def node_spec_path(node: str, parts: list[str]) -> tuple | None:
     """The spec key behind a figure node only this kind draws (edit/nodepaths.py), or None."""
     return None
+
+
+def expected_memory(spec, sizes) -> list:
+    """Memory per rank, in the runner's rank order (opentikz_dt.memory): by default every
+    worker holds a replica of the whole model, its gradients and its optimizer state."""
+    return [sizes.rank("worker", w, sizes.params) for w in spec.topology.workers.ids]

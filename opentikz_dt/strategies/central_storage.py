@@ -21,3 +21,10 @@ def starter_block(kind: str) -> str:
     return """\
 strategy:
   kind: central-storage       # variables on one host, compute replicated, sync updates"""
+
+
+def expected_memory(spec, sizes) -> list:
+    """Workers hold a replica and its gradients; the storage rank the whole model, the
+    averaged gradient and the optimizer state."""
+    workers = [sizes.rank("worker", w, sizes.params, optimizer=False) for w in spec.topology.workers.ids]
+    return workers + [sizes.rank("storage", spec.topology.servers.ids[0], sizes.params)]

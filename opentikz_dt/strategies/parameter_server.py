@@ -29,3 +29,10 @@ def starter_block(kind: str) -> str:
 strategy:
   kind: parameter-server      # workers push gradients, servers update and send weights back
   sync: sync                  # sync: wait for every worker | async: apply each push at once"""
+
+
+def expected_memory(spec, sizes) -> list:
+    """Workers hold a replica and its gradients (the servers update it); each server its
+    shard, the shard's averaged gradient and its optimizer state."""
+    workers = [sizes.rank("worker", w, sizes.params, optimizer=False) for w in spec.topology.workers.ids]
+    return workers + [sizes.rank("server", sid, n) for sid, n in sizes.server_shards().items()]

@@ -45,3 +45,10 @@ strategy:
   kind: pipeline              # model parallelism: one stage per worker
   microbatches: 4             # microbatches per step (fewer -> bigger pipeline bubble)
   schedule: 1f1b              # gpipe | 1f1b"""
+
+
+def expected_memory(spec, sizes) -> list:
+    """Each stage holds its layers (the last stage a copy of a tied weight), their
+    gradients and their optimizer state."""
+    ids = spec.topology.workers.ids
+    return [sizes.rank("stage", w, n) for w, n in zip(ids, sizes.stage_params(len(ids)))]

@@ -94,6 +94,7 @@ def run_worker(ctx) -> None:
             for rank, _, _ in shard_list:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, step, rank), step, tid="comm")
         posted = perf_counter_ns()  # the next fetch's wait starts where the push ends (one comm lane)
+        ctx.record_memory(model.parameters())  # a replica; the servers update it
         ctx.metrics.step_done(step, loss_value, samples, perf_counter() - t0)
         ctx.maybe_checkpoint(step, dict)  # weights live on the servers: only metrics to keep here
         ctx.tracer.maybe_flush()
@@ -153,6 +154,7 @@ def run_async_worker(ctx) -> None:
             for rank, _, _ in shard_list:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, ticket, rank), step, tid="comm")
         posted = perf_counter_ns()
+        ctx.record_memory(model.parameters())  # a replica; the servers update it
         ctx.metrics.step_done(local, loss_value, samples, perf_counter() - t0, global_step=step)
         local += 1
         ctx.tracer.maybe_flush()
@@ -287,6 +289,7 @@ def run_sync_server(ctx) -> None:
             assign_grads(total.div_(n), shard.tensors)
             shard.stepper.step(step, span)
             shard.version += 1
+        ctx.record_memory(shard.tensors, shard.opt)  # this server's shard and its optimizer state
         sends = []
         if step + 1 < ctx.steps:
             weights = shard.weights(ctx)
@@ -370,6 +373,7 @@ def run_async_server(ctx) -> None:
             assign_grads(shard.grads[k], shard.tensors)
             shard.stepper.step(step)
             shard.version += 1
+        ctx.record_memory(shard.tensors, shard.opt)  # this server's shard and its optimizer state
         ctx.metrics.staleness(staleness)
         if shard.version == boundary:  # every update before the boundary is in: a consistent state
             ctx.maybe_checkpoint(boundary // n - 1, shard.state)

@@ -87,6 +87,7 @@ def train(ctx) -> None:
             tied(step)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
+        ctx.record_memory(part.parameters(), opt)
         moved = boundary.per_step(microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)

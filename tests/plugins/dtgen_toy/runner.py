@@ -22,5 +22,6 @@ def train(ctx) -> None:
             p.grad.mul_(factor)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
+        ctx.record_memory(model.parameters(), opt)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
     ctx.save_model(model.state_dict())
