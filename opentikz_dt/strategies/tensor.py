@@ -79,6 +79,30 @@ def nearest_counts(model: dict, workers: int) -> str:
     return "counts that work: " + ", ".join(map(str, best))
 
 
+def expected_memory(spec, sizes) -> list:
+    """Every worker holds 1/N of the split tensors (the built-in plans: runner/strategies/
+    tensor.py's builtin_plan) and the rest whole, with their gradients and optimizer state."""
+    workers = spec.topology.workers.count
+    split = sum(n for name, n in sizes.tensors.items() if _split_tensor(spec, name))
+    held = split // workers + sizes.params - split
+    return [sizes.rank("worker", w, held) for w in spec.topology.workers.ids]
+
+
+def _split_tensor(spec, name: str) -> bool:
+    """Whether the built-in model's parameter `name` is split over the workers: the weights
+    of every column- and row-parallel layer and the column-parallel layers' biases (a
+    row-parallel layer's bias is added once, after the sum: every worker holds it whole)."""
+    model = spec.training.model or {"kind": "mlp", "layers": list(spec.training.layers)}
+    parts = name.split(".")
+    if model.get("kind", "mlp") == "transformer":
+        layer = ".".join(parts[2:4]) if parts[0] == "blocks" else ""
+        return layer in ("attn.qkv", "mlp.fc") or (layer in ("attn.proj", "mlp.proj") and parts[-1] == "weight")
+    if parts[0] == "layers":
+        index, pairs = int(parts[1]), (len(model["layers"]) - 1) // 2
+        return index < 2 * pairs and (index % 2 == 0 or parts[-1] == "weight")
+    return False
+
+
 def starter_block(kind: str) -> str:
     return """\
 strategy:
