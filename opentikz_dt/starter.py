@@ -40,6 +40,10 @@ strategy:
   kind: pipeline              # model parallelism: one stage per worker
   microbatches: 4             # microbatches per step (fewer -> bigger pipeline bubble)
   schedule: 1f1b              # gpipe | 1f1b""",
+    "fsdp": """\
+strategy:
+  kind: fsdp                  # sharded data parallel: each worker holds 1/N of every layer
+  reshard_after_forward: true # free gathered layers after forward (less memory, one more all-gather)""",
 }
 
 

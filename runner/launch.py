@@ -105,7 +105,8 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     check_torch()  # a torch outside the supported range: one line, before anything is read or spawned
     spec, data = resolve_spec(spec_path, steps, measure_only)
-    roles = load_strategy(spec.strategy.kind).roles(spec)
+    strategy = load_strategy(spec.strategy.kind)
+    roles = strategy.roles(spec)
     world = len(roles)
     check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)
     refuse_existing_out(out, force, node_rank)  # before the placement line and the trial forward pass
@@ -117,6 +118,8 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_compile(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
+    if hasattr(strategy, "check_model"):  # the strategy's own look at the built model (its units, ...)
+        strategy.check_model(spec, model_info)
     for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
         echo(f"dtgen: warning: {line}")
     nodes = None

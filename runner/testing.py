@@ -78,7 +78,7 @@ DP_CASES = {
                                              "strategy": {"algorithm": "hierarchical"}}, 4),
 }
 # Every synchronous strategy with the width `single` must match: DP_CASES plus the
-# parameter-server, central-storage and pipeline cases (dp 1: a pipeline splits the model,
+# parameter-server, central-storage, pipeline and fsdp cases (dp 1: a pipeline splits the model,
 # not the batch). The numerics test and benchmarks/bench_numerics.py both run these.
 SYNC_CASES = {
     **DP_CASES,
@@ -89,6 +89,7 @@ SYNC_CASES = {
                                     "strategy": {"schedule": "gpipe", "microbatches": 4}}, 1),
     "pipeline-1f1b": ("pipeline", {"topology": {"workers": {"count": 2}},
                                    "strategy": {"schedule": "1f1b", "microbatches": 4}}, 1),
+    "fsdp": ("fsdp", {"topology": {"workers": {"count": 2}}}, 2),
 }
 # The training sections the numerics test runs every case with, each exercising several
 # features at once (CI time): the default (sgd with momentum, fp32); adamw with weight

@@ -57,6 +57,8 @@ STRATEGY_KINDS = {
     "gossip": ("forward", "backward", "slowdown", "gossip", "optimizer", "skipped", "wait"),
     "pipeline": ("forward", "backward", "slowdown", "send", "recv", "optimizer", "skipped", "wait"),
     "single": ("forward", "backward", "slowdown", "optimizer", "skipped"),
+    # fsdp's all-gathers and reduce-scatters are all-reduce phases (opentikz_dt/strategies/fsdp.py)
+    "fsdp": ("forward", "backward", "slowdown", "allreduce", "allreduce-b", "allreduce-c", "optimizer", "skipped", "wait"),
 }
 # Topology flows: (colour role, shade, mark) as templates/topology.tex.j2 draws them.
 FLOW_STYLES = {"data": BoxStyle("data", "!45!otpaper"), "gradient": BoxStyle("grad", "!85!otink"),
