@@ -77,9 +77,12 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
     # The first step pays for connection setup and first allocations (often 100x a
     # steady step on gloo), so throughput and step times are steady-state: they start
     # at the end of the first step. `warmup_s` reports what was left out.
-    first = min(ends, default=0)
-    steady = {s: t for s, t in ends.items() if s > first}
-    span = (max(steady.values()) - ends[first]) if steady else 0.0
+    # The window opens when the first step anywhere ends. For synchronous strategies that is
+    # step 0's end; an async PS worker's tickets are not in time order (a worker whose first
+    # step is slow can serve ticket 0 and end after every other ticket), so take the time.
+    opened = min(ends.values(), default=0.0)
+    steady = {s: t for s, t in ends.items() if t > opened}
+    span = (max(steady.values()) - opened) if steady else 0.0
     stages = [m for m in per_rank.values() if m["role"] == "stage"]
     workers = [m for m in per_rank.values() if m["role"] == "worker"]
     total = max((_steady_samples(m) for m in stages), default=0) if stages else sum(_steady_samples(m) for m in workers)
@@ -94,7 +97,7 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
             # that stopped early counts as idle for the rest, not at the rate it had while busy).
             per_worker[m["id"]] = round(_steady_samples(m) / span, 2) if span > 0 else 0.0
     starts = [m["first_start"] for m in per_rank.values() if m.get("first_start") is not None]
-    warmup = (ends[first] - min(starts)) if ends and starts else 0.0
+    warmup = (opened - min(starts)) if ends and starts else 0.0
     metrics = {
         "steps": steps,
         "steps_done": last + 1,

@@ -86,7 +86,7 @@ EOF
   else
     line=$(grep -m1 "^dtgen: error:" "$OUT/examples/$name.out" | sed 's/^dtgen: error: //; s/|/\//g')
     [ -n "$line" ] || line="exit status $code (see $OUT/examples/$name.out)"
-    if [ "$code" -eq 3 ] && [[ "$line" == *"pipeline cannot share GPUs"* ]]; then
+    if [ "$code" -eq 1 ] && [[ "$line" == *"pipeline cannot share GPUs"* ]]; then  # refused before start: invalid input
       row="refused, as expected on one shared GPU: $line | – | – | – | –"
     else
       row="FAILED: $line | – | – | – | –"

@@ -5,7 +5,6 @@ to one side and forgotten on another fails here, naming the side."""
 from __future__ import annotations
 
 import ast
-import inspect
 import json
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import pytest
 from opentikz_dt.errors import SpecError
 from opentikz_dt.figures.names import BOX_KINDS
 from opentikz_dt.figures.schedule import expected_timeline
-from opentikz_dt.figures.spacing import _NEEDS as SPACING_RULES
-from opentikz_dt.figures.topology import _BUILDERS as TOPOLOGY_DRAWERS
+from opentikz_dt.figures.spacing import Sizes, effective_spacing
+from opentikz_dt.figures.strategies import REGISTRY as FIGURES
 from opentikz_dt.figures.topology import build_layout
 from opentikz_dt.measured import compare
 from opentikz_dt.spec import load_spec, spec_from_data
@@ -92,9 +91,33 @@ def test_starter_spec_exists_and_loads(s, tmp_path):
     assert load_spec(path).strategy.kind == s.kind
 
 
-def test_every_topology_drawer_is_registered_and_used():
-    named = {s.drawer(a) for s in STRATEGIES for a in s.algorithms}
-    assert named == set(TOPOLOGY_DRAWERS) == set(SPACING_RULES)
+# A figures plugin (opentikz_dt/figures/strategies) must answer these itself: no default exists.
+FIGURES_REQUIRED = ("layout", "spacing_needs", "expected_timeline")
+
+
+def test_every_kind_has_a_figures_plugin_that_draws_it():
+    assert set(FIGURES.kinds()) == set(KINDS)
+    for kind in KINDS:
+        module = FIGURES.raw(kind)
+        missing = [hook for hook in FIGURES_REQUIRED if not callable(getattr(module, hook, None))]
+        assert not missing, f"figures plugin of {kind} lacks {missing}"
+
+
+@pytest.mark.parametrize("s", EVERY)
+def test_every_algorithm_has_its_drawer_and_spacing(s):
+    # Each algorithm's drawer (the descriptor's) is laid out at gaps its own spacing rule gives;
+    # two algorithms with different drawers must not share one layout.
+    drawn = {}
+    for algorithm in s.algorithms:
+        spec = _spec(s, **({"algorithm": algorithm} if "algorithm" in s.options else {}))
+        plugin = FIGURES.get(s.kind)
+        colsep, rowsep = plugin.spacing_needs(Sizes(spec))
+        assert colsep > 0 and rowsep > 0
+        layout = plugin.layout(spec, effective_spacing(spec, plugin.spacing_needs))
+        drawn.setdefault(s.drawer(algorithm), set()).add(tuple(sorted(n.name for n in layout.nodes)))
+    assert len(drawn) == len({s.drawer(a) for a in s.algorithms})
+    layouts = [names for found in drawn.values() for names in found]
+    assert len(set(layouts)) == len(drawn), "algorithms with different drawers drew the same layout"
 
 
 @pytest.mark.parametrize("s", EVERY)
@@ -148,9 +171,9 @@ def test_runner_serves_every_kind():
         assert assigned.get("KIND") == kind, module
 
 
-def test_measured_comparison_names_every_kind():
-    # strategy_name falls back to the bare kind, so a forgotten kind would pass unnoticed at run time.
-    function = next(n for n in ast.parse(inspect.getsource(compare)).body
-                    if isinstance(n, ast.FunctionDef) and n.name == "strategy_name")
-    table = next(n for n in ast.walk(function) if isinstance(n, ast.Dict))
-    assert {key.value for key in table.keys} == set(KINDS)
+@pytest.mark.parametrize("s", EVERY)
+def test_measured_comparison_names_every_kind(s):
+    # table_name defaults to the bare kind, so a built-in plugin that forgot it would pass
+    # unnoticed at run time: each names its strategy itself.
+    assert callable(getattr(FIGURES.raw(s.kind), "table_name", None)), f"figures plugin of {s.kind} has no table_name"
+    assert compare.strategy_name(_spec(s)) == FIGURES.raw(s.kind).table_name(_spec(s))

@@ -36,6 +36,9 @@ TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "bus", 
 # is set (fp16 gradients overflowed, the scaler skipped the step) is drawn as it.
 BOX_KINDS = ("fetch", "forward", "backward", "slowdown", "optimizer", "update", "skipped", "push",
              "allreduce", "gossip", "send", "recv", "wait")
+# The box kind drawn per phase: a collective's phases (reduce-scatter, all-gather, ...) each
+# get a style of their own (tl-allreduce, -b, -c) and a legend entry (figures/timeline.py).
+PHASED_BOX = "allreduce"
 TIMELINE_STYLES = ("slbl", "ttl", "lane", "axis", "tick", "panel") + tuple(f"tl-{kind}" for kind in BOX_KINDS)
 STYLES = tuple(dict.fromkeys(TOPOLOGY_STYLES + TIMELINE_STYLES))
 

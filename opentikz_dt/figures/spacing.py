@@ -1,7 +1,8 @@
 """Effective spacing: figure.colsep / rowsep are the gaps asked for; the layout uses at least
 what its icons and labels need, so a valid spec never gives an overlapping figure.
 
-Each layout kind's minimum gap is estimated from the sizes of its icons (as drawn, with
+Each layout's minimum gap (the *_needs functions, which the strategies' figures plugins
+name as their spacing_needs) is estimated from the sizes of its icons (as drawn, with
 the node's inner sep) and of its label texts (a conservative width per character of
 \\footnotesize sans serif). The layout uses max(asked, needed); when that widens a gap,
 the topology template says so in a TeX comment. Pure; must not import torch.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from ..shards import shard_tensors
 from .topology_fit import PT_PER_CM, fitted, hosts_drawn
 from .model import elide
+from .strategies import plugin_of
 from .texts import label_text
 from .textwidth import split_in_two, text_cm
 
@@ -114,14 +116,15 @@ def printed_cm(spec, label: str, role: str) -> float:
     return max(text_cm(line) for line in printed_lines(spec, label, role))
 
 
-def effective_spacing(spec, kind: str) -> Spacing:
-    """max(asked, needed) for both gaps of a layout kind (topology._layout_kind)."""
+def effective_spacing(spec, needs) -> Spacing:
+    """max(asked, needed) for both gaps; `needs(Sizes(spec))` gives the needed ones (the
+    strategy's figures plugin's spacing_needs: one of the *_needs functions below)."""
     f = spec.figure
-    need_col, need_row = _NEEDS[kind](_Sizes(spec))
+    need_col, need_row = needs(Sizes(spec))
     return Spacing(round(max(f.colsep, need_col), 2), round(max(f.rowsep, need_row), 2), f.colsep, f.rowsep)
 
 
-class _Sizes:
+class Sizes:
     """The measures the minimum gaps are made of, for one spec."""
 
     def __init__(self, spec):
@@ -181,7 +184,7 @@ class _Sizes:
         return row
 
 
-def _server_half(s: _Sizes) -> float:
+def _server_half(s: Sizes) -> float:
     """Half the width of the server: its icon and label, or the padded group box of its shard
     boxes (label over tensors)."""
     servers = s.spec.topology.servers
@@ -196,7 +199,7 @@ def _server_half(s: _Sizes) -> float:
     return max(PSBOX_W + 0.1, shard) / 2 + HOST_PAD
 
 
-def _parameter_server(s: _Sizes) -> tuple[float, float]:
+def parameter_server_needs(s: Sizes) -> tuple[float, float]:
     if fitted(s.spec):  # the server sits its own gap right of the workers (fitted_server_gap)
         return s.data_to_column(), s.column_rowsep()
     servers = s.spec.topology.servers
@@ -247,10 +250,8 @@ def fitted_flow_run(spec) -> FlowRun:
     """A fitted figure's worker -> server links (or -> all-reduce bar): just long enough that a
     flow label (the widest of the spec's flow labels) fits between the column and the server,
     whatever the server's height; the server sits right of `end` by the half of its west side."""
-    s = _Sizes(spec)
-    single = spec.topology.servers.count == 1
-    barred = single and spec.strategy.kind == "parameter-server" and spec.strategy.sync == "sync"
-    barrier = BARRIER_ROOM if barred else 0.0
+    s = Sizes(spec)
+    barrier = BARRIER_ROOM if plugin_of(spec).barrier(spec) else 0.0
     free = s.column_half
     end = free + max(FAN_MIN_CM, FLOW_MARGIN + s.flow + SERVER_MARGIN + barrier)
     return FlowRun(round(s.worker_w / 2, 3), round(free, 3), round(end, 3), barrier)
@@ -258,13 +259,13 @@ def fitted_flow_run(spec) -> FlowRun:
 
 def fitted_server_gap(spec) -> float:
     """Centre to centre, the worker column to the server in a fitted figure (fitted_flow_run)."""
-    s = _Sizes(spec)
+    s = Sizes(spec)
     single = spec.topology.servers.count == 1
     west = s.server_w / 2 if single else _server_half(s)  # a single server's label hangs right of its west edge
     return round(fitted_flow_run(spec).end + west, 2)
 
 
-def _allreduce(s: _Sizes) -> tuple[float, float]:
+def allreduce_needs(s: Sizes) -> tuple[float, float]:
     if fitted(s.spec):  # the bar sits its own gap right of the workers (fitted_flow_run)
         return s.data_to_column(), s.column_rowsep()
     # The collective's bar sits at 1.6 colsep: 0.6 colsep holds a worker half, the bar half and the label.
@@ -272,16 +273,16 @@ def _allreduce(s: _Sizes) -> tuple[float, float]:
     return max(s.data_to_column(), to_bar), s.column_rowsep()
 
 
-def _ring(s: _Sizes) -> tuple[float, float]:
+def ring_needs(s: Sizes) -> tuple[float, float]:
     return s.data_to_column(), s.column_rowsep()
 
 
-def _tree(s: _Sizes) -> tuple[float, float]:
+def tree_needs(s: Sizes) -> tuple[float, float]:
     # The leftmost worker sits 0.6 cm right of colsep, inside the padded workers box.
     return s.data_half + s.batch + 2 * GAP + HOST_PAD + s.worker_half - 0.6, 1.2
 
 
-def _hierarchical(s: _Sizes) -> tuple[float, float]:
+def hierarchical_needs(s: Sizes) -> tuple[float, float]:
     t = s.spec.topology
     box = s.worker_half + 0.55 + HOST_PAD  # the leaders' bus runs inside the box, left of the first worker
     if len(elide(t.hosts, hosts_drawn(s.spec))) < t.hosts:
@@ -289,28 +290,15 @@ def _hierarchical(s: _Sizes) -> tuple[float, float]:
     return s.data_half + s.batch + 2 * GAP + box, 1.2
 
 
-def _gossip(s: _Sizes) -> tuple[float, float]:
+def gossip_needs(s: Sizes) -> tuple[float, float]:
     # The ring's leftmost worker sits 1.6 cm right of colsep with its label on its left.
     left = s.worker_w / 2 + 0.07 + s.worker_label + HOST_PAD
     return s.data_half + s.batch + 2 * GAP + left - 1.6, 1.2
 
 
-def _pipeline(s: _Sizes) -> tuple[float, float]:
+def pipeline_needs(s: Sizes) -> tuple[float, float]:
     return 1.0, 1.2  # stages sit max(3.5, 0.78 colsep) apart whatever colsep is
 
 
-def _single(s: _Sizes) -> tuple[float, float]:
+def single_needs(s: Sizes) -> tuple[float, float]:
     return (s.data_half + s.batch + 2 * GAP + s.worker_half) / 0.8, 1.2  # the worker sits at 0.8 colsep
-
-
-_NEEDS = {
-    "parameter-server": _parameter_server,
-    "central-storage": _parameter_server,
-    "allreduce": _allreduce,
-    "ring": _ring,
-    "tree": _tree,
-    "hierarchical": _hierarchical,
-    "gossip": _gossip,
-    "pipeline": _pipeline,
-    "single": _single,
-}

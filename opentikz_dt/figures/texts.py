@@ -20,6 +20,7 @@ import re
 from ..texsafe import render_label
 from ..workload import human_bytes, human_count, model_section, workload_of
 from .model import Tex
+from .strategies import plugin_of
 from .timeline import Words
 
 # The TeX a template's {grad} and {weight} stand for: the flow labels' macros (topology.tex.j2).
@@ -107,15 +108,12 @@ def timeline_words(spec) -> Words:
 
 def more_lanes_text(spec, hidden: int) -> str:
     """The text of the row standing for `hidden` workers (or pipeline stages) not drawn."""
-    key = "more_stages" if spec.strategy.kind == "pipeline" else "more_workers"
-    return label_text(spec, key, n=f"{hidden:,}")
+    return plugin_of(spec).more_lanes_text(spec, hidden)
 
 
 def lane_text(spec, worker_id: str) -> str:
-    """A worker's lane name: its label, or for a pipeline its stage (figure.labels.stage_lane)."""
-    if spec.strategy.kind == "pipeline":
-        return label_text(spec, "stage_lane", i=worker_id[1:])
-    return spec.topology.workers.label_of(worker_id)
+    """A worker's lane name: its label, or what its strategy names it (a pipeline's stage)."""
+    return plugin_of(spec).lane_label(spec, worker_id)
 
 
 def server_group_caption(spec, line_break: str = " ") -> Tex:

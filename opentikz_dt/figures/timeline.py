@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
 from .model import Tex
-from .names import BOX_KINDS
+from .names import BOX_KINDS, PHASED_BOX
 from .timeline_tags import MAX_TAGS, TAG_GAP, TAG_KINDS, DrawnTag, place_tags
 
 MAX_BOXES = 4000
@@ -355,7 +355,7 @@ PHASE_ORDER = ("reduce-scatter", "all-gather", "reduce", "broadcast", "intra-hos
 
 
 def _phase_styles(panels) -> dict:
-    names = {b.phase for p in panels for lane in p.lanes for b in lane.boxes if b.kind == "allreduce" and b.phase}
+    names = {b.phase for p in panels for lane in p.lanes for b in lane.boxes if b.kind == PHASED_BOX and b.phase}
     ordered = sorted(names, key=lambda n: (PHASE_ORDER.index(n) if n in PHASE_ORDER else len(PHASE_ORDER), n))
     styles = ("tl-allreduce", "tl-allreduce-b", "tl-allreduce-c")
     return {name: styles[min(k, 2)] for k, name in enumerate(ordered)}
@@ -374,10 +374,10 @@ def _box_words(box: Box, words: Words) -> tuple[str, str]:
     name = words.legend[box.kind]
     if box.count > 1:
         return f"{name} ×{box.count:,}", render_label(name) + escape_text(f" ×{box.count:,}")
-    if box.kind == "allreduce" and box.phase and box.label == box.phase:
+    if box.kind == PHASED_BOX and box.phase and box.label == box.phase:
         name = words.phase(box.phase)
         return name, render_label(name)
-    if box.kind != "allreduce" and len(box.label) > 1 and box.label.isalpha() and name != KIND_NAMES[box.kind]:
+    if box.kind != PHASED_BOX and len(box.label) > 1 and box.label.isalpha() and name != KIND_NAMES[box.kind]:
         return name, render_label(name)
     return box.label, escape_text(box.label)
 
@@ -425,7 +425,7 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
         if x1 - x0 < ZERO_CM:
             continue
         style = f"tl-{box.kind}"
-        if box.kind == "allreduce" and box.phase:
+        if box.kind == PHASED_BOX and box.phase:
             style = phases[box.phase]
             if box.label and box.label != box.phase and box.count == 1:
                 shorts[box.phase] = box.label

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..palette import PALETTE_NAMES
 from .colorvision import contrast_ratio, indistinguishable, rgb
+from .strategies import REGISTRY, plugin_of
 
 
 @dataclass(frozen=True)
@@ -49,17 +50,6 @@ PATTERNS = {"hatched": "north east lines", "dotted": "dots", "crosshatch": "cros
 CROSSED = ("path picture={{\\draw[{color}, line width=0.5pt] (path picture bounding box.south west) -- "
            "(path picture bounding box.north east) (path picture bounding box.north west) -- "
            "(path picture bounding box.south east);}}")
-# The boxes that can share one figure, per strategy (expected and measured timelines).
-STRATEGY_KINDS = {
-    "parameter-server": ("fetch", "forward", "backward", "slowdown", "push", "update", "skipped", "wait"),
-    "central-storage": ("fetch", "forward", "backward", "slowdown", "push", "update", "skipped", "wait"),
-    "allreduce": ("forward", "backward", "slowdown", "allreduce", "allreduce-b", "allreduce-c", "optimizer", "skipped", "wait"),
-    "gossip": ("forward", "backward", "slowdown", "gossip", "optimizer", "skipped", "wait"),
-    "pipeline": ("forward", "backward", "slowdown", "send", "recv", "optimizer", "skipped", "wait"),
-    "single": ("forward", "backward", "slowdown", "optimizer", "skipped"),
-    # fsdp's all-gathers and reduce-scatters are all-reduce phases (opentikz_dt/strategies/fsdp.py)
-    "fsdp": ("forward", "backward", "slowdown", "allreduce", "allreduce-b", "allreduce-c", "optimizer", "skipped", "wait"),
-}
 # Topology flows: (colour role, shade, mark) as templates/topology.tex.j2 draws them.
 FLOW_STYLES = {"data": BoxStyle("data", "!45!otpaper"), "gradient": BoxStyle("grad", "!85!otink"),
                "weight": BoxStyle("weight", "!70!otink", "dashed")}
@@ -101,7 +91,7 @@ def tikz_styles(colors: dict, variant: str) -> dict:
 
 def figure_styles(spec) -> dict:
     """Per figure of the spec ('timeline', 'topology'): meaning -> its BoxStyle."""
-    kinds = STRATEGY_KINDS.get(spec.strategy.kind, tuple(BOX_STYLES))
+    kinds = plugin_of(spec).TIMELINE_BOXES  # the boxes that can share one figure of its strategy
     return {"timeline": {kind: BOX_STYLES[kind] for kind in kinds}, "topology": dict(FLOW_STYLES)}
 
 
@@ -124,3 +114,11 @@ def check_distinguishable(spec):
         encodings = {meaning: (fill_of(style, colors), style.mark) for meaning, style in styles.items()}
         for problem in indistinguishable(encodings, spec.figure.palette):
             yield ("figure", "colors"), f"{figure} figure: {problem}"
+
+
+def __getattr__(name):
+    # STRATEGY_KINDS, the boxes that can share one figure per strategy, as older code
+    # reads them: computed from the figures plugins (TIMELINE_BOXES) on use.
+    if name == "STRATEGY_KINDS":
+        return {kind: REGISTRY.get(kind).TIMELINE_BOXES for kind in REGISTRY.kinds()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -60,7 +60,8 @@ def gossip_layout(spec, sp: Spacing) -> Layout:
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups)
 
 
-def pipeline_layout(spec, sp: Spacing) -> Layout:
+def pipeline_layout(spec, sp: Spacing, schedule: str) -> Layout:
+    """Stages left to right; `schedule` is the pipeline schedule's name as the note prints it (1F1B)."""
     colsep = sp.colsep
     stages = spec.strategy.stages
     slots = elide(stages, min(spec.figure.max_workers_drawn, 6))
@@ -98,7 +99,7 @@ def pipeline_layout(spec, sp: Spacing) -> Layout:
     # under the stages, and under the data label, which a fitted figure may print on two lines
     below = 1.45 + LINE_H * (len(printed_lines(spec, spec.topology.data_label, "data")) - 1)
     nodes.append(Node("note", step, -below, kind="text",
-                      text=label_tex(spec, "pipeline_note", schedule="GPipe" if spec.strategy.schedule == "gpipe" else "1F1B",
+                      text=label_tex(spec, "pipeline_note", schedule=schedule,
                                      microbatches=count_text(mb), samples=count_text(spec.training.batch_size // mb),
                                      stages=count_text(stages))))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges)

@@ -1,5 +1,7 @@
-"""Topology layouts of the parameter server and central storage: workers in a column,
-gradients to the server (or the group box of its shards) and weights back. Must not import torch.
+"""Topology layout of the parameter server and central storage: workers in a column,
+gradients to the server (or the group box of its shards) and weights back. What differs
+between the two (a sync barrier, the note under the server) their figures plugins add
+(figures/strategies/parameter_server.py, central_storage.py). Must not import torch.
 """
 
 from __future__ import annotations
@@ -9,17 +11,19 @@ import re
 from ..shards import shard_tensors
 from ..texsafe import escape_text, render_label
 from ..workload import abbreviate_tensors
-from .model import Edge, Group, Layout, Node, Port, Tex, elide
+from .model import Group, Layout, Node, Tex, elide
 from .spacing import (PSBOX_FIT_W, SHARD_LINE_H, SHARD_LINE_TENSORS, Spacing, fitted_flow_run, fitted_server_gap,
-                      icon_size, printed_lines)
+                      printed_lines)
 from .textwidth import split_in_two
-from .texts import FLOW_MACROS, label_lines_tex, label_text, server_group_caption
+from .texts import label_text, server_group_caption
 from .topology_fit import fitted
-from .topology_common import (count_text, data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
+from .topology_common import (data_fan, data_node, ellipsis_node, host_groups, make_layout, more_name,
                               server_node, sync_pairs, worker_column)
 
 
-def parameter_server_layout(spec, sp: Spacing) -> Layout:
+def parameter_server_layout(spec, sp: Spacing, server_extras) -> Layout:
+    """The layout; `server_extras(spec, server_x, nodes, edges) -> (nodes, edges)` adds the
+    strategy's own marks by the server (x = server_x) before the layout is made."""
     colsep = sp.colsep
     nodes, members, elided = worker_column(spec, sp, colsep)
     edges, braces = data_fan(spec, members, elided, spec.topology.workers.count)
@@ -52,13 +56,7 @@ def parameter_server_layout(spec, sp: Spacing) -> Layout:
     # a fitted figure's flow labels sit just right of the column, where its links start
     label_pos = fitted_flow_run(spec).label_start_pos() if fitted(spec) else 0.5
     edges += sync_pairs(spec, members, target, label_pos=label_pos)
-    if spec.strategy.kind == "parameter-server" and servers.count == 1:
-        nodes, edges = _sync_or_async(spec, server_x, nodes, edges)
-    if spec.strategy.kind == "central-storage":
-        # TensorFlow's CentralStorageStrategy: the variables live on one device (no server
-        # process), every replica's gradients are reduced there in one synchronous step.
-        nodes.append(Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
-                          text=label_lines_tex(spec, "central_storage_note", tex=FLOW_MACROS)))
+    nodes, edges = server_extras(spec, server_x, nodes, edges)
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups, braces)
 
 
@@ -108,33 +106,3 @@ def _tensor_math(spec, tensors: list[str], plain: bool = False) -> str:
         lines = [parts[i:i + SHARD_LINE_TENSORS] for i in range(0, len(parts), SHARD_LINE_TENSORS)]
         return ",\\\\".join(", ".join(line) for line in lines)
     return "$" + ", ".join(parts) + "$"
-
-
-def _sync_note(spec, count: str) -> Tex:
-    """The note under a single server: figure.labels.sync_note or async_note on the lines the
-    spec breaks it into; unset, dtgen's English on lines about as wide as the server's label
-    (narrower in a fitted figure)."""
-    key = f"{spec.strategy.sync}_note"
-    if spec.figure.labels.get(key):
-        return label_lines_tex(spec, key, tex=FLOW_MACROS, n=count)
-    if spec.strategy.sync == "sync":
-        lines = [f"sync: waits for all {count}", "\\gradlabel{}, then one update"]
-        if fitted(spec):
-            lines = ["sync: waits for", f"all {count} \\gradlabel{{}}, then", "one update"]
-    else:
-        lines = ["async: each worker pushes and", "pulls at its own pace, no barrier"]
-        if fitted(spec):
-            lines = ["async: each worker", "pushes and pulls at its", "own pace, no barrier"]
-    return Tex("\\\\".join(lines))
-
-
-def _sync_or_async(spec, server_x, nodes, edges):
-    """Sync: a barrier bar in front of the server, which waits for every worker's gradient.
-    Async: no bar; each worker pushes and pulls at its own pace (the seed's distinction)."""
-    count = count_text(spec.topology.workers.count)
-    if spec.strategy.sync == "sync":
-        x = server_x - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
-        nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
-        edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
-    return nodes + [Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
-                         text=_sync_note(spec, count))], edges

@@ -16,9 +16,10 @@ from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
 from ..figures.spacing import LINE_H, fitted_flow_run, icon_size, printed_cm, text_cm
 from ..figures.textwidth import wrap_line
-from ..figures.texts import label_tex, label_text, sized_model_note
+from ..figures.texts import label_tex, label_text, lane_text, sized_model_note
 from ..figures.topology_fit import compact_spec, fitted
-from ..figures.topology import build_layout, layout_kind
+from ..figures.strategies import plugin_of
+from ..figures.topology import build_layout
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
@@ -60,13 +61,14 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
     # A fitted column's links converge on the server, too close for a label on each: where every
     # worker's links carry the same bytes (as printed), the flow labels say them once, stacked.
-    once = fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS and layout_kind(spec) != "allreduce" and \
+    plugin = plugin_of(spec)  # its strategy's figures plugin (figures/strategies)
+    once = fitted(spec) and plugin.flow_labels_once(spec) and \
         _alike([traffic.get(_rank_of(w), {}) for w in step_ms if _WORKER.match(w)], steps)
     given = layout is not None
     layout = layout or _layout_for(spec, step_ms, once)
     # a fitted parameter server's links are as long as their labels need (spacing.fitted_flow_run)
     run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms, once))) \
-        if fitted(spec) and layout_kind(spec) in _FLOW_RUN_KINDS else None
+        if fitted(spec) and plugin.flow_run(spec) else None
     slow = tuple(stragglers(metrics["step_time_s"]))
     # A time goes on its own line under every worker where a link would cut through a label
     # holding it on one line (a tall column's steep links: clearance.links_cross_labels).
@@ -223,7 +225,6 @@ def _alike(traffic: list, steps: int) -> bool:
 _HOST = re.compile(r"^h([1-9][0-9]*)$")
 _BYTES = "888.8 kB"  # the widest bytes label, for spacing
 _SERVER_ENDS = ("ps", "psgroup", "ar")  # what the links of a parameter server (an all-reduce bar) end at
-_FLOW_RUN_KINDS = ("parameter-server", "central-storage", "allreduce")  # drawn with spacing.fitted_flow_run
 
 
 def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Layout:
@@ -296,10 +297,8 @@ def _label_with_time(spec, worker: str, ms: float, crowded: bool = False) -> str
 
 
 def _who(spec, worker: str) -> str:
-    """How the footer names a worker: the pipeline stage it runs, else its label."""
-    if spec.strategy.kind == "pipeline":
-        return label_text(spec, "stage_lane", i=worker[1:])
-    return spec.topology.workers.label_of(worker)
+    """How the footer names a worker: as its lane (a pipeline's stage), else its label."""
+    return lane_text(spec, worker)
 
 
 def _ring_return_clear_of_labels(edges: list) -> list:

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..errors import DtgenError
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
+from ..figures.strategies import plugin_of
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .export import write_outputs
@@ -69,15 +70,8 @@ class Summary:
 
 
 def strategy_name(spec) -> str:
-    s = spec.strategy
-    return {
-        "parameter-server": f"PS {s.sync}",
-        "central-storage": "central storage",
-        "allreduce": f"{s.algorithm} all-reduce",
-        "gossip": "gossip",
-        "pipeline": f"{'GPipe' if s.schedule == 'gpipe' else '1F1B'} pipeline",
-        "single": "single device",
-    }.get(s.kind, s.kind)
+    """The strategy's short name in the table (its figures plugin's table_name): PS sync, ring all-reduce."""
+    return plugin_of(spec).table_name(spec)
 
 
 def default_loss_target(runs: list) -> float | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
+from ..figures.strategies import plugin_of
 from ..texsafe import escape_text, render_label
 from .run import Run
 from .source import source_note
@@ -220,7 +221,7 @@ def render_throughput_plot(runs: list, body_only: bool = False) -> str:
     # The mean goes in the axis title, not beside the axis: no text sticks out of a narrow figure.
     xlabel = "worker" if mean is None else f"worker (dashed: mean {mean:,.0f})"
     done = runs[0].metrics.get("steps_per_worker", {}) if len(runs) == 1 else {}
-    if done and runs[0].spec.strategy.sync == "async" and runs[0].spec.strategy.kind == "parameter-server":
+    if done and plugin_of(runs[0].spec).asynchronous(runs[0].spec):
         # async workers share one budget of updates: say who did how many
         counts = [done[w] for w in drawn if w in done]
         xlabel += ("; updates " + ", ".join(f"W{w[1:]} {done[w]}" for w in drawn if w in done) if len(counts) <= 4

@@ -12,20 +12,14 @@ the run's own failure status is quoted as the run wrote it. Must not import torc
 from __future__ import annotations
 
 from ..figures.model import Tex
-from ..figures.schedule import SCHEDULE_NAMES
+from ..figures.strategies import plugin_of
 from ..figures.texts import label_tex, label_text, lane_text
 
 
 def strategy_name(spec) -> str:
-    """The English name of what ran: synchronous parameter server, ring all-reduce, 1F1B pipeline."""
-    kind = spec.strategy.kind
-    if kind == "parameter-server":
-        return f"{spec.strategy.sync}hronous parameter server"
-    if kind == "allreduce":
-        return f"{spec.strategy.algorithm} all-reduce"
-    if kind == "pipeline":
-        return f"{SCHEDULE_NAMES.get(spec.strategy.schedule, spec.strategy.schedule)} pipeline"
-    return kind.replace("-", " ")
+    """The English name of what ran (its figures plugin's run_name): synchronous parameter
+    server, ring all-reduce, 1F1B pipeline."""
+    return plugin_of(spec).run_name(spec)
 
 
 def _is_set(spec, key: str) -> bool:

@@ -6,10 +6,11 @@ Push, waits shaded, the server's updates. A rank whose communication overlaps it
 compute (pipeline send/recv) gets a second lane for it. A push ends where the server
 received it (`received_pushes`), so no push is drawn ending after the update it fed
 began; time inside a step that no span explains is drawn as wait ("idle"), not blank.
-Pipeline lanes label forward/backward with the microbatch and print the measured bubble
-fraction beside the theoretical (p-1)/(m+p-1). Time is ms on the run's clock; the axis counts from the
-window's start, as the expected schedule's does from its first step. The words it writes
-(title, notes, axis title, lane names) are the spec's where it sets them (texts.py).
+A pipeline's lanes (its figures plugin says PIPELINED) label forward/backward with the
+microbatch and print the measured bubble fraction beside the theoretical (p-1)/(m+p-1).
+Time is ms on the run's clock; the axis counts from the window's start, as the expected
+schedule's does from its first step. The words it writes (title, notes, axis title, lane
+names) are the spec's where it sets them (texts.py).
 Must not import torch.
 """
 
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..figures.model import elide
-from ..figures.names import BOX_KINDS
+from ..figures.names import BOX_KINDS, PHASED_BOX
+from ..figures.strategies import plugin_of
 from ..figures.texts import more_lanes_text
 from ..figures.timeline import MIN_VISIBLE_CM, WIDTH_CM, Box, Lane, Panel, Timeline
 from .texts import axis_title, bubble_title_note, comm_lane_name, lane_name, panel_title, timeline_note
@@ -64,7 +66,7 @@ def box_label(span: Span, pipeline: bool, asynchronous: bool) -> str:
         return str(args["mb"] + 1)
     if name == "update":
         return "U" if asynchronous else "Update"
-    if name == "allreduce":
+    if name == PHASED_BOX:
         return PHASES.get(str(args.get("phase", "")), "")
     return {"fetch": "F", "push": "P", "forward": "fwd", "backward": "bwd", "slowdown": "slow",
             "optimizer": "opt", "gossip": "G"}.get(name, "")
@@ -198,7 +200,7 @@ def pipeline_bubble(events: list, first: int | None = None, last: int | None = N
 
 
 def _bubble(spec, trace: Trace, window: Window) -> Bubble | None:
-    if spec.strategy.kind != "pipeline":
+    if not plugin_of(spec).PIPELINED:
         return None
     p, m = spec.topology.workers.count, spec.strategy.microbatches
     measured = pipeline_bubble(trace.events, window.first, window.last)
@@ -210,7 +212,8 @@ def _bubble(spec, trace: Trace, window: Window) -> Bubble | None:
 
 
 def default_width(spec) -> int:
-    return 2 if spec.strategy.kind == "pipeline" else 3
+    """How many steps the window shows when the user picks none (the plugin's WINDOW_STEPS)."""
+    return plugin_of(spec).WINDOW_STEPS
 
 
 class _Row(NamedTuple):
@@ -223,20 +226,21 @@ class _Row(NamedTuple):
     hidden: int = 0
 
 
-def _rows(spec, trace: Trace, pipeline: bool) -> list:
+def _rows(spec, trace: Trace) -> list:
     """The lanes to draw: servers, then workers (the first ones, the gap, the last)."""
     ids = trace.ids
     servers = [r for r in sorted(ids) if not ids[r].startswith("w")]
     workers = [r for r in sorted(ids) if ids[r].startswith("w")]
     shown = elide(len(workers), spec.figure.max_workers_drawn)
     rows: list = [_Row(ids[rank], lane_name(spec, ids[rank]), "server", rank) for rank in servers]
+    role = plugin_of(spec).LANE_ROLE
     for index in shown:
         if index is None:
             hidden = len(workers) - (len(shown) - 1)
             rows.append(_Row("more", more_lanes_text(spec, hidden), "gap", None, hidden))
         else:
             rank = workers[index - 1]
-            rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), "stage" if pipeline else "worker", rank))
+            rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), role, rank))
     return rows
 
 
@@ -282,7 +286,7 @@ def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
         lanes.append(Lane(row.id, row.label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label,
-                                                       PHASE_NAMES.get(c.label, "") if c.kind == "allreduce" else "")
+                                                       PHASE_NAMES.get(c.label, "") if c.kind == PHASED_BOX else "")
                                                    for c in cells), role=row.role))
         drawn.extend(lane)
     return lanes, tuple(drawn), len(drawn), aggregated, budget
@@ -403,10 +407,10 @@ def async_updates_note(spec, trace: Trace) -> str:
 
 def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
     """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
-    asynchronous = spec.strategy.sync == "async" and spec.strategy.kind == "parameter-server"
-    pipeline = spec.strategy.kind == "pipeline"
+    plugin = plugin_of(spec)  # its strategy's figures plugin (figures/strategies)
+    asynchronous, pipeline = plugin.asynchronous(spec), plugin.PIPELINED
     window = select_window(trace, steps, default_width(spec), asynchronous)
-    rows = _rows(spec, trace, pipeline)
+    rows = _rows(spec, trace)
     drawn_ranks = [row.rank for row in rows if row.rank is not None]
     estimate = spans_in(trace, window)
     per_lane = max_boxes // max(1, len(drawn_ranks))

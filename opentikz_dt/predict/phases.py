@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-ROLE_OF_ID = {"w": "worker", "p": "server"}
+from .strategies import REGISTRY
 
 
-def role_of(run, rank: int) -> str:
-    ident = run.trace.ids.get(rank, "")
-    if run.spec.strategy.kind == "pipeline":
-        return "stage"
-    if ident.startswith("ps"):
-        return "storage" if run.spec.strategy.kind == "central-storage" else "server"
-    return "worker"
+def roles_of(run):
+    """rank -> role (worker, server, stage, ...) of the run's traced ranks, as the strategy's
+    predict plugin names them (`role_of`): one plugin lookup for a loop over the events."""
+    spec = run.spec
+    plugin = REGISTRY.get(spec.strategy.kind)
+    known = {rank: plugin.role_of(spec, ident) for rank, ident in run.trace.ids.items()}
+    nameless = plugin.role_of(spec, "")  # a rank the trace names no id for
+    return lambda rank: known.get(rank, nameless)
 
 
 def phase_times(run) -> dict:
@@ -29,13 +30,14 @@ def phase_times(run) -> dict:
     if not steps:
         return {}
     first = steps[0]
+    role_of_rank = roles_of(run)
     total: dict = defaultdict(float)
     seen: dict = defaultdict(set)
     for e in trace.events:
         step = e["args"]["step"]
         if step == first:
             continue
-        key = (role_of(run, e["pid"]), e["name"])
+        key = (role_of_rank(e["pid"]), e["name"])
         total[key] += e["dur"]
         seen[key].add((e["pid"], step))
     ranks: dict = defaultdict(set)
@@ -55,8 +57,9 @@ def untraced(run, role: str = "worker") -> list:
     for e in run.trace.events:
         spans[(e["pid"], e["args"]["step"])].append((e["ts"], e["ts"] + e["dur"]))
     out = []
+    role_of_rank = roles_of(run)
     for rank in run.trace.ranks:
-        if role_of(run, rank) != role:
+        if role_of_rank(rank) != role:
             continue
         steps = sorted(s for r, s in ext if r == rank)
         for a, b in zip(steps, steps[1:]):
@@ -78,8 +81,9 @@ def compute_ratios(run, role: str = "worker") -> list:
     moves the mean, which the fitted costs already hold; only the skew makes ranks wait."""
     first = run.trace.steps[0] if run.trace.steps else 0
     per: dict = defaultdict(float)
+    role_of_rank = roles_of(run)
     for e in run.trace.events:
-        if e["name"] in ("forward", "backward") and e["args"]["step"] != first and role_of(run, e["pid"]) == role:
+        if e["name"] in ("forward", "backward") and e["args"]["step"] != first and role_of_rank(e["pid"]) == role:
             per[(e["pid"], e["args"]["step"])] += e["dur"]
     by_step: dict = defaultdict(list)
     for (rank, step), value in per.items():
@@ -97,8 +101,9 @@ def server_gaps(run) -> list:
     """Untraced time on servers (and central storage) after each update, before their next
     span: packing and sending the new weights, posting receives (µs). Workers wait for it."""
     per_rank: dict = defaultdict(list)
+    role_of_rank = roles_of(run)
     for e in run.trace.events:
-        if role_of(run, e["pid"]) in ("server", "storage"):
+        if role_of_rank(e["pid"]) in ("server", "storage"):
             per_rank[e["pid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
     out = []
     for spans in per_rank.values():

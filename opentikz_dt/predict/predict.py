@@ -18,6 +18,7 @@ from .calibration import Calibration, load_calibration
 from .costs import Costs, illustrative_calibration, parse_link
 from .rundir import write_run_dir
 from .simulate import roles, simulate
+from .strategies import REGISTRY
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -46,8 +47,8 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
             raise UsageError(f"--set {item!r}: the value is not YAML") from None
     if not pairs:
         return spec
-    if workers is not None and data["strategy"]["kind"] == "pipeline":
-        data["strategy"]["stages"] = workers
+    if workers is not None:
+        _resize_strategy(data["strategy"], workers)
     dataset = data["training"]["dataset"]
     if workers is not None and dataset.get("kind", "synthetic") == "synthetic":
         # a prediction reads no data: let the synthetic set hold one global batch at any width
@@ -56,6 +57,15 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
         return spec_from_data(data, name=f"{spec.source} (with --set)")
     except SpecError as exc:
         raise UsageError(f"the overrides make an invalid spec:\n{exc}") from None
+
+
+def _resize_strategy(strategy, workers: int) -> None:
+    """What else the strategy block says about the worker count follows --workers (a
+    pipeline's stages): its plugin's `resize`. A kind no plugin serves is left for the
+    validation to name."""
+    kind = strategy.get("kind") if isinstance(strategy, dict) else None
+    if isinstance(kind, str) and REGISTRY.has(kind):
+        REGISTRY.get(kind).resize(strategy, workers)
 
 
 def check_size(spec, steps: int) -> None:

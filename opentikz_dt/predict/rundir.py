@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import DtgenError
+from ..strategies import strategy
 from .engine import Result
 
 
@@ -40,8 +41,8 @@ def metrics_of(result: Result, spec, steps: int, loss: list | None = None) -> di
     first = min(ends, default=0)
     steady = [t for s, t in ends.items() if s > first]
     span = (max(steady) - ends[first]) if steady else 0.0
-    pipeline = spec.strategy.kind == "pipeline"
-    dp = 1 if pipeline else spec.topology.workers.count
+    # samples per step: every worker's slice of the batch, or one batch through a pipeline's stages
+    dp = spec.topology.workers.count if strategy(spec.strategy.kind).data_parallel else 1
     batch = spec.training.batch_size
     done = len(ends)
     total = batch * dp * (done - 1) if done > 1 else 0

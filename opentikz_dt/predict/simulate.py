@@ -1,27 +1,22 @@
 """One entry point: simulate(spec, costs) runs the strategy's schedule and returns a Result.
 
-The strategy modules (sim_ps, sim_peer, sim_pipeline) mirror runner/strategies/ one by
-one; `Simulation` holds what they share (ranks, ids, model sizes, stragglers).
+Each strategy's schedule lives in its predict plugin (predict/strategies/<kind>.py,
+`simulate_steps`), which mirrors the runner's module of that kind (runner/strategies/).
+`Simulation` holds what every schedule shares: ranks, ids, model sizes, stragglers, and
+the pieces of a step most strategies have (untraced start, compute, optimizer step).
 Must not import torch.
 """
 
 from __future__ import annotations
 
-from . import sim_peer, sim_pipeline, sim_ps
 from .blocks import model_blocks
 from .engine import Recorder, Result
+from .strategies import REGISTRY
 
 
 def roles(spec) -> list[tuple[str, str]]:
     """(role, id) per rank, as the runner's strategies number them."""
-    kind, topo = spec.strategy.kind, spec.topology
-    role = "stage" if kind == "pipeline" else "worker"
-    out = [(role, w) for w in topo.workers.ids]
-    if kind == "parameter-server":
-        out += [("server", s) for s in topo.servers.ids]
-    elif kind == "central-storage":
-        out.append(("storage", "ps"))
-    return out
+    return REGISTRY.get(spec.strategy.kind).roles(spec)
 
 
 class Simulation:
@@ -37,22 +32,33 @@ class Simulation:
         self.tensors = sum(b.tensors for b in self.blocks)
         self.nbytes = 4 * self.params
 
+    def start(self, k: int, step: int, free: list) -> float:
+        """Where step's traced work begins: after the untraced per-step time, which the runner's
+        step time counts (batch gathering sits inside forward_backward, before `forward`)."""
+        return free[k] + self.costs.overhead(step)
+
+    def compute(self, k: int, step: int, t: float, samples: int, active: int) -> float:
+        """forward, backward, straggler sleep of worker rank k from t; returns the end."""
+        c, rec = self.costs, self.rec
+        f = c.noisy(c.forward(samples, active=active), step)
+        b = c.noisy(c.backward(samples, active=active), step)
+        t = rec.span(k, "forward", 0, t, t + f, step)
+        t = rec.span(k, "backward", 0, t, t + b, step)
+        slow = self.slow[k]
+        if slow > 1:
+            t = rec.span(k, "slowdown", 0, t, t + (slow - 1) * (f + b), step, factor=slow)
+        return t
+
+    def optimizer(self, k: int, step: int, t: float) -> float:
+        """Worker rank k's optimizer step over the whole model from t; returns the end."""
+        c = self.costs
+        return self.rec.span(k, "optimizer", 0, t,
+                             t + c.noisy(c.optimizer(self.params, self.tensors, self.n_workers), step), step)
+
 
 def simulate(spec, costs, steps: int | None = None, record: bool = True) -> Result:
     """Simulate `steps` (default: the spec's) steps of the spec's strategy."""
     steps = spec.training.steps if steps is None else steps
     sim = Simulation(spec, costs, record)
-    kind, s = spec.strategy.kind, spec.strategy
-    if kind == "parameter-server":
-        (sim_ps.ps_sync if s.sync == "sync" else sim_ps.ps_async)(sim, steps)
-    elif kind == "central-storage":
-        sim_ps.central_storage(sim, steps)
-    elif kind == "allreduce":
-        (sim_peer.native if s.algorithm == "native" else sim_peer.manual)(sim, steps)
-    elif kind == "gossip":
-        sim_peer.gossip(sim, steps)
-    elif kind == "pipeline":
-        sim_pipeline.pipeline(sim, steps)
-    else:
-        sim_peer.single(sim, steps)
+    REGISTRY.get(spec.strategy.kind).simulate_steps(sim, steps)
     return sim.rec.result

@@ -16,34 +16,35 @@ import random
 from pathlib import Path
 
 from ..spec import spec_from_data
+from ..strategies import kinds as strategy_kinds
 from .calibration import Calibration
 from .costs import Costs, illustrative_calibration
 from .rundir import write_run_dir
 from .simulate import simulate
+from .strategies import REGISTRY
 
-KINDS = ("ps-sync", "ps-async", "central-storage", "allreduce-ring", "allreduce-tree", "allreduce-native", "gossip",
-         "pipeline-1f1b", "pipeline-gpipe")
+
+def synthetic_plugins() -> dict:
+    """Every synthetic run name (ps-sync, allreduce-ring, ...) -> the predict plugin that
+    writes its strategy (`SYNTHETIC_RUNS`), in the strategies' order."""
+    out = {}
+    for kind in strategy_kinds():
+        if REGISTRY.has(kind):
+            plugin = REGISTRY.get(kind)
+            out.update((name, plugin) for name in plugin.SYNTHETIC_RUNS)
+    return out
 
 
 def spec_data(kind: str, workers: int = 3, steps: int = 60, microbatches: int = 4,
               slowdown: dict | None = None) -> dict:
     """A spec (plain data, before defaults) for one synthetic kind."""
+    plugins = synthetic_plugins()
+    if kind not in plugins:
+        raise ValueError(f"unknown synthetic kind {kind!r} (one of {', '.join(plugins)})")
     topology: dict = {"workers": {"count": workers}}
     if slowdown:
         topology["workers"]["slowdown"] = dict(slowdown)
-    if kind.startswith("ps-"):
-        topology["servers"] = {"count": 1}
-        strategy = {"kind": "parameter-server", "sync": kind[3:]}
-    elif kind == "central-storage":
-        strategy = {"kind": "central-storage"}
-    elif kind.startswith("allreduce-"):
-        strategy = {"kind": "allreduce", "algorithm": kind[10:]}
-    elif kind == "gossip":
-        strategy = {"kind": "gossip"}
-    elif kind.startswith("pipeline-"):
-        strategy = {"kind": "pipeline", "microbatches": microbatches, "schedule": kind[9:]}
-    else:
-        raise ValueError(f"unknown synthetic kind {kind!r} (one of {', '.join(KINDS)})")
+    strategy = plugins[kind].synthetic_strategy(kind, topology, microbatches)
     return {"name": f"synth-{kind}", "topology": topology, "strategy": strategy, "training": {"steps": steps}}
 
 
@@ -84,7 +85,7 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(description="Write a synthetic dtgen run directory (for tests and benchmarks).")
     parser.add_argument("out")
-    parser.add_argument("kind", nargs="?", default="ps-sync", choices=KINDS)
+    parser.add_argument("kind", nargs="?", default="ps-sync", choices=list(synthetic_plugins()))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--straggler", default=None, help="worker id to slow down 2x, e.g. w3")

@@ -1,20 +1,53 @@
-"""Parameter server (sync and async, S shards) and central storage, as the runner schedules them.
+"""Parameter servers (sync and async, S shards), as runner/strategies/parameter_server.py
+schedules them.
 
-Worker step (runner/strategies/parameter_server.py): finish the fetch posted during the
-last push (`wait` until the shard sent, then `fetch`), forward, backward, straggler
-sleep, `push` to every shard. A shard sends its weights to N workers and receives N
-gradients over its one link, so transfers queue there. Sync shards update once all N
-pushes landed; async shards apply each push alone in arrival order, and the first
-hands the pushing worker the next update of the budget (steps x N updates in all).
-Must not import torch.
+Worker step: finish the fetch posted during the last push (`wait` until the shard sent,
+then `fetch`), forward, backward, straggler sleep, `push` to every shard. A shard sends
+its weights to N workers and receives N gradients over its one link, so transfers queue
+there. Sync shards update once all N pushes landed; async shards apply each push alone in
+arrival order, and the first hands the pushing worker the next update of the budget
+(steps x N updates in all). Must not import torch.
 """
 
 from __future__ import annotations
 
 import heapq
+import statistics
 
-from ..shards import shard_assignment
-from .blocks import tensor_sizes
+from ...shards import shard_assignment
+from ..blocks import tensor_sizes
+from ..fit import latency, mean_durations
+
+KIND = "parameter-server"
+SYNTHETIC_RUNS = ("ps-sync", "ps-async")
+
+
+def roles(spec) -> list[tuple[str, str]]:
+    return [("worker", w) for w in spec.topology.workers.ids] + [("server", s) for s in spec.topology.servers.ids]
+
+
+def simulate_steps(sim, steps: int) -> None:
+    (_sync if sim.spec.strategy.sync == "sync" else _async)(sim, steps)
+
+
+def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
+    topology["servers"] = {"count": 1}
+    return {"kind": KIND, "sync": name[3:]}
+
+
+def fit_message_latency(fit, comm: dict) -> float | None:
+    """From the workers' fetch and push spans: one message of a mean shard's bytes."""
+    spec = fit.spec
+    sizes = tensor_sizes(spec)
+    shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names)
+                                   for names in shard_assignment(spec, sizes).values())
+    return latency(mean_durations(fit.run, "worker", "fetch") + mean_durations(fit.run, "worker", "push"),
+                   shard_bytes, fit.beta)
+
+
+def gradients_per_update(spec) -> int:
+    """A sync shard's update sums every worker's gradient; an async one applies one push."""
+    return spec.topology.workers.count if spec.strategy.sync == "sync" else 1
 
 
 def _shards(spec, blocks):
@@ -26,20 +59,7 @@ def _shards(spec, blocks):
     return out
 
 
-def _compute(sim, k: int, step: int, t: float, samples: int, active: int) -> float:
-    """forward, backward, straggler sleep of worker rank k from t; returns the end."""
-    c, rec = sim.costs, sim.rec
-    f = c.noisy(c.forward(samples, active=active), step)
-    b = c.noisy(c.backward(samples, active=active), step)
-    t = rec.span(k, "forward", 0, t, t + f, step)
-    t = rec.span(k, "backward", 0, t, t + b, step)
-    slow = sim.slow[k]
-    if slow > 1:
-        t = rec.span(k, "slowdown", 0, t, t + (slow - 1) * (f + b), step, factor=slow)
-    return t
-
-
-def ps_sync(sim, steps: int) -> None:
+def _sync(sim, steps: int) -> None:
     spec, c, rec = sim.spec, sim.costs, sim.rec
     n = spec.topology.workers.count
     shards = _shards(spec, sim.blocks)
@@ -63,7 +83,7 @@ def ps_sync(sim, steps: int) -> None:
                 rec.span(k, "wait", 1, t0, s, step)
             rec.span(k, "fetch", 1, s, arrive, step, version=step)
             # the untraced part of a step (unpacking, batch gathering, preemption) follows the fetch
-            ready.append((_compute(sim, k, step, arrive + c.overhead(step), batch, n), k, t0))
+            ready.append((sim.compute(k, step, arrive + c.overhead(step), batch, n), k, t0))
         ready.sort()
         rx_free = [0.0] * len(shards)
         for t1, k, t0 in ready:
@@ -91,7 +111,7 @@ def ps_sync(sim, steps: int) -> None:
             server_free[j] = sent[j] = start + u
 
 
-def ps_async(sim, steps: int) -> None:
+def _async(sim, steps: int) -> None:
     """As the runner: a budget of steps x N updates; the first shard hands the next one
     (ticket t: slice t % N of global step t // N) to whichever worker pushed, so nobody
     waits for a straggler. Spans carry the global step, flows the ticket."""
@@ -116,7 +136,7 @@ def ps_async(sim, steps: int) -> None:
         if s > push_end:
             rec.span(k, "wait", 1, push_end, s, step)
         rec.span(k, "fetch", 1, s, arrive, step, version=min(sent_version[j][k] for j in range(len(shards))))
-        t1 = _compute(sim, k, step, arrive + c.overhead(step), batch, n)
+        t1 = sim.compute(k, step, arrive + c.overhead(step), batch, n)
         heapq.heappush(heap, (t1, k, ticket, t0))
 
     for k in range(min(n, budget)):
@@ -153,40 +173,3 @@ def ps_async(sim, steps: int) -> None:
         if handed < budget:
             start_update(k, handed, end, sent, False)
             handed += 1
-
-
-def central_storage(sim, steps: int) -> None:
-    spec, c, rec = sim.spec, sim.costs, sim.rec
-    n = spec.topology.workers.count
-    storage = n
-    params = sum(b.params for b in sim.blocks)
-    tensors = sum(b.tensors for b in sim.blocks)
-    nbytes = 4 * params
-    batch = spec.training.batch_size
-    free = [0.0] * n
-    storage_free = 0.0
-    for step in range(steps):
-        starts = list(free)
-        sent = storage_free
-        done = max(starts + [sent]) + c.noisy(c.broadcast(nbytes, n + 1), step)
-        rec.span(storage, "fetch", 1, sent, done, step, version=step)
-        ready = []
-        for k in range(n):
-            rec.span(k, "wait", 1, starts[k], sent, step)
-            rec.span(k, "fetch", 1, max(sent, starts[k]), done, step, version=step)
-            ready.append(_compute(sim, k, step, done + c.overhead(step), batch, n))
-            rec.moved(k, nbytes, nbytes)
-        reduced = max(ready) + c.noisy(c.reduce(nbytes, n + 1), step)
-        rec.moved(storage, n * nbytes, n * nbytes)
-        rec.span(storage, "wait", 1, done, reduced, step)
-        for k in range(n):
-            rec.span(k, "push", 1, ready[k], reduced, step)
-            if rec.record:
-                rec.flow(k, "s", rec.flow_id(k, step, storage), 1, reduced - 1)
-            if rec.record:
-                rec.flow(storage, "f", rec.flow_id(k, step, storage), 0, reduced + 1)
-            rec.step(sim.ids[k], step, starts[k], reduced)
-            free[k] = reduced
-        u = c.noisy(c.update(params, tensors, 1), step)
-        storage_free = rec.span(storage, "update", 0, reduced, reduced + u, step, worker="all", version=step + 1,
-                                staleness=0)

@@ -1,4 +1,5 @@
-"""GPipe and 1F1B pipelines, as torch.distributed.pipelining runs them in the runner.
+"""Pipelines (GPipe and 1F1B), as runner/strategies/pipeline.py runs them with
+torch.distributed.pipelining: one stage per worker (role `stage`), not data-parallel.
 
 Stage i owns blocks bounds[i]..bounds[i+1]-1; a microbatch's forward on stage i waits
 for stage i-1's forward plus the activation message, its backward for stage i+1's
@@ -9,15 +10,51 @@ Must not import torch.
 
 from __future__ import annotations
 
-from ..errors import DtgenError
-from .blocks import boundary_values, stage_units, tensor_sizes, tied_names
+import copy
+import statistics
 
+from ...errors import DtgenError
+from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
+from ..calibration import Calibration
+from ..costs import Costs
+from ..rundir import metrics_of
+from ..simulate import simulate
+
+KIND = "pipeline"
+COMPUTE_ROLE = "stage"
+SYNTHETIC_RUNS = ("pipeline-1f1b", "pipeline-gpipe")
 SEND_US = 15.0  # posting a send (measured on the runner's traces: tens of µs)
 
 
-def schedule(kind: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
+def roles(spec) -> list[tuple[str, str]]:
+    return [("stage", w) for w in spec.topology.workers.ids]
+
+
+def role_of(spec, ident: str) -> str:
+    return "stage"
+
+
+def active_ranks(spec) -> float:
+    """Stages compute at once only outside the bubble: that many share the cores."""
+    p, m = spec.topology.workers.count, spec.strategy.microbatches
+    return max(1.0, p * m / (m + p - 1))
+
+
+def model_parts(spec) -> int:
+    return spec.topology.workers.count  # one stage's blocks each
+
+
+def resize(strategy: dict, workers: int) -> None:
+    strategy["stages"] = workers  # one stage per worker
+
+
+def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
+    return {"kind": KIND, "microbatches": microbatches, "schedule": name[9:]}
+
+
+def _schedule(name: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
     """The op order of one stage (0-based): GPipe all forwards then all backwards, or 1F1B."""
-    if kind == "gpipe":
+    if name == "gpipe":
         return [("F", m) for m in range(micro)] + [("B", m) for m in range(micro)]
     warm = min(stages - stage - 1, micro)
     ops = [("F", m) for m in range(warm)]
@@ -26,18 +63,17 @@ def schedule(kind: str, stage: int, stages: int, micro: int) -> list[tuple[str, 
     return ops + [("B", m) for m in range(micro - warm, micro)]
 
 
-def pipeline(sim, steps: int) -> None:
+def simulate_steps(sim, steps: int) -> None:
     spec, c, rec = sim.spec, sim.costs, sim.rec
     p, m = sim.n_workers, spec.strategy.microbatches
     bounds = stage_units(spec, p)
     rows = spec.training.batch_size / m
-    orders = [schedule(spec.strategy.schedule, s, p, m) for s in range(p)]
+    orders = [_schedule(spec.strategy.schedule, s, p, m) for s in range(p)]
     out_bytes = [4 * rows * v for v in boundary_values(spec, p)] + [0.0]
     stage_params = [sum(b.params for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
     stage_tensors = [sum(b.tensors for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
     tied = 4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec)) if p > 1 else 0
-    # stages compute at once only outside the bubble: that many share the cores
-    active = max(1.0, p * m / (m + p - 1))
+    active = active_ranks(spec)
     free_at = [0.0] * p
     for step in range(steps):
         start = [free_at[s] + c.overhead(step) for s in range(p)]
@@ -89,3 +125,50 @@ def pipeline(sim, steps: int) -> None:
             began = free_at[s]
             free_at[s] = rec.span(s, "optimizer", 0, free[s], free[s] + o, step)
             rec.step(sim.ids[s], step, began, free_at[s])
+
+
+def fit_compute(fit) -> tuple[list, list]:
+    """Per microbatch and stage: each stage's mean time split over its blocks by FLOPs."""
+    run, spec, flops, n = fit.run, fit.spec, fit.flops, fit.workers
+    fwd_us = [0.0] * len(fit.blocks)
+    bwd_us = [0.0] * len(fit.blocks)
+    rows = spec.training.batch_size / spec.strategy.microbatches
+    bounds = stage_units(spec, n)
+    for s in range(n):
+        lo, hi = bounds[s], bounds[s + 1]
+        part = sum(flops[lo:hi]) or 1.0
+        for name, into in (("forward", fwd_us), ("backward", bwd_us)):
+            d = [e["dur"] for e in run.trace.events if e["name"] == name and e["pid"] == s
+                 and e["args"]["step"] != run.trace.steps[0]]
+            mean = statistics.fmean(d) if d else 0.0
+            for i in range(lo, hi):
+                into[i] = mean * flops[i] / part / rows
+    return fwd_us, bwd_us
+
+
+def finish_fit(cal: Calibration, run) -> Calibration:
+    """A stage's `recv` span mixes the message with the wait for the peer's compute, so the
+    message latency is the one value that makes the simulated step time equal the run's
+    mean (bisection; the step time grows with the latency)."""
+    target = statistics.fmean(run.metrics["step_time_s"].values()) if run.metrics["step_time_s"] else None
+    if not target:
+        return cal
+    steps = min(run.spec.training.steps, 40)
+
+    def step_time(alpha: float) -> float:
+        data = copy.deepcopy(cal.data)
+        data["comm"]["p2p"]["alpha_s"] = alpha
+        result = simulate(run.spec, Costs(Calibration(data), run.spec), steps, record=False)
+        return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+
+    lo, hi = 0.0, max(target, 1e-3)
+    if step_time(lo) >= target:
+        alpha = lo
+    else:
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if step_time(mid) < target else (lo, mid)
+        alpha = (lo + hi) / 2
+    data = copy.deepcopy(cal.data)
+    data["comm"]["p2p"]["alpha_s"] = alpha
+    return Calibration(data, cal.path)

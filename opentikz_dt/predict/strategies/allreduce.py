@@ -1,4 +1,5 @@
-"""All-reduce (native DDP buckets, ring, tree, hierarchical), gossip and single, as the runner does them.
+"""All-reduce data parallelism, as runner/strategies/allreduce.py runs it: native DDP
+buckets, or dtgen's ring, tree and hierarchical all-reduce.
 
 Native (DDP): gradients go in buckets (the last blocks first, 1 MiB then 25 MiB caps);
 a bucket's all-reduce starts once every rank finished its blocks' backward, and the
@@ -6,20 +7,61 @@ a bucket's all-reduce starts once every rank finished its blocks' backward, and 
 all-gather, one segment of 1/n per hop; a hop ends when this rank and its predecessor
 finished the previous one (per hop for up to RING_EXACT ranks, the closed form beyond).
 Tree: pipelined binary tree reduce then broadcast over chunks. Hierarchical: reduce in
-the host, all-reduce over host leaders, broadcast in the host. Gossip: a worker's
-exchange ends when it and every neighbour it talks to have reached their exchange.
+the host, all-reduce over host leaders, broadcast in the host.
 Must not import torch.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
-from .sim_ps import _compute
+from ..fit import after_last_join, latency, mean_durations, per_row
+
+KIND = "allreduce"
+SYNTHETIC_RUNS = ("allreduce-ring", "allreduce-tree", "allreduce-native")
 
 RING_EXACT = 64
 FIRST_BUCKET, BUCKET = 1 << 20, 25 << 20
 TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
+
+
+def simulate_steps(sim, steps: int) -> None:
+    (_native if sim.spec.strategy.algorithm == "native" else _manual)(sim, steps)
+
+
+def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
+    return {"kind": KIND, "algorithm": name[10:]}
+
+
+def fit_compute(fit) -> tuple[list, list]:
+    """DDP's `backward` span holds the wait for the last bucket's all-reduce: that part is not compute."""
+    role, phases = fit.role, fit.phases
+    fwd = phases.get((role, "forward"), 0.0)
+    bwd = phases.get((role, "backward"), 0.0)
+    if fit.spec.strategy.algorithm == "native":
+        bwd = max(0.0, bwd - phases.get((role, "allreduce"), 0.0) / max(1, len(_buckets(fit.blocks))))
+    return per_row(fit, fwd, bwd)
+
+
+def fit_message_latency(fit, comm: dict) -> float | None:
+    """Ring: from a typical hop; tree and hierarchical: from the whole collective; native:
+    sets the all-reduce's own latency from DDP's bucket spans (no message shows alone)."""
+    run, spec, n, beta = fit.run, fit.spec, fit.workers, fit.beta
+    algorithm = spec.strategy.algorithm
+    if algorithm == "ring":
+        # the typical hop: a hop that waited for a preempted neighbour holds that neighbour's
+        # untraced stall, which the simulator draws itself (Costs.overhead)
+        hops = _ring_hops(run)
+        return latency([statistics.median(hops)] if hops else [], 4 * fit.params / n, beta)
+    if algorithm in ("tree", "hierarchical"):
+        return _collective_alpha(run, spec, 4 * fit.params, beta)
+    if algorithm == "native":
+        d = mean_durations(run, "worker", "allreduce")
+        if d:
+            a = latency(d, 2 * (n - 1) / n * 4 * fit.params, beta)
+            comm["allreduce"]["alpha_s"] = a / (2 * (n - 1))
+    return None
 
 
 def _buckets(blocks) -> list[tuple[int, int]]:
@@ -36,26 +78,14 @@ def _buckets(blocks) -> list[tuple[int, int]]:
     return out
 
 
-def _start(sim, k: int, step: int, free: list) -> float:
-    """Where step's traced work begins: after the untraced per-step time, which the runner's
-    step time counts (batch gathering sits inside forward_backward, before `forward`)."""
-    return free[k] + sim.costs.overhead(step)
-
-
-def _optimizer(sim, k, step, t) -> float:
-    c = sim.costs
-    return sim.rec.span(k, "optimizer", 0, t, t + c.noisy(c.optimizer(sim.params, sim.tensors, sim.n_workers), step),
-                        step)
-
-
-def native(sim, steps: int) -> None:
+def _native(sim, steps: int) -> None:
     c, rec, n = sim.costs, sim.rec, sim.n_workers
     batch = sim.spec.training.batch_size
     buckets = _buckets(sim.blocks)
     free = [0.0] * n
     nb = len(sim.blocks)
     for step in range(steps):
-        starts = [_start(sim, k, step, free) for k in range(n)]
+        starts = [sim.start(k, step, free) for k in range(n)]
         fwd_end, ready = [], []
         for k in range(n):
             f = c.noisy(c.forward(batch, active=n), step)
@@ -76,7 +106,7 @@ def native(sim, steps: int) -> None:
             t = rec.span(k, "backward", 0, fwd_end[k], done, step)
             if sim.slow[k] > 1:
                 t = rec.span(k, "slowdown", 0, t, t + (sim.slow[k] - 1) * (t - starts[k]), step, factor=sim.slow[k])
-            end = _optimizer(sim, k, step, t)
+            end = sim.optimizer(k, step, t)
             rec.moved(k, moved, moved)
             rec.step(sim.ids[k], step, free[k], end)
             free[k] = end
@@ -151,58 +181,57 @@ def _hierarchical(sim, step: int, ready: list, ranks: list) -> list:
     return ends
 
 
-def manual(sim, steps: int) -> None:
+def _manual(sim, steps: int) -> None:
     c, rec, n = sim.costs, sim.rec, sim.n_workers
     batch = sim.spec.training.batch_size
     reduce = {"ring": _ring, "tree": _tree, "hierarchical": _hierarchical}[sim.spec.strategy.algorithm]
     ranks = list(range(n))
     free = [0.0] * n
     for step in range(steps):
-        starts = [_start(sim, k, step, free) for k in range(n)]
-        ready = [_compute(sim, k, step, starts[k], batch, n) for k in range(n)]
+        starts = [sim.start(k, step, free) for k in range(n)]
+        ready = [sim.compute(k, step, starts[k], batch, n) for k in range(n)]
         ends = reduce(sim, step, ready, ranks) if n > 1 else ready
         for k in range(n):
-            end = _optimizer(sim, k, step, ends[k])
+            end = sim.optimizer(k, step, ends[k])
             rec.step(sim.ids[k], step, free[k], end)
             free[k] = end
 
 
-def neighbours(rank: int, n: int, peers: int) -> tuple[list[int], list[int]]:
-    """(send to, receive from), as runner/strategies/gossip.py: offsets +1, -1, +2, -2, ..."""
-    offsets, k = [], 1
-    while len(offsets) < peers:
-        offsets.append(k)
-        if len(offsets) < peers:
-            offsets.append(-k)
-        k += 1
-    return [(rank + o) % n for o in offsets], [(rank - o) % n for o in offsets]
+def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
+    """Latency of the tree / hierarchical all-reduce: per step, the time from the last rank
+    joining to the last rank done (T), solved from T = alpha * A + beta * B of the
+    simulator's cost form (_tree, _hierarchical)."""
+    # a tree rank's wait for its children's (its parent's) first chunk is part of the collective
+    totals = after_last_join(run, {"worker": ("allreduce", "wait")},
+                             lambda e: e["name"] != "wait" or e["args"].get("algorithm") == "tree")
+    if not totals:
+        return None
+    n = spec.topology.workers.count
+    if spec.strategy.algorithm == "tree":
+        chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
+        hops = 2 * (math.ceil(math.log2(n)) + chunks - 1)
+        a, b = hops, hops * 2 * nbytes / chunks
+    else:
+        hosts = spec.topology.hosts
+        levels = math.ceil(math.log2(n // hosts)) if n // hosts > 1 else 0
+        a = 2 * levels + 2 * (hosts - 1)
+        b = 2 * levels * nbytes + (2 * (hosts - 1) / hosts * nbytes if hosts > 1 else 0)
+    t = statistics.median(totals) / 1e6  # typical: the simulator adds preemptions itself (Costs.overhead)
+    return max(0.0, (t - beta * b) / a) if a else None
 
 
-def gossip(sim, steps: int) -> None:
-    c, rec, n = sim.costs, sim.rec, sim.n_workers
-    batch, peers = sim.spec.training.batch_size, sim.spec.strategy.peers
-    links = [neighbours(k, n, peers) for k in range(n)]
-    free = [0.0] * n
-    for step in range(steps):
-        starts = [_start(sim, k, step, free) for k in range(n)]
-        ready = [_optimizer(sim, k, step, _compute(sim, k, step, starts[k], batch, n)) for k in range(n)]
-        for k in range(n):
-            to, frm = links[k]
-            begin = max([ready[k]] + [ready[p] for p in to + frm])
-            exchange = c.p2p(sim.nbytes) + (len(to) - 1) * c.p2p_bytes(sim.nbytes)
-            end = begin + c.noisy_exchange(exchange + 1e6 * c.add_s * sim.params * len(frm), step)
-            rec.span(k, "gossip", 1, ready[k], end, step, peers=[sim.ids[p] for p in frm])
-            rec.moved(k, len(to) * sim.nbytes, len(frm) * sim.nbytes)
-            rec.step(sim.ids[k], step, free[k], end)
-            free[k] = end
-
-
-def single(sim, steps: int) -> None:
-    rec = sim.rec
-    batch = sim.spec.training.batch_size
-    t = 0.0
-    for step in range(steps):
-        start = t + sim.costs.overhead(step)
-        end = _optimizer(sim, 0, step, _compute(sim, 0, step, start, batch, 1))
-        rec.step(sim.ids[0], step, t, end)
-        t = end
+def _ring_hops(run) -> list:
+    """One ring hop's time (µs) per rank and step: the hops after the first, which alone
+    absorbs the wait for the predecessor to be ready (the simulator adds that wait itself)."""
+    first = run.trace.steps[0]
+    hops: dict = {}
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] == "allreduce" and a["step"] != first:
+            hops.setdefault((e["pid"], a["step"]), []).append((e["ts"], e["dur"]))
+    out = []
+    for spans in hops.values():
+        spans.sort()
+        if len(spans) > 1:
+            out.append(sum(d for _, d in spans[1:]) / (len(spans) - 1))
+    return out

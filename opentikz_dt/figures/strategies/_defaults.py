@@ -1,0 +1,45 @@
+"""What a figures plugin (this package's __init__ lists the hooks) answers when its module
+says nothing. layout, spacing_needs and expected_timeline have no default: every strategy
+draws its own. Must not import torch."""
+
+from __future__ import annotations
+
+from ..texts import label_text
+from ..timeline_styles import BOX_STYLES
+
+TIMELINE_BOXES = tuple(BOX_STYLES)  # any box may appear
+LANE_ROLE = "worker"
+PIPELINED = False
+WINDOW_STEPS = 3
+
+
+def barrier(spec) -> bool:
+    return False
+
+
+def flow_run(spec) -> bool:
+    return False
+
+
+def flow_labels_once(spec) -> bool:
+    return False
+
+
+def lane_label(spec, worker_id: str) -> str:
+    return spec.topology.workers.label_of(worker_id)
+
+
+def more_lanes_text(spec, hidden: int) -> str:
+    return label_text(spec, "more_workers", n=f"{hidden:,}")
+
+
+def asynchronous(spec) -> bool:
+    return False
+
+
+def run_name(spec) -> str:
+    return spec.strategy.kind.replace("-", " ")
+
+
+def table_name(spec) -> str:
+    return spec.strategy.kind

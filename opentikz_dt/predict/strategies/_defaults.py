@@ -1,0 +1,62 @@
+"""What a predict plugin (this package) answers when its module says nothing: a
+data-parallel strategy whose ranks are the topology's workers (role `worker`), each
+computing the whole model on its own slice of the batch. The interface is described in
+this package's __init__.py.
+"""
+
+from __future__ import annotations
+
+from ...errors import DtgenError
+from ..fit import per_row
+
+COMPUTE_ROLE = "worker"
+SYNTHETIC_RUNS: tuple[str, ...] = ()
+
+
+def roles(spec) -> list[tuple[str, str]]:
+    return [("worker", w) for w in spec.topology.workers.ids]
+
+
+def role_of(spec, ident: str) -> str:
+    return "server" if ident.startswith("ps") else "worker"
+
+
+def active_ranks(spec) -> float:
+    return spec.topology.workers.count
+
+
+def model_parts(spec) -> int:
+    return 1
+
+
+def resize(strategy: dict, workers: int) -> None:
+    """Nothing else in the strategy block follows the worker count."""
+
+
+def simulate_steps(sim, steps: int) -> None:
+    raise DtgenError(f"strategy {sim.spec.strategy.kind!r}: its predict plugin does not say how a step runs "
+                     "(simulate_steps)")
+
+
+def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
+    raise DtgenError(f"synthetic run {name!r}: its predict plugin writes no synthetic_strategy")
+
+
+def fit_compute(fit) -> tuple[list, list]:
+    return per_row(fit, fit.phases.get((fit.role, "forward"), 0.0), fit.phases.get((fit.role, "backward"), 0.0))
+
+
+def fit_message_latency(fit, comm: dict) -> float | None:
+    return None
+
+
+def gradients_per_update(spec) -> int:
+    return 1
+
+
+def fit_noise(fit) -> dict:
+    return {}
+
+
+def finish_fit(cal, run):
+    return cal

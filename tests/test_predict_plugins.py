@@ -1,0 +1,62 @@
+"""The predict side asks each strategy's predict plugin (opentikz_dt/predict/strategies/)."""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+from opentikz_dt import strategies
+from opentikz_dt.predict import strategies as predict_strategies
+from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.simulate import simulate
+from opentikz_dt.predict.strategies import REGISTRY, _defaults
+from opentikz_dt.spec import spec_from_data
+
+
+def _hooks() -> set[str]:
+    """The interface: what _defaults answers for a plugin that says nothing."""
+    return {name for name, value in vars(_defaults).items() if not name.startswith("_") and (
+        name.isupper() or (inspect.isfunction(value) and value.__module__ == _defaults.__name__))}
+
+
+def test_every_strategy_has_a_predict_plugin_that_simulates_it():
+    for kind in strategies.kinds():
+        assert callable(getattr(REGISTRY.raw(kind), "simulate_steps", None)), kind
+
+
+def test_the_package_docstring_documents_every_hook():
+    hooks = _hooks() | {"simulate_steps"}
+    assert len(hooks) > 10  # found the defaults
+    missing = sorted(h for h in hooks if h not in predict_strategies.__doc__)
+    assert missing == []
+
+
+def test_a_plugins_public_functions_are_hooks():
+    """A misspelt hook would be silently ignored (the default answers instead)."""
+    hooks = _hooks()
+    for kind in REGISTRY.kinds():
+        module = REGISTRY.raw(kind)
+        public = {name for name, value in vars(module).items() if not name.startswith("_")
+                  and inspect.isfunction(value) and value.__module__ == module.__name__}
+        assert public <= hooks, (kind, sorted(public - hooks))
+
+
+def test_the_simulator_asks_the_registered_plugin():
+    single = REGISTRY.raw("single")
+    calls = []
+
+    def simulate_steps(sim, steps):
+        calls.append(steps)
+        single.simulate_steps(sim, steps)
+
+    spec = spec_from_data({"name": "one", "topology": {"workers": {"count": 1}}, "strategy": {"kind": "single"},
+                           "training": {"steps": 3}}, name="one")
+    REGISTRY.register(types.SimpleNamespace(KIND="single", simulate_steps=simulate_steps,
+                                            roles=lambda spec: [("solo", "w1")]))
+    try:
+        result = simulate(spec, Costs(illustrative_calibration(spec), spec))
+    finally:
+        REGISTRY.unregister("single")
+    assert calls == [3]
+    assert result.roles == ["solo"] and len(result.step_time["w1"]) == 3
+    assert REGISTRY.get("single").roles(spec) == [("worker", "w1")]  # the default again
