@@ -167,3 +167,20 @@ def test_fsdp_units_from_the_spec_and_a_name_the_model_lacks(tmp_path):
                                          r"\(closest: blocks.1, blocks.0, blocks"):
         run_small(data, tmp_path, cache=False)
     assert not list((tmp_path / "runs").glob("*/logs/rank*.log"))  # refused before any rank started
+
+
+def test_fsdp_restart_resumes_from_its_shards_to_the_uninterrupted_parameters(tmp_path):
+    """Each rank checkpoints its own shards of the model and of adamw's state; after a crash
+    the restarted ranks load them back into the sharded parameters and state."""
+    training = {"steps": 8, **TRAININGS["adamw-clip-cosine"]}
+    clean = _fsdp_run(training)
+    data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["training"].update(training)
+    data["runtime"].update({"restarts": 1, "checkpoint_every": 3, "fault": {"rank": 1, "at_step": 5, "kind": "crash"}})
+    result = run_small(data, tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert "resuming from the checkpoint after step 2" in (result.run_dir / "logs" / "rank1.log").read_text()
+    got, want = torch.load(result.run_dir / "model.pt"), torch.load(clean.run_dir / "model.pt")
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-6), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
