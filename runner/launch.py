@@ -117,9 +117,10 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_precision(spec, placement)
     check_compile(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
-    model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
+    as_written = load_spec(spec_path)  # its messages point at the spec's own lines
+    model_info = preflight(as_written, spec_dir, dataset_path, roles)
     if hasattr(strategy, "check_model"):  # the strategy's own look at the built model (its units, ...)
-        strategy.check_model(spec, model_info)
+        strategy.check_model(as_written, model_info)
     for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
         echo(f"dtgen: warning: {line}")
     nodes = None

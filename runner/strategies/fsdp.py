@@ -80,9 +80,11 @@ def _check_units(spec, asked, modules: list[str]) -> None:
     known = set(modules)
     for name in asked:
         if name not in known:
-            close = difflib.get_close_matches(name, modules, n=3, cutoff=0.5) or modules[:3]
+            close = difflib.get_close_matches(name, modules, n=3, cutoff=0.5)
+            hint = f"closest: {', '.join(close)}" if close else f"it has: {', '.join(modules[:8])}" + (
+                ", ..." if len(modules) > 8 else "")
             raise InputError(f"{spec_location(spec, ('strategy', 'units'))}: the model has no module {name!r} "
-                             f"with parameters (closest: {', '.join(close)})")
+                             f"with parameters ({hint})")
 
 
 def check_model(spec, model_info: dict) -> None:
