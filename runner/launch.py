@@ -105,8 +105,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     check_torch()  # a torch outside the supported range: one line, before anything is read or spawned
     spec, data = resolve_spec(spec_path, steps, measure_only)
-    strategy = load_strategy(spec.strategy.kind)
-    roles = strategy.roles(spec)
+    roles = load_strategy(spec.strategy.kind).roles(spec)
     world = len(roles)
     check_nodes(spec_path, spec, world, nnodes, node_rank, rdzv_endpoint)
     refuse_existing_out(out, force, node_rank)  # before the placement line and the trial forward pass
@@ -117,10 +116,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_precision(spec, placement)
     check_compile(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
-    as_written = load_spec(spec_path)  # its messages point at the spec's own lines
-    model_info = preflight(as_written, spec_dir, dataset_path, roles)
-    if hasattr(strategy, "check_model"):  # the strategy's own look at the built model (its units, ...)
-        strategy.check_model(as_written, model_info)
+    model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
         echo(f"dtgen: warning: {line}")
     nodes = None
@@ -211,9 +207,7 @@ def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoi
     if hosts != nnodes:
         raise InputError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
                        "(hierarchical groups and the topology figure follow topology.hosts)")
-    if spec.strategy.kind == "central-storage":
-        raise InputError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
-                       "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
+    load_strategy(spec.strategy.kind).check_nodes(spec, spec_path, nnodes)  # one that cannot span hosts
     if world % nnodes:
         raise InputError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
                        f"(workers + servers); every host runs the same number of ranks")

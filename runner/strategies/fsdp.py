@@ -70,15 +70,16 @@ def unit_names(spec, model: nn.Module) -> list[str]:
     asked = option(spec, "units")
     if not asked:
         return default_units(model)
-    holders = [name for name, m in model.named_modules() if name and any(True for _ in m.parameters())]
-    _check_units(spec, asked, holders)
+    _check_units(spec, model)
     return list(asked)
 
 
-def _check_units(spec, asked, modules: list[str]) -> None:
-    """InputError for a unit name not in `modules`, naming the closest ones."""
+def _check_units(spec, model: nn.Module) -> None:
+    """InputError for a unit the spec names that is not a module of the model holding
+    parameters, naming the closest module names (or the first ones)."""
+    modules = [name for name, m in model.named_modules() if name and any(True for _ in m.parameters())]
     known = set(modules)
-    for name in asked:
+    for name in option(spec, "units") or ():
         if name not in known:
             close = difflib.get_close_matches(name, modules, n=3, cutoff=0.5)
             hint = f"closest: {', '.join(close)}" if close else f"it has: {', '.join(modules[:8])}" + (
@@ -87,16 +88,21 @@ def _check_units(spec, asked, modules: list[str]) -> None:
                              f"with parameters ({hint})")
 
 
-def check_model(spec, model_info: dict) -> None:
-    """Before any rank is spawned (runner/launch.py, after the trial forward pass): every
-    unit the spec names is a module of the model that holds parameters (the prefixes
-    of its parameter names)."""
-    asked = option(spec, "units")
-    if asked:
-        names = model_info["param_tensors"]
-        modules = sorted({".".join(parts[:i]) for parts in (n.split(".") for n in names)
-                          for i in range(1, len(parts))})
-        _check_units(spec, asked, modules)
+# --- questions the launcher asks before spawning (runner/strategies/_defaults.py) -------------
+def check_model(spec, model, names, where) -> None:
+    """The units the spec names are modules of the built model (runner/preflight.py)."""
+    _check_units(spec, model)
+
+
+def check_placement(placement) -> None:
+    if placement.stage_through_host:
+        raise InputError("strategy fsdp cannot share GPUs over gloo (gloo does not all-gather or reduce-scatter "
+                         "GPU tensors); give each worker its own GPU (nccl) or set runtime.device: cpu")
+
+
+def sent(spec) -> str:
+    # bf16/fp16 gather the parameters in that precision (the run's first line says fp32)
+    return "gradients" if spec.training.precision in ("bf16", "fp16") else "parameters and gradients"
 
 
 # --- tracing -----------------------------------------------------------------------------
@@ -194,9 +200,6 @@ def shard_model(ctx, model: nn.Module, state: _StepState) -> list[str]:
     from torch.distributed.device_mesh import init_device_mesh
 
     where = spec_location(ctx.spec, ("strategy",))
-    if ctx.backend == "gloo" and ctx.device.type == "cuda":
-        raise InputError(f"{where}: fsdp cannot share GPUs over gloo (gloo does not all-gather or reduce-scatter "
-                         "GPU tensors); give each worker its own GPU (nccl) or set runtime.device: cpu")
     units = unit_names(ctx.spec, model)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     settings = {"mesh": mesh, "reshard_after_forward": bool(option(ctx.spec, "reshard_after_forward")),
@@ -317,6 +320,7 @@ def train(ctx) -> None:
         loss, samples = ctx.forward_backward(model, step, ctx.rank, zero_grad=drop_grads)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
+        ctx.record_memory(params, opt)  # this rank's shards (runner/memory.py counts a DTensor's local part)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
     full = _full_state_dict(model)
