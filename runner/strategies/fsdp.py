@@ -320,7 +320,9 @@ def train(ctx) -> None:
         loss, samples = ctx.forward_backward(model, step, ctx.rank, zero_grad=drop_grads)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
-        ctx.record_memory(params, opt)  # this rank's shards (runner/memory.py counts a DTensor's local part)
+        # this rank's shards (runner/memory.py counts a DTensor's local part); the gathered
+        # parameters autograd keeps for a unit's backward count as its activations
+        ctx.record_memory(params, opt)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
     full = _full_state_dict(model)
