@@ -1,7 +1,8 @@
-"""Figures of sharded data parallelism (FSDP): so far only what loading an fsdp spec asks
-(the timeline boxes its figures can hold, checked for colour vision). Its topology and
-expected schedule are still to come: until then `dtgen figure` says so in one line.
-Must not import torch."""
+"""Figures of sharded data parallelism (FSDP). So far: the timeline boxes its figures hold
+(checked for colour vision), so a run's measured timeline (`dtgen figure RUN --kind
+timeline`: its all-gathers and reduce-scatters are all-reduce phases) and the memory
+figures draw. Its topology and expected schedule are still to come: until then those
+say so in one line. Must not import torch."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ TIMELINE_BOXES = ("forward", "backward", "slowdown", "allreduce", "allreduce-b",
 
 
 def _not_yet(*_args):
-    raise DtgenError("dtgen cannot draw fsdp figures yet (topology and expected timeline: issue 22); "
-                     "`dtgen run` runs fsdp specs and writes their trace and metrics")
+    raise DtgenError("dtgen cannot draw fsdp's topology or expected timeline yet (issue 22); a run's measured "
+                     "timeline and the memory figures draw: dtgen figure RUN_DIR --kind timeline (or --kind memory)")
 
 
 layout = spacing_needs = expected_timeline = _not_yet
