@@ -78,7 +78,7 @@ DP_CASES = {
                                              "strategy": {"algorithm": "hierarchical"}}, 4),
 }
 # Every synchronous strategy with the width `single` must match: DP_CASES plus the
-# parameter-server, central-storage, pipeline and tensor cases (dp 1: a pipeline or a
+# parameter-server, central-storage, pipeline, fsdp and tensor cases (dp 1: a pipeline or a
 # tensor split divides the model, not the batch). The numerics test and
 # benchmarks/bench_numerics.py both run these.
 SYNC_CASES = {
@@ -90,6 +90,7 @@ SYNC_CASES = {
                                     "strategy": {"schedule": "gpipe", "microbatches": 4}}, 1),
     "pipeline-1f1b": ("pipeline", {"topology": {"workers": {"count": 2}},
                                    "strategy": {"schedule": "1f1b", "microbatches": 4}}, 1),
+    "fsdp": ("fsdp", {"topology": {"workers": {"count": 2}}}, 2),
     # dp 1: tensor parallelism splits the layers, every worker sees the whole batch
     "tensor-mlp": ("tensor", {"topology": {"workers": {"count": 2}}}, 1),
 }
