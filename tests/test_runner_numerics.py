@@ -221,8 +221,9 @@ def test_tensor_parallel_transformer_matches_single():
     import json
 
     spans = [json.loads(line) for line in (runs[0].run_dir / "trace" / "rank1.jsonl").read_text().splitlines()]
-    reduces = [(s["args"]["phase"], s["args"]["layer"]) for s in spans
+    reduces = [(s["args"]["pass"], s["args"]["layer"]) for s in spans
                if s.get("name") == "allreduce" and s["args"]["step"] == 1]
+    assert {s["args"]["phase"] for s in spans if s.get("name") == "allreduce"} == {"all-reduce"}
     blocks = [f"blocks.{i}.{part}" for i in (0, 1) for part in ("attn", "mlp")]
     assert reduces == ([("forward", f"{b}.proj") for b in blocks]
                        + [("backward", f"{b}.{'qkv' if 'attn' in b else 'fc'}") for b in reversed(blocks)])

@@ -31,7 +31,8 @@ Tracing every collective: DTensor issues its collectives as torch's functional
 collectives (torch.ops._c10d_functional.*) from Python, in forward and in backward, and
 waits on them lazily. `_CollectiveTrace` is a TorchDispatchMode (the mechanism torch's
 own CommDebugMode uses to count them) that sees each one, runs it, waits for it at once
-and records one `allreduce` span (comm thread) with its layer, pass and bytes. Waiting at
+and records one `allreduce` span (comm thread) with its `phase` (the collective:
+all-reduce), `layer`, `pass` (forward or backward) and `bytes`. Waiting at
 once is what makes the span's length the collective's real time; the all-reduces of a
 tensor-parallel layer are on its critical path anyway (the next op needs the sum), so
 little overlap is lost. Module hooks on the planned layers name the layer:
@@ -231,11 +232,12 @@ def full_state_dict(model, reordered: dict) -> dict:
 
 # --- tracing ------------------------------------------------------------------------------
 
-# The functional collectives (op name prefix, in torch.ops._c10d_functional) -> span name.
-# DTensor's redistributions use these; dtgen's plans (colwise/rowwise pairs) issue
-# all-reduces only, a python model's own plan may need the others.
-_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
-                "all_to_all": "alltoall", "broadcast": "broadcast"}
+# The functional collectives (op name prefix, in torch.ops._c10d_functional) -> the span's
+# `phase`. DTensor's redistributions use these; dtgen's plans (colwise/rowwise pairs) issue
+# all-reduces only, a python model's own plan may need the others. Every one is an
+# `allreduce` span (the timeline's collective box), as fsdp records its all-gathers.
+_COLLECTIVES = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+                "all_to_all": "all-to-all", "broadcast": "broadcast"}
 
 
 class _CollectiveTrace:
@@ -273,8 +275,8 @@ class _CollectiveTrace:
     def dispatch(self, func, args, kwargs):
         namespace = getattr(func, "namespace", "")
         op = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else ""
-        span = next((name for prefix, name in _COLLECTIVES.items() if op.startswith(prefix)), None)
-        if namespace not in ("_c10d_functional", "c10d_functional") or span is None:
+        phase = next((name for prefix, name in _COLLECTIVES.items() if op.startswith(prefix)), None)
+        if namespace not in ("_c10d_functional", "c10d_functional") or phase is None:
             return func(*args, **kwargs)  # a local op, a wait, or the namespace's autograd wrapping
         tensor = args[0] if torch.is_tensor(args[0]) else args[0][0]
         size = tensor.numel() * tensor.element_size()
@@ -287,8 +289,8 @@ class _CollectiveTrace:
         # all-reduce, (n-1)/n of the whole for an all-gather or reduce-scatter
         self.moved += size * 2 * (n - 1) // n if op.startswith("all_reduce") else size * (n - 1) // n
         layer, direction = self.where
-        self.ctx.tracer.add_span(span, t0, t1, self.step, "comm", algorithm="native", phase=direction, layer=layer,
-                                 bytes=size)  # a no-op on steps the trace does not sample
+        self.ctx.tracer.add_span("allreduce", t0, t1, self.step, "comm", algorithm="native", phase=phase,
+                                 layer=layer, bytes=size, **{"pass": direction})  # a no-op on unsampled steps
         return out
 
     def __call__(self, step: int):

@@ -52,7 +52,8 @@ def simulate_steps(sim, steps: int) -> None:
                 nbytes = 4 * batch * value
                 end = ready + c.noisy_comm(c.allreduce(nbytes, n), step)
                 for k in range(n):
-                    rec.span(k, "allreduce", 1, ready, end, step, algorithm="native", phase=name, bytes=nbytes)
+                    rec.span(k, "allreduce", 1, ready, end, step, algorithm="native", phase="all-reduce",
+                             bytes=nbytes, **{"pass": name})
                     rec.moved(k, 2 * (n - 1) / n * nbytes, 2 * (n - 1) / n * nbytes)
                 now = [end] * n
             for k in range(n):
