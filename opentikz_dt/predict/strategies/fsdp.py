@@ -20,6 +20,8 @@ Must not import torch.
 
 from __future__ import annotations
 
+import statistics
+
 from ...strategies.fsdp import ROOT, option, sharded_units
 from ..blocks import _workload  # the spec's workload, a learned python model's too
 
@@ -98,3 +100,81 @@ def simulate_steps(sim, steps: int) -> None:
             end = rec.span(k, "optimizer", 0, t, t + c.noisy(c.optimizer(sim.params // n, sim.tensors, n), step), step)
             rec.step(sim.ids[k], step, free[k], end)
             free[k] = end
+
+
+# ---------------------------------------------------------------- calibration fit from a run
+
+
+def _collectives(fit) -> list:
+    """The steady all-gathers and reduce-scatters of the compute ranks: (rank, step, pass, µs, bytes)."""
+    first = fit.run.trace.steps[0] if fit.run.trace.steps else 0
+    return [(e["pid"], e["args"]["step"], e["args"].get("pass"), e["dur"], e["args"].get("bytes", 0))
+            for e in fit.run.trace.events
+            if e["name"] == "allreduce" and e["args"].get("algorithm") == "fsdp" and e["args"]["step"] != first]
+
+
+def fit_compute(fit) -> tuple[list, list]:
+    """The `forward` and `backward` spans hold the unit's collectives the compute waited
+    for (the simulator adds those itself): each pass's compute is its span less its
+    collectives' time per rank and step, at least a quarter of the span (on a CPU the
+    collectives partly run under the compute)."""
+    from ..fit import per_row
+
+    role, phases = fit.role, fit.phases
+    spans = {"forward": phases.get((role, "forward"), 0.0), "backward": phases.get((role, "backward"), 0.0)}
+    found = _collectives(fit)
+    rank_steps = len({(rank, step) for rank, step, *_ in found}) or 1
+    for direction in spans:
+        comm = sum(us for _, _, p, us, _ in found if p == direction) / rank_steps
+        spans[direction] = max(spans[direction] / 4, spans[direction] - comm)
+    return per_row(fit, spans["forward"], spans["backward"])
+
+
+def fit_message_latency(fit, comm: dict) -> float | None:
+    """The all-reduce's latency from the collectives the run shows: an all-gather or
+    reduce-scatter of b bytes over n ranks is simulated as (n-1) alpha + (n-1)/n b beta."""
+    n = fit.workers
+    found = _collectives(fit)
+    if n > 1 and found:
+        beta = comm["allreduce"]["beta_s_per_byte"]
+        alphas = [(us / 1e6 - (n - 1) / n * nbytes * beta) / (n - 1) for *_, us, nbytes in found]
+        comm["allreduce"]["alpha_s"] = max(0.0, statistics.median(alphas))
+    return None
+
+
+def finish_fit(cal, run):
+    """How much of a pass's span its collectives hid under compute (prefetched) the trace
+    cannot say, so fit_compute's estimate is scaled to the one factor that makes the
+    simulated step time equal the run's mean (bisection; the step time grows with it)."""
+    import copy
+
+    from ..calibration import Calibration
+    from ..costs import Costs
+    from ..rundir import metrics_of
+    from ..simulate import simulate
+
+    target = statistics.fmean(run.metrics["step_time_s"].values()) if run.metrics["step_time_s"] else None
+    if not target:
+        return cal
+    steps = min(run.spec.training.steps, 20)
+
+    def scaled(factor: float):
+        data = copy.deepcopy(cal.data)
+        for block in data["compute"]["blocks"]:
+            for pass_ in ("forward", "backward"):
+                block[pass_] = [value * factor for value in block[pass_]]
+        return Calibration(data, cal.path)
+
+    def step_time(factor: float) -> float:
+        result = simulate(run.spec, Costs(scaled(factor), run.spec), steps, record=False)
+        return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+
+    lo, hi = 0.0, 1.0
+    while step_time(hi) < target and hi < 64:
+        lo, hi = hi, 2 * hi
+    if step_time(lo) >= target:
+        return scaled(lo)
+    for _ in range(25):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if step_time(mid) < target else (lo, mid)
+    return scaled((lo + hi) / 2)
