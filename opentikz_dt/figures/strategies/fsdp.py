@@ -42,7 +42,8 @@ def layout(spec, spacing):
 
 def bar_lines(workers: int) -> list[str]:
     """The collective's bar, line by line: what it does per unit, and each worker's shard."""
-    return ["per unit", "all-gather params", "reduce-scatter grads", "each worker holds", f"1/{workers:,} of every unit"]
+    return ["per unit", "all-gather params", "reduce-scatter grads", "each worker holds",
+            f"1/{workers:,} of every unit"]
 
 
 def spacing_needs(sizes):
@@ -171,7 +172,8 @@ def _lanes(spec, sim: Sim) -> tuple:
     for k, index in enumerate(drawn):
         if index is None:
             hidden = workers.count - (len(drawn) - 1)
-            out.append(Lane(f"w{drawn[k - 1] + 1}-more", texts.more_lanes_text(spec, hidden), (), role="gap", hidden=hidden))
+            out.append(Lane(f"w{drawn[k - 1] + 1}-more", texts.more_lanes_text(spec, hidden), (), role="gap",
+                            hidden=hidden))
             continue
         w = f"w{index}"
         label = lane_text(spec, w)
