@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .errors import Issue
 from .spec_types import Spec
-from .strategies import kinds_with, plugin, strategy
+from .strategies import kinds, kinds_with, plugin, strategy
 from .training_rules import check_training
 from .workload_rules import block_count, check_workload
 
@@ -15,7 +15,7 @@ from .workload_rules import block_count, check_workload
 def check_rules(spec: Spec, data_files: bool = True) -> list[Issue]:
     """`data_files=False`: leave out what needs the dataset file (spec.spec_from_located)."""
     issues: list[Issue] = []
-    for rule in (_sync_rule, _server_rule, _worker_rule, _host_rule, _strategy_rules,
+    for rule in (_sync_rule, _options_rule, _server_rule, _worker_rule, _host_rule, _strategy_rules,
                  lambda s: check_workload(s, data_files), check_training, _fault_rule):
         issues += [spec.located.issue(path, message) for path, message in rule(spec)]
     return issues
@@ -30,6 +30,21 @@ def _sync_rule(spec: Spec):
     if s.algorithm not in described.algorithms:
         owners = ", ".join(kinds_with(lambda d: s.algorithm in d.algorithms))
         yield ("strategy", "algorithm"), f"algorithm '{s.algorithm}' applies to kind: {owners} only, not '{s.kind}'"
+
+
+def _options_rule(spec: Spec):
+    """A strategy key only other kinds read (strategy.units in an allreduce spec) would be
+    ignored without a word: refuse it, naming the kinds that read it."""
+    s = spec.strategy
+    for key in s.options:
+        if key not in _own_keys(s.kind):
+            owners = ", ".join(k for k in kinds() if key in _own_keys(k)) or "none"
+            yield ("strategy", key), f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it)"
+
+
+def _own_keys(kind: str) -> set:
+    """The strategy keys a kind reads: its descriptor's options and its plugin's SCHEMA."""
+    return set(strategy(kind).options) | set(plugin(kind).SCHEMA)
 
 
 def _server_rule(spec: Spec):

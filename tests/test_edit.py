@@ -74,6 +74,14 @@ HAPPY = [
     ("single.yaml", "set-strategy", {"kind": "gossip"}, lambda s: (s.topology.workers.count, s.strategy.peers) == (3, 2)),
     ("pipeline-gpipe.yaml", "set-strategy", {"kind": "central-storage"},
      lambda s: (s.strategy.kind, s.topology.servers.ids) == ("central-storage", ["ps"])),
+    ("allreduce-ring.yaml", "set-strategy", {"kind": "fsdp"},
+     lambda s: (s.strategy.kind, s.strategy.algorithm, s.strategy.options) == ("fsdp", "native", {"reshard_after_forward": True})),
+    ("fsdp-transformer.yaml", "set-strategy", {"kind": "allreduce"},
+     lambda s: (s.strategy.kind, s.strategy.options) == ("allreduce", {})),
+    ("fsdp-transformer.yaml", "set", {"key": "strategy.units", "value": "[blocks.1]"},
+     lambda s: s.strategy.options["units"] == ["blocks.1"]),
+    ("fsdp-transformer.yaml", "set", {"key": "strategy.reshard_after_forward", "value": "false"},
+     lambda s: s.strategy.options["reshard_after_forward"] is False),
     ("ps-sync.yaml", "set-slowdown", {"worker": "w2", "factor": 2.5}, lambda s: s.topology.workers.slowdown == {"w2": 2.5}),
     ("ps-sync.yaml", "set-size", {"fit": "page"}, lambda s: s.figure.width == "page"),
     ("ps-sync.yaml", "set-palette", {"variant": "dark"}, lambda s: s.figure.palette == "dark"),
@@ -161,6 +169,8 @@ def test_set_strategy_follows_a_default_title_but_keeps_the_users_own(tmp_path):
 # -- refusals: byte-identical file, the reason named -----------------------------------
 
 REFUSALS = [
+    ("allreduce-ring.yaml", "set", {"key": "strategy.units", "value": "[blocks.0]"}, "rule", None,
+     "strategy.units: units applies to kind: fsdp only, not 'allreduce' (remove it)"),
     ("ps-sync.yaml", "recolor", {"flow": "grad", "color": "otorange"}, "invariant", "distinguishable-colors",
      "figure.colors.grad: timeline figure: 'push' (figure.colors.grad) would be otorange, the colour reserved for "
      "'forward' [invariant distinguishable-colors]"),

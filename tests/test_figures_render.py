@@ -163,6 +163,7 @@ def test_node_names_follow_the_scheme():
     ("allreduce", {"strategy": {"algorithm": "tree"}}),
     ("allreduce", {"strategy": {"algorithm": "hierarchical"}, "topology": {"hosts": 4}}),
     ("gossip", {}),
+    ("fsdp", {}),
 ])
 def test_drawn_objects_are_bounded_whatever_the_worker_count(kind, extra):
     count = lambda n: (lambda layout: len(layout.nodes) + len(layout.edges) + len(layout.groups))(
@@ -293,6 +294,56 @@ def test_allreduce_phases_follow_the_algorithm():
     # non-leaders wait while the host leaders all-reduce across hosts
     hier = expected_timeline(_spec("allreduce", 4, strategy={"algorithm": "hierarchical"}, topology={"hosts": 2}))
     assert any(b.kind == "wait" for b in _lane(hier, "main", "w2").boxes)
+
+
+FSDP_MODEL = {"training": {"model": {"kind": "transformer", "layers": 2, "d_model": 32, "heads": 2, "seq_len": 16,
+                                     "vocab": 64}}}
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_fsdp_gathers_each_unit_before_its_forward_and_scatters_it_after_its_backward(reshard):
+    """The root (embedding, head) and each block are gathered before their forward, each next
+    gather running under the unit before it; in the backward each block is gathered again
+    (reshard_after_forward) before its backward, and each unit's gradients are
+    reduce-scattered after its backward, the root's last; the optimizer waits for that."""
+    from opentikz_dt.figures.schedule import CostModel
+    from opentikz_dt.figures.strategies.fsdp import schedule
+
+    spec = _spec("fsdp", 2, strategy={"reshard_after_forward": reshard}, **FSDP_MODEL)
+    assert [lane.id for lane in expected_timeline(spec).panels[0].lanes] == ["w1", "w1-comm", "w2", "w2-comm"]
+    sim, _ = schedule(spec, CostModel())  # every box, before the figure merges the thin ones
+    compute, comm = sim.boxes["w1"], sim.boxes["w1-comm"]
+    opts = [b for b in compute if b.kind == "optimizer"]
+    step = [b for b in compute if b.end_ms <= opts[0].end_ms]
+    collectives = [b for b in comm if b.kind == "allreduce" and b.end_ms <= opts[0].start_ms]
+    fwd = [b for b in step if b.kind == "forward"]  # embedding, block 1, block 2, head
+    bwd = [b for b in step if b.kind == "backward"]  # head, block 2, block 1, embedding
+    assert len(fwd) == len(bwd) == 4
+    phases = [b.phase for b in collectives]
+    gathers = 3 + 2 * reshard
+    assert phases.count("all-gather") == gathers and phases.count("reduce-scatter") == 3
+    forward_gathers = collectives[:3]
+    for gather, unit in zip(forward_gathers, fwd):  # root, block 1, block 2 gathered before they run
+        assert gather.end_ms <= unit.start_ms + 1e-9
+    for gather, before in zip(forward_gathers[1:], fwd):  # prefetched under the unit before
+        assert gather.start_ms < before.end_ms
+    scatters = [b for b in collectives if b.phase == "reduce-scatter"]
+    for scatter, unit in zip(scatters, bwd[1:]):  # block 2, block 1, root after their backward
+        assert scatter.start_ms >= unit.end_ms - 1e-9
+    backward_gathers = [b for b in collectives[3:] if b.phase == "all-gather"]
+    for gather, unit in zip(backward_gathers, bwd[1:3]):
+        assert gather.end_ms <= unit.start_ms + 1e-9
+    assert opts[0].start_ms >= scatters[-1].end_ms - 1e-9
+
+
+def test_fsdp_topology_says_the_shard_and_its_timeline_is_bounded_at_1024_workers():
+    spec = _spec("fsdp", 1024, **BIG)
+    bar = next(n for n in build_layout(spec).nodes if n.name == "ar")
+    assert "1/1,024 of every unit" in bar.text and "all-gather" in bar.text and "reduce-scatter" in bar.text
+    timeline = expected_timeline(spec)
+    lanes = [lane.id for lane in timeline.panels[0].lanes]
+    assert lanes == ["w1", "w1-comm", "w2", "w2-comm", "w3", "w3-comm", "w4-more", "w1024", "w1024-comm"]
+    assert box_count(timeline) <= MAX_BOXES
 
 
 def test_timeline_lanes_are_elided_and_boxes_bounded_for_1024_workers():

@@ -461,3 +461,59 @@ def test_a_fitted_calibration_records_the_runs_device_and_training(tmp_path):
     assert run_device({"device": "cuda:0", "ranks": [{"device": "cuda:0"}, {"device": "cuda:1"}]}) == {
         "kind": "cuda", "name": None, "count": 2}
     assert run_device({"device": "cpu"}) == cpu_device() and cpu_device()["count"] >= 1
+
+
+# ---------------------------------------------------------------- fsdp
+
+
+def _fsdp_collectives(result, rank: int, step: int) -> list:
+    events = sorted((e for e in result.events[rank] if e["args"]["step"] == step), key=lambda e: e["ts"])
+    return [e for e in events if e["name"] == "allreduce"], {e["name"]: e for e in events if e["name"] != "allreduce"}
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_fsdp_simulates_the_runners_collectives_per_unit(reshard):
+    """As tests/test_runner_numerics.py finds them in a real run: the root, blocks.0 and
+    blocks.1 gathered for the forward; in the backward the blocks gathered again
+    (reshard_after_forward) and every unit reduce-scattered, the root last, over the
+    buffer its all-gather fills; each inside its pass's span, the optimizer after."""
+    from opentikz_dt.spec import load_spec
+    from opentikz_dt.workload import workload_of
+
+    spec = load_spec("examples/fsdp-transformer.yaml")
+    spec = spec_from_data({**spec.data, "strategy": {"kind": "fsdp", "reshard_after_forward": reshard}})
+    result = simulate(spec, Costs(illustrative_calibration(spec), spec), steps=3)
+    found, spans = _fsdp_collectives(result, 0, 1)
+    got = [(e["args"]["phase"], e["args"]["unit"], e["args"]["pass"]) for e in found]
+    units = ("root", "blocks.0", "blocks.1")
+    assert got[:3] == [("all-gather", unit, "forward") for unit in units]
+    again = [("all-gather", unit, "backward") for unit in ("blocks.1", "blocks.0")] if reshard else []
+    assert sorted(got[3:]) == sorted(again + [("reduce-scatter", unit, "backward") for unit in units])
+    assert got[-1] == ("reduce-scatter", "root", "backward")
+    size = {e["args"]["unit"]: e["args"]["bytes"] for e in found if e["args"]["phase"] == "all-gather"}
+    assert all(e["args"]["bytes"] == size[e["args"]["unit"]] for e in found)
+    block = workload_of(spec).blocks[0]  # each tensor padded by less than a row per rank (dim 0 split in 2)
+    rows = sum(math.prod(shape[1:]) for _, shape in block.tensors)
+    assert 4 * block.params <= size["blocks.0"] < 4 * (block.params + rows)
+    forward, backward, optimizer = spans["forward"], spans["backward"], spans["optimizer"]
+    for e in found:
+        span = forward if e["args"]["pass"] == "forward" else backward
+        assert e["tid"] == 1 and span["ts"] - 1e-6 <= e["ts"] <= span["ts"] + span["dur"] + 1e-6
+    assert optimizer["ts"] >= found[-1]["ts"] + found[-1]["dur"] - 1e-6
+
+
+def test_fsdp_fit_from_a_run_predicts_it_back(tmp_path):
+    """A predicted fsdp run, fitted (its passes' spans less their collectives, the
+    collectives' latency), predicts its own step time back."""
+    from opentikz_dt.predict.rundir import metrics_of
+    from opentikz_dt.spec import load_spec
+
+    spec = load_spec("examples/fsdp-transformer.yaml")
+    cal = illustrative_calibration(spec)
+    made = simulate(spec, Costs(cal, spec), steps=8)
+    run_dir = write_run_dir(tmp_path / "run", spec, made, 8, predicted={"calibration": "illustrative"})
+    fitted = fit_from_run(run_dir, base=cal)
+    predicted = metrics_of(simulate(spec, Costs(fitted, spec), steps=8), spec, 8)["step_time_s"]
+    measured = load_run(run_dir).metrics["step_time_s"]
+    for w in measured:
+        assert predicted[w] == pytest.approx(measured[w], rel=0.15), w

@@ -84,6 +84,22 @@ def test_rules_follow_the_descriptor(s):
             spec_from_data({"strategy": {"kind": s.kind}, "topology": {"servers": {"count": high + 1}}})
 
 
+# A value of each strategy key a plugin reads (spec.strategy.options), to write into specs
+# of the kinds that do not read it.
+OWN_KEYS = {"reshard_after_forward": True, "units": ["blocks.0"]}
+
+
+@pytest.mark.parametrize("s", EVERY)
+def test_a_key_of_another_kind_is_refused_naming_it(s):
+    """Another kind's strategy key would be accepted and ignored: refused in one line."""
+    for key, value in OWN_KEYS.items():
+        data = {"strategy": {"kind": s.kind, key: value}}
+        if key in s.options:
+            continue
+        with pytest.raises(SpecError, match=rf"strategy\.{key}: {key} applies to kind: fsdp only, not '{s.kind}'"):
+            spec_from_data(data)
+
+
 @pytest.mark.parametrize("s", EVERY)
 def test_starter_spec_exists_and_loads(s, tmp_path):
     path = tmp_path / "starter.yaml"

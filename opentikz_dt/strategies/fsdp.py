@@ -22,6 +22,7 @@ STRATEGY = Strategy(KIND, "Sharded data-parallel training (FSDP)", ("allreduce",
 #     until the backward (false, ZeRO-2-like: one all-gather per unit and step).
 #   units: module names to shard one by one (absent: each block of the built-in models,
 #     each child of an nn.Sequential or of the model's outermost nn.ModuleLists).
+ROOT = "root"  # what fully_shard(model) holds itself: what no unit holds (embedding, head)
 OPTION_DEFAULTS = {"reshard_after_forward": True, "units": None}
 
 
@@ -52,3 +53,66 @@ def expected_memory(spec, sizes) -> list:
     n = len(ids)
     held = [sum(e // n + (r < e % n) for e in sizes.tensors.values()) for r in range(n)]
     return [sizes.rank("worker", w, elements) for w, elements in zip(ids, held)]
+
+
+# --- units as the predictor and the expected figures see them -------------------------------
+def unit_names(spec, workload) -> list[str]:
+    """The modules FSDP shards one by one (runner/strategies/fsdp.py): strategy.units, else
+    each block of the workload (opentikz_dt.workload), named after its tensors' common
+    prefix (blocks.0, layers.1), as the runner's default_units finds them."""
+    named = option(spec, "units")
+    if named:
+        return [str(name) for name in named]
+    out = []
+    for block in workload.blocks:
+        parts = [name.split(".") for name, _ in block.tensors]
+        common = []
+        for words in zip(*parts):
+            if len(set(words)) != 1:
+                break
+            common.append(words[0])
+        out.append(".".join(common) or block.name)
+    return out
+
+
+def unit_of(tensor: str, names: list[str]) -> str:
+    """The unit holding a parameter tensor: the longest unit name prefixing it, else the root."""
+    owners = [name for name in names if tensor == name or tensor.startswith(name + ".")]
+    return max(owners, key=len) if owners else ROOT
+
+
+def sharded_units(spec, workload, workers: int) -> tuple[dict, list]:
+    """({unit: the bytes of its all-gather buffer}, compute order), from the workload's tensors.
+
+    The buffer: each tensor padded to whole rows per rank (FSDP shards dim 0 into N equal
+    chunks), 4 bytes per value (fp32), as the runner's traced `bytes`. Units are listed root
+    first (its forward gathers first), then in the order their tensors come; a tied tensor
+    (the head reusing the embedding) is counted once. The compute order is [(unit, forward
+    FLOPs per sample), ...]: each workload unit's FLOPs shared out over the FSDP units
+    holding its tensors by their sizes, in model order (embedding, blocks, head): entries
+    (unit, index of the workload unit, the share of its FLOPs)."""
+    names = unit_names(spec, workload)
+    tied = set(getattr(workload, "tied", ()))
+    nbytes: dict = {ROOT: 0}
+    order = []
+    seen = set()
+    for index, part in enumerate(workload.units):
+        held: dict = {}
+        for tensor, shape in part.tensors:
+            unit = unit_of(tensor, names)
+            values = 1
+            for d in shape:
+                values *= int(d)
+            held[unit] = held.get(unit, 0) + values
+            if tensor in seen and tensor in tied:
+                continue
+            seen.add(tensor)
+            rows = int(shape[0]) if shape else 1
+            padded = -(-rows // workers) * workers * (values // rows if rows else 1)
+            nbytes[unit] = nbytes.get(unit, 0) + 4 * padded
+        total = sum(held.values()) or 1
+        for unit, values in held.items():
+            order.append((unit, index, values / total))
+    if not nbytes[ROOT]:
+        del nbytes[ROOT]
+    return nbytes, order
