@@ -82,6 +82,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     if crowded and not given and _column_elided(spec):  # its brace stands left of the labels as printed
         layout = _layout_for(spec, step_ms, once, crowded, bool(memory))
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
+    # a label with a memory line keeps its step time on a line of its own too: three narrow lines,
+    # not a wide first line reaching under the links leaving the icon
+    crowded = crowded or bool(memory)
     nodes, labelled = [], set()
     for node in layout.nodes:
         match = _WORKER.match(node.name)
@@ -182,8 +185,11 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
             + (" ..." if len(totals) > 4 else ""))
     if memory:  # what the bytes under the nodes are; ranks drawn without a label of their own (shard boxes) say theirs here
         unlabelled = [ident for ident in memory if ident not in labelled and not _WORKER.match(ident)]
-        lines.append("; ".join([label_text(spec, "memory_note")] + [
-            f"{ident.upper()}: {label_text(spec, 'rank_memory', bytes=human_bytes(memory[ident]))}" for ident in unlabelled]))
+        lines.append(label_text(spec, "memory_note"))
+        if unlabelled:
+            lines.append(", ".join(f"{_server_name(spec, ident)}: "
+                                   f"{label_text(spec, 'rank_memory', bytes=human_bytes(memory[ident]))}"
+                                   for ident in unlabelled))
     if slow:
         lines.append(label_text(spec, "straggler_note", workers=", ".join(slow)))
     if fitted(spec):
@@ -222,6 +228,12 @@ def node_memory(metrics: dict, ranks: list | None) -> dict:
         ident = ids.get(rank) or f"w{rank + 1}"  # without run.json's ranks: workers come first
         out[ident] = total_bytes(entry)
     return out
+
+
+def _server_name(spec, ident: str) -> str:
+    """A server's (shard's) name as its box prints it: Shard 1; another rank: its id."""
+    servers = spec.topology.servers
+    return servers.label_of(ident) if ident in servers.ids else ident
 
 
 def _memory_tex(spec, nbytes: int) -> Tex:
@@ -289,7 +301,9 @@ def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False, 
     # (a plain layout keeps the spec's labels: its drawers may show them elsewhere, a pipeline's stage boxes)
     spaced = spec if plain else _spaced_spec(spec, step_ms, once, crowded, memory)
     if memory and not fitted(spec):  # (a fitted figure's estimates count the label's lines: _label_with_time)
-        rowsep = effective_spacing(spaced, plugin_of(spec).spacing_needs).rowsep + LINE_H
+        # a line for the memory, and one for a step time that would have shared the name's line
+        moved = any(not _time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
+        rowsep = effective_spacing(spaced, plugin_of(spec).spacing_needs).rowsep + LINE_H * (1 + moved)
         spaced = replace(spaced, figure=replace(spaced.figure, rowsep=round(rowsep, 2)))
     return replace(build_layout(spaced), macros=layout.macros)
 
@@ -328,7 +342,7 @@ def _label_with_time(spec, worker: str, ms: float, crowded: bool = False, memory
     mem = label_text(spec, "rank_memory", bytes=_BYTES) if memory else ""
     if fitted(spec):
         return label + "\n" + time.replace(" ", "\u00a0") + ("\n" + mem.replace(" ", "\u00a0") if mem else "")
-    if _time_on_own_line(spec, worker, ms, crowded):
+    if _time_on_own_line(spec, worker, ms, crowded or memory):
         return max(label, time, mem, key=text_cm)
     return max(f"{label}: {time}", mem, key=text_cm)
 
