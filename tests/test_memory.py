@@ -239,3 +239,104 @@ def test_the_spec_figure_compiles_for_every_placement(tmp_path):
     for name in ("ps-sync", "allreduce-ring", "pipeline-1f1b"):
         written = figure_command(examples / f"{name}.yaml", tmp_path, "memory", ("pdf",), False, width="column")
         assert sorted(p.name for p in written) == [f"{name}-memory.pdf", f"{name}-memory.tex"]
+
+
+# --- memory in dtgen compare and on the measured topology ------------------------------------
+
+def _synthetic_with_memory(tmp_path, kind, name=None, grow=None):
+    """A synthetic run of `kind` whose metrics.json holds the memory its spec expects, plus
+    activations on the workers (rank r: 1000 * (r + 1) bytes, or `grow`'s bytes for a rank)."""
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+
+    run_dir = write_synthetic_run(tmp_path / (name or kind), kind, steps=6)
+    expected = expected_memory(load_run(run_dir).spec)
+    measured = {str(e.rank): {**e.as_dict(), "activations": (grow or {}).get(e.rank, 1000 * (e.rank + 1))
+                              if e.role != "server" else 0, "peak": None, "source": "tensors"} for e in expected}
+    _with_memory(run_dir, measured)
+    return run_dir, measured
+
+
+def _total(entry) -> int:
+    return entry["params"] + entry["grads"] + entry["optimizer"] + entry["activations"]
+
+
+def test_the_compare_table_has_a_memory_column_only_for_runs_that_measured_it(tmp_path):
+    from opentikz_dt.measured.compare import render_summary_table, summarize
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+    from opentikz_dt.workload import human_bytes
+
+    ps_dir, ps = _synthetic_with_memory(tmp_path, "ps-sync", grow={1: 120_000})
+    ring_dir, ring = _synthetic_with_memory(tmp_path, "allreduce-ring")
+    old_dir = write_synthetic_run(tmp_path / "old", "allreduce-tree", steps=6)  # no `memory`: an older run
+    runs = [load_run(d) for d in (ps_dir, ring_dir, old_dir)]
+    table = render_summary_table([summarize(r, None) for r in runs], None, runs[0].spec)
+    header = next(line for line in table.splitlines() if line.startswith("Run &"))
+    assert header.rstrip(" \\").endswith("Memory/rank")
+    rows = {line.split(" & ")[0]: line.rstrip(" \\").split(" & ")[-1] for line in table.splitlines()
+            if line.startswith("synth-")}
+    # the largest rank's bytes: a worker with 120 kB of activations, above the server (ps); any replica (ring)
+    assert rows["synth-ps-sync"] == human_bytes(max(_total(e) for e in ps.values())) == human_bytes(_total(ps["1"]))
+    assert rows["synth-allreduce-ring"] == human_bytes(max(_total(e) for e in ring.values()))
+    assert rows["synth-allreduce-tree"] == "--"
+    assert "Memory/rank: the largest rank's" in table
+    # runs from before memory was measured: the table as it was, no column
+    old = render_summary_table([summarize(load_run(old_dir), None)], None, runs[2].spec)
+    assert "Memory" not in old
+
+
+def test_compare_draws_each_roles_largest_rank_stacked_by_category(tmp_path):
+    from opentikz_dt.figures.checks import check_palette_only
+    from opentikz_dt.figures.memory import render_compare_memory, role_bars
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+
+    ps_dir, ps = _synthetic_with_memory(tmp_path, "ps-sync", grow={2: 99_000})
+    ring_dir, ring = _synthetic_with_memory(tmp_path, "allreduce-ring")
+    old = load_run(write_synthetic_run(tmp_path / "old", "allreduce-tree", steps=6))
+    runs = [load_run(ps_dir), load_run(ring_dir), old]
+    bars = role_bars(runs[0])
+    assert [(role, ident) for role, ident, _ in bars] == [("worker", "w3"), ("server", "ps")]  # w3: the largest
+    assert role_bars(old) == []
+    tex = render_compare_memory(runs)
+    assert tex == render_compare_memory(runs)  # deterministic
+    # one solid box per category a bar holds, nothing dashed (measured only)
+    drawn = re.findall(r"\\draw\[fill=(\w+)!70!otpaper.*?\(axis cs:([-\d.e]+),([-\d.e]+)\) rectangle "
+                       r"\(axis cs:([-\d.e]+),([-\d.e]+)\)", tex)
+    heights = {}
+    for color, x0, y0, x1, y1 in drawn:
+        heights.setdefault(x0, []).append((float(y0), float(y1)))
+    assert "densely dashed] (axis" not in tex
+    assert len(heights) == 3  # ps: worker, server; ring: worker
+    ymax = float(re.search(r"ymax=([\d.]+)", tex).group(1))
+    unit = 1e3 if "ylabel={kB}" in tex else 1e6
+    tops = sorted(round(max(y1 for _, y1 in boxes) * unit) for boxes in heights.values())
+    expected_tops = sorted([_total(ps["2"]), _total(ps["3"]), max(_total(e) for e in ring.values())])
+    assert tops == pytest.approx(expected_tops, rel=1e-5)
+    assert ymax * unit >= max(expected_tops)
+    assert check_palette_only(tex) == []
+    assert "{\\strut synth-ps-sync}" in tex and "{\\strut worker}" in tex and "{\\strut server}" in tex
+    assert "no memory measured: synth-allreduce-tree" in tex
+
+
+def test_the_measured_topology_says_each_ranks_memory_and_older_runs_are_unchanged(tmp_path):
+    from opentikz_dt.measured.annotate import annotate_layout
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.workload import human_bytes
+
+    run_dir, measured = _synthetic_with_memory(tmp_path, "ps-sync")
+    run = load_run(run_dir)
+    with_memory = annotate_layout(run.spec, run.metrics, ranks=run.info.get("ranks"))
+    nodes = {n.name: n for n in with_memory.layout.nodes}
+    for rank, ident in ((0, "w1"), (1, "w2"), (2, "w3"), (3, "ps")):
+        assert nodes[ident].label.endswith(f"\\\\{human_bytes(_total(measured[str(rank)]))} memory"), ident
+    assert "memory: each rank" in nodes["measured-note"].text
+    # the same run without memory: no memory anywhere, and the layout of before
+    bare = dict(run.metrics, memory={})
+    without = annotate_layout(run.spec, bare, ranks=run.info.get("ranks"))
+    assert not any("memory" in str(n.label) + str(n.text) for n in without.layout.nodes)
+    assert without == annotate_layout(run.spec, bare)
+    # a line more per label: the worker rows further apart than without
+    ys = lambda a: sorted(n.y for n in a.layout.nodes if n.name in ("w1", "w2", "w3"))  # noqa: E731
+    assert ys(with_memory)[2] - ys(with_memory)[0] > ys(without)[2] - ys(without)[0]
