@@ -340,3 +340,46 @@ def test_the_measured_topology_says_each_ranks_memory_and_older_runs_are_unchang
     # a line more per label: the worker rows further apart than without
     ys = lambda a: sorted(n.y for n in a.layout.nodes if n.name in ("w1", "w2", "w3"))  # noqa: E731
     assert ys(with_memory)[2] - ys(with_memory)[0] > ys(without)[2] - ys(without)[0]
+
+
+@pytest.mark.latex
+def test_compare_memory_compiles_in_one_column_beside_the_other_compare_outputs(tmp_path):
+    from opentikz_dt.figures.compile import pdf_text
+    from opentikz_dt.figures.fit import COLUMN_CM
+    from opentikz_dt.figures.pdfwords import page_size_cm
+    from opentikz_dt.measured.compare import compare_runs
+
+    dirs = [_synthetic_with_memory(tmp_path, kind)[0] for kind in ("allreduce-ring", "ps-sync", "pipeline-1f1b")]
+    written = compare_runs(dirs, tmp_path / "out", ("tex", "pdf"))
+    names = sorted(p.name for p in written)
+    assert {"compare-memory.pdf", "compare-memory.tex", "compare-table.pdf", "compare-loss.pdf"} <= set(names)
+    pdf = (tmp_path / "out" / "compare-memory.pdf").read_bytes()
+    assert page_size_cm(pdf)[0] <= COLUMN_CM
+    text = " ".join(pdf_text(pdf).split())
+    for words in ("Measured memory per strategy", "synth-allreduce-ring", "synth-ps-sync", "synth-pipeline-1f1b",
+                  "worker", "server", "stage", "parameters", "gradients", "activations"):
+        assert words in text, words
+
+
+@pytest.mark.latex
+@pytest.mark.parametrize("width", [None, "column"])
+@pytest.mark.parametrize("kind", ["ps-sync", "allreduce-ring", "pipeline-1f1b", "central-storage", "gossip"])
+def test_the_measured_topology_with_memory_has_no_overlaps(tmp_path, kind, width):
+    import dataclasses
+
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import compile_pdf, pdf_text
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.workload import human_bytes
+
+    run_dir, measured = _synthetic_with_memory(tmp_path, kind)
+    run = load_run(run_dir)
+    if width:
+        run = dataclasses.replace(run, spec=with_width(run.spec, width))
+    compiled = compile_pdf(render_annotated_topology(run))
+    assert check_figure_geometry(compiled.log) == []
+    text = " ".join(pdf_text(compiled.pdf).split())
+    for entry in measured.values():  # every rank's memory is printed (a label, or the footer)
+        assert f"{human_bytes(_total(entry))} memory" in text
