@@ -249,12 +249,27 @@ def _synthetic_with_memory(tmp_path, kind, name=None, grow=None):
     from opentikz_dt.measured.run import load_run
     from opentikz_dt.predict.synthetic import write_synthetic_run
 
-    run_dir = write_synthetic_run(tmp_path / (name or kind), kind, steps=6)
+    run_dir = write_synthetic_run(tmp_path / (name or kind), kind, steps=6) if isinstance(kind, str) \
+        else _simulated_run(tmp_path / name, kind)
     expected = expected_memory(load_run(run_dir).spec)
     measured = {str(e.rank): {**e.as_dict(), "activations": (grow or {}).get(e.rank, 1000 * (e.rank + 1))
                               if e.role != "server" else 0, "peak": None, "source": "tensors"} for e in expected}
     _with_memory(run_dir, measured)
     return run_dir, measured
+
+
+def _simulated_run(path, data):
+    """A run directory of spec `data` as the simulator predicts it (any strategy, hosts, servers)."""
+    import random
+
+    from opentikz_dt.predict.costs import Costs
+    from opentikz_dt.predict.rundir import write_run_dir
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.predict.synthetic import synthetic_calibration, synthetic_loss
+
+    spec = spec_from_data({"name": path.name, **data, "training": {"steps": 6}})
+    result = simulate(spec, Costs(synthetic_calibration(spec), spec, jitter=random.Random(0)), 6)
+    return write_run_dir(path, spec, result, 6, loss=synthetic_loss(6), dtgen="synthetic")
 
 
 def _total(entry) -> int:
@@ -321,6 +336,7 @@ def test_compare_draws_each_roles_largest_rank_stacked_by_category(tmp_path):
 
 
 def test_the_measured_topology_says_each_ranks_memory_and_older_runs_are_unchanged(tmp_path):
+    from opentikz_dt.figures.texts import label_text
     from opentikz_dt.measured.annotate import annotate_layout
     from opentikz_dt.measured.run import load_run
     from opentikz_dt.workload import human_bytes
@@ -330,12 +346,13 @@ def test_the_measured_topology_says_each_ranks_memory_and_older_runs_are_unchang
     with_memory = annotate_layout(run.spec, run.metrics, ranks=run.info.get("ranks"))
     nodes = {n.name: n for n in with_memory.layout.nodes}
     for rank, ident in ((0, "w1"), (1, "w2"), (2, "w3"), (3, "ps")):
-        assert nodes[ident].label.endswith(f"\\\\{human_bytes(_total(measured[str(rank)]))} memory"), ident
-    assert "memory: each rank" in nodes["measured-note"].text
+        line = label_text(run.spec, "rank_memory", bytes=human_bytes(_total(measured[str(rank)])))
+        assert nodes[ident].label.endswith(f"\\\\{line}"), ident
+    assert label_text(run.spec, "memory_note") in nodes["measured-note"].text
     # the same run without memory: no memory anywhere, and the layout of before
     bare = dict(run.metrics, memory={})
     without = annotate_layout(run.spec, bare, ranks=run.info.get("ranks"))
-    assert not any("memory" in str(n.label) + str(n.text) for n in without.layout.nodes)
+    assert not any("mem" in str(n.label) + str(n.text) for n in without.layout.nodes)
     assert without == annotate_layout(run.spec, bare)
     # a line more per label: the worker rows further apart than without
     ys = lambda a: sorted(n.y for n in a.layout.nodes if n.name in ("w1", "w2", "w3"))  # noqa: E731
@@ -361,25 +378,42 @@ def test_compare_memory_compiles_in_one_column_beside_the_other_compare_outputs(
         assert words in text, words
 
 
+SPECS = {  # side-by-side workers in host boxes, a column in host boxes, shard boxes, an elided column
+    "hierarchical-4x2": {"topology": {"workers": {"count": 8}, "hosts": 4},
+                         "strategy": {"kind": "allreduce", "algorithm": "hierarchical"}},
+    "ring-on-2-hosts": {"topology": {"workers": {"count": 4}, "hosts": 2},
+                        "strategy": {"kind": "allreduce", "algorithm": "ring"}},
+    "ps-2-shards": {"topology": {"workers": {"count": 3}, "servers": {"count": 2}},
+                    "strategy": {"kind": "parameter-server"}},
+    "ps-64-elided": {"topology": {"workers": {"count": 64}}, "strategy": {"kind": "parameter-server"}},
+}
+
+
 @pytest.mark.latex
 @pytest.mark.parametrize("width", [None, "column"])
-@pytest.mark.parametrize("kind", ["ps-sync", "allreduce-ring", "pipeline-1f1b", "central-storage", "gossip"])
+@pytest.mark.parametrize("kind", ["ps-sync", "allreduce-ring", "pipeline-1f1b", "central-storage", "gossip",
+                                  "hierarchical-4x2", "ring-on-2-hosts", "ps-2-shards", "ps-64-elided"])
 def test_the_measured_topology_with_memory_has_no_overlaps(tmp_path, kind, width):
     import dataclasses
 
     from opentikz_dt.figures.checks import check_figure_geometry
     from opentikz_dt.figures.compile import compile_pdf, pdf_text
     from opentikz_dt.figures.fit import with_width
-    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.figures.texts import label_text
+    from opentikz_dt.measured.annotate import annotate_layout, render_annotated_topology
     from opentikz_dt.measured.run import load_run
     from opentikz_dt.workload import human_bytes
 
-    run_dir, measured = _synthetic_with_memory(tmp_path, kind)
+    run_dir, measured = _synthetic_with_memory(tmp_path, SPECS.get(kind, kind), name=kind)
     run = load_run(run_dir)
     if width:
         run = dataclasses.replace(run, spec=with_width(run.spec, width))
     compiled = compile_pdf(render_annotated_topology(run))
     assert check_figure_geometry(compiled.log) == []
     text = " ".join(pdf_text(compiled.pdf).split())
-    for entry in measured.values():  # every rank's memory is printed (a label, or the footer)
-        assert f"{human_bytes(_total(entry))} memory" in text
+    # every drawn rank's memory is printed (under its node, or a shard box's in the footer); elided ones are not
+    drawn = {n.name for n in annotate_layout(run.spec, run.metrics, ranks=run.info["ranks"]).layout.nodes}
+    shown = [r for r in run.info["ranks"] if r["id"] in drawn]
+    assert shown and any(r["id"] == "w1" for r in shown)
+    for r in shown:
+        assert label_text(run.spec, "rank_memory", bytes=human_bytes(_total(measured[str(r["rank"])]))) in text, r

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
 from ..figures.memory import total_bytes
-from ..figures.spacing import LINE_H, effective_spacing, fitted_flow_run, icon_size, printed_cm, text_cm
+from ..figures.spacing import (LINE_H, MEASURED_BREAK, effective_spacing, fitted_flow_run, icon_size, printed_cm,
+                               text_cm)
 from ..figures.textwidth import wrap_line
 from ..figures.texts import label_tex, label_text, lane_text, sized_model_note
 from ..figures.topology_fit import compact_spec, fitted
@@ -83,8 +84,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
         layout = _layout_for(spec, step_ms, once, crowded, bool(memory))
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     # a label with a memory line keeps its step time on a line of its own too: three narrow lines,
-    # not a wide first line reaching under the links leaving the icon
-    crowded = crowded or bool(memory)
+    # not a wide first line reaching under the links leaving the icon (in host boxes the one-line
+    # time stays: a box as narrow as three short lines is narrower than its label)
+    crowded = crowded or _memory_own_line(spec, memory)
     nodes, labelled = [], set()
     for node in layout.nodes:
         match = _WORKER.match(node.name)
@@ -168,9 +170,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     nodes = [replace(n, y=n.y - drop) if n.name == "note" else n for n in nodes]
     # An elided column's ellipsis sits midway between the label above it and the next icon:
     # half a line lower where that label grew a line the layout did not see (fitted: it did).
-    lines_grown = (grown and not fitted(spec)) + (bool(labelled) and not fitted(spec))
-    if lines_grown:
-        nodes = [replace(n, y=round(n.y - lines_grown * LINE_H / 2, 3))
+    # (a run with memory: the layout saw every line already, _label_with_time)
+    if grown and not fitted(spec) and not memory:
+        nodes = [replace(n, y=round(n.y - LINE_H / 2, 3))
                  if n.kind == "ellipsis" and _WORKER.match(n.name.removesuffix("-more")) else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
     lines = [label_text(spec, f"{seen}_note", steps=f"{metrics['steps']:,}")]
@@ -228,6 +230,11 @@ def node_memory(metrics: dict, ranks: list | None) -> dict:
         ident = ids.get(rank) or f"w{rank + 1}"  # without run.json's ranks: workers come first
         out[ident] = total_bytes(entry)
     return out
+
+
+def _memory_own_line(spec, memory) -> bool:
+    """Whether a memory line moves the step time onto a line of its own (annotate_layout)."""
+    return bool(memory) and spec.topology.hosts < 2
 
 
 def _server_name(spec, ident: str) -> str:
@@ -300,9 +307,10 @@ def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False, 
         return layout
     # (a plain layout keeps the spec's labels: its drawers may show them elsewhere, a pipeline's stage boxes)
     spaced = spec if plain else _spaced_spec(spec, step_ms, once, crowded, memory)
-    if memory and not fitted(spec):  # (a fitted figure's estimates count the label's lines: _label_with_time)
+    if memory and plain:  # (the other layouts' estimates count the label's lines: _label_with_time)
         # a line for the memory, and one for a step time that would have shared the name's line
-        moved = any(not _time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
+        moved = _memory_own_line(spec, memory) and any(
+            not _time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
         rowsep = effective_spacing(spaced, plugin_of(spec).spacing_needs).rowsep + LINE_H * (1 + moved)
         spaced = replace(spaced, figure=replace(spaced.figure, rowsep=round(rowsep, 2)))
     return replace(build_layout(spaced), macros=layout.macros)
@@ -342,9 +350,12 @@ def _label_with_time(spec, worker: str, ms: float, crowded: bool = False, memory
     mem = label_text(spec, "rank_memory", bytes=_BYTES) if memory else ""
     if fitted(spec):
         return label + "\n" + time.replace(" ", "\u00a0") + ("\n" + mem.replace(" ", "\u00a0") if mem else "")
-    if _time_on_own_line(spec, worker, ms, crowded or memory):
-        return max(label, time, mem, key=text_cm)
-    return max(f"{label}: {time}", mem, key=text_cm)
+    own_line = _time_on_own_line(spec, worker, ms, crowded or _memory_own_line(spec, memory))
+    if mem:  # the lines as printed (spacing.MEASURED_BREAK): the memory line adds to the label's height
+        return MEASURED_BREAK.join([label, time, mem] if own_line else [f"{label}: {time}", mem])
+    if own_line:
+        return max(label, time, key=text_cm)
+    return f"{label}: {time}"
 
 
 def _who(spec, worker: str) -> str:
