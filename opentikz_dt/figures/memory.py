@@ -33,7 +33,7 @@ PLOT_BORDER_CM = 2 * 6 / 28.45  # the standalone border of plot-base.tex.j2
 
 @dataclass(frozen=True)
 class Slot:
-    x: int
+    x: float
     label: Tex
 
 
@@ -283,7 +283,7 @@ def render_compare_memory(runs: list, body_only: bool = False, source: str = "")
         for i, (role, ident, entry) in enumerate(bars):
             at = first + i * ROLE_STEP
             # \strut: every tick label as tall as the tallest, so "server" sits level with "worker"
-            slots.append(Slot(num(at), Tex("\\strut " + escape_text(role))))
+            slots.append(Slot(at, Tex("\\strut " + escape_text(role))))
             boxes += _stack(entry, at - half, at + half, scale, False)[0]
             if entry.get("peak"):
                 peaks.append((num(at - half), num(at + half), num(entry["peak"] / scale)))
@@ -301,7 +301,7 @@ def render_compare_memory(runs: list, body_only: bool = False, source: str = "")
     context = base_context(spec, "memory plot", body_only, [], source=source or "runs")
     context.update(
         width=num(width), ymax=num(nice_max(max(tops, default=0) / scale)), xmin=num(-0.1), xmax=num(span + 0.1),
-        xticks=Tex(",".join(s.x for s in slots)), xticklabels=Tex(",".join("{%s}" % s.label for s in slots)),
+        xticks=Tex(",".join(num(s.x) for s in slots)), xticklabels=Tex(",".join("{%s}" % s.label for s in slots)),
         rotate=False, legend_expected=False, ylabel=Tex(escape_text(unit)), boxes=boxes, peaks=peaks, legend=legend,
         legend_columns=2, title=Tex(escape_text("Measured memory per strategy")), xlabel=Tex(""), sides=False,
         notes=[Tex(escape_text(line)) for line in lines], note_width=num(width), groups=names)

@@ -70,7 +70,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     once = fitted(spec) and plugin.flow_labels_once(spec) and \
         _alike([traffic.get(_rank_of(w), {}) for w in step_ms if _WORKER.match(w)], steps)
     given = layout is not None
-    layout = layout or _layout_for(spec, step_ms, once, memory=bool(memory))
+    layout = layout or _layout_for(spec, step_ms, once, memory=memory)
     # a fitted parameter server's links are as long as their labels need (spacing.fitted_flow_run)
     run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms, once))) \
         if fitted(spec) and plugin.flow_run(spec) else None
@@ -81,7 +81,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
                 for w, ms in step_ms.items() if _WORKER.match(w) and not _time_on_own_line(spec, w, ms)}
     crowded = bool(one_line) and links_cross_labels(spec, layout, one_line)
     if crowded and not given and _column_elided(spec):  # its brace stands left of the labels as printed
-        layout = _layout_for(spec, step_ms, once, crowded, bool(memory))
+        layout = _layout_for(spec, step_ms, once, crowded, memory)
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
     # a label with a memory line keeps its step time on a line of its own too: three narrow lines,
     # not a wide first line reaching under the links leaving the icon (in host boxes the one-line
@@ -294,12 +294,12 @@ def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Lay
     return replace(layout, groups=tuple(groups))
 
 
-def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False, memory: bool = False) -> Layout:
+def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False, memory: dict | None = None) -> Layout:
     """The spec's layout; at a target width (compact gaps), in host boxes (where workers sit
     side by side, or links must clear the box's padding), or elided (a brace left of the
     labels, ring links right of them), placed as if each worker's label
     already held its step time and each link label its bytes, so the longer labels get their room.
-    `memory`: each label holds a line more (the rank's memory), so a worker column's rows
+    `memory` (node id -> bytes): each label holds a line more (the rank's memory), so a worker column's rows
     are a line further apart than the spacing its labels needed without it."""
     layout = build_layout(spec)
     plain = not fitted(spec) and spec.topology.hosts < 2 and not _column_elided(spec)
@@ -321,12 +321,14 @@ def _column_elided(spec) -> bool:
     return spec.topology.workers.count > spec.figure.max_workers_drawn
 
 
-def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False, memory: bool = False):
+def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False, memory: dict | None = None):
     """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
     step time (and, with `memory`, a line for its bytes), each link's its bytes per step."""
+    memory = memory or {}
     workers = spec.topology.workers
     labels = {**workers.labels,
-              **{w: _label_with_time(spec, w, ms, crowded, memory) for w, ms in step_ms.items() if _WORKER.match(w)}}
+              **{w: _label_with_time(spec, w, ms, crowded, memory.get(w) if memory else None)
+                 for w, ms in step_ms.items() if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
     if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
         # (said once, under the flow label: as wide as the wider of the two)
@@ -340,22 +342,32 @@ ONE_LINE_SPARE_CM = 1.5  # how far past its icon a worker's one-line label may r
 FOOTER_CHARS = 46  # a fitted figure's footer line, at most (a wide glyph counts twice): it must not widen the figure
 
 
-def _label_with_time(spec, worker: str, ms: float, crowded: bool = False, memory: bool = False) -> str:
+def _label_with_time(spec, worker: str, ms: float, crowded: bool = False, memory: int | None = None) -> str:
     """A worker's label as annotate_layout prints it, for the layout's estimates: a fitted
     figure's step time on a line of its own, which it never breaks (a no-break space keeps
     spacing.printed_lines from splitting it); a natural-width figure's estimates see one line
     per label, so a time on a line of its own there counts by the wider of label and time."""
     label = spec.topology.workers.label_of(worker)
     time = label_text(spec, "step_time", ms=f"{ms:.1f}")
-    mem = label_text(spec, "rank_memory", bytes=_BYTES) if memory else ""
+    mem = label_text(spec, "rank_memory", bytes=human_bytes(memory)) if memory is not None else ""
     if fitted(spec):
-        return label + "\n" + time.replace(" ", "\u00a0") + ("\n" + mem.replace(" ", "\u00a0") if mem else "")
-    own_line = _time_on_own_line(spec, worker, ms, crowded or _memory_own_line(spec, memory))
+        return label + _fitted_lines(time, mem)
+    own_line = _time_on_own_line(spec, worker, ms, crowded or _memory_own_line(spec, mem))
     if mem:  # the lines as printed (spacing.MEASURED_BREAK): the memory line adds to the label's height
         return MEASURED_BREAK.join([label, time, mem] if own_line else [f"{label}: {time}", mem])
     if own_line:
         return max(label, time, key=text_cm)
     return f"{label}: {time}"
+
+
+def _fitted_lines(time: str, mem: str) -> str:
+    """A fitted figure's estimate of the step time and memory lines under a worker's name: two
+    lines (spacing.printed_lines counts them: rows, boxes and notes make room), each as wide
+    as the wider of the two, written as the wider one and "{}" (which prints nothing), so a
+    drawer that measures a label whole (a fitted pipeline spacing its stages) sees it no wider
+    than one line of time or memory more would make it."""
+    wider = max(time, mem, key=text_cm) if mem else time
+    return "\n" + wider.replace(" ", "\u00a0") + ("\n{}" if mem else "")
 
 
 def _who(spec, worker: str) -> str:
