@@ -32,7 +32,8 @@ def _type_of(node: dict, defs: dict) -> str:
     if "maximum" in node:
         bounds.append(f"≤ {node['maximum']}")
     if kind == "array":
-        kind = "list of numbers" if node.get("items", {}).get("type") == "number" else "list of integers"
+        item = node.get("items", {}).get("type")
+        kind = {"number": "list of numbers", "string": "list of strings"}.get(item, "list of integers")
         bounds = []
     if kind == "object" and "properties" not in node:
         kind = "mapping"

@@ -26,7 +26,7 @@ def optimizer_section(data: dict):
     if not isinstance(opt, dict):
         return
     kind = opt.get("kind", "sgd")
-    if kind not in OPTIMIZER_KEYS:  # the schema reports it
+    if not isinstance(kind, str) or kind not in OPTIMIZER_KEYS:  # the schema reports it (a list or map too)
         return
     for key in opt:
         if key not in OPTIMIZER_KEYS[kind]:

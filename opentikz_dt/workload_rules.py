@@ -50,7 +50,7 @@ def check_sections(located) -> list:
 
 def _model_section(model: dict):
     kind = model.get("kind", "mlp")
-    if kind not in MODEL_KEYS:  # the schema reports it
+    if not isinstance(kind, str) or kind not in MODEL_KEYS:  # the schema reports it (a list or map too)
         return
     for key in model:
         if key not in MODEL_KEYS[kind]:
@@ -86,7 +86,7 @@ def _python_input(model: dict):
 
 def _dataset_section(dataset: dict):
     kind = dataset.get("kind", "synthetic")
-    if kind not in DATASET_KEYS:
+    if not isinstance(kind, str) or kind not in DATASET_KEYS:  # the schema reports it
         return
     for key in dataset:
         if key not in DATASET_KEYS[kind]:

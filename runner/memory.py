@@ -38,7 +38,11 @@ CATEGORIES = ("params", "grads", "optimizer", "activations")
 
 
 def _storage(t: torch.Tensor) -> tuple[int, int]:
-    """(key, bytes) of the storage behind `t`: views of one buffer share a key."""
+    """(key, bytes) of the storage behind `t`: views of one buffer share a key. A sharded
+    tensor (a DTensor: fsdp's parameters, gradients and optimizer state) is the shard
+    this rank holds."""
+    if hasattr(t, "to_local") and hasattr(t, "device_mesh"):  # a DTensor, without importing its module
+        t = t.to_local()
     s = t.untyped_storage()
     return (s.data_ptr(), s.nbytes())
 

@@ -78,8 +78,9 @@ DP_CASES = {
                                              "strategy": {"algorithm": "hierarchical"}}, 4),
 }
 # Every synchronous strategy with the width `single` must match: DP_CASES plus the
-# parameter-server, central-storage and pipeline cases (dp 1: a pipeline splits the model,
-# not the batch). The numerics test and benchmarks/bench_numerics.py both run these.
+# parameter-server, central-storage, pipeline, fsdp and tensor cases (dp 1: a pipeline or a
+# tensor split divides the model, not the batch). The numerics test and
+# benchmarks/bench_numerics.py both run these.
 SYNC_CASES = {
     **DP_CASES,
     "ps-sync-1shard": ("parameter-server", {"topology": {"workers": {"count": 3}, "servers": {"count": 1}}}, 3),
@@ -89,6 +90,9 @@ SYNC_CASES = {
                                     "strategy": {"schedule": "gpipe", "microbatches": 4}}, 1),
     "pipeline-1f1b": ("pipeline", {"topology": {"workers": {"count": 2}},
                                    "strategy": {"schedule": "1f1b", "microbatches": 4}}, 1),
+    "fsdp": ("fsdp", {"topology": {"workers": {"count": 2}}}, 2),
+    # dp 1: tensor parallelism splits the layers, every worker sees the whole batch
+    "tensor-mlp": ("tensor", {"topology": {"workers": {"count": 2}}}, 1),
 }
 # The training sections the numerics test runs every case with, each exercising several
 # features at once (CI time): the default (sgd with momentum, fp32); adamw with weight

@@ -80,6 +80,12 @@ CASES = {
     # adam: two state values per parameter, on the servers only
     "ps-sync-2shards": ("parameter-server", {"topology": {"workers": {"count": 2}, "servers": {"count": 2}},
                                              "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
+    # fsdp: each worker half of every tensor (the mlp's first dimensions are even), its
+    # gradient and Adam's two moments; counted from the DTensors' local shards
+    "fsdp-2": ("fsdp", {"topology": {"workers": {"count": 2}}, "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
+    # tensor parallelism: each worker its slices (DTensors: their local tensors) and the rest whole
+    "tensor-2": ("tensor", {"topology": {"workers": {"count": 2}},
+                            "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
 }
 
 

@@ -7,6 +7,8 @@ overrides apply to small_spec_data(kind) and dp is the data-parallel width (1 fo
 pipeline).
 """
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -16,7 +18,7 @@ from opentikz_dt.runner.testing import (  # noqa: E402
 
 pytestmark = pytest.mark.dist
 
-# SYNC_CASES: DP_CASES plus the parameter-server, central-storage and pipeline cases
+# SYNC_CASES: DP_CASES plus the parameter-server, central-storage, pipeline and fsdp cases
 # (benchmarks/bench_numerics.py runs the same ones and prints the differences).
 CASES = [pytest.param(kind, over, dp, id=name) for name, (kind, over, dp) in SYNC_CASES.items()]
 # The training sections every case also runs with (why these: runner/testing.py).
@@ -27,6 +29,9 @@ TRAININGS = NUMERICS_TRAININGS
 # parameters up to 0.26): max abs difference 1.9e-4 (native, ring, tree, 1-shard PS,
 # central storage), 2.9e-4 (pipelines), 3.3e-4 (hierarchical), 3.7e-4 (2-shard PS);
 # the mean loss within 2.4e-4 relative. Tolerances: about 2.7x and 4x those.
+# fsdp (2 workers; FSDP's mixed precision gathers the parameters in bf16 besides the
+# autocast): fp32 max abs difference 6e-8 (mlp and transformer, parameters up to 1.0);
+# bf16 3.7e-4 (mlp) and 3.6e-4 (transformer), the loss within 1.2e-4 relative.
 TOLERANCE = {"fp32": (1e-5, 1e-4), "bf16": (1e-3, 0.0)}
 LOSS_REL = {"fp32": 1e-4, "bf16": 1e-3}
 
@@ -76,3 +81,171 @@ def test_pipeline_clips_by_the_global_norm_counting_the_tied_embedding_once():
     for name in want:
         assert torch.allclose(got[name], want[name], atol=1e-5, rtol=1e-4), (
             f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+
+
+# fsdp (torch's FSDP2, runner/strategies/fsdp.py) over 2 workers: SYNC_CASES runs it on the
+# mlp; here the transformer, whose root unit (embeddings, final norm, the head tied to
+# the token embedding) is not resharded after the forward, so its gathered parameters
+# stand in for the shards when forward_backward zeroes the gradients (once missed: the
+# shards' gradients piled up, 0.16 off after 6 steps).
+FSDP_TRANSFORMER = {"topology": {"workers": {"count": 2}},
+                    "training": {"model": TINY_TRANSFORMER, "dataset": {"samples": 512}}}
+
+
+def _fsdp_run(training: dict | None = None, **strategy):
+    data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["strategy"].update(strategy)
+    data["training"].update(training or {})
+    return run_small(data)
+
+
+def _single_transformer(training: dict | None = None, steps: int = 6):
+    data = small_spec_data("single", training={**FSDP_TRANSFORMER["training"], **(training or {})})
+    data["training"]["batch_size"] *= 2
+    data["training"]["steps"] = steps
+    return run_small(data)
+
+
+@pytest.mark.parametrize("training", list(TRAININGS))
+def test_fsdp_transformer_matches_single_on_global_batch(training):
+    run, ref = _fsdp_run(TRAININGS[training]), _single_transformer(TRAININGS[training])
+    got, want = (torch.load(r.run_dir / "model.pt") for r in (run, ref))
+    assert list(got) == list(want)
+    precision = TRAININGS[training].get("precision", "fp32")
+    atol, rtol = TOLERANCE[precision]
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=atol, rtol=rtol), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+    assert run.metrics["loss"] == pytest.approx(ref.metrics["loss"], rel=LOSS_REL[precision])
+
+
+def _collectives(run, rank: int = 0, step: int = 1) -> list[tuple]:
+    events = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+    return [(e["args"]["phase"], e["args"]["unit"], e["args"]["pass"], e["args"]["bytes"]) for e in events
+            if e["ph"] == "X" and e["name"] == "allreduce" and e["pid"] == rank and e["args"]["step"] == step]
+
+
+def test_fsdp_traces_every_all_gather_and_reduce_scatter_per_unit():
+    """reshard_after_forward true: each block is gathered for its forward and again for its
+    backward, the root once; every unit's gradients are reduce-scattered once, over the
+    same padded buffer its all-gather fills. false: no block is gathered again. Both
+    train to `single`'s parameters."""
+    run = _fsdp_run()
+    found = _collectives(run)
+    assert [c for c in found if c[2] == "forward"] == [
+        ("all-gather", unit, "forward", found[i][3]) for i, unit in enumerate(("root", "blocks.0", "blocks.1"))]
+    backward = [c[:3] for c in found if c[2] == "backward"]
+    gathered_again = [("all-gather", unit, "backward") for unit in ("blocks.0", "blocks.1")]
+    scattered = [("reduce-scatter", unit, "backward") for unit in ("root", "blocks.0", "blocks.1")]
+    assert sorted(backward) == sorted(gathered_again + scattered)
+    size = {unit: b for phase, unit, _, b in found if phase == "all-gather"}
+    assert all(b == size[unit] for phase, unit, _, b in found if phase == "reduce-scatter")
+    model = torch.load(run.run_dir / "model.pt")
+    block = sum(v.numel() * 4 for k, v in model.items() if k.startswith("blocks.0."))
+    assert block <= size["blocks.0"] < block + 2 * 4 * len([k for k in model if k.startswith("blocks.0.")])
+    assert size["blocks.0"] == size["blocks.1"]
+    # each rank sends and receives (N-1)/N of every collective's buffer: half of it on 2 ranks
+    per_step = sum(b for *_, b in found) // 2
+    assert run.metrics["bytes"]["0"]["sent"] >= 6 * per_step
+
+    kept = _fsdp_run(reshard_after_forward=False)
+    assert not [c for c in _collectives(kept) if c[:1] == ("all-gather",) and c[2] == "backward"]
+    want = torch.load(_single_transformer().run_dir / "model.pt")
+    for got in (model, torch.load(kept.run_dir / "model.pt")):
+        for name in want:
+            assert torch.allclose(got[name], want[name], **dict(zip(("atol", "rtol"), TOLERANCE["fp32"]))), name
+
+
+def test_fsdp_units_from_the_spec_and_a_name_the_model_lacks(tmp_path):
+    from opentikz_dt.errors import InputError
+
+    run = _fsdp_run(units=["blocks.1", "blocks.0.attn"])
+    assert {c[1] for c in _collectives(run)} == {"root", "blocks.1", "blocks.0.attn"}
+    data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["strategy"]["units"] = ["blocks.0", "block.1"]
+    with pytest.raises(InputError, match=r"strategy.units: the model has no module 'block.1' with parameters "
+                                         r"\(closest: blocks.1, blocks.0, blocks"):
+        run_small(data, tmp_path, cache=False)
+    assert not list((tmp_path / "runs").glob("*/logs/rank*.log"))  # refused before any rank started
+
+
+def test_fsdp_restart_resumes_from_its_shards_to_the_uninterrupted_parameters(tmp_path):
+    """Each rank checkpoints its own shards of the model and of adamw's state; after a crash
+    the restarted ranks load them back into the sharded parameters and state."""
+    training = {"steps": 8, **TRAININGS["adamw-clip-cosine"]}
+    clean = _fsdp_run(training)
+    data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["training"].update(training)
+    data["runtime"].update({"restarts": 1, "checkpoint_every": 3, "fault": {"rank": 1, "at_step": 5, "kind": "crash"}})
+    result = run_small(data, tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert "resuming from the checkpoint after step 2" in (result.run_dir / "logs" / "rank1.log").read_text()
+    got, want = torch.load(result.run_dir / "model.pt"), torch.load(clean.run_dir / "model.pt")
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-6), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+
+
+# --- tensor parallelism: the layers split over 2 workers, every worker on the whole batch ---
+# Measured (torch 2.13 CPU, gloo, 2 ranks, parameters up to 1.0): max abs difference to
+# `single` 1.5e-8 for the transformer below (adamw, binding clip, cosine schedule, 4 steps),
+# 2.2e-8 for the python model (sgd, 4 steps); the tensor-mlp SYNC_CASE (6 steps): 3.0e-8
+# (sgd), 1.5e-8 (adamw-clip-cosine), 1.5e-4 (bf16). The tolerances above hold them with
+# room; a gradient norm that counted the row-parallel biases (replicated DTensors) once per
+# worker instead of once was 8e-5 off with adamw-clip-cosine and failed them.
+TENSOR_TRAINING = {"dataset": {"samples": 512}, "batch_size": 16, "steps": 4, "grad_clip": 0.3,
+                   "optimizer": {"kind": "adamw", "lr": 0.01, "eps": 0.01},
+                   "lr_schedule": {"kind": "cosine", "warmup_steps": 1}}
+
+
+def _assert_same_parameters(got, want):
+    assert list(got) == list(want)
+    atol, rtol = TOLERANCE["fp32"]
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=atol, rtol=rtol), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+
+
+def test_tensor_parallel_transformer_matches_single():
+    """Attention split by heads (the fused q/k/v rows regrouped per worker), MLP by hidden
+    units; 2 blocks x (attention + MLP) = 4 all-reduces forward and 4 backward per step,
+    every one a span naming its layer."""
+    runs = []
+    for kind, over in (("tensor", {"topology": {"workers": {"count": 2}}}), ("single", {})):
+        data = small_spec_data(kind, training=TENSOR_TRAINING, **over)
+        data["training"]["model"] = dict(TINY_TRANSFORMER)
+        runs.append(run_small(data))
+    got, want = (torch.load(r.run_dir / "model.pt") for r in runs)
+    _assert_same_parameters(got, want)
+    assert runs[0].metrics["loss"] == pytest.approx(runs[1].metrics["loss"], rel=LOSS_REL["fp32"])
+    import json
+
+    spans = [json.loads(line) for line in (runs[0].run_dir / "trace" / "rank1.jsonl").read_text().splitlines()]
+    reduces = [(s["args"]["pass"], s["args"]["layer"]) for s in spans
+               if s.get("name") == "allreduce" and s["args"]["step"] == 1]
+    assert {s["args"]["phase"] for s in spans if s.get("name") == "allreduce"} == {"all-reduce"}
+    blocks = [f"blocks.{i}.{part}" for i in (0, 1) for part in ("attn", "mlp")]
+    assert reduces == ([("forward", f"{b}.proj") for b in blocks]
+                       + [("backward", f"{b}.{'qkv' if 'attn' in b else 'fc'}") for b in reversed(blocks)])
+    activation = TENSOR_TRAINING["batch_size"] * TINY_TRANSFORMER["seq_len"] * TINY_TRANSFORMER["d_model"] * 4  # fp32
+    assert {s["args"]["bytes"] for s in spans if s.get("name") == "allreduce"} == {activation}
+
+
+def test_tensor_parallel_python_model_with_a_plan_matches_single(tmp_path):
+    """examples/custom-model's Sequential: its middle Linear column-parallel, the classifier
+    row-parallel (the first Linear feeds a LayerNorm, which needs whole rows: it stays whole)."""
+    import shutil
+    from pathlib import Path
+
+    from opentikz_dt.runner.launch import launch_run
+    from opentikz_dt.runner.testing import write_spec
+
+    shutil.copy(Path(__file__).resolve().parent.parent / "examples" / "custom-model" / "model.py", tmp_path)
+    plan = {"3": "colwise", "5": "rowwise"}
+    runs = []
+    for kind, over in (("tensor", {"topology": {"workers": {"count": 2}}, "strategy": {"plan": plan}}), ("single", {})):
+        data = small_spec_data(kind, training={"dataset": {"shape": [16], "classes": 4}, "steps": 4}, **over)
+        data["training"]["model"] = {"kind": "python", "entry": "model:build"}  # the spec's folder's model.py
+        runs.append(launch_run(write_spec(data, tmp_path), out=tmp_path / kind, progress=False, echo=lambda line: None))
+    got, want = (torch.load(r.run_dir / "model.pt") for r in runs)
+    _assert_same_parameters(got, want)
