@@ -4,7 +4,8 @@ Built on the official Python SDK (`pip install 'dtgen[mcp]'`), its low-level Ser
 because the tools' input schemas come from the contract rather than from Python
 signatures: each edit operation is a tool whose input schema is the operation's
 argument schema (contract.exec.json) plus `spec`, `dry_run` and `compile`. The other
-tools: validate, render (PNG as image content plus the page size), batch-edit, and
+tools: validate, render (a spec's topology, timeline or expected memory figure: PNG as
+image content plus the page size), batch-edit, and
 run-status (summary of a run directory). The contract is a resource, the skill a prompt.
 
 Every tool calls the same library functions as the command line, so a refusal is the
@@ -28,6 +29,7 @@ from .errors import EXIT_USAGE, DtgenError, SpecError, error_text  # error_text:
 CONTRACT_URI = "dtgen://contract"
 SKILL_PROMPT = "dtgen-skill"
 RENDER_DPI = 110
+RENDER_KINDS = ("topology", "timeline", "memory")  # the figures of a spec the render tool draws
 
 
 # -- tool definitions --------------------------------------------------------------
@@ -50,11 +52,12 @@ def tool_definitions() -> list[dict]:
                                             "problem as file:line:col: key: message.",
          "input_schema": {"type": "object", "additionalProperties": False, "required": ["spec"],
                           "properties": {"spec": _SPEC}}},
-        {"name": "render", "description": "Render the topology or timeline figure of a spec; returns the PNG and its "
+        {"name": "render", "description": "Render the topology, timeline or memory figure of a spec (memory: "
+                                          "the expected bytes per rank, by category); returns the PNG and its "
                                           "page size in cm.",
          "input_schema": {"type": "object", "additionalProperties": False, "required": ["spec"],
                           "properties": {"spec": _SPEC,
-                                         "kind": {"enum": ["topology", "timeline"], "default": "topology"},
+                                         "kind": {"enum": list(RENDER_KINDS), "default": "topology"},
                                          "dpi": {"type": "integer", "minimum": 30, "maximum": 300,
                                                  "default": RENDER_DPI}}}},
         {"name": "batch-edit", "description": "Apply several edit operations to one spec atomically: all or none.",
@@ -143,12 +146,12 @@ def _validate_tool(arguments: dict) -> dict:
 def render_png(spec_path: str, kind: str = "topology", dpi: int = RENDER_DPI) -> tuple[bytes, dict]:
     """(PNG bytes, page size) of one figure of a spec."""
     from .figures.compile import compile_cached, pdf_to_png
-    from .figures.render import render_timeline, render_topology
+    from .figures.write import render_texts
     from .invariants import pdf_page_size_cm
     from .spec import load_spec
 
     spec = load_spec(spec_path)
-    tex = render_topology(spec) if kind == "topology" else render_timeline(spec)
+    tex = render_texts(spec, (kind,))[kind]  # what `dtgen figure SPEC --kind KIND` writes
     pdf = compile_cached(tex).pdf
     width, height = pdf_page_size_cm(pdf)
     size = {"width_cm": round(width, 3), "height_cm": round(height, 3),
@@ -199,8 +202,9 @@ def call_tool(name: str, arguments: dict | None) -> tuple[list, dict, bool]:
         if name == "render":
             kind = _argument(arguments, "kind", str, False, "topology")
             dpi = _argument(arguments, "dpi", int, False, RENDER_DPI)
-            if kind not in ("topology", "timeline") or not 30 <= dpi <= 300:
-                raise ToolFailure("arguments", "kind is topology or timeline; dpi 30..300")
+            if kind not in RENDER_KINDS or not 30 <= dpi <= 300:
+                raise ToolFailure("arguments", f"kind is {', '.join(RENDER_KINDS[:-1])} or {RENDER_KINDS[-1]}; "
+                                               "dpi 30..300")
             png, size = render_png(_argument(arguments, "spec", str), kind, dpi)
             content = [{"type": "image", "data": base64.b64encode(png).decode("ascii"), "mime_type": "image/png"},
                        {"type": "text", "text": json.dumps(size)}]

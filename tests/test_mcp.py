@@ -164,3 +164,34 @@ def test_render_returns_the_png_and_its_page_size(tmp_path):
     assert abs(width_px - page["width_cm"] / 2.54 * 40) <= 2  # the PNG is the page at 40 dpi
     assert status.structured_content["status"] == "failed" and status.structured_content["final_loss"] == 0.5
     assert not_a_run.is_error
+
+
+@pytest.mark.latex
+def test_render_draws_a_specs_expected_memory_and_refuses_a_python_model(tmp_path):
+    shutil.copyfile(EXAMPLES / "ps-sync.yaml", tmp_path / "spec.yaml")
+    shutil.copytree(EXAMPLES / "custom-model", tmp_path / "custom")
+
+    async def scenario():
+        async with session(tmp_path) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            return (tools["render"], await client.call_tool("render", {"spec": "spec.yaml", "kind": "memory", "dpi": 40}),
+                    await client.call_tool("render", {"spec": "custom/spec.yaml", "kind": "memory", "dpi": 40}),
+                    await client.call_tool("render", {"spec": "spec.yaml", "kind": "loss"}))
+
+    tool, rendered, python_model, unknown = run(scenario)
+    assert tool.input_schema["properties"]["kind"]["enum"] == ["topology", "timeline", "memory"]
+    assert not rendered.is_error, rendered.content[0].text
+    image, size = rendered.content
+    png = base64.b64decode(image.data)
+    assert png.startswith(b"\x89PNG") and rendered.structured_content["kind"] == "memory"
+    # the same figure as `dtgen figure SPEC --kind memory`: its page size
+    from opentikz_dt.figures.compile import compile_pdf
+    from opentikz_dt.figures.write import render_texts
+    from opentikz_dt.invariants import pdf_page_size_cm
+
+    width, _ = pdf_page_size_cm(compile_pdf(render_texts(load_spec(tmp_path / "spec.yaml"), ("memory",))["memory"]).pdf)
+    assert abs(json.loads(size.text)["width_cm"] - width) < 0.01
+    # a python model's sizes are known only once built: the command line's refusal, the server still up
+    assert python_model.is_error and "no expected memory for a python model" in python_model.content[0].text
+    assert unknown.is_error and unknown.structured_content["error"]["kind"] == "arguments"
+    assert "memory" in unknown.content[0].text

@@ -245,3 +245,181 @@ def test_the_spec_figure_compiles_for_every_placement(tmp_path):
     for name in ("ps-sync", "allreduce-ring", "pipeline-1f1b"):
         written = figure_command(examples / f"{name}.yaml", tmp_path, "memory", ("pdf",), False, width="column")
         assert sorted(p.name for p in written) == [f"{name}-memory.pdf", f"{name}-memory.tex"]
+
+
+# --- memory in dtgen compare and on the measured topology ------------------------------------
+
+def _synthetic_with_memory(tmp_path, kind, name=None, grow=None):
+    """A synthetic run of `kind` whose metrics.json holds the memory its spec expects, plus
+    activations on the workers (rank r: 1000 * (r + 1) bytes, or `grow`'s bytes for a rank)."""
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+
+    run_dir = write_synthetic_run(tmp_path / (name or kind), kind, steps=6) if isinstance(kind, str) \
+        else _simulated_run(tmp_path / name, kind)
+    expected = expected_memory(load_run(run_dir).spec)
+    measured = {str(e.rank): {**e.as_dict(), "activations": (grow or {}).get(e.rank, 1000 * (e.rank + 1))
+                              if e.role != "server" else 0, "peak": None, "source": "tensors"} for e in expected}
+    _with_memory(run_dir, measured)
+    return run_dir, measured
+
+
+def _simulated_run(path, data):
+    """A run directory of spec `data` as the simulator predicts it (any strategy, hosts, servers)."""
+    import random
+
+    from opentikz_dt.predict.costs import Costs
+    from opentikz_dt.predict.rundir import write_run_dir
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.predict.synthetic import synthetic_calibration, synthetic_loss
+
+    spec = spec_from_data({"name": path.name, **data, "training": {"steps": 6}})
+    result = simulate(spec, Costs(synthetic_calibration(spec), spec, jitter=random.Random(0)), 6)
+    return write_run_dir(path, spec, result, 6, loss=synthetic_loss(6), dtgen="synthetic")
+
+
+def _total(entry) -> int:
+    return entry["params"] + entry["grads"] + entry["optimizer"] + entry["activations"]
+
+
+def test_the_compare_table_has_a_memory_column_only_for_runs_that_measured_it(tmp_path):
+    from opentikz_dt.measured.compare import render_summary_table, summarize
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+    from opentikz_dt.workload import human_bytes
+
+    ps_dir, ps = _synthetic_with_memory(tmp_path, "ps-sync", grow={1: 120_000})
+    ring_dir, ring = _synthetic_with_memory(tmp_path, "allreduce-ring")
+    old_dir = write_synthetic_run(tmp_path / "old", "allreduce-tree", steps=6)  # no `memory`: an older run
+    runs = [load_run(d) for d in (ps_dir, ring_dir, old_dir)]
+    table = render_summary_table([summarize(r, None) for r in runs], None, runs[0].spec)
+    header = next(line for line in table.splitlines() if line.startswith("Run &"))
+    assert header.rstrip(" \\").endswith("Memory/rank")
+    rows = {line.split(" & ")[0]: line.rstrip(" \\").split(" & ")[-1] for line in table.splitlines()
+            if line.startswith("synth-")}
+    # the largest rank's bytes: a worker with 120 kB of activations, above the server (ps); any replica (ring)
+    assert rows["synth-ps-sync"] == human_bytes(max(_total(e) for e in ps.values())) == human_bytes(_total(ps["1"]))
+    assert rows["synth-allreduce-ring"] == human_bytes(max(_total(e) for e in ring.values()))
+    assert rows["synth-allreduce-tree"] == "--"
+    assert "Memory/rank: the largest rank's" in table
+    # runs from before memory was measured: the table as it was, no column
+    old = render_summary_table([summarize(load_run(old_dir), None)], None, runs[2].spec)
+    assert "Memory" not in old
+
+
+def test_compare_draws_each_roles_largest_rank_stacked_by_category(tmp_path):
+    from opentikz_dt.figures.checks import check_palette_only
+    from opentikz_dt.figures.memory import render_compare_memory, role_bars
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.synthetic import write_synthetic_run
+
+    ps_dir, ps = _synthetic_with_memory(tmp_path, "ps-sync", grow={2: 99_000})
+    ring_dir, ring = _synthetic_with_memory(tmp_path, "allreduce-ring")
+    old = load_run(write_synthetic_run(tmp_path / "old", "allreduce-tree", steps=6))
+    runs = [load_run(ps_dir), load_run(ring_dir), old]
+    bars = role_bars(runs[0])
+    assert [(role, ident) for role, ident, _ in bars] == [("worker", "w3"), ("server", "ps")]  # w3: the largest
+    assert role_bars(old) == []
+    tex = render_compare_memory(runs)
+    assert tex == render_compare_memory(runs)  # deterministic
+    # one solid box per category a bar holds, nothing dashed (measured only)
+    drawn = re.findall(r"\\draw\[fill=(\w+)!70!otpaper.*?\(axis cs:([-\d.e]+),([-\d.e]+)\) rectangle "
+                       r"\(axis cs:([-\d.e]+),([-\d.e]+)\)", tex)
+    heights = {}
+    for color, x0, y0, x1, y1 in drawn:
+        heights.setdefault(x0, []).append((float(y0), float(y1)))
+    assert "densely dashed] (axis" not in tex
+    assert len(heights) == 3  # ps: worker, server; ring: worker
+    ymax = float(re.search(r"ymax=([\d.]+)", tex).group(1))
+    unit = 1e3 if "ylabel={kB}" in tex else 1e6
+    tops = sorted(round(max(y1 for _, y1 in boxes) * unit) for boxes in heights.values())
+    expected_tops = sorted([_total(ps["2"]), _total(ps["3"]), max(_total(e) for e in ring.values())])
+    assert tops == pytest.approx(expected_tops, rel=1e-5)
+    assert ymax * unit >= max(expected_tops)
+    assert check_palette_only(tex) == []
+    assert "{\\strut synth-ps-sync}" in tex and "{\\strut worker}" in tex and "{\\strut server}" in tex
+    assert "no memory measured: synth-allreduce-tree" in tex
+
+
+def test_the_measured_topology_says_each_ranks_memory_and_older_runs_are_unchanged(tmp_path):
+    from opentikz_dt.figures.texts import label_text
+    from opentikz_dt.measured.annotate import annotate_layout
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.workload import human_bytes
+
+    run_dir, measured = _synthetic_with_memory(tmp_path, "ps-sync")
+    run = load_run(run_dir)
+    with_memory = annotate_layout(run.spec, run.metrics, ranks=run.info.get("ranks"))
+    nodes = {n.name: n for n in with_memory.layout.nodes}
+    for rank, ident in ((0, "w1"), (1, "w2"), (2, "w3"), (3, "ps")):
+        line = label_text(run.spec, "rank_memory", bytes=human_bytes(_total(measured[str(rank)])))
+        assert nodes[ident].label.endswith(f"\\\\{line}"), ident
+    assert label_text(run.spec, "memory_note") in nodes["measured-note"].text
+    # the same run without memory: no memory anywhere, and the layout of before
+    bare = dict(run.metrics, memory={})
+    without = annotate_layout(run.spec, bare, ranks=run.info.get("ranks"))
+    assert not any("mem" in str(n.label) + str(n.text) for n in without.layout.nodes)
+    assert without == annotate_layout(run.spec, bare)
+    # a line more per label: the worker rows further apart than without
+    ys = lambda a: sorted(n.y for n in a.layout.nodes if n.name in ("w1", "w2", "w3"))  # noqa: E731
+    assert ys(with_memory)[2] - ys(with_memory)[0] > ys(without)[2] - ys(without)[0]
+
+
+@pytest.mark.latex
+def test_compare_memory_compiles_in_one_column_beside_the_other_compare_outputs(tmp_path):
+    from opentikz_dt.figures.compile import pdf_text
+    from opentikz_dt.figures.fit import COLUMN_CM
+    from opentikz_dt.figures.pdfwords import page_size_cm
+    from opentikz_dt.measured.compare import compare_runs
+
+    dirs = [_synthetic_with_memory(tmp_path, kind)[0] for kind in ("allreduce-ring", "ps-sync", "pipeline-1f1b")]
+    written = compare_runs(dirs, tmp_path / "out", ("tex", "pdf"))
+    names = sorted(p.name for p in written)
+    assert {"compare-memory.pdf", "compare-memory.tex", "compare-table.pdf", "compare-loss.pdf"} <= set(names)
+    pdf = (tmp_path / "out" / "compare-memory.pdf").read_bytes()
+    assert page_size_cm(pdf)[0] <= COLUMN_CM
+    text = " ".join(pdf_text(pdf).split())
+    for words in ("Measured memory per strategy", "synth-allreduce-ring", "synth-ps-sync", "synth-pipeline-1f1b",
+                  "worker", "server", "stage", "parameters", "gradients", "activations"):
+        assert words in text, words
+
+
+SPECS = {  # side-by-side workers in host boxes, a column in host boxes, shard boxes, an elided column
+    "hierarchical-4x2": {"topology": {"workers": {"count": 8}, "hosts": 4},
+                         "strategy": {"kind": "allreduce", "algorithm": "hierarchical"}},
+    "ring-on-2-hosts": {"topology": {"workers": {"count": 4}, "hosts": 2},
+                        "strategy": {"kind": "allreduce", "algorithm": "ring"}},
+    "ps-2-shards": {"topology": {"workers": {"count": 3}, "servers": {"count": 2}},
+                    "strategy": {"kind": "parameter-server"}},
+    "ps-64-elided": {"topology": {"workers": {"count": 64}}, "strategy": {"kind": "parameter-server"}},
+}
+
+
+@pytest.mark.latex
+@pytest.mark.parametrize("width", [None, "column"])
+@pytest.mark.parametrize("kind", ["ps-sync", "allreduce-ring", "pipeline-1f1b", "central-storage", "gossip",
+                                  "hierarchical-4x2", "ring-on-2-hosts", "ps-2-shards", "ps-64-elided"])
+def test_the_measured_topology_with_memory_has_no_overlaps(tmp_path, kind, width):
+    import dataclasses
+
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import compile_pdf, pdf_text
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.figures.texts import label_text
+    from opentikz_dt.measured.annotate import annotate_layout, render_annotated_topology
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.workload import human_bytes
+
+    run_dir, measured = _synthetic_with_memory(tmp_path, SPECS.get(kind, kind), name=kind)
+    run = load_run(run_dir)
+    if width:
+        run = dataclasses.replace(run, spec=with_width(run.spec, width))
+    compiled = compile_pdf(render_annotated_topology(run))
+    assert check_figure_geometry(compiled.log) == []
+    text = " ".join(pdf_text(compiled.pdf).split())
+    # every drawn rank's memory is printed (under its node, or a shard box's in the footer); elided ones are not
+    drawn = {n.name for n in annotate_layout(run.spec, run.metrics, ranks=run.info["ranks"]).layout.nodes}
+    shown = [r for r in run.info["ranks"] if r["id"] in drawn]
+    assert shown and any(r["id"] == "w1" for r in shown)
+    for r in shown:
+        assert label_text(run.spec, "rank_memory", bytes=human_bytes(_total(measured[str(r["rank"])]))) in text, r

@@ -41,6 +41,7 @@ WORDS = {
     "measured_title": "实测：{title}", "step_time": "{ms} 毫秒/步", "link_bytes": "{bytes}/步",
     "measured_note": "实测 {steps} 步平均：链路流量与步长", "alike_note": "各链路相同：只标一次",
     "worker_traffic": "{worker} 每步：发 {sent}，收 {recv}", "straggler_note": "掉队者：{workers}", "ran_on": "{n} 台机器",
+    "rank_memory": "内存 {bytes}", "memory_note": "内存：各级参数、梯度、优化器状态与激活（第一步）",
 }
 # What dtgen prints in English unless the spec sets its words (the topologies below set
 # every label of their own in Chinese, so any of these is dtgen's).
@@ -52,7 +53,7 @@ ENGLISH = ("parameters", "per gradient", "python model", "workers", "hosts", "Ho
            "ran on", "machines")
 # The keys only a run's topology prints.
 RUN_KEYS = {"measured_title", "step_time", "link_bytes", "measured_note", "alike_note", "worker_traffic", "straggler_note",
-            "ran_on"}
+            "ran_on", "rank_memory", "memory_note"}
 ZH_LABELS = {"title": "拓扑", "topology": {"data": {"label": "数据"}, "workers": {"label": "节点 {i}"},
                                           "servers": {"label": "服务器"}}}
 BIG = {"training": {"dataset": {"samples": 2_000_000}}}

@@ -3,7 +3,7 @@ optimizer state, activations), the expected bar (from the spec, opentikz_dt.memo
 the measured one (metrics.json's `memory`, runner/memory.py) side by side.
 
 `dtgen figure SPEC --kind memory` draws the expected bars alone; `dtgen figure RUN_DIR`
-both. Many ranks are elided per role (the first few, a gap, the last), so the figure
+both; `dtgen compare RUN_DIR...` one measured bar per role of each run (render_compare_memory). Many ranks are elided per role (the first few, a gap, the last), so the figure
 stays readable at 1,024 workers. Pure: data -> TeX text, numbers formatted here, labels
 only through texsafe. Must not import torch.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..memory import CATEGORIES
 from ..texsafe import escape_text
 from ..workload import human_count
-from .fit import target_width_cm
+from .fit import COLUMN_CM, target_width_cm
 from .model import Tex
 from .render import base_context, environment
 
@@ -33,7 +33,7 @@ PLOT_BORDER_CM = 2 * 6 / 28.45  # the standalone border of plot-base.tex.j2
 
 @dataclass(frozen=True)
 class Slot:
-    x: int
+    x: float
     label: Tex
 
 
@@ -169,7 +169,7 @@ def render_memory_plot(spec, expected, roles, measured: dict | None = None, body
         legend_columns=4 if width >= 9.5 else 2, title=Tex(escape_text(title)),
         xlabel=Tex("rank"), sides=both,
         notes=[Tex(escape_text(line)) for line in _notes(spec, expected, has_measured, measured_note, peaks, left_out)],
-        note_width=num(width))
+        note_width=num(width), groups=[])
     return environment().get_template("plot-memory.tex.j2").render(context)
 
 
@@ -230,3 +230,79 @@ def render_run_memory(run, body_only: bool = False) -> str:
     note = (f"run {run.name}, its first step; " + "; ".join(how.get(s, s) for s in sources))
     return render_memory_plot(run.spec, expected, roles, run.metrics["memory"], body_only, source=str(run.path),
                               measured_note=note)
+
+
+# -- dtgen compare: memory per strategy -------------------------------------------------------
+
+def total_bytes(entry: dict) -> int:
+    """A rank's measured bytes: parameters, gradients, optimizer state and activations
+    (the categories drawn stacked; the CUDA peak is drawn as a line, not added)."""
+    return sum(entry.get(c) or 0 for c in CATEGORIES)
+
+
+def role_bars(run) -> list:
+    """One bar per role of a run (worker, server, storage, ...: in rank order), each the
+    measured memory of that role's largest rank (ties: the lowest rank), as
+    (role, rank id, memory entry). [] for a run that measured no memory."""
+    memory = run.metrics.get("memory") or {}
+    ranks = {r["rank"]: r for r in run.info.get("ranks") or [] if isinstance(r, dict) and "rank" in r}
+    largest: dict = {}
+    for rank, entry in sorted(memory.items()):
+        role = ranks.get(rank, {}).get("role") or "rank"
+        ident = ranks.get(rank, {}).get("id") or f"r{rank}"
+        if role not in largest or total_bytes(entry) > total_bytes(largest[role][2]):
+            largest[role] = (role, ident, entry)
+    return list(largest.values())
+
+
+COMPARE_GAP = 0.5  # slots between two runs' groups
+ROLE_STEP = 1.2  # slots between two bars of one run: their tick labels (worker, server) stay apart
+
+
+def render_compare_memory(runs: list, body_only: bool = False, source: str = "") -> str:
+    """`dtgen compare`'s memory figure: for each run (one spec's repeats: its first run) one
+    measured bar per role -- the role's largest rank -- stacked by category, the run's name
+    under its bars. Runs that measured no memory are named in the note."""
+    groups, left_out = [], []
+    for run in runs:
+        bars = role_bars(run)
+        if bars:
+            groups.append((run, bars))
+        else:
+            left_out.append(run.name)
+    tops = [max(total_bytes(e), e.get("peak") or 0) for _, bars in groups for _, _, e in bars]
+    scale, unit = unit_for(max(tops, default=0))
+    half = 0.28
+    x, slots, boxes, peaks, names = 0.0, [], [], [], []
+    for run, bars in groups:
+        name = escape_text(run.name)
+        # a group is as wide as its bars, or its name under them (a \scriptsize character each)
+        bars_span = 1 + (len(bars) - 1) * ROLE_STEP
+        extent = max(bars_span, (TICK_CHAR_CM * len(run.name) + 0.2) / SLOT_CM)
+        first = x + (extent - bars_span) / 2 + 0.5  # the first bar's centre
+        for i, (role, ident, entry) in enumerate(bars):
+            at = first + i * ROLE_STEP
+            # \strut: every tick label as tall as the tallest, so "server" sits level with "worker"
+            slots.append(Slot(at, Tex("\\strut " + escape_text(role))))
+            boxes += _stack(entry, at - half, at + half, scale, False)[0]
+            if entry.get("peak"):
+                peaks.append((num(at - half), num(at + half), num(entry["peak"] / scale)))
+        names.append((num(first + (len(bars) - 1) * ROLE_STEP / 2), Tex("\\strut " + name)))
+        x += extent + COMPARE_GAP
+    spec = runs[0].spec
+    span = max(1.0, x - COMPARE_GAP)
+    width = min(max(5.5, AXIS_MARGIN_CM + span * SLOT_CM), COLUMN_CM - PLOT_BORDER_CM - 0.2)
+    drawn = {c for _, bars in groups for _, _, e in bars for c in CATEGORIES if e.get(c)}
+    legend = [(Tex(STYLE[c][0]), STYLE[c][1]) for c in CATEGORIES if c in drawn]
+    lines = ["each bar: its role's largest rank on the run's first step, the bytes of the tensors each "
+             "category holds" + ("; line: CUDA allocator peak" if peaks else "")]
+    if left_out:
+        lines.append("no memory measured: " + ", ".join(left_out))
+    context = base_context(spec, "memory plot", body_only, [], source=source or "runs")
+    context.update(
+        width=num(width), ymax=num(nice_max(max(tops, default=0) / scale)), xmin=num(-0.1), xmax=num(span + 0.1),
+        xticks=Tex(",".join(num(s.x) for s in slots)), xticklabels=Tex(",".join("{%s}" % s.label for s in slots)),
+        rotate=False, legend_expected=False, ylabel=Tex(escape_text(unit)), boxes=boxes, peaks=peaks, legend=legend,
+        legend_columns=2, title=Tex(escape_text("Measured memory per strategy")), xlabel=Tex(""), sides=False,
+        notes=[Tex(escape_text(line)) for line in lines], note_width=num(width), groups=names)
+    return environment().get_template("plot-memory.tex.j2").render(context)

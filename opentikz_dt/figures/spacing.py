@@ -95,15 +95,19 @@ def host_extra(spec) -> float:
 
 
 WRAP_SLACK = 0.4  # cm a label of a fitted figure may reach past its icon on one line
+# A line break only the measured figures' layout estimates hold (measured.annotate._label_with_time):
+# at natural width their labels print on several lines (step time, memory) where a spec's print on one.
+MEASURED_BREAK = "\u2028"
 
 
 def printed_lines(spec, label: str, role: str) -> list[str]:
     """The lines a node's label prints as. A fitted figure breaks it where it holds a
     newline (a measured label puts its step time on a line of its own), and splits a line
     much wider than the node's icon in two, so the label takes no more room than the icon
-    and arrows reaching the icon's side stay clear of it. A natural-width figure prints one line."""
+    and arrows reaching the icon's side stay clear of it. A natural-width figure prints one line,
+    except where an estimate's label holds MEASURED_BREAK (a measured label's memory line)."""
     if not fitted(spec):
-        return [label]
+        return label.split(MEASURED_BREAK)
     icon_w = icon_size(spec, role)[0]
     lines = []
     for line in label.split("\n"):

@@ -2,7 +2,8 @@
 
 Starts from the figures' own Layout of the spec (so the picture is the same one), then
 puts the measured bytes per step on each worker's links, the mean step time under
-each worker, and draws the straggler (a worker STRAGGLER_RATIO slower than the median)
+each worker (and, where the run measured memory per rank, its bytes on a line of their
+own under each worker and server: metrics.json's `memory`), and draws the straggler (a worker STRAGGLER_RATIO slower than the median)
 in the highlight colour. Its words (title, step times, traffic, footer, model note) are
 the spec's figure.labels. Pure: Layout in, Layout out. Must not import torch.
 """
@@ -14,7 +15,9 @@ from dataclasses import dataclass, replace
 
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
-from ..figures.spacing import LINE_H, fitted_flow_run, icon_size, printed_cm, text_cm
+from ..figures.memory import total_bytes
+from ..figures.spacing import (LINE_H, MEASURED_BREAK, effective_spacing, fitted_flow_run, icon_size, printed_cm,
+                               text_cm)
 from ..figures.textwidth import wrap_line
 from ..figures.texts import label_tex, label_text, lane_text, sized_model_note
 from ..figures.topology_fit import compact_spec, fitted
@@ -52,11 +55,13 @@ def _rank_of(worker: str) -> int:
 
 
 def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str = "measured",
-                    source_line: str | None = None) -> Annotation:
+                    source_line: str | None = None, ranks: list | None = None) -> Annotation:
     """The spec's Layout with measured bytes on links, step times under workers, the straggler marked.
     `seen` (measured | predicted) titles it; `source_line` (the hardware measured on, or the
-    prediction's calibration) follows the footer's first line."""
+    prediction's calibration) follows the footer's first line; `ranks` (run.json's: rank, id)
+    name the ranks of metrics.json's memory (without them: the workers first, w1 rank 0)."""
     steps = max(1, metrics["steps"])
+    memory = node_memory(metrics, ranks)  # node id -> bytes; {} for runs that did not measure it
     traffic = metrics["bytes"]
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
     # A fitted column's links converge on the server, too close for a label on each: where every
@@ -65,7 +70,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     once = fitted(spec) and plugin.flow_labels_once(spec) and \
         _alike([traffic.get(_rank_of(w), {}) for w in step_ms if _WORKER.match(w)], steps)
     given = layout is not None
-    layout = layout or _layout_for(spec, step_ms, once)
+    layout = layout or _layout_for(spec, step_ms, once, memory=memory)
     # a fitted parameter server's links are as long as their labels need (spacing.fitted_flow_run)
     run = fitted_flow_run(compact_spec(_spaced_spec(spec, step_ms, once))) \
         if fitted(spec) and plugin.flow_run(spec) else None
@@ -76,9 +81,13 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
                 for w, ms in step_ms.items() if _WORKER.match(w) and not _time_on_own_line(spec, w, ms)}
     crowded = bool(one_line) and links_cross_labels(spec, layout, one_line)
     if crowded and not given and _column_elided(spec):  # its brace stands left of the labels as printed
-        layout = _layout_for(spec, step_ms, once, crowded)
+        layout = _layout_for(spec, step_ms, once, crowded, memory)
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
-    nodes = []
+    # a label with a memory line keeps its step time on a line of its own too: three narrow lines,
+    # not a wide first line reaching under the links leaving the icon (in host boxes the one-line
+    # time stays: a box as narrow as three short lines is narrower than its label)
+    crowded = crowded or _memory_own_line(spec, memory)
+    nodes, labelled = [], set()
     for node in layout.nodes:
         match = _WORKER.match(node.name)
         if match and node.kind == "icon" and node.name in step_ms:
@@ -86,6 +95,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
             label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name, step_ms[node.name], crowded) \
                 else f"{node.label}: {text}"
             node = replace(node, label=Tex(label), color=highlight if node.name in slow else node.color)
+        if node.name in memory and node.kind == "icon" and node.label:  # its memory on a line of its own
+            node = replace(node, label=Tex(f"{node.label}\\\\{_memory_tex(spec, memory[node.name])}"))
+            labelled.add(node.name)
         nodes.append(node)
     # A link label is exact only where a worker has one link each way (parameter server,
     # ring); a worker with several (pipeline middle stages, trees, gossip) gets its totals
@@ -154,11 +166,12 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     # The strategy's own note sits a little lower: the worker labels above it grew by their step
     # times (by a line where a time has a line of its own).
     grown = any(_time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
-    drop = 0.25 + (LINE_H if grown and not fitted(spec) else 0.0)
+    drop = 0.25 + (LINE_H if grown and not fitted(spec) else 0.0) + (LINE_H if labelled and not fitted(spec) else 0.0)
     nodes = [replace(n, y=n.y - drop) if n.name == "note" else n for n in nodes]
     # An elided column's ellipsis sits midway between the label above it and the next icon:
     # half a line lower where that label grew a line the layout did not see (fitted: it did).
-    if grown and not fitted(spec):
+    # (a run with memory: the layout saw every line already, _label_with_time)
+    if grown and not fitted(spec) and not memory:
         nodes = [replace(n, y=round(n.y - LINE_H / 2, 3))
                  if n.kind == "ellipsis" and _WORKER.match(n.name.removesuffix("-more")) else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
@@ -172,6 +185,13 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
             label_text(spec, "worker_traffic", worker=_who(spec, w), sent=human_bytes(traffic[_rank_of(w)]["sent"] / steps),
                        recv=human_bytes(traffic[_rank_of(w)]["recv"] / steps)) for w in totals[:4])
             + (" ..." if len(totals) > 4 else ""))
+    if memory:  # what the bytes under the nodes are; ranks drawn without a label of their own (shard boxes) say theirs here
+        unlabelled = [ident for ident in memory if ident not in labelled and not _WORKER.match(ident)]
+        lines.append(label_text(spec, "memory_note"))
+        if unlabelled:
+            lines.append(", ".join(f"{_server_name(spec, ident)}: "
+                                   f"{label_text(spec, 'rank_memory', bytes=human_bytes(memory[ident]))}"
+                                   for ident in unlabelled))
     if slow:
         lines.append(label_text(spec, "straggler_note", workers=", ".join(slow)))
     if fitted(spec):
@@ -198,6 +218,33 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     nodes.append(Node("measured-note", kind="text", rel=rel, text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
+
+
+def node_memory(metrics: dict, ranks: list | None) -> dict:
+    """Node id (w1, ps, ps2) -> the measured bytes of its rank (figures.memory.total_bytes:
+    parameters, gradients, optimizer state, activations); {} where the run measured none."""
+    memory = metrics.get("memory") or {}
+    ids = {r["rank"]: r["id"] for r in ranks or [] if isinstance(r, dict) and "rank" in r and r.get("id")}
+    out = {}
+    for rank, entry in memory.items():
+        ident = ids.get(rank) or f"w{rank + 1}"  # without run.json's ranks: workers come first
+        out[ident] = total_bytes(entry)
+    return out
+
+
+def _memory_own_line(spec, memory) -> bool:
+    """Whether a memory line moves the step time onto a line of its own (annotate_layout)."""
+    return bool(memory) and spec.topology.hosts < 2
+
+
+def _server_name(spec, ident: str) -> str:
+    """A server's (shard's) name as its box prints it: Shard 1; another rank: its id."""
+    servers = spec.topology.servers
+    return servers.label_of(ident) if ident in servers.ids else ident
+
+
+def _memory_tex(spec, nbytes: int) -> Tex:
+    return label_tex(spec, "rank_memory", bytes=human_bytes(nbytes))
 
 
 def _time_on_own_line(spec, worker: str, ms: float, crowded: bool = False) -> bool:
@@ -247,15 +294,26 @@ def measured_hosts(spec, layout: Layout, ranks: list, wrap: bool = False) -> Lay
     return replace(layout, groups=tuple(groups))
 
 
-def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False) -> Layout:
+def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False, memory: dict | None = None) -> Layout:
     """The spec's layout; at a target width (compact gaps), in host boxes (where workers sit
     side by side, or links must clear the box's padding), or elided (a brace left of the
     labels, ring links right of them), placed as if each worker's label
-    already held its step time and each link label its bytes, so the longer labels get their room."""
+    already held its step time and each link label its bytes, so the longer labels get their room.
+    `memory` (node id -> bytes): each label holds a line more (the rank's memory), so a worker column's rows
+    are a line further apart than the spacing its labels needed without it."""
     layout = build_layout(spec)
-    if not fitted(spec) and spec.topology.hosts < 2 and not _column_elided(spec):
+    plain = not fitted(spec) and spec.topology.hosts < 2 and not _column_elided(spec)
+    if plain and not memory:
         return layout
-    return replace(build_layout(_spaced_spec(spec, step_ms, once, crowded)), macros=layout.macros)
+    # (a plain layout keeps the spec's labels: its drawers may show them elsewhere, a pipeline's stage boxes)
+    spaced = spec if plain else _spaced_spec(spec, step_ms, once, crowded, memory)
+    if memory and plain:  # (the other layouts' estimates count the label's lines: _label_with_time)
+        # a line for the memory, and one for a step time that would have shared the name's line
+        moved = _memory_own_line(spec, memory) and any(
+            not _time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
+        rowsep = effective_spacing(spaced, plugin_of(spec).spacing_needs).rowsep + LINE_H * (1 + moved)
+        spaced = replace(spaced, figure=replace(spaced.figure, rowsep=round(rowsep, 2)))
+    return replace(build_layout(spaced), macros=layout.macros)
 
 
 def _column_elided(spec) -> bool:
@@ -263,12 +321,14 @@ def _column_elided(spec) -> bool:
     return spec.topology.workers.count > spec.figure.max_workers_drawn
 
 
-def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False):
+def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False, memory: dict | None = None):
     """The spec with the labels the annotated figure prints (_layout_for): each worker's holds its
-    step time, each link's its bytes per step."""
+    step time (and, with `memory`, a line for its bytes), each link's its bytes per step."""
+    memory = memory or {}
     workers = spec.topology.workers
     labels = {**workers.labels,
-              **{w: _label_with_time(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w)}}
+              **{w: _label_with_time(spec, w, ms, crowded, memory.get(w) if memory else None)
+                 for w, ms in step_ms.items() if _WORKER.match(w)}}
     wide = replace(spec, topology=replace(spec.topology, workers=replace(workers, labels=labels)))
     if spec.topology.hosts > 1 or fitted(spec):  # a link label gains its bytes per step ("888 kB", a little spare)
         # (said once, under the flow label: as wide as the wider of the two)
@@ -282,18 +342,32 @@ ONE_LINE_SPARE_CM = 1.5  # how far past its icon a worker's one-line label may r
 FOOTER_CHARS = 46  # a fitted figure's footer line, at most (a wide glyph counts twice): it must not widen the figure
 
 
-def _label_with_time(spec, worker: str, ms: float, crowded: bool = False) -> str:
+def _label_with_time(spec, worker: str, ms: float, crowded: bool = False, memory: int | None = None) -> str:
     """A worker's label as annotate_layout prints it, for the layout's estimates: a fitted
     figure's step time on a line of its own, which it never breaks (a no-break space keeps
     spacing.printed_lines from splitting it); a natural-width figure's estimates see one line
     per label, so a time on a line of its own there counts by the wider of label and time."""
     label = spec.topology.workers.label_of(worker)
     time = label_text(spec, "step_time", ms=f"{ms:.1f}")
+    mem = label_text(spec, "rank_memory", bytes=human_bytes(memory)) if memory is not None else ""
     if fitted(spec):
-        return label + "\n" + time.replace(" ", "\u00a0")
-    if _time_on_own_line(spec, worker, ms, crowded):
+        return label + _fitted_lines(time, mem)
+    own_line = _time_on_own_line(spec, worker, ms, crowded or _memory_own_line(spec, mem))
+    if mem:  # the lines as printed (spacing.MEASURED_BREAK): the memory line adds to the label's height
+        return MEASURED_BREAK.join([label, time, mem] if own_line else [f"{label}: {time}", mem])
+    if own_line:
         return max(label, time, key=text_cm)
     return f"{label}: {time}"
+
+
+def _fitted_lines(time: str, mem: str) -> str:
+    """A fitted figure's estimate of the step time and memory lines under a worker's name: two
+    lines (spacing.printed_lines counts them: rows, boxes and notes make room), each as wide
+    as the wider of the two, written as the wider one and "{}" (which prints nothing), so a
+    drawer that measures a label whole (a fitted pipeline spacing its stages) sees it no wider
+    than one line of time or memory more would make it."""
+    wider = max(time, mem, key=text_cm) if mem else time
+    return "\n" + wider.replace(" ", "\u00a0") + ("\n{}" if mem else "")
 
 
 def _who(spec, worker: str) -> str:
@@ -317,7 +391,8 @@ def render_annotated_topology(run: Run, body_only: bool = False) -> str:
     """The measured (or predicted) topology figure of a run as standalone TeX: titled by its
     source, its devices drawn as the ranks used them, the hardware or calibration in its footer."""
     spec = device_icons(run)
-    annotation = annotate_layout(spec, run.metrics, seen=source(run), source_line=source_note(run))
+    annotation = annotate_layout(spec, run.metrics, seen=source(run), source_line=source_note(run),
+                                 ranks=run.info.get("ranks"))
     layout = measured_hosts(spec, annotation.layout, run.info.get("ranks") or [], wrap=fitted(spec))
     layout = _built_model_shards(layout, run)
     return render_topology(spec, body_only=body_only, layout=layout, note=_built_model_note(run))

@@ -4,10 +4,11 @@ Summary metrics per run: samples/s, mean step time, final loss (and whether the 
 diverged: opentikz_dt.lossfacts), the held-out eval loss (training.eval), time to a loss
 (wall-clock seconds from the end of the first step until the mean loss first reaches the
 target; the default target is the lowest loss every converged run reached, and none for
-runs of a single spec), bytes per step (sent by all ranks), and staleness (mean and max
-versions behind, async only). Runs of one spec (a `dtgen run --repeat` folder, or several
-run directories) make one row and one series: their mean, with min--max as the spread and
-as error bars. The table's note defines every column and states where each row's numbers come
+runs of a single spec), bytes per step (sent by all ranks), staleness (mean and max
+versions behind, async only), and memory per rank (the largest rank's measured bytes;
+only where a run measured memory, so older run directories keep their table). Runs of
+one spec (a `dtgen run --repeat` folder, or several run directories) make one row and
+one series: their mean, with min--max as the spread and as error bars. The table's note defines every column and states where each row's numbers come
 from (source.table_source: measured on which hardware, predicted from which calibration,
 illustrative), one line per distinct source. Must not import torch.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DtgenError
+from ..figures.memory import render_compare_memory, total_bytes
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..figures.strategies import plugin_of
@@ -67,6 +69,7 @@ class Summary:
     repeats: int = 1
     reached: int = 0  # how many of the runs reached the target loss
     source: str = ""  # where the row's numbers come from (source.table_source), plain text
+    memory: Stat | None = None  # bytes of the run's largest rank (metrics.json's memory), None: not measured
 
 
 def strategy_name(spec) -> str:
@@ -124,7 +127,15 @@ def summarize_repeats(runs: list, target: float | None) -> Summary:
         stat(times), sent / steps, statistics.fmean(stale) if stale else None, max(stale) if stale else None,
         any(r.failed for r in runs), stat(final_loss(r.metrics["loss"]) for r in runs),
         stat(e.get("loss") for e in evals), stat(e.get("perplexity") for e in evals), sum(diverged), len(runs),
-        sum(t is not None for t in times), "; ".join(dict.fromkeys(table_source(r) for r in runs)))
+        sum(t is not None for t in times), "; ".join(dict.fromkeys(table_source(r) for r in runs)),
+        stat(largest_rank_bytes(r) for r in runs))
+
+
+def largest_rank_bytes(run: Run) -> int | None:
+    """Measured bytes of the run's largest rank (figures.memory.total_bytes: parameters,
+    gradients, optimizer state, activations); None where the run measured no memory."""
+    memory = run.metrics.get("memory") or {}
+    return max((total_bytes(entry) for entry in memory.values()), default=None)
 
 
 def _cell(value: Stat | None, fmt: str) -> str:
@@ -151,6 +162,16 @@ def _loss_cell(s: Summary) -> str:
     return cell
 
 
+def _bytes_cell(value: Stat | None) -> str:
+    """Bytes in human units, (min--max) for repeats; -- where not measured."""
+    if value is None:
+        return "--"
+    text = escape_text(human_bytes(value.mean))
+    if value.n == 1 or value.lo == value.hi:
+        return text
+    return f"{text} ({escape_text(human_bytes(value.lo))}--{escape_text(human_bytes(value.hi))})"
+
+
 def _eval_cell(s: Summary) -> str:
     cell = _cell(s.eval_loss, ".4g")
     return cell + (f" / {_cell(s.perplexity, '.3g')}" if s.perplexity is not None else "")
@@ -169,6 +190,9 @@ def column_notes(summaries: list, target: float | None) -> list:
         notes.append(f"Time to loss: wall seconds from the end of step 0 until the loss first reaches {target:g}, "
                      "the lowest loss every converged run reached; diverged runs are not ranked.")
     notes.append("Bytes/step: sent by all ranks. Staleness: versions behind, per async update.")
+    if any(s.memory is not None for s in summaries):
+        notes.append("Memory/rank: the largest rank's parameters, gradients, optimizer state and activations, "
+                     "measured on its first step (compare-memory: each role's largest rank).")
     if any(s.repeats > 1 for s in summaries):
         notes.append("n runs: the mean over repeats of one spec, (min--max) over them.")
     if any(s.ended_early for s in summaries):
@@ -197,6 +221,8 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
     header += ["Eval loss" + (" / ppl" if ppl else "")] if evals else []
     header += [f"Time to loss $\\leq$ {target:g} (s)"] if target is not None else []
     header += ["Bytes/step", "Staleness mean (max)"]
+    memory = any(s.memory is not None for s in summaries)  # runs from before memory was measured: no column
+    header += ["Memory/rank"] if memory else []
     rows = []
     for s in summaries:
         name = escape_text(s.name) + (f" ({s.repeats} runs)" if s.repeats > 1 else "") + (
@@ -207,6 +233,7 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
         cells += [_eval_cell(s)] if evals else []
         cells += [_time_cell(s)] if target is not None else []
         cells += [escape_text(human_bytes(s.bytes_per_step)), stale]
+        cells += [_bytes_cell(s.memory)] if memory else []
         rows.append(Tex(" & ".join(cells)))
     notes = [Tex(note) for note in column_notes(summaries, target)]
     context = base_context(spec, "summary table", body_only, [], source=source or "runs")
@@ -217,7 +244,8 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
 
 def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "pdf"),
                  loss: float | None = None, body_only: bool = False, echo=None) -> list:
-    """Write compare-loss, compare-throughput, compare-staleness (async runs) and compare-table; return the paths.
+    """Write compare-loss, compare-throughput, compare-staleness (async runs), compare-memory (runs
+    that measured memory per rank) and compare-table; return the paths.
     A run and a prediction of it also get compare-phases (per phase, with the error), echoed as text."""
     if not run_dirs:
         raise DtgenError("dtgen compare needs at least one run directory")
@@ -232,6 +260,8 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
               "compare-throughput": lambda bare: render_throughput_plot(runs, bare)}
     if any(run.metrics["staleness"] for run in runs):
         makers["compare-staleness"] = lambda bare: render_staleness_plot(runs, bare)
+    if any(run.metrics["memory"] for run in runs):  # one spec's repeats: its first run's memory (aggregate)
+        makers["compare-memory"] = lambda bare: render_compare_memory(runs, bare, source)
     makers["compare-table"] = lambda bare: render_summary_table(summaries, target, runs[0].spec, bare, source)
     written = []
     for stem, make in makers.items():
