@@ -447,11 +447,13 @@ def check_model(spec, model, names: list[str], where: str) -> None:
 
 def check_placement(placement) -> None:
     """Ranks sharing a GPU talk over gloo through host copies (runner/comm.py); DTensor's
-    functional collectives bypass those copies and have not been run on GPU tensors over
-    gloo here: refused until they are (CPU/gloo and one GPU per rank/nccl run)."""
+    functional collectives bypass those copies. gloo takes them on GPU tensors (two
+    processes sharing one H200, torch 2.11: parallelize_module forward and backward ran),
+    but dtgen's tensor run has not run there, so it is refused rather than claimed."""
     if placement.stage_through_host:
-        raise InputError("strategy tensor cannot share GPUs over gloo yet: DTensor's collectives on GPU tensors over "
-                         "gloo are unverified; give each worker its own GPU (nccl) or set runtime.device: cpu")
+        raise InputError("strategy tensor has not been run on GPUs shared over gloo (DTensor's collectives work "
+                         "there; dtgen's tensor run is untested): give each worker its own GPU (nccl) or set "
+                         "runtime.device: cpu")
 
 
 def sent(spec) -> str:
