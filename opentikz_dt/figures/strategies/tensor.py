@@ -11,22 +11,19 @@ from __future__ import annotations
 
 from ..schedule import STEPS, Sim, one_panel
 from ..spacing import allreduce_needs
-from ..topology_allreduce import allreduce_layout
+from ..topology_fit import fitted
+from ..topology_tensor import tensor_layout
 
 KIND = "tensor"
 TIMELINE_BOXES = ("forward", "backward", "slowdown", "allreduce", "optimizer", "skipped")
 
 
 def layout(spec, spacing):
-    return allreduce_layout(spec, spacing)
+    return tensor_layout(spec, spacing, fitted(spec))
 
 
 def spacing_needs(sizes):
     return allreduce_needs(sizes)
-
-
-def flow_run(spec) -> bool:
-    return True  # the collective's bar sits right of the worker column, as native all-reduce's
 
 
 def expected_timeline(spec, cost):
