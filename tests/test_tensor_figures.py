@@ -1,0 +1,75 @@
+"""Tensor parallelism's figures (issue 21): every split layer cut into one slice per worker,
+the all-reduce points between the layers, bounded at any worker count."""
+
+from __future__ import annotations
+
+import pytest
+
+from opentikz_dt.figures.render import render_topology
+from opentikz_dt.figures.topology import build_layout
+from opentikz_dt.figures.topology_tensor import slice_color
+from opentikz_dt.spec import spec_from_data
+
+TRANSFORMER = {"kind": "transformer", "layers": 2, "d_model": 64, "heads": 8, "seq_len": 16, "vocab": 64}
+
+
+def _spec(workers: int, model=None, **figure):
+    data = {"strategy": {"kind": "tensor"}, "topology": {"workers": {"count": workers}},
+            "training": {"model": model or TRANSFORMER, "dataset": {"kind": "synthetic", "samples": 256},
+                         "batch_size": 8}}
+    if figure:
+        data["figure"] = figure
+    return spec_from_data(data)
+
+
+def _columns(layout) -> list:
+    """The model's columns left to right: a layer (its slices' suffix) or an all-reduce bar (its text)."""
+    out = {}
+    for node in layout.nodes:
+        if node.name.startswith("ar-"):
+            out[node.x] = node.text
+        elif node.kind == "box" and node.name.startswith("w1-"):
+            out[node.x] = node.name.removeprefix("w1-")
+    return [out[x] for x in sorted(out)]
+
+
+@pytest.mark.parametrize("workers", [2, 4, 8])
+def test_every_split_layer_is_cut_into_one_slice_per_worker(workers):
+    layout = build_layout(_spec(workers))
+    for layer in ("attn1", "mlp1", "attn2", "mlp2"):
+        slices = [n for n in layout.nodes if n.kind == "box" and n.name.endswith(f"-{layer}")]
+        assert [n.name for n in slices] == [f"w{k}-{layer}" for k in range(1, workers + 1)]
+        assert [n.color for n in slices] == [slice_color(k) for k in range(1, workers + 1)]
+        assert len({n.x for n in slices}) == 1  # one column, each worker's slice in its row
+    assert len({slice_color(k) for k in range(1, 5)}) == 4  # neighbours never share a colour
+
+
+def test_the_all_reduce_points_follow_the_row_and_column_parallel_layers():
+    columns = _columns(build_layout(_spec(2)))
+    f, b, fb = r"$\Sigma$\,F", r"$\Sigma$\,B", r"$\Sigma$\,F\\$\Sigma$\,B"
+    # forward: after attention's and the MLP's row-parallel projection; backward: before each
+    # column-parallel layer (its input gradient), the first one too (the embeddings need it)
+    assert columns == [b, "attn1", fb, "mlp1", fb, "attn2", fb, "mlp2", f]
+
+
+def test_an_mlp_pairs_its_layers_and_keeps_an_odd_last_layer_whole():
+    layout = build_layout(_spec(4, {"kind": "mlp", "layers": [32, 64, 64, 64, 64, 10]}))
+    f, fb = r"$\Sigma$\,F", r"$\Sigma$\,F\\$\Sigma$\,B"
+    assert _columns(layout) == ["l1", "l2", fb, "l3", "l4", f, "l5"]  # the data needs no input gradient
+    assert {n.color for n in layout.nodes if n.kind == "box" and n.name.endswith("-l5")} == {"otgray"}
+
+
+def test_drawn_objects_are_bounded_at_1024_workers_and_many_blocks():
+    wide = {"kind": "mlp", "layers": [4096] * 9 + [10]}
+    count = lambda n, m=wide: (lambda lay: len(lay.nodes) + len(lay.edges))(build_layout(_spec(n, m)))
+    assert count(1024) == count(4096) <= 110
+    deep = dict(TRANSFORMER, layers=48, heads=16)
+    assert count(16, deep) == count(16, dict(deep, layers=96))
+    text = render_topology(_spec(1024, wide))
+    assert "w1024-l1" in text and "w500-l1" not in text and "1,024 slices" in text
+
+
+def test_a_fitted_figure_draws_one_block_and_an_ellipsis_for_the_others():
+    layout = build_layout(_spec(2, width="column"))
+    assert [c for c in _columns(layout) if not c.startswith("$")] == ["attn1", "mlp1"]
+    assert any(n.kind == "ellipsis" and n.name == "note-more2" for n in layout.nodes)
