@@ -73,3 +73,49 @@ def test_a_fitted_figure_draws_one_block_and_an_ellipsis_for_the_others():
     layout = build_layout(_spec(2, width="column"))
     assert [c for c in _columns(layout) if not c.startswith("$")] == ["attn1", "mlp1"]
     assert any(n.kind == "ellipsis" and n.name == "note-more2" for n in layout.nodes)
+
+
+# ---------------------------------------------------------------- the partitioning figure
+
+
+def test_partitioning_splits_the_model_vertically_and_horizontally():
+    from opentikz_dt.figures.partitioning import partitioning_layout
+
+    layout = partitioning_layout(_spec(4, dict(TRANSFORMER, layers=4)))
+    names = {n.name: n for n in layout.nodes}
+    # (a) one whole column per block, the blocks spread evenly over the workers
+    assert [names[f"panel-a-l{b}"].color for b in range(1, 5)] == [slice_color(k) for k in (1, 2, 3, 4)]
+    # (b) every block cut into one slice per worker
+    for b in range(1, 5):
+        assert [names[f"panel-b-l{b}-w{k}"].color for k in range(1, 5)] == [slice_color(k) for k in range(1, 5)]
+    assert "illustrative" in names["note"].text
+
+
+def test_partitioning_is_bounded_and_refuses_a_python_model():
+    from opentikz_dt.errors import DtgenError
+    from opentikz_dt.figures.partitioning import partitioning_layout
+
+    wide = {"kind": "mlp", "layers": [4096] * 30 + [10]}
+    assert len(partitioning_layout(_spec(1024, wide)).nodes) == len(partitioning_layout(_spec(4096, wide)).nodes) <= 60
+    with pytest.raises(DtgenError, match="python model"):
+        partitioning_layout(_python_spec())
+
+
+def _python_spec():
+    from pathlib import Path
+
+    from opentikz_dt.spec import load_spec
+
+    return load_spec(Path(__file__).parent.parent / "examples" / "custom-model" / "tensor.yaml")
+
+
+def test_partitioning_compiles_at_one_column(tmp_path):
+    from opentikz_dt.figures.write import render_figures
+
+    heard = []
+    spec = _spec(8, dict(TRANSFORMER, layers=6))
+    from opentikz_dt.figures.fit import with_width
+
+    paths = render_figures(with_width(spec, "column"), tmp_path, kinds=("partitioning",), formats=("pdf",),
+                           notify=heard.append)
+    assert [p.suffix for p in paths] == [".tex", ".pdf"] and heard == []  # fits, text >= 6 pt
