@@ -50,11 +50,11 @@ def tool_definitions() -> list[dict]:
                                             "problem as file:line:col: key: message.",
          "input_schema": {"type": "object", "additionalProperties": False, "required": ["spec"],
                           "properties": {"spec": _SPEC}}},
-        {"name": "render", "description": "Render the topology or timeline figure of a spec; returns the PNG and its "
-                                          "page size in cm.",
+        {"name": "render", "description": "Render the topology or timeline figure of a spec (or partitioning: its "
+                                          "model split two ways); returns the PNG and its page size in cm.",
          "input_schema": {"type": "object", "additionalProperties": False, "required": ["spec"],
                           "properties": {"spec": _SPEC,
-                                         "kind": {"enum": ["topology", "timeline"], "default": "topology"},
+                                         "kind": {"enum": ["topology", "timeline", "partitioning"], "default": "topology"},
                                          "dpi": {"type": "integer", "minimum": 30, "maximum": 300,
                                                  "default": RENDER_DPI}}}},
         {"name": "batch-edit", "description": "Apply several edit operations to one spec atomically: all or none.",
@@ -143,12 +143,12 @@ def _validate_tool(arguments: dict) -> dict:
 def render_png(spec_path: str, kind: str = "topology", dpi: int = RENDER_DPI) -> tuple[bytes, dict]:
     """(PNG bytes, page size) of one figure of a spec."""
     from .figures.compile import compile_cached, pdf_to_png
-    from .figures.render import render_timeline, render_topology
+    from .figures.write import render_texts
     from .invariants import pdf_page_size_cm
     from .spec import load_spec
 
     spec = load_spec(spec_path)
-    tex = render_topology(spec) if kind == "topology" else render_timeline(spec)
+    tex = render_texts(spec, (kind,))[kind]
     pdf = compile_cached(tex).pdf
     width, height = pdf_page_size_cm(pdf)
     size = {"width_cm": round(width, 3), "height_cm": round(height, 3),
@@ -199,8 +199,8 @@ def call_tool(name: str, arguments: dict | None) -> tuple[list, dict, bool]:
         if name == "render":
             kind = _argument(arguments, "kind", str, False, "topology")
             dpi = _argument(arguments, "dpi", int, False, RENDER_DPI)
-            if kind not in ("topology", "timeline") or not 30 <= dpi <= 300:
-                raise ToolFailure("arguments", "kind is topology or timeline; dpi 30..300")
+            if kind not in ("topology", "timeline", "partitioning") or not 30 <= dpi <= 300:
+                raise ToolFailure("arguments", "kind is topology, timeline or partitioning; dpi 30..300")
             png, size = render_png(_argument(arguments, "spec", str), kind, dpi)
             content = [{"type": "image", "data": base64.b64encode(png).decode("ascii"), "mime_type": "image/png"},
                        {"type": "text", "text": json.dumps(size)}]
