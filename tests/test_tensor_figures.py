@@ -119,3 +119,38 @@ def test_partitioning_compiles_at_one_column(tmp_path):
     paths = render_figures(with_width(spec, "column"), tmp_path, kinds=("partitioning",), formats=("pdf",),
                            notify=heard.append)
     assert [p.suffix for p in paths] == [".tex", ".pdf"] and heard == []  # fits, text >= 6 pt
+
+
+# ---------------------------------------------------------------- the expected timeline
+
+
+def _boxes(spec, lane="w1"):
+    from opentikz_dt.figures.schedule import expected_timeline
+
+    panel = expected_timeline(spec).panels[0]
+    return next(l for l in panel.lanes if l.id == lane).boxes
+
+
+def test_the_expected_timeline_all_reduces_after_every_layer_pair_forward_and_backward():
+    from opentikz_dt.figures.schedule import STEPS
+
+    boxes = _boxes(_spec(4, dict(TRANSFORMER, layers=3)))
+    assert sum(b.kind == "allreduce" for b in boxes) == STEPS * 2 * 2 * 3  # attention and MLP, both passes
+    # the first forward all-reduce follows the first pair's forward slice
+    kinds = [b.kind for b in boxes]
+    first = kinds.index("allreduce")
+    assert kinds[first - 1] == "forward" and "backward" not in kinds[:first]
+    # an mlp's first pair has no backward all-reduce (its input is the data)
+    mlp = _boxes(_spec(2, {"kind": "mlp", "layers": [32, 64, 64, 64, 64, 10]}))
+    assert sum(b.kind == "allreduce" for b in mlp) == STEPS * (2 + 1)
+
+
+def test_the_others_wait_for_a_slow_worker_at_every_all_reduce():
+    spec = spec_from_data({"strategy": {"kind": "tensor"},
+                           "topology": {"workers": {"count": 2, "slowdown": {"w2": 2.0}}},
+                           "training": {"model": TRANSFORMER, "dataset": {"kind": "synthetic", "samples": 256},
+                                        "batch_size": 8}})
+    fast, slow = _boxes(spec, "w1"), _boxes(spec, "w2")
+    assert sum(b.kind == "wait" for b in fast) >= 8 and not any(b.kind == "wait" for b in slow)
+    starts = lambda boxes: [round(b.start_ms, 6) for b in boxes if b.kind == "allreduce"]
+    assert starts(fast) == starts(slow)  # an all-reduce starts when both arrived

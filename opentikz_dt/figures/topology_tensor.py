@@ -26,10 +26,11 @@ from .topology_common import count_text, data_fan, data_node, ellipsis_node, mak
 
 # The slices' colours, one per worker in turn (gray is kept for text and frames).
 SLICE_COLORS = tuple(c for c in PALETTE_NAMES if c != "otgray")
-SLICE_W, SLICE_FIT_W = 0.85, 0.6  # cm: a slice column (a fitted figure's narrower)
-BAR_W = 0.75  # an all-reduce bar: its Σ (stacked Σf over Σb) and the psbox's 5pt inner sep
+SLICE_W, SLICE_FIT_W = 0.85, 0.5  # cm: a slice column (a fitted figure's narrower)
+BAR_W, BAR_FIT_W = 0.75, 0.68  # an all-reduce bar: its "Σ F" (over "Σ B") and the psbox's 5pt inner sep
 ITEM_GAP, ITEM_FIT_GAP = 0.2, 0.12  # between neighbouring columns
-ROW_GAP = 0.5  # from a worker's icon to its first slice
+MORE_W = 0.45  # the ellipsis standing for blocks not drawn
+ROW_GAP, ROW_FIT_GAP = 1.45, 1.3  # from a worker's icon to its first slice: a measured figure's bytes per step label the link
 
 
 def slice_color(worker_index: int) -> str:
@@ -117,15 +118,16 @@ def tensor_layout(spec, sp: Spacing, fitted: bool = False):
     slice_w = SLICE_FIT_W if fitted else SLICE_W
     gap = ITEM_FIT_GAP if fitted else ITEM_GAP
     items = split_items(spec, 1 if fitted else 3)  # a column's width holds one block
-    x = colsep + Sizes(spec).worker_half + ROW_GAP
+    x = colsep + Sizes(spec).worker_half + (ROW_FIT_GAP if fitted else ROW_GAP)
     height = round(top - bottom + slice_h, 3)
     first_slice = {}
     for item in items:
-        width = {"split": slice_w, "whole": slice_w, "allreduce": BAR_W, "more": BAR_W}[item.kind]
+        bar_w = BAR_FIT_W if fitted else BAR_W
+        width = {"split": slice_w, "whole": slice_w, "allreduce": bar_w, "more": MORE_W}[item.kind]
         cx = round(x + width / 2, 3)
         if item.kind == "allreduce":
             nodes.append(Node(f"ar-{item.name[2:]}", cx, round((top + bottom) / 2, 3), kind="box", style="psbox",
-                              min_height=height, min_width=BAR_W, text=bar_tex(item)))
+                              min_height=height, min_width=bar_w, text=bar_tex(item)))
         elif item.kind == "more":
             nodes.append(ellipsis_node(f"note-{item.name}", cx, round((top + bottom) / 2, 3), vertical=False))
         else:
@@ -143,17 +145,18 @@ def tensor_layout(spec, sp: Spacing, fitted: bool = False):
     for worker, _ in rows:  # each worker's row starts at its first slice (or the bar before it)
         end = Port(first, "west", level=f"{worker}.east") if first else Port(first_slice[worker], "west")
         edges.append(Edge(Port(worker, "east"), end, "act"))
-    # under the last worker's label, centred under the picture (three lines)
-    below = bottom - worker_h / 2 - LABEL_H - 0.2 - 1.5 * LINE_H
+    # under the last worker's label, centred under the picture
+    lines = 4 if model_section(spec).get("kind", "mlp") == "transformer" else 3
+    below = bottom - worker_h / 2 - LABEL_H - 0.2 - lines / 2 * LINE_H
     nodes.append(Node("note", round(x / 2, 3), round(below, 3), kind="text", text=_note(spec, count)))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, (), braces)
 
 
 def _note(spec, count: int) -> Tex:
-    """What the picture shows, in two lines under it."""
+    """What the picture shows, in three lines under it (four for a transformer)."""
     first = render_label(f"every layer cut into {count_text(count)} slices, one per worker")
     second = (r"$\Sigma$\,F: " + render_label("all-reduce of a layer's output (forward),")
               + r"\\$\Sigma$\,B: " + render_label("of its input gradient (backward)"))
     if model_section(spec).get("kind", "mlp") == "transformer":
-        second += render_label("; embeddings, norms, head whole")
+        second += r"\\" + render_label("embeddings, norms and head whole on every worker")
     return Tex(first + r"\\" + second)
