@@ -276,6 +276,8 @@ class TensorPair:
     flops: float
     forward: int
     backward: int
+    forward_layer: str = ""  # the module whose forward all-reduce it is (the runner's span arg `layer`)
+    backward_layer: str = ""  # and whose backward one
 
 
 @dataclass(frozen=True)
@@ -285,22 +287,25 @@ class TensorPlan:
     after: float  # and after them (a transformer's head, an mlp's odd last layer)
 
 
-def tensor_plan(m: dict, nominal_flops: float = 0.0) -> TensorPlan:
+def tensor_plan(m: dict, nominal_flops: float = 0.0, nominal_values: int = NOMINAL_TENSOR_VALUES) -> TensorPlan:
     """The layer pairs of a built-in model (`training.model`) as the tensor runner splits
-    them; a python model's: one nominal pair of `nominal_flops`."""
+    them; a python model's: one nominal pair of `nominal_flops` whose all-reduces sum
+    `nominal_values` per sample."""
     kind = m.get("kind", "mlp")
     if kind == "transformer":
         d, t, v = int(m["d_model"]), int(m["seq_len"]), int(m["vocab"])
         attention = 2.0 * t * 4 * d * d + 4.0 * t * t * d  # qkv and proj; scores and their product with V
         mlp = 2.0 * t * 8 * d * d
         pairs = []
-        for b in range(1, int(m["layers"]) + 1):
-            pairs += [TensorPair(f"attn{b}", attention, t * d, t * d), TensorPair(f"mlp{b}", mlp, t * d, t * d)]
+        for b in range(int(m["layers"])):
+            pairs += [TensorPair(f"attn{b + 1}", attention, t * d, t * d, f"blocks.{b}.attn.proj", f"blocks.{b}.attn.qkv"),
+                      TensorPair(f"mlp{b + 1}", mlp, t * d, t * d, f"blocks.{b}.mlp.proj", f"blocks.{b}.mlp.fc")]
         return TensorPlan(float(t * d), tuple(pairs), 2.0 * t * d * v)
     if kind == "mlp":
         widths = [int(w) for w in m["layers"]]
         flops = [2.0 * (a * b + b) for a, b in zip(widths, widths[1:])]
         pairs = tuple(TensorPair(f"l{2 * i + 1}", flops[2 * i] + flops[2 * i + 1], widths[2 * i + 2],
-                                 widths[2 * i] if i else 0) for i in range(len(flops) // 2))
+                                 widths[2 * i] if i else 0, f"layers.{2 * i + 1}", f"layers.{2 * i}")
+                      for i in range(len(flops) // 2))
         return TensorPlan(0.0, pairs, flops[-1] if len(flops) % 2 else 0.0)
-    return TensorPlan(0.0, (TensorPair("plan", nominal_flops, NOMINAL_TENSOR_VALUES, NOMINAL_TENSOR_VALUES),), 0.0)
+    return TensorPlan(0.0, (TensorPair("plan", nominal_flops, nominal_values, nominal_values),), 0.0)
