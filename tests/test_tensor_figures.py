@@ -3,6 +3,8 @@ the all-reduce points between the layers, bounded at any worker count."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from opentikz_dt.figures.render import render_topology
@@ -154,3 +156,43 @@ def test_the_others_wait_for_a_slow_worker_at_every_all_reduce():
     assert sum(b.kind == "wait" for b in fast) >= 8 and not any(b.kind == "wait" for b in slow)
     starts = lambda boxes: [round(b.start_ms, 6) for b in boxes if b.kind == "allreduce"]
     assert starts(fast) == starts(slow)  # an all-reduce starts when both arrived
+
+
+# ---------------------------------------------------------------- predictions
+
+
+def test_predicted_all_reduces_are_the_runners_one_per_layer_pair_and_pass():
+    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.simulate import simulate
+
+    spec = _spec(2, dict(TRANSFORMER, layers=2))
+    result = simulate(spec, Costs(illustrative_calibration(spec), spec), steps=2)
+    spans = [e for e in result.events[0] if e["name"] == "allreduce" and e["args"]["step"] == 1]
+    assert [(e["args"]["pass"], e["args"]["layer"]) for e in spans] == [
+        ("forward", "blocks.0.attn.proj"), ("forward", "blocks.0.mlp.proj"),
+        ("forward", "blocks.1.attn.proj"), ("forward", "blocks.1.mlp.proj"),
+        ("backward", "blocks.1.mlp.fc"), ("backward", "blocks.1.attn.qkv"),
+        ("backward", "blocks.0.mlp.fc"), ("backward", "blocks.0.attn.qkv")]  # as the runner traces them
+    assert {e["args"]["bytes"] for e in spans} == {4 * 8 * 16 * 64}  # batch x seq_len x d_model, fp32
+
+
+def test_a_sweep_shows_tensor_parallelism_stop_scaling_on_its_all_reduces(tmp_path):
+    import yaml
+
+    from opentikz_dt.predict.sweep import caption, run_sweep
+
+    path = tmp_path / "tensor.yaml"
+    path.write_text(yaml.safe_dump({"name": "wide", "strategy": {"kind": "tensor"},
+                                    "topology": {"workers": {"count": 2}},
+                                    "training": {"model": {"kind": "mlp", "layers": [4096] * 5 + [10]},
+                                                 "dataset": {"kind": "synthetic", "samples": 1024},
+                                                 "batch_size": 64, "steps": 4}}))
+    counts = [2, 8, 64, 1024]
+    points, skipped, spec, assumed = run_sweep(path, "workers=" + ",".join(map(str, counts)))
+    rate = {p.workers: p.samples_per_s for p in points}
+    assert skipped == [] and rate[8] > rate[2] and rate[1024] < rate[64]  # it scales, then the all-reduces win
+    note = assumed["strategy_note"]
+    assert "3 all-reduces per step" in note and note.endswith("at 1,024")
+    low, high = (int(x) for x in re.findall(r"(\d+) (?:percent )?at", note))
+    assert low < 10 < 90 < high
+    assert note in " ".join(caption(assumed, skipped, 4))

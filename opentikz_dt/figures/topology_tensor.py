@@ -44,7 +44,7 @@ class Item:
     all-reduce bar (`forward`/`backward`: which passes all-reduce there) or an ellipsis."""
 
     name: str  # a node-name suffix: attn1, mlp1, l2, more2, ar3
-    kind: str  # split | whole | allreduce | more
+    kind: str  # split | whole | sum (an all-reduce bar) | more
     label: str = ""  # plain text above the column (a layer's name)
     forward: bool = False
     backward: bool = False
@@ -90,12 +90,12 @@ def split_items(spec, max_blocks: int) -> list[Item]:
 
 def _ar(items: list[Item], forward: bool = False, backward: bool = False) -> None:
     """An all-reduce point after the last column: merged with a bar already there."""
-    if items and items[-1].kind == "allreduce":
+    if items and items[-1].kind == "sum":
         last = items[-1]
-        items[-1] = Item(last.name, "allreduce", forward=last.forward or forward, backward=last.backward or backward)
+        items[-1] = Item(last.name, "sum", forward=last.forward or forward, backward=last.backward or backward)
         return
-    count = sum(1 for i in items if i.kind == "allreduce")
-    items.append(Item(f"ar{count + 1}", "allreduce", forward=forward, backward=backward))
+    count = sum(1 for i in items if i.kind == "sum")
+    items.append(Item(f"ar{count + 1}", "sum", forward=forward, backward=backward))
 
 
 def bar_tex(item: Item) -> Tex:
@@ -123,9 +123,9 @@ def tensor_layout(spec, sp: Spacing, fitted: bool = False):
     first_slice = {}
     for item in items:
         bar_w = BAR_FIT_W if fitted else BAR_W
-        width = {"split": slice_w, "whole": slice_w, "allreduce": bar_w, "more": MORE_W}[item.kind]
+        width = {"split": slice_w, "whole": slice_w, "sum": bar_w, "more": MORE_W}[item.kind]
         cx = round(x + width / 2, 3)
-        if item.kind == "allreduce":
+        if item.kind == "sum":
             nodes.append(Node(f"ar-{item.name[2:]}", cx, round((top + bottom) / 2, 3), kind="box", style="psbox",
                               min_height=height, min_width=bar_w, text=bar_tex(item)))
         elif item.kind == "more":
@@ -141,7 +141,7 @@ def tensor_layout(spec, sp: Spacing, fitted: bool = False):
             nodes.append(Node(f"note-{item.name}", cx, round(top + slice_h / 2 + 0.25, 3), kind="text",
                               text=Tex(render_label(item.label))))
         x += width + gap
-    first = f"ar-{items[0].name[2:]}" if items[0].kind == "allreduce" else None
+    first = f"ar-{items[0].name[2:]}" if items[0].kind == "sum" else None
     for worker, _ in rows:  # each worker's row starts at its first slice (or the bar before it)
         end = Port(first, "west", level=f"{worker}.east") if first else Port(first_slice[worker], "west")
         edges.append(Edge(Port(worker, "east"), end, "act"))

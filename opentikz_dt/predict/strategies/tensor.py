@@ -109,3 +109,26 @@ def fit_message_latency(fit, comm: dict) -> None:
     alphas = [e["dur"] / 1e6 - 2 * (n - 1) / n * e["args"].get("bytes", 0) * beta for e in spans]
     comm["allreduce"]["alpha_s"] = max(0.0, sum(alphas) / len(alphas)) / (2 * (n - 1))
     return None
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+def sweep_note(points: list) -> str | None:
+    """Why tensor parallelism stops scaling: the share of a step spent in its per-layer
+    all-reduces (each 2(N-1) latencies of a ring, in lockstep, on the critical path) at
+    the smallest and the largest worker count."""
+    shares = []
+    for n, spec, costs, step_ms in (points[0], points[-1]):
+        if step_ms <= 0 or n < 2:
+            return None
+        plan = _plan_of(spec)
+        batch = spec.training.batch_size
+        us = sum(costs.allreduce(4 * batch * v, n) for p in plan.pairs for v in (p.forward, p.backward) if v)
+        shares.append((n, min(1.0, us / 1000 / step_ms)))
+    count = sum(1 for p in _plan_of(points[0][1]).pairs for v in (p.forward, p.backward) if v)
+    if not count:
+        return None
+    (n0, s0), (n1, s1) = shares
+    return (f"tensor parallel: {count} all-reduces per step, one per layer pair and pass, on the critical "
+            f"path; their share of a step: {100 * s0:.0f} percent at {n0:,} workers, {100 * s1:.0f} at {n1:,}")
