@@ -196,3 +196,20 @@ def test_a_sweep_shows_tensor_parallelism_stop_scaling_on_its_all_reduces(tmp_pa
     low, high = (int(x) for x in re.findall(r"(\d+) (?:percent )?at", note))
     assert low < 10 < 90 < high
     assert note in " ".join(caption(assumed, skipped, 4))
+
+
+# ---------------------------------------------------------------- the edit contract
+
+
+def test_a_slice_and_an_all_reduce_bar_point_at_the_model_a_worker_at_its_label():
+    from opentikz_dt.edit.nodepaths import spec_path_of
+    from opentikz_dt.figures.names import is_node_name
+
+    spec = _spec(2)
+    for name in ("w2-attn1", "w1-mlp2", "ar-3", "note-attn1"):
+        assert is_node_name(name), name
+        assert spec_path_of(name, spec) == ("training", "model"), name
+    assert spec_path_of("w2-label", spec) == ("topology", "workers", "label")
+    assert spec_path_of("w2", spec) == ("topology", "workers", "label")
+    every = {n.name for n in build_layout(spec).nodes if n.kind == "box"}
+    assert every and all(spec_path_of(name, spec) == ("training", "model") for name in every)
