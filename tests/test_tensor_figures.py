@@ -213,3 +213,32 @@ def test_a_slice_and_an_all_reduce_bar_point_at_the_model_a_worker_at_its_label(
     assert spec_path_of("w2", spec) == ("topology", "workers", "label")
     every = {n.name for n in build_layout(spec).nodes if n.kind == "box"}
     assert every and all(spec_path_of(name, spec) == ("training", "model") for name in every)
+
+
+# ---------------------------------------------------------------- compiled: no overlaps, one column, >= 6 pt
+
+WIDE = {"kind": "mlp", "layers": [4096, 4096, 4096, 10]}
+
+
+@pytest.mark.parametrize("workers, model", [(2, None), (8, None), (1024, WIDE)])
+def test_the_topology_compiles_clean_and_fits_one_column_with_legible_text(workers, model):
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import compile_pdf, pdf_page_size, pdf_words
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.figures.render import render_timeline
+
+    spec = _spec(workers, model)
+    for tex in (render_topology(spec), render_timeline(spec)):
+        assert check_figure_geometry(compile_pdf(tex).log) == []
+    for tex in (render_topology(with_width(spec, "column")), _partitioning(with_width(spec, "column"))):
+        result = compile_pdf(tex)
+        width, _ = pdf_page_size(result.pdf)
+        assert width / 72.27 * 2.54 <= 8.5 + 0.02
+        assert min(size for _, size in pdf_words(result.pdf)) >= 6.0 - 0.05
+        assert check_figure_geometry(result.log) == []
+
+
+def _partitioning(spec) -> str:
+    from opentikz_dt.figures.write import render_texts
+
+    return render_texts(spec, ("partitioning",))["partitioning"]

@@ -46,6 +46,7 @@ class Item:
     name: str  # a node-name suffix: attn1, mlp1, l2, more2, ar3
     kind: str  # split | whole | sum (an all-reduce bar) | more
     label: str = ""  # plain text above the column (a layer's name)
+    span: int = 1  # columns the label is centred over (an mlp's pair: its two layers)
     forward: bool = False
     backward: bool = False
 
@@ -65,7 +66,10 @@ def split_items(spec, max_blocks: int) -> list[Item]:
         for i in range(1, count + 1):
             paired = i <= 2 * (count // 2)
             role = ("col" if i % 2 else "row") if paired else "whole"
-            layers.append((f"l{i}", label_text(spec, "stage_layer", i=i), role, (i + 1) // 2))
+            # a pair's two layers are named once, over both (two labels would not fit)
+            label = label_text(spec, "stage_layers", first=i, last=i + 1) if role == "col" else \
+                "" if role == "row" else label_text(spec, "stage_layer", i=i)
+            layers.append((f"l{i}", label, role, (i + 1) // 2))
     else:  # a python model: its plan is known at run time; one column-/row-parallel pair stands for it
         layers = [("col", "colwise", "col", 1), ("row", "rowwise", "row", 1)]
     blocks = sorted({b for *_, b in layers})
@@ -82,7 +86,8 @@ def split_items(spec, max_blocks: int) -> list[Item]:
             col, row = role in ("col", "pair"), role in ("row", "pair")
             if col and not (kind == "mlp" and name == "l1"):  # the data needs no input gradient
                 _ar(items, backward=True)
-            items.append(Item(name, "whole" if role == "whole" else "split", label))
+            items.append(Item(name, "whole" if role == "whole" else "split", label,
+                              span=2 if kind == "mlp" and role == "col" else 1))
             if row:
                 _ar(items, forward=True)
     return items
@@ -138,8 +143,10 @@ def tensor_layout(spec, sp: Spacing, fitted: bool = False):
                 first_slice.setdefault(worker, f"{worker}-{item.name}")
             for more in gaps:
                 nodes.append(ellipsis_node(f"{more.name}-{item.name}", cx, more.y))
-            nodes.append(Node(f"note-{item.name}", cx, round(top + slice_h / 2 + 0.25, 3), kind="text",
-                              text=Tex(render_label(item.label))))
+            if item.label:
+                centre = cx + (item.span - 1) * (width + gap) / 2
+                nodes.append(Node(f"note-{item.name}", round(centre, 3), round(top + slice_h / 2 + 0.25, 3),
+                                  kind="text", text=Tex(render_label(item.label))))
         x += width + gap
     first = f"ar-{items[0].name[2:]}" if items[0].kind == "sum" else None
     for worker, _ in rows:  # each worker's row starts at its first slice (or the bar before it)
@@ -147,7 +154,8 @@ def tensor_layout(spec, sp: Spacing, fitted: bool = False):
         edges.append(Edge(Port(worker, "east"), end, "act"))
     # under the last worker's label, centred under the picture
     lines = 4 if model_section(spec).get("kind", "mlp") == "transformer" else 3
-    below = bottom - worker_h / 2 - LABEL_H - 0.2 - lines / 2 * LINE_H
+    label_lines = Sizes(spec).worker_lines  # the last worker's label may print on two lines
+    below = bottom - worker_h / 2 - LABEL_H - LINE_H * (label_lines - 1) - 0.35 - lines / 2 * LINE_H
     nodes.append(Node("note", round(x / 2, 3), round(below, 3), kind="text", text=_note(spec, count)))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, (), braces)
 
