@@ -242,3 +242,18 @@ def _partitioning(spec) -> str:
     from opentikz_dt.figures.write import render_texts
 
     return render_texts(spec, ("partitioning",))["partitioning"]
+
+
+def test_the_mcp_render_tool_draws_the_partitioning_figure():
+    from pathlib import Path
+
+    from opentikz_dt.mcp_server import render_png
+
+    from opentikz_dt.figures.compile import compile_cached
+    from opentikz_dt.invariants import pdf_page_size_cm
+    from opentikz_dt.spec import load_spec
+
+    path = Path(__file__).parent.parent / "examples" / "tensor-transformer.yaml"
+    png, size = render_png(str(path), "partitioning", 30)
+    width, _ = pdf_page_size_cm(compile_cached(_partitioning(load_spec(path))).pdf)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and size["width_cm"] == round(width, 3)  # that figure, not another
