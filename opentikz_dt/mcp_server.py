@@ -29,7 +29,7 @@ from .errors import EXIT_USAGE, DtgenError, SpecError, error_text  # error_text:
 CONTRACT_URI = "dtgen://contract"
 SKILL_PROMPT = "dtgen-skill"
 RENDER_DPI = 110
-RENDER_KINDS = ("topology", "timeline", "memory")  # the figures of a spec the render tool draws
+RENDER_KINDS = ("topology", "timeline", "memory", "partitioning")  # the figures of a spec the render tool draws
 
 
 # -- tool definitions --------------------------------------------------------------
@@ -52,9 +52,9 @@ def tool_definitions() -> list[dict]:
                                             "problem as file:line:col: key: message.",
          "input_schema": {"type": "object", "additionalProperties": False, "required": ["spec"],
                           "properties": {"spec": _SPEC}}},
-        {"name": "render", "description": "Render the topology, timeline or memory figure of a spec (memory: "
-                                          "the expected bytes per rank, by category); returns the PNG and its "
-                                          "page size in cm.",
+        {"name": "render", "description": "Render the topology, timeline, memory or partitioning figure of a "
+                                          "spec (memory: the expected bytes per rank, by category; partitioning: "
+                                          "its model split two ways); returns the PNG and its page size in cm.",
          "input_schema": {"type": "object", "additionalProperties": False, "required": ["spec"],
                           "properties": {"spec": _SPEC,
                                          "kind": {"enum": list(RENDER_KINDS), "default": "topology"},

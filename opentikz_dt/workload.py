@@ -256,3 +256,56 @@ def abbreviate_tensors(names: list[str], keep: int = 4) -> list[str]:
         if short not in out:
             out.append(short)
     return out if len(out) <= keep else out[:keep - 2] + ["..."] + out[-1:]
+
+
+# ---------------------------------------------------------------- tensor parallelism's layer pairs
+
+# A python model's layer pairs are its plan's, known at run time: the expected figures draw
+# one nominal pair whose all-reduces sum this many values per sample.
+NOMINAL_TENSOR_VALUES = 1024
+
+
+@dataclass(frozen=True)
+class TensorPair:
+    """A column- then row-parallel pair of Linear layers as tensor parallelism splits them
+    (runner/strategies/tensor.py): forward FLOPs per sample of the whole pair, and the
+    values per sample its forward all-reduce (the row-parallel output) and its backward one
+    (the column-parallel input gradient; 0 where the input needs none: an mlp's data) sum."""
+
+    name: str
+    flops: float
+    forward: int
+    backward: int
+    forward_layer: str = ""  # the module whose forward all-reduce it is (the runner's span arg `layer`)
+    backward_layer: str = ""  # and whose backward one
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    before: float  # forward FLOPs per sample computed whole on every worker before the pairs
+    pairs: tuple  # TensorPairs in forward order
+    after: float  # and after them (a transformer's head, an mlp's odd last layer)
+
+
+def tensor_plan(m: dict, nominal_flops: float = 0.0, nominal_values: int = NOMINAL_TENSOR_VALUES) -> TensorPlan:
+    """The layer pairs of a built-in model (`training.model`) as the tensor runner splits
+    them; a python model's: one nominal pair of `nominal_flops` whose all-reduces sum
+    `nominal_values` per sample."""
+    kind = m.get("kind", "mlp")
+    if kind == "transformer":
+        d, t, v = int(m["d_model"]), int(m["seq_len"]), int(m["vocab"])
+        attention = 2.0 * t * 4 * d * d + 4.0 * t * t * d  # qkv and proj; scores and their product with V
+        mlp = 2.0 * t * 8 * d * d
+        pairs = []
+        for b in range(int(m["layers"])):
+            pairs += [TensorPair(f"attn{b + 1}", attention, t * d, t * d, f"blocks.{b}.attn.proj", f"blocks.{b}.attn.qkv"),
+                      TensorPair(f"mlp{b + 1}", mlp, t * d, t * d, f"blocks.{b}.mlp.proj", f"blocks.{b}.mlp.fc")]
+        return TensorPlan(float(t * d), tuple(pairs), 2.0 * t * d * v)
+    if kind == "mlp":
+        widths = [int(w) for w in m["layers"]]
+        flops = [2.0 * (a * b + b) for a, b in zip(widths, widths[1:])]
+        pairs = tuple(TensorPair(f"l{2 * i + 1}", flops[2 * i] + flops[2 * i + 1], widths[2 * i + 2],
+                                 widths[2 * i] if i else 0, f"layers.{2 * i + 1}", f"layers.{2 * i}")
+                      for i in range(len(flops) // 2))
+        return TensorPlan(0.0, pairs, flops[-1] if len(flops) % 2 else 0.0)
+    return TensorPlan(0.0, (TensorPair("plan", nominal_flops, nominal_values, nominal_values),), 0.0)

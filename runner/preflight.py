@@ -47,6 +47,8 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
                            f"({spec.training.batch_size} x {dp} = {need})")
         x, y = data.take(data.indices(0, min(2, data.n)))
         _trial_step(model, loss_fn, x, y, model_where)
+        # the strategy may try its split on the same samples (a tensor plan's consistency)
+        load_strategy(spec.strategy.kind).check_trial(spec, model, x, model_where)
         workload = _prediction_workload(spec, model, x)
     names = [name for name, _ in model.named_parameters()]
     strategy = load_strategy(spec.strategy.kind)

@@ -179,7 +179,7 @@ def test_render_draws_a_specs_expected_memory_and_refuses_a_python_model(tmp_pat
                     await client.call_tool("render", {"spec": "spec.yaml", "kind": "loss"}))
 
     tool, rendered, python_model, unknown = run(scenario)
-    assert tool.input_schema["properties"]["kind"]["enum"] == ["topology", "timeline", "memory"]
+    assert tool.input_schema["properties"]["kind"]["enum"] == ["topology", "timeline", "memory", "partitioning"]
     assert not rendered.is_error, rendered.content[0].text
     image, size = rendered.content
     png = base64.b64decode(image.data)

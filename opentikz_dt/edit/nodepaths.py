@@ -33,6 +33,10 @@ def spec_path_of(node: str, spec) -> tuple | None:
     if head == "data":
         return ("topology", "data", "label")
     if re.fullmatch(r"w[1-9][0-9]*", head):
+        if len(parts) == 2 and parts[1] not in ("label", "more"):  # a worker's part only one strategy draws
+            own = plugin(spec.strategy.kind).node_spec_path(node, parts)  # (a tensor-parallel slice)
+            if own is not None:
+                return own
         if head in spec.topology.workers.labels:
             return ("topology", "workers", "labels", head)
         return ("topology", "workers", "label")

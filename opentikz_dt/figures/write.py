@@ -35,8 +35,12 @@ def render_texts(spec, kinds=KINDS, body_only: bool = False, timeline=None) -> d
             from .memory import render_spec_memory
 
             texts[kind] = render_spec_memory(spec, body_only=body_only)
+        elif kind == "partitioning":  # asked for by name only: the model split two ways (illustrative)
+            from .partitioning import partitioning_layout
+
+            texts[kind] = render_topology(spec, body_only=body_only, layout=partitioning_layout(spec))
         else:
-            raise DtgenError(f"unknown figure kind {kind!r} (one of {', '.join(KINDS + ('memory',))})")
+            raise DtgenError(f"unknown figure kind {kind!r} (one of {', '.join(KINDS + ('memory', 'partitioning'))})")
     return texts
 
 

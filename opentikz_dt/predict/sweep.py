@@ -25,6 +25,7 @@ from ..texsafe import escape_text
 from .predict import apply_overrides, check_size, costs_for
 from .rundir import metrics_of
 from .simulate import simulate
+from .strategies import REGISTRY
 
 MAX_POINTS = 64
 MAX_SERIES = 5  # palette colours
@@ -79,7 +80,7 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
     base = apply_overrides(load_spec(spec_path), fixed)
     if steps is not None:
         base = apply_overrides(base, (f"training.steps={steps}",))
-    points, skipped, assumed = [], [], {}
+    points, skipped, assumed, seen = [], [], {}, []
     for label, extra in lines:
         for n in counts:
             try:
@@ -93,6 +94,11 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
             m = metrics_of(result, spec, spec.training.steps)
             step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
             points.append(Point(label or base.name, n, m["samples_per_s"], step))
+            seen.append((n, spec, costs, step))
+    # the strategy may say why it scales as it does (one line under the figure; one series only)
+    note = REGISTRY.get(base.strategy.kind).sweep_note(seen) if len(lines) == 1 and seen else None
+    if note:
+        assumed = {**assumed, "strategy_note": note}
     return points, skipped, base, assumed
 
 
@@ -106,6 +112,8 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
     notes = [f"predicted from the {source}: every rank on its own core, compute as "
              f"calibrated solo; {link}{latency}; {steps} steps, first left out"]
+    if assumed.get("strategy_note"):
+        notes.append(assumed["strategy_note"])
     if skipped:
         notes.append("not valid for this spec, left out: " + ", ".join(skipped[:8]) + (" ..." if len(skipped) > 8 else ""))
     return [escape_text(n) for n in notes]

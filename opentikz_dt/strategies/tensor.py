@@ -10,6 +10,8 @@ does the split; the rules below refuse, before anything starts, the sizes it can
 
 from __future__ import annotations
 
+import re
+
 from math import gcd
 
 from ._base import Strategy
@@ -101,6 +103,15 @@ def _split_tensor(spec, name: str) -> bool:
         index, pairs = int(parts[1]), (len(model["layers"]) - 1) // 2
         return index < 2 * pairs and (index % 2 == 0 or parts[-1] == "weight")
     return False
+
+
+def node_spec_path(node: str, parts: list[str]) -> tuple | None:
+    """The topology's slices (w2-attn1: worker 2's slice of block 1's attention), its
+    all-reduce bars (ar-N) and its layer names (note-attn1) come from the model: how many
+    layers, and how they pair."""
+    if re.fullmatch(r"ar|note", parts[0]) or (len(parts) == 2 and re.fullmatch(r"(attn|mlp|l)[0-9]+|col|row", parts[1])):
+        return ("training", "model")
+    return None
 
 
 def starter_block(kind: str) -> str:

@@ -28,6 +28,12 @@ def check_model(spec, model, names: list[str], where: str) -> None:
     `where` names the spec's model key for the message."""
 
 
+def check_trial(spec, model, x, where: str) -> None:
+    """Raise InputError if the built model, run on the preflight's trial samples `x`, shows
+    that this strategy would train it wrongly (before any rank is spawned); `where` names
+    the spec's model key. Default: nothing to check."""
+
+
 def figure_shards(spec, sizes: dict) -> dict:
     """{server id: tensor names} for run.json, when the figure draws shards (sizes: the
     built model's {parameter name: numel}); {} when the strategy has no shards."""

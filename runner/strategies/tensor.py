@@ -380,15 +380,91 @@ def _check_consistent(ctx, split, whole, source: str) -> None:
         except RuntimeError as exc:
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise InputError(f"{source}: the model cannot run split by this plan: {first}") from None
+    _verdict(got, want, source, "on the first batch")
+
+
+def _verdict(got, want, source: str, where: str) -> None:
+    """InputError unless the split model's output `got` is the unsplit one's `want`."""
     if got.shape != want.shape:
         raise InputError(f"{source}: with this plan the model's output is {list(got.shape)}, not {list(want.shape)}: "
                          "a colwise layer's slice reaches the loss (pair it with a rowwise layer after it)")
     off = ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
     if not off <= CONSISTENT:
-        raise InputError(f"{source}: this plan changes what the model computes: on the first batch its output is "
+        raise InputError(f"{source}: this plan changes what the model computes: {where} its output is "
                          f"{off:.2g} (relative) off the unsplit model's; a module between a colwise layer and its "
                          "rowwise partner needs whole features (e.g. a LayerNorm), or a colwise output is used "
                          "without a rowwise layer after it")
+
+
+# --- the plan tried before spawning (runner/preflight.py) ------------------------------------
+
+def check_trial(spec, model, x, where: str) -> None:
+    """Before any rank is spawned: refuse a python model's plan that changes what the model
+    computes, on the preflight's trial samples `x`, in this one process. The split is
+    emulated without a process group: each colwise layer's output is cut into the workers'
+    slices, stacked along the batch dimension (worker k's slice is the k-th block of rows),
+    so the modules after it see each worker's slice as its rank would; a rowwise layer
+    takes the k-th block with its k-th column slice of the weight and sums the blocks (the
+    all-reduce). A plan that gives a slice to a module needing whole features, or a slice
+    to the loss, then shows here as it would on the ranks, a second after `dtgen run`
+    instead of after the spawn (the ranks' own check on the first batch, `_check_consistent`,
+    stays). One limit: a module that takes the batch size from somewhere other than its
+    input would see the stacked slices as a larger batch."""
+    if spec.training.model_kind != "python":
+        return  # the built-in plans are tested against `single` (tests/test_runner_numerics.py)
+    from ..model import logits_of
+
+    plan, source = plan_of(spec, model)
+    workers = spec.topology.workers.count
+    if not plan or workers < 2:
+        return
+    emulated = _emulated_split(model, plan, workers).eval()  # no dropout: the two must compute alike
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            want = logits_of(model(x))
+            try:
+                got = logits_of(emulated(x))
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                raise InputError(f"{source}: the model cannot run split by this plan (tried on {x.shape[0]} "
+                                 f"trial samples before spawning): {first}") from None
+    finally:
+        model.train(training)
+    _verdict(got, want, source, f"on {x.shape[0]} trial samples (before spawning)")
+
+
+def _emulated_split(model, plan: dict[str, str], workers: int):
+    """A copy of `model` whose planned Linear/Embedding modules compute as split over
+    `workers` ranks, the ranks' slices stacked along dimension 0 (check_trial)."""
+    from torch import nn
+    from torch.nn import functional as F
+
+    copied = copy.deepcopy(model)
+    modules = dict(copied.named_modules())
+    for name, style in plan.items():
+        module = modules[name]
+        if style == "colwise" and isinstance(module, nn.Linear):
+            module.forward = lambda x, m=module: torch.cat(F.linear(x, m.weight, m.bias).chunk(workers, -1), 0)
+        elif style == "colwise" and isinstance(module, nn.Embedding):
+            module.forward = lambda ids, m=module: torch.cat(m.__class__.forward(m, ids).chunk(workers, -1), 0)
+        elif style == "rowwise" and isinstance(module, nn.Linear):
+            module.forward = lambda x, m=module: _rowwise(x, m, workers)
+        # a rowwise Embedding (vocabulary rows) sums lookups that hit one slice each: the whole lookup
+    return copied
+
+
+def _rowwise(x, module, workers: int):
+    """A row-parallel Linear over ranks stacked along dimension 0: each block times its
+    column slice of the weight, the blocks summed (the all-reduce), the bias added once."""
+    from torch.nn import functional as F
+
+    if x.shape[0] % workers or x.shape[-1] * workers != module.in_features:
+        raise RuntimeError("a rowwise layer's input is not a colwise layer's slice")
+    parts = zip(x.chunk(workers, 0), module.weight.chunk(workers, 1))
+    out = sum(F.linear(part, weight) for part, weight in parts)
+    return out + module.bias if module.bias is not None else out
 
 
 def _local(state):

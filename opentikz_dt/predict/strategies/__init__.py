@@ -43,6 +43,11 @@ Synthetic runs (synthetic.py: tests and benchmarks of the measured figures)
                                         the strategy block of synthetic run `name`; may add to
                                         `topology` (plain data, e.g. a server)
 
+Sweeps (sweep.py, `dtgen predict --sweep workers=...`)
+  sweep_note(points) -> str | None      a line under the scaling figure saying why it scales as
+                                        it does; points: [(workers, spec, costs, step ms)];
+                                        default none
+
 Calibration fit from a run (fit.py, `dtgen calibrate --from RUN`; `fit` is a fit.RunFit:
 run, role, blocks, flops, phases, beta, spec, workers, params)
   fit_compute(fit) -> (fwd, bwd)        per block, forward and backward µs per sample (default:

@@ -60,3 +60,9 @@ def fit_noise(fit) -> dict:
 
 def finish_fit(cal, run):
     return cal
+
+
+def sweep_note(points: list) -> str | None:
+    """A line under a `dtgen predict --sweep` figure saying why the strategy scales as it
+    does; `points` is [(workers, spec, costs, step ms), ...]. Default: none."""
+    return None
