@@ -24,7 +24,10 @@ def parse_link(text: str) -> float:
     """'10gbit' -> bytes/s. Accepts kbit/mbit/gbit/tbit and kb/mb/gb (bytes)."""
     match = _LINK.match(str(text))
     if not match:
-        raise UsageError(f"--link: {text!r} is not a bandwidth (e.g. 10gbit, 100mbit, 1gb)")
+        from .presets import names_line
+
+        raise UsageError(f"--link: {text!r} is not a bandwidth (e.g. 10gbit, 100mbit, 1gb) nor a preset; "
+                         f"{names_line()}")
     value = float(match.group(1)) * {None: 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[
         (match.group(2) or "").lower() or None]
     unit = (match.group(3) or "bit").lower()

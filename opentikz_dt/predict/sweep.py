@@ -72,7 +72,8 @@ def _series(sets: tuple) -> tuple[list, tuple]:
 
 
 def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: int | None = None,
-              link: str | None = None, latency_ms: float | None = None) -> tuple[list, list, object, dict]:
+              link: str | None = None, latency_ms: float | None = None,
+              device: str | None = None) -> tuple[list, list, object, dict]:
     """(points, skipped, base spec, assumptions)."""
     counts = parse_sweep(sweep)
     lines, fixed = _series(sets)
@@ -88,7 +89,7 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
                 skipped.append(f"{label + ' ' if label else ''}{n}")
                 continue
             check_size(spec, spec.training.steps)
-            costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True)
+            costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True, device=device)
             result = simulate(spec, costs, record=False)
             m = metrics_of(result, spec, spec.training.steps)
             step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
@@ -101,6 +102,12 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     link = f"links {rate * 8 / 1e9:g} Gbit/s" if rate else "links as calibrated"
     lat = assumed.get("latency_s")
     latency = f", latency {lat * 1e3:g} ms" if lat is not None else ""
+    preset = assumed.get("link_preset")
+    if preset:  # a preset says where its numbers come from, and which it does not have
+        link = f"links {preset['name']} ({rate * 8 / 1e9:g} Gbit/s per direction, {preset['source']})"
+        if lat is None:
+            latency = ", latency as calibrated (no source gives the preset's)"
+        link = f"compute of {preset['compute']}; {link}"
     source = assumed.get("calibration", "")
     # The file's name only: a figure for a paper must not carry this machine's paths.
     source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
@@ -156,9 +163,9 @@ def render_scaling_table(points: list) -> str:
 
 
 def sweep_command(spec_path, sweep, calibration, sets, steps, out, link, latency_ms, dedicated, formats,
-                  echo=print) -> list:
+                  echo=print, device: str | None = None) -> list:
     started = time.perf_counter()
-    points, skipped, spec, assumed = run_sweep(spec_path, sweep, calibration, sets, steps, link, latency_ms)
+    points, skipped, spec, assumed = run_sweep(spec_path, sweep, calibration, sets, steps, link, latency_ms, device)
     out = Path(out) if out is not None else Path("figures") / f"{spec.name}-scaling"
     table = render_scaling_table(points)
     echo(table.rstrip())
