@@ -142,8 +142,24 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "comm": comm,
             "noise": {"compute_ratios": thin([round(r, 4) for r in ratios]),
                       "overhead_s": thin([round(g / 1e6, 7) for g in gaps])}}
+    blocks_spread = block_ratios(run.metrics.get("wall_s") or [])
+    if blocks_spread:
+        data["noise"]["block_ratios"] = blocks_spread
     data["noise"].update(plugin.fit_noise(fit))
     return plugin.finish_fit(Calibration(data, f"{run.path}"), run)
+
+
+def block_ratios(wall_s: list, blocks: int = 3) -> list:
+    """The run's own repeat: its steady steps (first left out) cut into `blocks` consecutive
+    blocks, each block's mean step time over the whole mean. A machine whose load changes
+    during the run shows here how far a run of the same spec may land from another; the
+    prediction's interval carries it (interval.py). [] for runs too short to cut."""
+    steps = [b - a for a, b in zip(wall_s, wall_s[1:]) if b > a]
+    size = len(steps) // blocks
+    if size < 3:
+        return []
+    mean = statistics.fmean(steps[:size * blocks])
+    return [round(statistics.fmean(steps[i * size:(i + 1) * size]) / mean, 4) for i in range(blocks)]
 
 
 def run_device(info: dict) -> dict:

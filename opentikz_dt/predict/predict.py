@@ -17,7 +17,8 @@ from ..spec import load_spec, spec_from_data
 from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibration
 from .costs import Costs, illustrative_calibration, parse_link
 from .presets import DEVICES, device_preset, link_preset, matches
-from .rundir import write_run_dir
+from .interval import interval
+from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
 
@@ -150,7 +151,8 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
         raise DtgenError(f"the prediction would write {events:,} trace events (at most {MAX_EVENTS:,}): "
                          "use fewer --steps or workers")
     out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
-    path = write_run_dir(out, spec, result, steps, predicted=assumed)
+    spread = interval(spec, costs, steps, metrics_of(result, spec, steps))
+    path = write_run_dir(out, spec, result, steps, predicted=assumed, extra_metrics=spread)
     return path, warnings
 
 

@@ -23,6 +23,7 @@ from ..measured.plots import COLORS, DASHES, MARKS
 from ..spec import load_spec
 from ..texsafe import escape_text
 from .predict import apply_overrides, check_size, costs_for
+from .interval import interval
 from .rundir import metrics_of
 from .simulate import simulate
 
@@ -36,6 +37,11 @@ class Point:
     workers: int
     samples_per_s: float
     step_ms: float
+    rate_interval: tuple = ()   # (low, high) samples/s, () without one
+    step_interval: tuple = ()   # (low, high) ms
+
+
+SWEEP_SEEDS = 2  # simulations per point besides its own, for its interval (each costs a point's time)
 
 
 def parse_sweep(text: str) -> list[int]:
@@ -93,7 +99,11 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
             result = simulate(spec, costs, record=False)
             m = metrics_of(result, spec, spec.training.steps)
             step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
-            points.append(Point(label or base.name, n, m["samples_per_s"], step))
+            spread = interval(spec, costs, spec.training.steps, m, seeds=SWEEP_SEEDS)
+            assumed = dict(assumed, interval_sources=spread["interval_sources"])
+            points.append(Point(label or base.name, n, m["samples_per_s"], step,
+                                tuple(spread["samples_per_s_interval"]),
+                                tuple(v * 1000 for v in spread["step_time_interval_s"])))
     return points, skipped, base, assumed
 
 
@@ -134,20 +144,38 @@ def log_ticks(values: list) -> Tex:
     return Tex(",".join(f"{t:.6g}" for t in ticks))
 
 
+def _band(points: list, key: str) -> Tex:
+    """The interval as one closed polygon: the upper bounds left to right, the lower back."""
+    upper = [(p.workers, getattr(p, key)[1]) for p in points if getattr(p, key)]
+    lower = [(p.workers, getattr(p, key)[0]) for p in reversed(points) if getattr(p, key)]
+    return Tex(" ".join(f"({x},{max(y, 1e-9):.6g})" for x, y in upper + lower))
+
+
+def _band_label(assumed: dict) -> str:
+    sources = assumed.get("interval_sources") or []
+    return "predicted interval" + (f" ({' and '.join(sources)})" if sources else "")
+
+
 def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: bool = False) -> str:
     labels = list(dict.fromkeys(p.series for p in points))
     counts = sorted({p.workers for p in points})
     if not counts:
         raise UsageError("--sweep: no worker count gives a valid spec")
     series = []
+    # a band only where some point's interval has a width (the illustrative model has none)
+    bands = any(p.rate_interval and p.rate_interval[1] > p.rate_interval[0] * 1.0005 for p in points)
     for i, label in enumerate(labels):
         mine = sorted((p for p in points if p.series == label), key=lambda p: p.workers)
         series.append({"label": Tex(escape_text(label)), "color": COLORS[i % 5], "dash": DASHES[i % 5],
                        "mark": MARKS[i % 5],
                        "throughput": Tex(" ".join(f"({p.workers},{max(p.samples_per_s, 1e-9):.6g})" for p in mine)),
-                       "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine))})
+                       "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine)),
+                       "throughput_band": _band(mine, "rate_interval") if bands else None,
+                       "step_band": _band(mine, "step_interval") if bands else None})
     context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
-    context.update(series=series, legend=len(labels) > 1, legend_columns=min(len(labels), 4),
+    context.update(series=series, legend=len(labels) > 1 or bands,
+                   legend_columns=min(len(labels) + bands, 4),
+                   band_label=Tex(escape_text(_band_label(assumed))) if bands else None,
                    xmin=counts[0] / 1.3, xmax=counts[-1] * 1.3, xticks=Tex(",".join(map(str, counts))),
                    xticklabels=Tex(",".join(f"{c:,}".replace(",", "{,}") for c in counts)),
                    yticks_rate=log_ticks([max(p.samples_per_s, 1e-9) for p in points]),
