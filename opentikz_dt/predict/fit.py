@@ -135,6 +135,10 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "device": run_device(run.info), "training": training_of(spec.data),
             "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
             "ranks": len(run.trace.ids), "cores_effective": cores,
+            # what the costs were measured on: a prediction of another strategy or size says
+            # which costs it carries there (transfer.py)
+            "made_for": {"strategy": dict(spec.data.get("strategy") or {}), "workers": spec.topology.workers.count,
+                         "ranks": len(run.trace.ids), "hosts": spec.topology.hosts},
             "compute": {"blocks": [{"name": b.name, "forward": [0.0, fwd_us[i] / 1e6 / share],
                                     "backward": [0.0, bwd_us[i] / 1e6 / share]} for i, b in enumerate(blocks)],
                         "optimizer": optimizer, "add_per_param_s": add, "step_overhead_s": overhead,

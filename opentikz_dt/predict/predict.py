@@ -16,11 +16,12 @@ from ..errors import DtgenError, SpecError, UsageError
 from ..spec import load_spec, spec_from_data
 from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibration
 from .costs import Costs, illustrative_calibration, parse_link
-from .presets import DEVICES, device_preset, link_preset, matches
 from .interval import interval
+from .presets import DEVICES, device_preset, link_preset, matches
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
+from .transfer import caveats, short
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -117,6 +118,11 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
                                   if calibration else "illustrative",
                                   "latency": "given" if latency_ms is not None else
                                   ("preset" if preset.latency_s is not None else "calibrated (no source gives one)")}
+    notes = caveats(cal, spec, dedicated)
+    if notes:  # only then: predictions of the calibrated spec stay byte-identical
+        assumed["transfer"] = notes
+        assumed["transfer_note"] = short(notes)
+        warnings += notes
     if target is not None:
         assumed["device_preset"] = {"name": target.name, "source": target.source}
     return costs, assumed, warnings

@@ -123,6 +123,8 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
     notes = [f"predicted from the {source}: every rank on its own core, compute as "
              f"calibrated solo; {link}{latency}; {steps} steps, first left out"]
+    if assumed.get("transfer_note"):
+        notes.append(assumed["transfer_note"])
     if skipped:
         notes.append("not valid for this spec, left out: " + ", ".join(skipped[:8]) + (" ..." if len(skipped) > 8 else ""))
     return [escape_text(n) for n in notes]
