@@ -103,3 +103,15 @@ def test_a_sweep_draws_the_band_only_where_there_is_one(tmp_path):
     result = CliRunner().invoke(main, args + ["-o", str(tmp_path / "b")])  # illustrative: no spread, no band
     tex = (tmp_path / "b" / "predicted-scaling.tex").read_text()
     assert "-- cycle" not in tex and "predicted interval" not in tex
+
+
+def test_a_sweep_beyond_ten_seconds_of_simulation_is_refused_before_it_starts(tmp_path):
+    import time
+
+    started = time.perf_counter()
+    result = CliRunner().invoke(main, ["predict", SPEC, "--sweep", "workers=1024,2048,4096", "--steps", "400",
+                                       "-o", str(tmp_path / "s")])
+    error = [line for line in result.output.splitlines() if line.startswith("dtgen: error")]
+    assert result.exit_code == 1 and len(error) == 1, result.output
+    assert "2,867,200 simulated rank-steps" in result.output and "about 10 s of simulation" in result.output
+    assert time.perf_counter() - started < 10 and not (tmp_path / "s").exists()

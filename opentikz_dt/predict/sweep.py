@@ -25,7 +25,7 @@ from ..texsafe import escape_text
 from .predict import apply_overrides, check_size, costs_for
 from .interval import interval
 from .rundir import metrics_of
-from .simulate import simulate
+from .simulate import roles, simulate
 
 MAX_POINTS = 64
 MAX_SERIES = 5  # palette colours
@@ -42,6 +42,8 @@ class Point:
 
 
 SWEEP_SEEDS = 2  # simulations per point besides its own, for its interval (each costs a point's time)
+MAX_SWEEP_RANK_STEPS = 2_000_000  # a whole sweep's simulated rank-steps: about 10 s here
+SWEEP_SECONDS = 10
 
 
 def parse_sweep(text: str) -> list[int]:
@@ -86,7 +88,7 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
     base = apply_overrides(load_spec(spec_path), fixed)
     if steps is not None:
         base = apply_overrides(base, (f"training.steps={steps}",))
-    points, skipped, assumed = [], [], {}
+    planned, skipped, assumed = [], [], {}
     for label, extra in lines:
         for n in counts:
             try:
@@ -96,15 +98,31 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
                 continue
             check_size(spec, spec.training.steps)
             costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True, device=device)
-            result = simulate(spec, costs, record=False)
-            m = metrics_of(result, spec, spec.training.steps)
-            step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
-            spread = interval(spec, costs, spec.training.steps, m, seeds=SWEEP_SEEDS)
-            assumed = dict(assumed, interval_sources=spread["interval_sources"])
-            points.append(Point(label or base.name, n, m["samples_per_s"], step,
-                                tuple(spread["samples_per_s_interval"]),
-                                tuple(v * 1000 for v in spread["step_time_interval_s"])))
+            planned.append((label, n, spec, costs))
+    check_sweep_size(planned)
+    points = []
+    for label, n, spec, costs in planned:
+        result = simulate(spec, costs, record=False)
+        m = metrics_of(result, spec, spec.training.steps)
+        step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
+        spread = interval(spec, costs, spec.training.steps, m, seeds=SWEEP_SEEDS)
+        assumed = dict(assumed, interval_sources=spread["interval_sources"])
+        points.append(Point(label or base.name, n, m["samples_per_s"], step,
+                            tuple(spread["samples_per_s_interval"]),
+                            tuple(v * 1000 for v in spread["step_time_interval_s"])))
     return points, skipped, base, assumed
+
+
+def check_sweep_size(planned: list) -> None:
+    """Refuse a sweep the simulator cannot do in about 10 s: every point is a simulation of
+    ranks x steps (and its interval's seeds, where the calibration has a spread)."""
+    total = sum(len(roles(spec)) * spec.training.steps * (1 + (SWEEP_SEEDS if costs.draw is not None else 0))
+                for _, _, spec, costs in planned)
+    if total > MAX_SWEEP_RANK_STEPS:
+        raise DtgenError(f"--sweep: {total:,} simulated rank-steps (ranks x steps per point, x{1 + SWEEP_SEEDS} "
+                         f"for the interval where the calibration has a spread): at most "
+                         f"{MAX_SWEEP_RANK_STEPS:,}, about {SWEEP_SECONDS} s of simulation at ~5 us per rank-step "
+                         "(benchmarks/bench_predict_scale.py); use fewer worker counts or lines, or --steps")
 
 
 def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
