@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -53,3 +54,45 @@ def test_another_strategy_or_size_says_what_it_carries(tmp_path):
     assert result.exit_code == 0, result.output
     tex = (tmp_path / "sweep" / "predicted-scaling.tex").read_text()
     assert "calibrated on allreduce ring" in tex and "processes on" not in tex
+
+
+def test_a_fitted_message_latency_is_split_into_a_message_and_a_wait_for_a_core():
+    from opentikz_dt.predict.fit import message_split
+
+    # 10 messages of 1,000 bytes at 1 ns per byte: 8 alone (51-58 µs), 2 that waited for a core
+    samples = [(51 + i, 1000) for i in range(8)] + [(900, 1000), (1500, 1000)]
+    split = message_split(samples, 1e-9, alpha=300e-6)
+    assert split["alpha_floor_s"] == pytest.approx(51e-6, rel=0.05)   # a low quantile: a message alone
+    assert split["core_wait_s"] == pytest.approx(300e-6 - split["alpha_floor_s"])
+    assert message_split(samples[:4], 1e-9, 300e-6) == {}               # too few to tell
+
+
+def _cal_with_split(tmp_path, ranks=4):
+    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data("allreduce-ring", workers=ranks, steps=10))
+    data = json.loads(json.dumps(illustrative_calibration(spec).data))
+    data.update(source="run", cores_effective=2.0,
+                made_for={"strategy": dict(spec.data["strategy"]), "workers": ranks, "ranks": ranks, "hosts": 1})
+    data["comm"]["p2p"].update(alpha_s=1e-3, alpha_floor_s=1e-4, core_wait_s=9e-4)
+    path = tmp_path / "split.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("kind, workers, dedicated, alpha_us", [
+    ("allreduce-ring", 4, False, 1000.0),                    # the calibrated spec: the fitted latency as it was
+    ("allreduce-ring", 4, True, 100.0),                      # a core per rank: a message alone
+    ("allreduce-ring", 8, False, 100 + 900 * (1 - 2 / 8) / (1 - 2 / 4)),   # more processes: more waiting
+    ("ps-sync", 3, False, 100 + 900 * (1 - 2 / 4) / (1 - 2 / 4)),          # 3 workers + 1 server = 4 ranks
+])
+def test_the_wait_for_a_core_follows_the_process_count(tmp_path, kind, workers, dedicated, alpha_us):
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    cal = _cal_with_split(tmp_path)
+    spec = spec_from_data(spec_data(kind, workers=workers, steps=10))
+    costs, assumed, _ = costs_for(spec, cal, dedicated=dedicated)
+    assert costs.comm["p2p"][0] == pytest.approx(alpha_us)
+    assert ("message_wait_scale" in assumed) == (alpha_us != 1000.0 or kind != "allreduce-ring")

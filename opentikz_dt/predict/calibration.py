@@ -168,6 +168,9 @@ def check_calibration(data, where: str) -> None:
     for kind in COMM_KINDS:
         _number(data, f"comm.{kind}.alpha_s", where)
         _number(data, f"comm.{kind}.beta_s_per_byte", where)
+    for key in ("alpha_floor_s", "core_wait_s"):  # optional: a fitted latency's two mechanisms (fit.py)
+        if key in data["comm"]["p2p"]:
+            _number(data, f"comm.p2p.{key}", where)
     if not isinstance(data.get("model"), dict) or not isinstance(data["model"].get("model"), dict):
         raise CalibrationError(f"{where}: model.model: missing (the training.model the calibration was made for)")
     device = data.get("device", OLD_DEVICE)

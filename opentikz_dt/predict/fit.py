@@ -76,6 +76,22 @@ def latency(durations_us: list, nbytes: float, beta: float) -> float | None:
     return max(0.0, statistics.fmean(durations_us) / 1e6 - nbytes * beta)
 
 
+FLOOR_QUANTILE = 0.2  # of a run's message latencies: a message no process waited for a core at
+
+
+def message_split(samples: list, beta: float, alpha: float) -> dict:
+    """The fitted message latency as two mechanisms: a message alone (`alpha_floor_s`, the
+    low quantile of the traced messages' latencies) and the rest (`core_wait_s`), what a
+    blocking receive waited for its process to get a core back at the run's process count
+    on its cores. A prediction at another process count scales the wait, a cluster (a core
+    per rank) drops it (transfer.py). {} without samples."""
+    lat = sorted(max(0.0, d / 1e6 - nbytes * beta) for d, nbytes in samples)
+    if len(lat) < 5:
+        return {}
+    floor = lat[int(FLOOR_QUANTILE * (len(lat) - 1))]
+    return {"alpha_floor_s": floor, "core_wait_s": max(0.0, alpha - floor)}
+
+
 def per_row(fit: RunFit, fwd: float, bwd: float) -> tuple[list, list]:
     """A rank's forward and backward time per step (µs), each as µs per sample and block:
     split over the blocks by FLOPs."""
@@ -116,6 +132,9 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         if not base:
             for k in ("allreduce", "broadcast", "reduce"):
                 comm[k]["alpha_s"] = seen_alpha
+    split = message_split(plugin.message_samples(fit), beta, comm["p2p"]["alpha_s"])
+    if split:
+        comm["p2p"].update(split)
     opt = fit.phases.get((role, "optimizer"))
     optimizer = [0.0, (opt / 1e6 / share / (params / plugin.model_parts(spec))) if opt else
                  cal.data["compute"]["optimizer"][1]]

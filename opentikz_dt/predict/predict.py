@@ -21,7 +21,7 @@ from .presets import DEVICES, device_preset, link_preset, matches
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
-from .transfer import caveats, short
+from .transfer import caveats, short, wait_scale
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -107,11 +107,14 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
         check_device(cal, DEVICES[preset.device], f"--link {preset.name} (a link inside {preset.device} nodes)")
     rate = preset.bytes_per_s if preset is not None else (parse_link(link) if link else None)
     latency = latency_ms / 1e3 if latency_ms is not None else (preset.latency_s if preset is not None else None)
-    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated)
+    scale = wait_scale(cal, spec, dedicated)
+    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale)
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
                "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,
                "illustrative": calibration is None}
+    if scale is not None:  # only then: predictions of the calibrated spec stay byte-identical
+        assumed["message_wait_scale"] = round(scale, 4)
     if preset is not None:  # only then: predictions without presets stay byte-identical
         assumed["link_preset"] = {"name": preset.name, "source": preset.source,
                                   "compute": describe_device(cal.data.get("device") or OLD_DEVICE)

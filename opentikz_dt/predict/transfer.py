@@ -47,9 +47,35 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
                    f"carried to {describe_strategy(ours)} as costs per message and per step")
     ranks, here = made.get("ranks"), len(roles(spec))
     if ranks and here and ranks != here and not dedicated:
-        out.append(f"calibrated with {ranks} processes on {cal.cores:g} cores, predicted with {here}: compute "
-                   f"sharing is scaled (max(1, k/{cal.cores:g})), waits for a core at a message are not")
+        c = f"{cal.cores:g}"
+        waits = (f"a message's wait for a core is scaled by (1 - {c}/k)" if wait_scale(cal, spec, dedicated) is not None
+                 and ranks > cal.cores else "a message's wait for a core is not (none was measured)")
+        out.append(f"calibrated with {ranks} processes on {c} cores, predicted with {here}: compute "
+                   f"sharing is scaled (max(1, k/{c})), {waits}")
     return out
+
+
+def wait_scale(cal, spec, dedicated: bool) -> float | None:
+    """How much of the calibrated wait for a core per message (fit.message_split) this
+    prediction carries, or None to keep the fitted message latency as it is (the calibrated
+    strategy and process count, or a calibration without the split).
+
+    With k processes runnable on c cores, a message finds its receiver off a core with a
+    chance of about 1 - c/k: the wait measured at the calibration's k scales by that ratio,
+    and a cluster (a core per rank) has none."""
+    made, p2p = cal.data.get("made_for"), cal.data["comm"]["p2p"]
+    if not isinstance(made, dict) or "alpha_floor_s" not in p2p or "core_wait_s" not in p2p:
+        return None
+    if dedicated:
+        return 0.0
+    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
+    k, measured, c = len(roles(spec)), made.get("ranks") or 0, cal.cores
+    if k == measured and all(theirs.get(w) == ours.get(w) for w in STRATEGY_WORDS):
+        return None
+    if measured <= c:
+        return 1.0  # measured without waiting for a core: nothing to scale
+    return max(0.0, 1 - c / k) / (1 - c / measured)
+
 
 
 def short(notes: list[str]) -> str:
