@@ -173,8 +173,10 @@ def at_workers(spec: Path, workers: int, tmp: Path) -> Path:
     data["topology"]["workers"].pop("slowdown", None)
     if data["strategy"].get("peers", 1) >= workers:
         data["strategy"]["peers"] = workers - 1
-    data["training"].setdefault("dataset", {})["samples"] = max(
-        int(data["training"]["dataset"].get("samples", 4096)), 8 * workers * int(data["training"].get("batch_size", 64)))
+    training = data.setdefault("training", {})
+    dataset = training.setdefault("dataset", {})
+    if dataset.get("kind", "synthetic") == "synthetic":  # one global batch at any width (as dtgen predict)
+        dataset["samples"] = max(int(dataset.get("samples", 4096)), 8 * workers * int(training.get("batch_size", 64)))
     out = tmp / f"{spec.stem}-{workers}w.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return out
