@@ -8,16 +8,19 @@ parameter's spec path and bounds, each operation's argument schema and the spec 
 writes, each invariant's check function. `load_contract()` merges them into one view.
 
 This is a bottom layer: it reads two JSON files and the spec schema and imports nothing
-of dtgen but `resources`. Checking the contract against the templates, the edit
+of dtgen but `resources` and `strategies` (the kinds of outside strategy plugins, which
+every argument naming a strategy.kind accepts too). Checking the contract against the templates, the edit
 operations and the rendered figures sits above all of them, in `contract_check`.
 Must not import torch.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 
-from .resources import contract_exec, contract_meta, spec_schema
+from .resources import contract_exec, contract_meta
+from .strategies import outside_kinds, spec_schema
 
 
 def load_contract() -> dict:
@@ -27,7 +30,23 @@ def load_contract() -> dict:
 
 def merge_files() -> tuple[dict, list[str]]:
     """The two files merged, with every id one has and the other lacks."""
-    return merge_contract(contract_meta(), contract_exec())
+    merged, problems = merge_contract(contract_meta(), contract_exec())
+    _accept_outside_kinds(merged["edit_contract"]["operations"])
+    return merged, problems
+
+
+def _accept_outside_kinds(operations: dict) -> None:
+    """An argument that sets strategy.kind (set-strategy --kind) lists the built-in kinds;
+    add those of DTGEN_PLUGINS' strategies, as the spec schema does."""
+    extra = outside_kinds()
+    if not extra:
+        return
+    for operation in operations.values():
+        for arg, path in operation.get("arg_paths", {}).items():
+            listed = operation["args"]["properties"][arg].get("enum")
+            if path == "strategy.kind" and listed is not None:
+                operation["args"] = args = copy.deepcopy(operation["args"])  # the file's data is shared
+                args["properties"][arg]["enum"] = listed + [k for k in extra if k not in listed]
 
 
 def invariant_id(line: str) -> tuple[str, str]:

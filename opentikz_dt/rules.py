@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .errors import Issue
 from .spec_types import Spec
-from .strategies import kinds_with, strategy
+from .strategies import kinds_with, plugin, strategy
 from .training_rules import check_training
 from .workload_rules import block_count, check_workload
 
@@ -15,7 +15,7 @@ from .workload_rules import block_count, check_workload
 def check_rules(spec: Spec, data_files: bool = True) -> list[Issue]:
     """`data_files=False`: leave out what needs the dataset file (spec.spec_from_located)."""
     issues: list[Issue] = []
-    for rule in (_sync_rule, _server_rule, _worker_rule, _host_rule, _pipeline_rule, _gossip_rule,
+    for rule in (_sync_rule, _server_rule, _worker_rule, _host_rule, _strategy_rules,
                  lambda s: check_workload(s, data_files), check_training, _fault_rule):
         issues += [spec.located.issue(path, message) for path, message in rule(spec)]
     return issues
@@ -41,9 +41,6 @@ def _server_rule(spec: Spec):
             yield path, f"{kind} needs at least {low} server, got {count}"
         if high is not None and count > high:
             yield path, f"{kind} keeps the variables on one host: servers.count must be {high}, got {count}"
-        tensors = len(spec.training.param_tensors)  # 0 for a python model: checked once it is built
-        if kind == "parameter-server" and tensors and count > tensors:
-            yield path, f"{count} shards for {tensors} parameter tensors: each shard owns whole tensors, so at most {tensors}"
     elif count != 0:
         yield path, f"{kind} has no parameter server: servers.count must be 0, got {count}"
 
@@ -65,29 +62,11 @@ def _host_rule(spec: Spec):
         yield ("topology", "hosts"), f"{hosts} hosts for {count} workers: every host needs a worker"
     elif count % hosts:
         yield ("topology", "hosts"), f"{count} workers do not spread evenly over {hosts} hosts"
-    if spec.strategy.algorithm == "hierarchical" and hosts < 2:
-        yield ("topology", "hosts"), "hierarchical all-reduce needs at least 2 hosts"
 
 
-def _pipeline_rule(spec: Spec):
-    s, t = spec.strategy, spec.training
-    if s.kind != "pipeline":
-        return
-    if s.stages != spec.topology.workers.count:
-        yield ("strategy", "stages"), f"pipeline stages must fit the workers: one stage per worker, so {spec.topology.workers.count}, got {s.stages}"
-    blocks = block_count(spec)
-    if blocks is not None and s.stages > blocks[0]:
-        yield ("training", "model", "layers"), (f"{s.stages} pipeline stages need at least {s.stages} {blocks[1]}s;"
-                                                f" the model has {blocks[0]}")
-    if s.schedule == "1f1b" and s.microbatches < s.stages:
-        yield ("strategy", "microbatches"), f"1f1b needs at least as many microbatches as stages ({s.stages}), got {s.microbatches}"
-    if t.batch_size % s.microbatches:
-        yield ("strategy", "microbatches"), f"batch_size {t.batch_size} does not split into {s.microbatches} equal microbatches"
-
-
-def _gossip_rule(spec: Spec):
-    if spec.strategy.kind == "gossip" and spec.strategy.peers >= spec.topology.workers.count:
-        yield ("strategy", "peers"), f"each worker can have at most {spec.topology.workers.count - 1} peers"
+def _strategy_rules(spec: Spec):
+    """What only the spec's strategy knows it cannot run (its plugin's `rules`)."""
+    yield from plugin(spec.strategy.kind).rules(spec, lambda: block_count(spec))
 
 
 def _fault_rule(spec: Spec):

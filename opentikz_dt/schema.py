@@ -13,15 +13,23 @@ import re
 from jsonschema import Draft202012Validator
 
 from .errors import Issue
-from .resources import spec_schema
+from .strategies import spec_schema
 from .yamlpos import Located
 
 _TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
                "number": "a number", "boolean": "true or false"}
 
 
-def _validator() -> Draft202012Validator:
-    return Draft202012Validator(spec_schema())
+def _kind_of(data) -> str | None:
+    """strategy.kind of spec data that may not be a valid spec yet (None if it has none)."""
+    block = data.get("strategy") if isinstance(data, dict) else None
+    kind = block.get("kind") if isinstance(block, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _validator(kind: str | None = None) -> Draft202012Validator:
+    # A plugin strategy's own keys (its SCHEMA) are valid in specs of its kind only.
+    return Draft202012Validator(spec_schema(kind))
 
 
 def _suggest(word: str, choices) -> str:
@@ -39,7 +47,7 @@ def _describe(value) -> str:
 def check_schema(located: Located) -> list[Issue]:
     """Every schema violation in `located.data`, one Issue each."""
     issues: list[Issue] = []
-    for error in _validator().iter_errors(located.data):
+    for error in _validator(_kind_of(located.data)).iter_errors(located.data):
         issues.extend(_to_issues(error, located))
     return issues
 
@@ -85,7 +93,7 @@ def _to_issues(error, located: Located) -> list[Issue]:
 
 def apply_defaults(data: dict) -> dict:
     """A deep copy of `data` with every schema default filled in (objects recursively)."""
-    schema = spec_schema()
+    schema = spec_schema(_kind_of(data))
     return _fill(copy.deepcopy(data), schema, schema)
 
 

@@ -13,36 +13,25 @@ from pathlib import Path
 
 from .errors import SpecError
 from .schema import apply_defaults, check_schema
-from .strategies import STRATEGIES, strategy
+from .strategies import plugin, strategy
 from .spec_types import FigureStyle, Runtime, Servers, Spec, Strategy, Topology, Training, Workers
 from .workload import fill_kind_defaults
 from .yamlpos import Located, load_located
 
-STRATEGY_TITLES = {s.kind: s.title for s in STRATEGIES}
-# Each all-reduce algorithm draws a different figure, so each has its own title.
-ALLREDUCE_TITLES = {
-    "native": "All-reduce data-parallel training",
-    "ring": "Ring all-reduce data-parallel training",
-    "tree": "Tree all-reduce data-parallel training",
-    "hierarchical": "Hierarchical all-reduce data-parallel training",
-}
-
 
 def default_title(kind: str, sync: str = "sync", algorithm: str = "native") -> str:
-    """The title a spec without one gets."""
-    title = ALLREDUCE_TITLES[algorithm] if kind == "allreduce" else STRATEGY_TITLES[kind]
-    return title + (" (asynchronous)" if sync == "async" else "")
+    """The title a spec without one gets (the strategy plugin's `title`)."""
+    return plugin(kind).title({"kind": kind, "sync": sync, "algorithm": algorithm})
 
 
 def resolve(data: dict, source_name: str = "spec") -> dict:
     """Schema defaults plus the defaults that depend on the strategy."""
-    asked_icons = ((data.get("figure") or {}).get("icons") or {})
+    given = data
     data = apply_defaults(data)
     fill_kind_defaults(data["training"])
     kind = data["strategy"]["kind"]
     described = strategy(kind)
-    if kind == "central-storage" and "server" not in asked_icons:
-        data["figure"]["icons"]["server"] = "database"  # a store of variables, not a server process
+    plugin(kind).resolve_defaults(data, given)
     workers = data["topology"]["workers"]
     workers.setdefault("count", described.default_workers)
     servers = data["topology"]["servers"]
@@ -51,7 +40,7 @@ def resolve(data: dict, source_name: str = "spec") -> dict:
     data["strategy"].setdefault("stages", workers["count"])
     stem = re.sub(r"[^a-z0-9-]+", "-", Path(source_name).stem.lower()).strip("-") or "spec"
     data.setdefault("name", stem[:63])
-    data.setdefault("title", default_title(kind, data["strategy"]["sync"], data["strategy"].get("algorithm", "native")))
+    data.setdefault("title", plugin(kind).title(data["strategy"]))
     return data
 
 

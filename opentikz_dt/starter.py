@@ -14,33 +14,7 @@ from pathlib import Path
 from .errors import DtgenError
 from .resources import spec_schema
 from .spec import spec_from_data
-from .strategies import strategy
-
-STRATEGY_BLOCKS = {
-    "single": """\
-strategy:
-  kind: single                # one process, no communication: the baseline""",
-    "parameter-server": """\
-strategy:
-  kind: parameter-server      # workers push gradients, servers update and send weights back
-  sync: sync                  # sync: wait for every worker | async: apply each push at once""",
-    "central-storage": """\
-strategy:
-  kind: central-storage       # variables on one host, compute replicated, sync updates""",
-    "allreduce": """\
-strategy:
-  kind: allreduce             # every worker averages gradients with every other
-  algorithm: native           # native (PyTorch's collective) | ring | tree | hierarchical""",
-    "gossip": """\
-strategy:
-  kind: gossip                # decentralized: each worker averages parameters with its peers
-  peers: 2                    # ring neighbours per step""",
-    "pipeline": """\
-strategy:
-  kind: pipeline              # model parallelism: one stage per worker
-  microbatches: 4             # microbatches per step (fewer -> bigger pipeline bubble)
-  schedule: 1f1b              # gpipe | 1f1b""",
-}
+from .strategies import plugin, strategy
 
 
 def render_starter(kind: str) -> str:
@@ -48,7 +22,8 @@ def render_starter(kind: str) -> str:
     schema = spec_schema()["$id"]
     workers, servers = strategy(kind).default_workers, strategy(kind).servers[0]
     icons = spec_from_data({"strategy": {"kind": kind}}).data["figure"]["icons"]  # they follow the kind
-    slowdown = "" if kind == "single" else "\n    slowdown: {}              # stragglers, e.g. {w3: 2.0} = w3 computes twice as slowly"
+    one_worker = strategy(kind).workers[1] == 1  # no straggler to slow down
+    slowdown = "" if one_worker else "\n    slowdown: {}              # stragglers, e.g. {w3: 2.0} = w3 computes twice as slowly"
     return f"""\
 # yaml-language-server: $schema={schema}
 # (the schema ships with dtgen: python -c "import opentikz_dt.resources as r; print(r.schemas_dir())")
@@ -66,7 +41,7 @@ topology:
   servers: {{count: {servers}}}         # parameter-server shards ps / ps1..psS (0: none)
   hosts: 1                      # machines; workers spread evenly over them
 
-{STRATEGY_BLOCKS[kind]}
+{plugin(kind).starter_block(kind)}
 
 training:
   model: {{kind: mlp, layers: [32, 128, 128, 10]}}   # input width first, classes last

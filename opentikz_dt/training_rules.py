@@ -18,12 +18,6 @@ OPTIMIZER_KEYS = {
     "adamw": {"kind", "lr", "betas", "eps", "weight_decay"},
 }
 DEFAULT_WEIGHT_DECAY = {"sgd": 0.0, "adam": 0.0, "adamw": 0.01}  # torch.optim's defaults
-# Strategies whose model runs as one plain module under ctx.forward_backward; the
-# pipeline's stages are run by torch.distributed.pipelining's schedules.
-NO_COMPILE = {"pipeline": "torch.distributed.pipelining runs each stage's forward and backward itself "
-                          "(its shape inference and chunked schedules do not take a compiled stage)"}
-
-
 def optimizer_section(data: dict):
     """(path, message, prefer_value) for keys the chosen optimizer kind does not take (on
     the raw YAML, which need not even be a mapping)."""
@@ -52,9 +46,7 @@ def check_training(spec):
     if sched["warmup_steps"] > t.steps:
         yield ("training", "lr_schedule", "warmup_steps"), (f"{sched['warmup_steps']} warm-up steps are more than "
                                                             f"the run's {t.steps} steps")
-    if t.compile and spec.strategy.kind in NO_COMPILE:
-        kind = spec.strategy.kind
-        yield ("training", "compile"), f"strategy {kind} cannot run compiled: {NO_COMPILE[kind]}"
+    # (A strategy that cannot run compiled says so in its own rules: pipeline's.)
     if t.precision == "fp16" and spec.runtime.device == "cpu":
         yield ("training", "precision"), "fp16 needs a GPU (runtime.device is cpu); use bf16 on the CPU"
 

@@ -15,6 +15,7 @@ from ..strategies import strategy
 from . import checkpoint
 from .dist import settle
 from .faults import NonFiniteLoss, fault_for, inject
+from .memory import MemoryMeter
 from .model import build_model, make_loss
 from .optim import Stepper, build_optimizer
 from .precision import LossScaler, autocast, configure_matmul
@@ -49,6 +50,8 @@ class RankContext:
         configure_matmul(self.precision, device)
         # fp16: the loss scale of the gradients this rank computes (runner/precision.py)
         self.scaler = LossScaler() if self.precision == "fp16" else None
+        # memory per rank, measured on the first step this rank trains (runner/memory.py)
+        self._memory = MemoryMeter(device, compiled=bool(spec.training.compile))
 
     # --- model and data ----------------------------------------------------------------
     def build_model(self):
@@ -57,6 +60,7 @@ class RankContext:
         model = build_model(self.spec, self.device, self.spec_dir)
         if self.spec.training.compile:
             model.compile()
+        self._memory.built(model)
         return model
 
     def build_optimizer(self, params):
@@ -129,6 +133,15 @@ class RankContext:
         from .dist import new_group
 
         return new_group(ranks, self.spec, backend)
+
+    def record_memory(self, params, optimizer=None) -> None:
+        """Every strategy calls this after each update, naming the parameter tensors this
+        rank holds and the optimizer updating them here (None: another rank updates them).
+        The first call measures the step just done (runner/memory.py) into metrics.json's
+        `memory`; the others return at once."""
+        if self.metrics.memory is None:
+            self._memory.record(params, optimizer)
+            self.metrics.memory = self._memory.result
 
     # --- faults, stragglers ------------------------------------------------------------------
     def fault_check(self, step: int) -> None:

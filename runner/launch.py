@@ -207,9 +207,7 @@ def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoi
     if hosts != nnodes:
         raise InputError(f"{spec_path}: topology.hosts: {hosts}, but --nnodes {nnodes}: one node per host "
                        "(hierarchical groups and the topology figure follow topology.hosts)")
-    if spec.strategy.kind == "central-storage":
-        raise InputError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
-                       "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
+    load_strategy(spec.strategy.kind).check_nodes(spec, spec_path, nnodes)  # one that cannot span hosts
     if world % nnodes:
         raise InputError(f"{spec_path}: topology.hosts: {hosts} hosts do not divide the {world} ranks "
                        f"(workers + servers); every host runs the same number of ranks")

@@ -113,6 +113,8 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
         # fp16: steps skipped because their gradients overflowed (every rank holding
         # a part of the model skips the same steps)
         "skipped_steps": sorted({s for m in per_rank.values() for s in m.get("skipped", [])}),
+        # bytes per rank on one step, by category (runner/memory.py says how each is measured)
+        "memory": {str(r): m["memory"] for r, m in per_rank.items() if m.get("memory") is not None},
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")
     return metrics

@@ -41,6 +41,7 @@ class Metrics:
         self.first_samples = 0  # samples of the first (warm-up) step, left out of throughput
         self._last_progress = 0.0
         self.on_step = None  # set by the worker: flush the tracer now and then
+        self.memory: dict | None = None  # bytes per category on one step (runner/memory.py)
 
     # --- recording -------------------------------------------------------------------
     def step_done(self, step: int, loss: float | None, samples: int, seconds: float,
@@ -108,5 +109,7 @@ class Metrics:
     def write(self) -> None:
         data = self.snapshot()
         data.update(rank=self.rank, id=self.ident, role=self.role)
+        if self.memory is not None:
+            data["memory"] = self.memory
         write_json_atomic(self.run_dir / "metrics" / f"rank{self.rank}.json", data)
         self.write_progress()

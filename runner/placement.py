@@ -74,10 +74,9 @@ def choose_placement(device: str, backend: str, ranks: int, gpus: int) -> Placem
 
 
 def check_strategy(placement: Placement, kind: str) -> None:
-    """torch's pipeline schedules send GPU tensors point to point themselves, which gloo
-    cannot (it all-reduces and broadcasts GPU tensors, nothing else); dtgen's own
-    messages go through host copies, the schedules' do not."""
-    if kind == "pipeline" and placement.stage_through_host:
-        raise InputError("strategy pipeline cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
-                       "point to point, which gloo does not support; give each stage its own GPU (nccl) "
-                       "or set runtime.device: cpu")
+    """InputError if strategy `kind` cannot run on `placement` (its runner plugin's
+    check_placement: pipeline's schedules cannot share GPUs over gloo). Imports the
+    plugin, and so torch, only when called."""
+    from .strategies import load_strategy
+
+    load_strategy(kind).check_placement(placement)

@@ -96,14 +96,15 @@ def training_line(spec, placement) -> str:
     means = describe(precision, placement.device)
     return (f"training {describe_training(spec.training)} in {precision}"
             + ("" if means == precision else f" ({means.split(': ', 1)[1]})")
-            + SENT.get(spec.strategy.kind, f"; gradients sent as fp32, {BYTES_PER_GRADIENT} bytes per value"))
+            + _sent(spec))
 
 
-SENT = {"single": "",
-        "pipeline": f"; activations and their gradients sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
-        "gossip": f"; weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
-        "parameter-server": f"; gradients and weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value",
-        "central-storage": f"; gradients and weights sent as fp32, {BYTES_PER_GRADIENT} bytes per value"}
+def _sent(spec) -> str:
+    """What the ranks send each other (the strategy's `sent`), and in what precision."""
+    from .strategies import load_strategy
+
+    what = load_strategy(spec.strategy.kind).sent(spec)
+    return f"; {what} sent as fp32, {BYTES_PER_GRADIENT} bytes per value" if what else ""
 
 
 def training_record(spec, device: str) -> dict:

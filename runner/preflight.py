@@ -14,12 +14,12 @@ from __future__ import annotations
 import torch
 
 from ..errors import InputError
-from ..shards import shard_assignment
 from ..workload import human_bytes, human_count
 from .data import Data
 from .entry import spec_location
 from .describe import describe_model
 from .model import build_model, make_loss
+from .strategies import load_strategy
 
 
 def _describe(t) -> str:
@@ -40,7 +40,7 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
         model = build_model(spec, "cpu", spec_dir)
         loss_fn = make_loss(spec, spec_dir)
         data = Data(spec, "cpu", dataset_path, spec_dir)
-        dp = _data_parallel_width(spec, roles)
+        dp = load_strategy(spec.strategy.kind).data_parallel_width(spec, roles)
         need = spec.training.batch_size * dp
         if data.n < need:
             raise InputError(f"{data_where}: the dataset has {data.n} samples, fewer than one global batch "
@@ -49,14 +49,14 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
         _trial_step(model, loss_fn, x, y, model_where)
         workload = _prediction_workload(spec, model, x)
     names = [name for name, _ in model.named_parameters()]
-    _check_strategy(spec, model, names, roles, model_where)
+    strategy = load_strategy(spec.strategy.kind)
+    strategy.check_model(spec, model, names, model_where)
     params = sum(p.numel() for p in model.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     kind = spec.training.model.get("kind", "mlp")
     label = spec.training.model.get("entry", kind) if kind == "python" else kind
     # A python model's shards are known only once built: run.json keeps them for the figure.
-    shards = (shard_assignment(spec, {name: p.numel() for name, p in model.named_parameters()})
-              if spec.strategy.kind in ("parameter-server", "central-storage") else {})
+    shards = strategy.figure_shards(spec, {name: p.numel() for name, p in model.named_parameters()})
     facts = {"kind": kind, "params": params, "grad_bytes": grad_bytes, "param_tensors": names, "shards": shards,
              "data_bytes": _data_bytes(data), "aliases": _tied_aliases(model),
              "description": f"{label}: {human_count(params)} parameters, {human_bytes(grad_bytes)} per gradient"}
@@ -93,12 +93,6 @@ def _prediction_workload(spec, model, x) -> dict | None:
         return None
 
 
-def _data_parallel_width(spec, roles) -> int:
-    if spec.strategy.kind in ("single", "pipeline"):
-        return 1
-    return sum(1 for role, _ in roles if role == "worker")
-
-
 def _trial_step(model, loss_fn, x, y, where: str) -> None:
     try:
         out = model(x)
@@ -115,14 +109,3 @@ def _trial_step(model, loss_fn, x, y, where: str) -> None:
                        f"{_describe(loss)}")
     loss.backward()
 
-
-def _check_strategy(spec, model, names, roles, where: str) -> None:
-    kind = spec.strategy.kind
-    if kind == "pipeline":
-        from .split import check_splittable
-
-        check_splittable(model, spec.strategy.stages, where)
-    servers = spec.topology.servers.count
-    if kind == "parameter-server" and servers > len(names):
-        raise InputError(f"{spec_location(spec, ('topology', 'servers', 'count'))}: {servers} shards for "
-                       f"{len(names)} parameter tensors: each shard owns whole tensors, so at most {len(names)}")

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+from .strategies import load_strategy
+
 
 def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
-    rows = [("rank", "id", "role", "step time", "samples/s", "sent MB", "recv MB")]
+    strategy = load_strategy(spec.strategy.kind)
+    rows = [("rank", "id", "role", "step time", "samples/s", "sent MB", "recv MB", "memory MB")]
     for rank, (role, ident) in enumerate(roles):
         b = metrics["bytes"].get(str(rank), {"sent": 0, "recv": 0})
         st = metrics["step_time_s"].get(ident)
         rate = metrics["per_worker_samples_per_s"].get(ident)
         rows.append((str(rank), ident, role, f"{st * 1000:.1f} ms" if st else "-",
-                     f"{rate:,.0f}" if rate else "-", f"{b['sent'] / 1e6:.2f}", f"{b['recv'] / 1e6:.2f}"))
+                     f"{rate:,.0f}" if rate else "-", f"{b['sent'] / 1e6:.2f}", f"{b['recv'] / 1e6:.2f}",
+                     memory_mb(metrics.get("memory", {}).get(str(rank)))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     losses = [v for v in metrics["loss"] if v is not None]
-    head = (f"{spec.name}: {spec.strategy.kind}"
-            + (f" ({spec.strategy.algorithm})" if spec.strategy.kind == "allreduce" else "")
-            + (f" ({spec.strategy.sync})" if spec.strategy.kind == "parameter-server" else "")
+    head = (f"{spec.name}: {spec.strategy.kind}{strategy.summary_variant(spec)}"
             + f", {run['world_size']} rank(s), {run['backend']} on {run['device']}, "
             + f"{metrics['steps_done']}/{metrics['steps']} steps")
     tail = [f"loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "loss -",
@@ -25,9 +27,7 @@ def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
     if metrics["staleness"]:
         s = metrics["staleness"]
         tail.append(f"staleness mean {sum(s) / len(s):.2f} max {max(s):g}")
-    done = metrics.get("steps_per_worker", {})
-    if spec.strategy.kind == "parameter-server" and spec.strategy.sync == "async" and done:
-        tail.append("updates per worker " + ", ".join(f"{w} {c}" for w, c in done.items()))
+    tail += strategy.summary_facts(spec, metrics)
     evaluated = metrics.get("eval")
     if evaluated:
         tail.append(f"eval loss {evaluated['loss']:.4f}" + (f" (perplexity {evaluated['perplexity']:.2f})"
@@ -39,18 +39,23 @@ def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
     return "\n".join([head] + lines + ["; ".join(tail), f"run directory: {run_dir}"] + divergence_warning(spec, metrics))
 
 
+def memory_mb(memory: dict | None) -> str:
+    """A rank's memory in MB: the CUDA allocator's peak where there is one, else the sum of
+    the categories counted from the tensors (runner/memory.py); `-` when not measured."""
+    if not memory:
+        return "-"
+    if memory.get("peak") is not None:
+        return f"{memory['peak'] / 1e6:.2f}"
+    return f"{sum(memory.get(c) or 0 for c in ('params', 'grads', 'optimizer', 'activations')) / 1e6:.2f}"
+
+
 def divergence_warning(spec, metrics: dict) -> list:
-    """One warning line when the loss diverged (opentikz_dt.lossfacts), with the async cause."""
+    """One warning line when the loss diverged (opentikz_dt.lossfacts), with what the
+    strategy knows of the cause (async updates on stale weights)."""
     from ..lossfacts import divergence
 
     why = divergence(metrics["loss"])
     if why is None:
         return []
-    line = f"dtgen: warning: the loss diverged: {why}"
-    if spec.strategy.kind == "parameter-server" and spec.strategy.sync == "async":
-        s = metrics["staleness"]
-        stale = f" (staleness mean {sum(s) / len(s):.2f}, max {max(s):g})" if s else ""
-        line += (f"; asynchronous updates on stale weights{stale} at lr {spec.training.lr:g}, momentum "
-                 f"{spec.training.momentum:g} can blow up in one run and not the next: lower "
-                 "training.optimizer.lr or momentum, and repeat the run (dtgen run --repeat N)")
-    return [line]
+    hint = load_strategy(spec.strategy.kind).divergence_hint(spec, metrics)
+    return [f"dtgen: warning: the loss diverged: {why}" + (f"; {hint}" if hint else "")]

@@ -57,8 +57,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
     metrics = tracer = None
     try:
         backend, kind = resolve_backend(spec)
-        if backend == "nccl" and spec.strategy.kind == "allreduce" and spec.strategy.algorithm in ("ring", "tree"):
-            os.environ["NCCL_ALGO"] = spec.strategy.algorithm.capitalize()  # see strategies/allreduce.py
+        os.environ.update(strategy.process_environment(spec, backend))  # before the communicator exists
         _write_rank_info(run_dir, rank, role, ident, placement_for(spec).device_name(local_rank), backend, attempt)
         backend, device, control = setup_process_group(spec, rank, world, local_rank)
         ctx = _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt)

@@ -147,7 +147,9 @@ def _string_literals(path: Path, seen: set) -> set:
 
 @pytest.mark.parametrize("s", EVERY)
 def test_runner_module_exists_and_records_its_phases(s):
-    module = RUNNER / "strategies" / f"{s.runner_module}.py"
+    from opentikz_dt.plugins import module_name
+
+    module = RUNNER / "strategies" / f"{module_name(s.kind)}.py"
     assert module.is_file(), f"no runner module for {s.kind}: {module}"
     functions = {n.name for n in ast.parse(module.read_text()).body if isinstance(n, ast.FunctionDef)}
     assert {"roles", "train"} <= functions
@@ -177,3 +179,50 @@ def test_measured_comparison_names_every_kind(s):
     # unnoticed at run time: each names its strategy itself.
     assert callable(getattr(FIGURES.raw(s.kind), "table_name", None)), f"figures plugin of {s.kind} has no table_name"
     assert compare.strategy_name(_spec(s)) == FIGURES.raw(s.kind).table_name(_spec(s))
+
+
+@pytest.fixture
+def outside_kind():
+    """A strategy registered in-process as an outside plugin would be (DTGEN_PLUGINS)."""
+    from types import SimpleNamespace
+
+    from opentikz_dt.strategies import REGISTRY, Strategy
+
+    def rules(spec, model_blocks):
+        if spec.strategy.options["knob"] > 5:
+            yield ("strategy", "knob"), "knob at most 5"
+
+    kind = "toy-outside"
+    REGISTRY.register(SimpleNamespace(
+        KIND=kind, STRATEGY=Strategy(kind, "Toy training", ("optimizer",), workers=(1, 1),
+                                     default_workers=1),
+        SCHEMA={"knob": {"description": "A toy key.", "type": "integer", "minimum": 1, "default": 3}}, rules=rules))
+    yield kind
+    REGISTRY.unregister(kind)
+
+
+def test_an_outside_kind_is_a_kind_of_the_schema_rules_and_contract(outside_kind):
+    from opentikz_dt.contract import load_contract
+    from opentikz_dt.edit.args import parse_words
+    from opentikz_dt.rules import check_rules
+    from opentikz_dt.schema import check_schema
+    from opentikz_dt.spec import build_spec, resolve
+    from opentikz_dt.yamlpos import Located
+
+    data = {"strategy": {"kind": outside_kind}}
+    assert check_schema(Located("s.yaml", data)) == []
+    resolved = resolve(data)
+    assert resolved["strategy"]["knob"] == 3 and resolved["title"] == "Toy training"  # its SCHEMA's default
+    spec = build_spec(resolved, Located("s.yaml", data))
+    assert spec.strategy.options == {"knob": 3} and check_rules(spec) == []
+    big = {"strategy": {"kind": outside_kind, "knob": 9}}
+    too_big = build_spec(resolve(big), Located("s.yaml", big))
+    assert [i.message for i in check_rules(too_big)] == ["knob at most 5"]  # its own rules hook
+    # its keys belong to its kind only; the built-ins' schema is unchanged
+    [issue] = check_schema(Located("s.yaml", {"strategy": {"kind": "allreduce", "knob": 2}}))
+    assert "unknown key 'knob'" in issue.message
+    assert "knob" not in resolve({"strategy": {"kind": "allreduce"}})["strategy"]
+    kinds = load_contract()["edit_contract"]["operations"]["set-strategy"]["args"]["properties"]["kind"]["enum"]
+    assert tuple(kinds) == KINDS + (outside_kind,)
+    assert parse_words("set-strategy", ["--kind", outside_kind]) == {"kind": outside_kind}
+

@@ -9,9 +9,10 @@ import click
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: figures/<spec name>/; for a run directory RUN_DIR/figures/).")
-@click.option("--kind", type=click.Choice(["topology", "timeline", "all"]), default="all", show_default=True,
-              help="Which figure: the topology diagram, the expected timeline, or both "
-                   "(a run directory: the measured ones; all adds the result plots and table).")
+@click.option("--kind", type=click.Choice(["topology", "timeline", "memory", "all"]), default="all", show_default=True,
+              help="Which figure: the topology diagram, the expected timeline, or both; memory: the "
+                   "expected memory per rank, by category (a run directory: the measured ones; all adds "
+                   "the result plots, the memory figure and the table).")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Output format; repeat for several. The .tex is always written. Default: tex.")
 @click.option("--body-only", is_flag=True, help="Write the bare tikzpicture (for \\input into a paper) as the .tex.")

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_INVALID
-from ..strategies import KINDS
 
 
 @click.command()
@@ -53,9 +52,27 @@ def contract(check):
     click.echo("contract: ok (parameters, styles, node names, operations and invariants match the templates and code)")
 
 
+class _KindChoice(click.Choice):
+    """The registered strategy kinds, read when the option is used, not when this module
+    is imported (a DTGEN_PLUGINS that cannot be imported is then reported as an error by
+    the command, not as a traceback of the import)."""
+
+    def __init__(self):
+        super().__init__(())
+
+    @property
+    def choices(self):
+        from ..strategies import kinds
+
+        return kinds()
+
+    @choices.setter
+    def choices(self, _value):
+        pass
+
+
 @click.command()
-@click.option("--strategy", "kind", default="parameter-server", show_default=True,
-              type=click.Choice(KINDS))
+@click.option("--strategy", "kind", default="parameter-server", show_default=True, type=_KindChoice())
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 def init(kind, force, path):

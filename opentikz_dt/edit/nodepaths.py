@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ..errors import Issue
+from ..strategies import plugin
 from ..yamlpos import dotted
 
 _QUOTED = re.compile(r"'([A-Za-z][\w-]*)'")
@@ -41,9 +42,7 @@ def spec_path_of(node: str, spec) -> tuple | None:
         return ("topology", "hosts")
     if re.fullmatch(r"s[1-9][0-9]*", head):
         return ("strategy", "stages")
-    if head == "ar" or parts[-2:-1] == ["ring"]:
-        return ("strategy", "algorithm")
-    return None
+    return plugin(spec.strategy.kind).node_spec_path(node, parts)  # nodes only one strategy draws
 
 
 def locate_figure_problem(spec, invariant: str, message: str) -> Issue:

@@ -72,10 +72,11 @@ def _under(path: str, prefixes: list[str]) -> bool:
 def _meaningful(changes: dict, kind: str) -> dict:
     # A strategy key another kind owns is a resolved default nobody reads (a
     # parameter-server spec's `stages` follows the worker count): not worth a note.
-    from .operations import KIND_KEYS
+    from .operations import kind_keys
 
+    owners = kind_keys()
     return {path: change for path, change in changes.items()
-            if not (path.startswith("strategy.") and KIND_KEYS.get(path.split(".")[1], kind) != kind)}
+            if not (path.startswith("strategy.") and owners.get(path.split(".")[1], kind) != kind)}
 
 
 def side_effects(changes: dict, written: list[str]) -> list[str]:

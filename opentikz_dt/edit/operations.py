@@ -16,17 +16,22 @@ import yaml
 from ruamel.yaml.comments import CommentedSeq
 
 from ..spec import default_title
-from ..strategies import BY_KIND, STRATEGIES
+from ..strategies import REGISTRY, all_strategies, outside_kinds, plugin, strategy
 from ..workload import workload_of
 from .yamldoc import YamlDoc
 
 WORKERS = ("topology", "workers")
 SERVERS = ("topology", "servers")
 STRATEGY = ("strategy",)
-MIN_WORKERS = {s.kind: s.workers[0] for s in STRATEGIES}
-# Strategy keys that only one kind reads; set-strategy removes them from the others.
-KIND_KEYS = {key: s.kind for s in STRATEGIES for key in s.options}
-DEFAULT_WORKERS = 3
+
+
+def kind_keys() -> dict:
+    """{strategy key: the one kind that reads it}; set-strategy removes them from the others.
+    An outside plugin's own keys (its SCHEMA) are its kind's too."""
+    owners = {key: s.kind for s in all_strategies() for key in s.options}
+    for kind in outside_kinds():
+        owners.update({key: kind for key in getattr(REGISTRY.raw(kind), "SCHEMA", None) or {}})
+    return owners
 
 
 class OperationRefused(Exception):
@@ -56,11 +61,18 @@ class EditContext:
     def servers(self) -> int:
         return self.data["topology"]["servers"]["count"]
 
+    @property
+    def model_blocks(self) -> int | None:
+        """How many blocks the model splits into (None for a python model: known at run time)."""
+        workload = workload_of(self.data)
+        return len(workload.blocks) if workload else None
+
 
 def _retitle(ctx: EditContext, kind: str, sync: str, algorithm: str | None = None) -> None:
     # A title the user copied from the default follows the strategy; their own stays.
+    # (A valid spec's algorithm is native unless its kind has others.)
     old = ctx.doc.get(("title",))
-    before = ctx.data["strategy"].get("algorithm", "native") if ctx.kind == "allreduce" else "native"
+    before = ctx.data["strategy"].get("algorithm", "native")
     if old is not None and old == default_title(ctx.kind, ctx.data["strategy"]["sync"], before):
         ctx.doc.set(("title",), default_title(kind, sync, algorithm or (before if kind == ctx.kind else "native")))
 
@@ -96,28 +108,24 @@ def add_worker(ctx: EditContext, label: str | None = None) -> None:
     ctx.doc.set(WORKERS + ("count",), new)
     if label is not None:
         ctx.doc.set(WORKERS + ("labels", f"w{new}"), label)
-    # Pipeline stages default to the worker count; an explicit value must follow it.
-    if ctx.kind == "pipeline" and ctx.doc.has(STRATEGY + ("stages",)):
-        ctx.doc.set(STRATEGY + ("stages",), new)
+    plugin(ctx.kind).workers_changed(ctx, new)
 
 
 def remove_worker(ctx: EditContext) -> None:
-    count, low = ctx.workers, MIN_WORKERS.get(ctx.kind, 1)
+    count, low = ctx.workers, strategy(ctx.kind).workers[0]
     if count - 1 < low:
         need = f"{ctx.kind} needs at least {low} workers" if low > 1 else "a spec needs at least one worker"
         raise OperationRefused(WORKERS + ("count",), f"cannot remove w{count}: {need}")
     ctx.doc.set(WORKERS + ("count",), count - 1)
     for table in ("labels", "slowdown"):
         ctx.doc.delete(WORKERS + (table, f"w{count}"))
-    if ctx.kind == "pipeline" and ctx.doc.has(STRATEGY + ("stages",)):
-        ctx.doc.set(STRATEGY + ("stages",), count - 1)
+    plugin(ctx.kind).workers_changed(ctx, count - 1)
 
 
 def _need_sharded_servers(ctx: EditContext, verb: str) -> None:
-    if ctx.kind == "central-storage":
-        raise OperationRefused(("strategy", "kind"), f"cannot {verb} a server: central-storage keeps the variables on exactly one host (set-strategy --kind parameter-server for shards)")
-    if ctx.kind != "parameter-server":
-        raise OperationRefused(("strategy", "kind"), f"cannot {verb} a server: strategy '{ctx.kind}' has no parameter server (set-strategy --kind parameter-server first)")
+    refusal = plugin(ctx.kind).server_refusal(ctx, verb)
+    if refusal is not None:
+        raise OperationRefused(("strategy", "kind"), refusal)
 
 
 def add_server(ctx: EditContext) -> None:
@@ -128,7 +136,7 @@ def add_server(ctx: EditContext) -> None:
 def remove_server(ctx: EditContext) -> None:
     _need_sharded_servers(ctx, "remove")
     if ctx.servers <= 1:
-        raise OperationRefused(SERVERS + ("count",), "cannot remove ps: parameter-server needs at least one server")
+        raise OperationRefused(SERVERS + ("count",), f"cannot remove ps: {ctx.kind} needs at least one server")
     ctx.doc.set(SERVERS + ("count",), ctx.servers - 1)
 
 
@@ -156,48 +164,47 @@ def set_label(ctx: EditContext, which: str, text: str) -> None:
 
 
 def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, schedule: str | None = None) -> None:
+    owners = kind_keys()
     for option, value in (("algorithm", algorithm), ("schedule", schedule)):
-        owner = KIND_KEYS[option]
+        owner = owners[option]
         if value is not None and kind != owner:
             raise OperationRefused(STRATEGY + (option,), f"--{option} applies to kind {owner} only, not '{kind}'")
     doc = ctx.doc
     doc.set(STRATEGY + ("kind",), kind)
     sync = ctx.data["strategy"]["sync"]
-    if sync not in BY_KIND[kind].sync_modes:
+    if sync not in strategy(kind).sync_modes:
         doc.set(STRATEGY + ("sync",), "sync")
         sync = "sync"
-    for key, owner in KIND_KEYS.items():
+    for key, owner in owners.items():
         if kind != owner:
             doc.delete(STRATEGY + (key,))
     workers = _fit_workers(ctx, kind)
     _fit_servers(ctx, kind)
     if algorithm is not None:
         doc.set(STRATEGY + ("algorithm",), algorithm)
-        if algorithm == "hierarchical" and ctx.data["topology"]["hosts"] < 2:
-            doc.set(("topology", "hosts"), 2)
     if schedule is not None:
         doc.set(STRATEGY + ("schedule",), schedule)
-    if kind == "gossip" and ctx.data["strategy"]["peers"] >= workers:
-        doc.set(STRATEGY + ("peers",), workers - 1)
+    plugin(kind).strategy_set(ctx, {"kind": kind, "algorithm": algorithm, "schedule": schedule}, workers)
     _retitle(ctx, kind, sync, algorithm)
 
 
 def _fit_workers(ctx: EditContext, kind: str) -> int:
     """Set the worker count the new strategy needs; return it."""
     count = ctx.workers
-    if kind == "single" and count != 1:
-        ctx.doc.set(WORKERS + ("count",), 1)
+    low, high = strategy(kind).workers
+    if high is not None and count > high:
+        # the workers past the new limit go, with their labels and slowdowns; the hosts
+        # must still divide them
+        ctx.doc.set(WORKERS + ("count",), high)
         for table in ("labels", "slowdown"):
             for worker_id in list(ctx.data["topology"]["workers"][table]):
-                if worker_id != "w1":
+                if int(worker_id[1:]) > high:
                     ctx.doc.delete(WORKERS + (table, worker_id))
-        if ctx.data["topology"]["hosts"] != 1:
+        if high % ctx.data["topology"]["hosts"]:
             ctx.doc.set(("topology", "hosts"), 1)
-        return 1
-    if count < MIN_WORKERS.get(kind, 1):
-        workload = workload_of(ctx.data)  # None for a python model: its size is known at run time
-        blocks = len(workload.blocks) if workload else DEFAULT_WORKERS
-        count = max(2, min(DEFAULT_WORKERS, blocks)) if kind == "pipeline" else DEFAULT_WORKERS
+        return high
+    if count < low:
+        count = plugin(kind).switch_workers(ctx, kind)
         ctx.doc.set(WORKERS + ("count",), count)
     return count
 
@@ -207,7 +214,8 @@ def _fit_servers(ctx: EditContext, kind: str) -> None:
     if not ctx.doc.has(SERVERS + ("count",)):
         return
     current = ctx.servers
-    target = {"parameter-server": max(current, 1), "central-storage": 1}.get(kind, 0)
+    low, high = strategy(kind).servers  # the count kept where the new kind allows it
+    target = max(current, low) if high is None else min(max(current, low), high)
     if target != current:
         ctx.doc.set(SERVERS + ("count",), target)
 

@@ -31,8 +31,12 @@ def render_texts(spec, kinds=KINDS, body_only: bool = False, timeline=None) -> d
             texts[kind] = render_topology(spec, body_only=body_only)
         elif kind == "timeline":
             texts[kind] = render_timeline(spec, timeline=timeline, body_only=body_only)
+        elif kind == "memory":  # asked for by name only (not part of `all`)
+            from .memory import render_spec_memory
+
+            texts[kind] = render_spec_memory(spec, body_only=body_only)
         else:
-            raise DtgenError(f"unknown figure kind {kind!r} (one of {', '.join(KINDS)})")
+            raise DtgenError(f"unknown figure kind {kind!r} (one of {', '.join(KINDS + ('memory',))})")
     return texts
 
 

@@ -2,7 +2,8 @@
 
 measured-timeline (the trace in a window of steps), measured-topology (the spec's
 diagram annotated with what was measured), plot-loss, plot-throughput,
-plot-staleness (async runs) and table-summary: the figures' keys (render_run_figures,
+plot-staleness (async runs), plot-memory (memory per rank, expected and measured;
+runs that measured it) and table-summary: the figures' keys (render_run_figures,
 `only`), for a prediction's run directory too. Their files are named by the run's
 source and name (source.figure_stem: measured-<run>-timeline, predicted-<run>-topology),
 so the figures of several runs can share a folder. Must not import torch.
@@ -18,6 +19,7 @@ from ..figures.render import render_timeline
 from .annotate import render_annotated_topology
 from .compare import default_loss_target, render_summary_table, summarize
 from .export import write_outputs
+from ..figures.memory import render_run_memory
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
 from .run import Run, load_run
 from .source import figure_stem, source_note
@@ -38,6 +40,8 @@ def render_run_figures(run: Run, steps: str | None = None, body_only: bool = Fal
         makers["plot-throughput"] = lambda: render_throughput_plot([run], body_only)
     if run.metrics["staleness"]:
         makers["plot-staleness"] = lambda: render_staleness_plot([run], body_only)
+    if run.metrics["memory"]:
+        makers["plot-memory"] = lambda: render_run_memory(run, body_only)
     target = default_loss_target([run])
     makers["table-summary"] = lambda: render_summary_table([summarize(run, target)], target, run.spec, body_only,
                                                            str(run.path))
@@ -57,9 +61,11 @@ def _timeline(run: Run, window):
 
 # the file name's last part of each figure (source.figure_stem)
 FILE_KINDS = {"measured-timeline": "timeline", "measured-topology": "topology", "plot-loss": "loss",
-              "plot-throughput": "throughput", "plot-staleness": "staleness", "table-summary": "table"}
+              "plot-throughput": "throughput", "plot-staleness": "staleness", "plot-memory": "memory",
+              "table-summary": "table"}
 KIND_STEMS = {"timeline": ("measured-timeline",), "topology": ("measured-topology",),
-              "plots": ("plot-loss", "plot-throughput", "plot-staleness", "table-summary"), "all": ()}
+              "plots": ("plot-loss", "plot-throughput", "plot-staleness", "plot-memory", "table-summary"),
+              "memory": ("plot-memory",), "all": ()}
 
 
 def write_run_figures(run_dir: str | Path, out_dir: str | Path | None = None, formats: tuple = ("tex",),

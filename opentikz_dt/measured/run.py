@@ -119,6 +119,7 @@ def check_metrics(data: dict, where: Path) -> dict:
         "steps_per_worker": {w: int(v) for w, v in _per_worker(data.get("steps_per_worker", {}), where,
                                                                "steps_per_worker").items()},
         "eval": _eval(data.get("eval")),
+        "memory": _memory(data.get("memory")),
     }
     for rank, value in _mapping(data.get("bytes", {}), where, "bytes").items():
         if str(rank).isdigit() and isinstance(value, dict):
@@ -141,6 +142,23 @@ def _pair(value) -> list | None:
             and value[0] <= value[1]):
         return [float(value[0]), float(value[1])]
     return None
+
+
+MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "peak")
+
+
+def _memory(value) -> dict:
+    """metrics.json's memory per rank (runner/memory.py): {rank: {category: bytes or None,
+    "source": text}}; ranks and values that are not that are dropped."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for rank, entry in value.items():
+        if not str(rank).isdigit() or not isinstance(entry, dict):
+            continue
+        numbers = {k: entry.get(k) if type(entry.get(k)) is int and entry.get(k) >= 0 else None for k in MEMORY_KEYS}
+        out[int(rank)] = {**numbers, "source": str(entry.get("source", ""))}
+    return dict(sorted(out.items()))
 
 
 def _eval(value) -> dict | None:

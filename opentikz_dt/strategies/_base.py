@@ -14,7 +14,6 @@ COMMON_PHASES = ("forward", "backward", "slowdown")
 class Strategy:
     kind: str  # the spec's strategy.kind
     title: str  # the figure title when the spec gives none
-    runner_module: str  # opentikz_dt.runner.strategies.<runner_module>: roles(spec), train(ctx)
     phases: tuple[str, ...]  # span names its ranks record beyond COMMON_PHASES (trace vocabulary)
     algorithms: tuple[str, ...] = ("native",)  # strategy.algorithm values it accepts
     sync_modes: tuple[str, ...] = ("sync",)  # strategy.sync values it accepts

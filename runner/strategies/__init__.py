@@ -1,6 +1,21 @@
 """The runner's strategy plugins: one module per `strategy.kind` (named after it, '-' as
 '_'; DTGEN_PLUGINS adds `<package>.runner` modules), each with `KIND`, `roles(spec)` and
-`train(ctx)` (docs/dev/runner-interface.md).
+`train(ctx)` (docs/dev/runner-interface.md), and where _defaults.py's answer does not
+fit, the runner's other questions about the strategy:
+
+  check_nodes(spec, spec_path, nnodes)       can it span nnodes machines (launch.py)
+  check_placement(placement)                 can it run on these devices (placement.py)
+  data_parallel_width(spec, roles)           ranks with their own batch slice (preflight)
+  check_model(spec, model, names, where)     can the built model run it (preflight)
+  figure_shards(spec, sizes)                 {server id: tensor names} for run.json
+  sent(spec)                                 what its ranks send (the run's first line)
+  process_environment(spec, backend)         environment a rank sets first (worker.py)
+  summary_variant(spec)                      ' (algorithm)' after the kind (summary.py)
+  summary_facts(spec, metrics)               extra facts for the summary's last line
+  divergence_hint(spec, metrics)             what a diverged-loss warning adds
+
+The runner outside this package asks these; it never compares a kind, algorithm, sync
+mode or schedule name itself.
 
 Modules are imported on lookup, so one broken or missing strategy only affects the specs
 that use it.
@@ -10,14 +25,15 @@ from __future__ import annotations
 
 from ...plugins import SideRegistry
 
-REGISTRY = SideRegistry("runner", __name__)
+REGISTRY = SideRegistry("runner", __name__, defaults=f"{__name__}._defaults")
 
 
 def load_strategy(kind: str):
-    """The runner plugin for a spec's `strategy.kind`."""
+    """The runner plugin for a spec's `strategy.kind` (with _defaults.py's answers for
+    what it leaves out)."""
     from ...errors import InputError, RunError
 
     try:
-        return REGISTRY.raw(kind)
+        return REGISTRY.get(kind)
     except InputError:
         raise RunError(f"strategy {kind!r} is not implemented in the runner") from None

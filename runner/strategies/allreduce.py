@@ -60,6 +60,7 @@ def _train_manual(ctx, algorithm: str) -> None:
         flat.div_(n)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
+        ctx.record_memory(model.parameters(), opt)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
@@ -102,6 +103,7 @@ def _train_ddp(ctx) -> None:
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
+        ctx.record_memory(model.parameters(), opt)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
@@ -138,3 +140,16 @@ def _traced_allreduce_hook(ctx):
         return fut.then(done)
 
     return hook
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def process_environment(spec, backend: str) -> dict:
+    # On NCCL, ring and tree are NCCL's own algorithms (module docstring, _reducer).
+    if backend == "nccl" and spec.strategy.algorithm in ("ring", "tree"):
+        return {"NCCL_ALGO": spec.strategy.algorithm.capitalize()}
+    return {}
+
+
+def summary_variant(spec) -> str:
+    return f" ({spec.strategy.algorithm})"

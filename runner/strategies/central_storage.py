@@ -55,6 +55,7 @@ def run_worker(ctx) -> None:
         grads = flatten_grads(tensors)
         with ctx.tracer.span("push", tid="comm", step=step, flow_out=ctx.tracer.flow_id(k, step, storage)):
             ctx.comm.reduce(grads, dst=storage)
+        ctx.record_memory(tensors)  # a replica; the storage rank updates it
         ctx.metrics.step_done(step, loss.item(), samples, perf_counter() - t0)
         ctx.maybe_checkpoint(step, dict)  # the weights live on the storage rank
         ctx.tracer.maybe_flush()
@@ -89,6 +90,26 @@ def run_storage(ctx) -> None:
             assign_grads(grads.div_(n), tensors)
             stepper.step(step, span)
             version += 1
+        ctx.record_memory(tensors, opt)  # the store: the whole model and its optimizer state
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "version": version})
         ctx.tracer.maybe_flush()
     ctx.save_model(model.state_dict())
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def check_nodes(spec, spec_path, nnodes: int) -> None:
+    from ...errors import InputError
+
+    raise InputError(f"{spec_path}: strategy.kind: central-storage keeps the variables in one machine's "
+                     "memory next to its workers; it cannot span hosts (use parameter-server across hosts)")
+
+
+def figure_shards(spec, sizes: dict) -> dict:
+    from ...shards import shard_assignment
+
+    return shard_assignment(spec, sizes)  # the one store holds every tensor
+
+
+def sent(spec) -> str:
+    return "gradients and weights"

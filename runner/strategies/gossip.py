@@ -56,6 +56,7 @@ def train(ctx) -> None:
                     mixed.add_(buf)
                 mixed.div_(len(inbox) + 1)
                 _unflatten_into(params, mixed)
+        ctx.record_memory(params, opt)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     with torch.no_grad():
@@ -71,3 +72,9 @@ def _unflatten_into(params, flat) -> None:
     for p in params:
         p.copy_(flat[offset:offset + p.numel()].view_as(p))
         offset += p.numel()
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def sent(spec) -> str:
+    return "weights"

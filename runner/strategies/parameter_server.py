@@ -94,6 +94,7 @@ def run_worker(ctx) -> None:
             for rank, _, _ in shard_list:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, step, rank), step, tid="comm")
         posted = perf_counter_ns()  # the next fetch's wait starts where the push ends (one comm lane)
+        ctx.record_memory(model.parameters())  # a replica; the servers update it
         ctx.metrics.step_done(step, loss_value, samples, perf_counter() - t0)
         ctx.maybe_checkpoint(step, dict)  # weights live on the servers: only metrics to keep here
         ctx.tracer.maybe_flush()
@@ -153,6 +154,7 @@ def run_async_worker(ctx) -> None:
             for rank, _, _ in shard_list:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, ticket, rank), step, tid="comm")
         posted = perf_counter_ns()
+        ctx.record_memory(model.parameters())  # a replica; the servers update it
         ctx.metrics.step_done(local, loss_value, samples, perf_counter() - t0, global_step=step)
         local += 1
         ctx.tracer.maybe_flush()
@@ -287,6 +289,7 @@ def run_sync_server(ctx) -> None:
             assign_grads(total.div_(n), shard.tensors)
             shard.stepper.step(step, span)
             shard.version += 1
+        ctx.record_memory(shard.tensors, shard.opt)  # this server's shard and its optimizer state
         sends = []
         if step + 1 < ctx.steps:
             weights = shard.weights(ctx)
@@ -370,6 +373,7 @@ def run_async_server(ctx) -> None:
             assign_grads(shard.grads[k], shard.tensors)
             shard.stepper.step(step)
             shard.version += 1
+        ctx.record_memory(shard.tensors, shard.opt)  # this server's shard and its optimizer state
         ctx.metrics.staleness(staleness)
         if shard.version == boundary:  # every update before the boundary is in: a consistent state
             ctx.maybe_checkpoint(boundary // n - 1, shard.state)
@@ -393,3 +397,44 @@ def _next_boundary(ctx, version: int, n: int) -> float:
         if ctx.is_checkpoint_step(step) and (step + 1) * n > version:
             return (step + 1) * n
     return float("inf")
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def check_model(spec, model, names: list[str], where: str) -> None:
+    from ...errors import InputError
+    from ..entry import spec_location
+
+    servers = spec.topology.servers.count
+    if servers > len(names):  # the spec rules check this for a built-in model; a python one is known here
+        raise InputError(f"{spec_location(spec, ('topology', 'servers', 'count'))}: {servers} shards for "
+                         f"{len(names)} parameter tensors: each shard owns whole tensors, so at most {len(names)}")
+
+
+def figure_shards(spec, sizes: dict) -> dict:
+    return shard_assignment(spec, sizes)
+
+
+def summary_variant(spec) -> str:
+    return f" ({spec.strategy.sync})"
+
+
+def summary_facts(spec, metrics: dict) -> list[str]:
+    done = metrics.get("steps_per_worker", {})
+    if spec.strategy.sync == "async" and done:  # a fast worker does more of the updates
+        return ["updates per worker " + ", ".join(f"{w} {c}" for w, c in done.items())]
+    return []
+
+
+def divergence_hint(spec, metrics: dict) -> str:
+    if spec.strategy.sync != "async":
+        return ""
+    s = metrics["staleness"]
+    stale = f" (staleness mean {sum(s) / len(s):.2f}, max {max(s):g})" if s else ""
+    return (f"asynchronous updates on stale weights{stale} at lr {spec.training.lr:g}, momentum "
+            f"{spec.training.momentum:g} can blow up in one run and not the next: lower "
+            "training.optimizer.lr or momentum, and repeat the run (dtgen run --repeat N)")
+
+
+def sent(spec) -> str:
+    return "gradients and weights"

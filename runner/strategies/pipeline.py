@@ -87,6 +87,7 @@ def train(ctx) -> None:
             tied(step)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
+        ctx.record_memory(part.parameters(), opt)
         moved = boundary.per_step(microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
@@ -220,3 +221,31 @@ class _StageTrace:
             return ops
 
         setattr(stage, method, traced)
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def data_parallel_width(spec, roles) -> int:
+    return 1  # every stage sees the whole batch, in microbatches
+
+
+def check_model(spec, model, names: list[str], where: str) -> None:
+    from ..split import check_splittable
+
+    check_splittable(model, spec.strategy.stages, where)
+
+
+def check_placement(placement) -> None:
+    """torch's pipeline schedules send GPU tensors point to point themselves, which gloo
+    cannot (it all-reduces and broadcasts GPU tensors, nothing else); dtgen's own
+    messages go through host copies, the schedules' do not."""
+    from ...errors import InputError
+
+    if placement.stage_through_host:
+        raise InputError("strategy pipeline cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
+                         "point to point, which gloo does not support; give each stage its own GPU (nccl) "
+                         "or set runtime.device: cpu")
+
+
+def sent(spec) -> str:
+    return "activations and their gradients"

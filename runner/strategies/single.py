@@ -22,6 +22,13 @@ def train(ctx) -> None:
         loss, samples = ctx.forward_backward(model, step, 0, 1)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
+        ctx.record_memory(model.parameters(), opt)
         ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     ctx.save_model(model.state_dict())
+
+
+# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+
+def sent(spec) -> str:
+    return ""

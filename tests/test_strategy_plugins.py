@@ -1,0 +1,80 @@
+"""Strategies are plugins: outside the plugin modules, no code switches on a strategy.
+
+Every side asks its registry (opentikz_dt/plugins.py) for the plugin of a kind and calls
+it. A comparison against a strategy kind, algorithm, sync mode or pipeline schedule name
+anywhere else means a strategy leaked into shared code: adding a strategy would then mean
+editing that code too. Plugin modules may ask about their own algorithms.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from conftest import REPO
+
+from opentikz_dt.strategies import all_strategies
+
+PLUGIN_PACKAGES = ("opentikz_dt/strategies", "opentikz_dt/figures/strategies", "opentikz_dt/predict/strategies",
+                   "runner/strategies")
+# (file, the compared name): comparisons that are not about a strategy, each with its reason.
+ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def strategy_names() -> set[str]:
+    names = set()
+    for s in all_strategies():
+        names |= {s.kind, *s.algorithms, *s.sync_modes}
+    schema = json.loads((REPO / "schemas" / "spec.schema.json").read_text())
+    names |= set(schema["properties"]["strategy"]["properties"]["schedule"]["enum"])
+    return names
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for element in node.elts for s in _strings(element)]
+    return []
+
+
+def comparisons(path, names) -> list[tuple[int, str]]:
+    """(line, name) of every ==, !=, in, not in or match case against one of `names`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            values = _strings(node.left) + [s for c in node.comparators for s in _strings(c)]
+        elif isinstance(node, ast.MatchValue):
+            values = _strings(node.value)
+        else:
+            continue
+        found += [(node.lineno, v) for v in values if v in names]
+    return found
+
+
+def leaks(root=REPO) -> list[str]:
+    names = strategy_names()
+    out = []
+    for top in ("opentikz_dt", "runner"):
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.rsplit("/", 1)[0] in PLUGIN_PACKAGES:
+                continue
+            out += [f"{rel}:{line}: compares against {name!r}" for line, name in comparisons(path, names)
+                    if (rel, name) not in ALLOWED]
+    return out
+
+
+def test_no_code_outside_the_plugins_switches_on_a_strategy():
+    found = leaks()
+    assert not found, "ask the strategy's plugin instead (CONTRIBUTING.md, 'Add a strategy'):\n" + "\n".join(found)
+
+
+def test_the_check_finds_a_planted_switch(tmp_path):
+    # The check itself can fail: a shared module that switches on a kind is reported.
+    planted = tmp_path / "opentikz_dt" / "figures" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text('def f(spec):\n    return spec.strategy.kind == "pipeline" or spec.strategy.algorithm in ("ring",)\n')
+    (tmp_path / "runner").mkdir()
+    assert leaks(tmp_path) == ["opentikz_dt/figures/planted.py:2: compares against 'pipeline'",
+                               "opentikz_dt/figures/planted.py:2: compares against 'ring'"]
