@@ -54,9 +54,3 @@ def interval(spec, costs, steps: int, metrics: dict, seeds: int = SEEDS) -> dict
             "samples_per_s_interval": [round(min(rates) / high, 2), round(max(rates) / low, 2)],
             "interval_sources": sources}
 
-
-def contains(bounds, value) -> bool | None:
-    """Whether a measured value falls in a predicted interval (None: no interval or value)."""
-    if not isinstance(bounds, (list, tuple)) or len(bounds) != 2 or value is None:
-        return None
-    return bounds[0] <= value <= bounds[1]
