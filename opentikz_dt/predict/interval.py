@@ -49,7 +49,8 @@ def interval(spec, costs, steps: int, metrics: dict, seeds: int = SEEDS) -> dict
     blocks = [float(r) for r in (costs.cal.data.get("noise") or {}).get("block_ratios", []) if r > 0]
     low, high = (min(1.0, min(blocks)), max(1.0, max(blocks))) if blocks else (1.0, 1.0)
     if blocks:
-        sources.append(f"the calibration run's drift, {1 - low:.0%} below to {high - 1:.0%} above")
+        sources.append("the calibration run's drift, " + (f"{1 - low:.0%} below to {high - 1:.0%} above"
+                                                          if max(1 - low, high - 1) >= 0.005 else "under 1%"))
     return {"step_time_interval_s": [round(min(steps_s) * low, 6), round(max(steps_s) * high, 6)],
             "samples_per_s_interval": [round(min(rates) / high, 2), round(max(rates) / low, 2)],
             "interval_sources": sources}

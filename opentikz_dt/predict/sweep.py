@@ -88,7 +88,7 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
     base = apply_overrides(load_spec(spec_path), fixed)
     if steps is not None:
         base = apply_overrides(base, (f"training.steps={steps}",))
-    planned, skipped, assumed = [], [], {}
+    planned, skipped, assumed, carried = [], [], {}, {}
     for label, extra in lines:
         for n in counts:
             try:
@@ -99,6 +99,13 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
             check_size(spec, spec.training.steps)
             costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True, device=device)
             planned.append((label, n, spec, costs))
+            carried.update({note: None for note in assumed.get("transfer", [])})
+    if len(carried) > 1:  # one per line's strategy: say it once for every line
+        first = next(iter(carried)).split(":")[0]
+        carried = {f"{first}: its message latency and untraced time per step are carried to every line as "
+                   "costs per message and per step": None}
+    if carried:
+        assumed = dict(assumed, transfer=list(carried))
     check_sweep_size(planned)
     points = []
     for label, n, spec, costs in planned:
@@ -135,14 +142,14 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
         link = f"links {preset['name']} ({rate * 8 / 1e9:g} Gbit/s per direction, {preset['source']})"
         if lat is None:
             latency = ", latency as calibrated (no source gives the preset's)"
-        link = f"compute of {preset['compute']}; {link}"
+        link = f"compute measured on {preset['compute']}; {link}"
     source = assumed.get("calibration", "")
     # The file's name only: a figure for a paper must not carry this machine's paths.
     source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
     notes = [f"predicted from the {source}: every rank on its own core, compute as "
              f"calibrated solo; {link}{latency}; {steps} steps, first left out"]
-    if assumed.get("transfer_note"):
-        notes.append(assumed["transfer_note"])
+    if assumed.get("transfer"):  # a sweep writes no run.json: the whole caveat goes in its caption
+        notes.append("; ".join(assumed["transfer"]))
     if skipped:
         notes.append("not valid for this spec, left out: " + ", ".join(skipped[:8]) + (" ..." if len(skipped) > 8 else ""))
     return [escape_text(n) for n in notes]
