@@ -96,3 +96,14 @@ def test_the_wait_for_a_core_follows_the_process_count(tmp_path, kind, workers, 
     costs, assumed, _ = costs_for(spec, cal, dedicated=dedicated)
     assert costs.comm["p2p"][0] == pytest.approx(alpha_us)
     assert ("message_wait_scale" in assumed) == (alpha_us != 1000.0 or kind != "allreduce-ring")
+
+
+def test_a_malformed_message_split_names_the_file_and_key(tmp_path):
+    from opentikz_dt.predict.calibration import CalibrationError, load_calibration
+
+    path = _cal_with_split(tmp_path)
+    data = json.loads(path.read_text())
+    data["comm"]["p2p"]["core_wait_s"] = "slow"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=r"split.json: comm.p2p.core_wait_s: 'slow' is not a number"):
+        load_calibration(path)
