@@ -11,6 +11,11 @@ Step time is the mean over workers, first step left out (metrics.json).
 
     python benchmarks/bench_predict_accuracy.py [--only ps-sync,allreduce-ring] [--steps 60] [--json FILE]
         [--multihost 200mbit]     # also 2 emulated hosts with shaped links (root; scripts/netcluster.sh)
+    python benchmarks/bench_predict_accuracy.py --transfer [--only ...]
+        leave-one-out: every example predicted from `dtgen calibrate` of ONE fixed reference
+        spec of its model (REFERENCE below), never its own; and size: `dtgen calibrate` at 2
+        workers predicting 4 and 8 (SIZE examples). Each row: measured, a repeat run (the
+        noise floor), predicted, error, the predicted interval and whether the run is in it.
 
 Takes about a minute per strategy here. Timings on a shared machine are noisy: the
 script prints the load average before and after.
@@ -149,6 +154,95 @@ def one_multihost(name: str, tmp: Path, steps: int, link: str) -> dict:
     return row
 
 
+# leave-one-out: the one spec of each model that calibrates every other example of it
+REFERENCE = {"mlp [32, 128, 128, 10]": "allreduce-ring", "mlp [128, 128, 128, 128]": "pipeline-gpipe",
+             "transformer": "transformer-ring"}
+FAMILY = {"ps-sync": "mlp [32, 128, 128, 10]", "ps-async": "mlp [32, 128, 128, 10]",
+          "ps-sharded": "mlp [32, 128, 128, 10]", "central-storage": "mlp [32, 128, 128, 10]",
+          "allreduce-native": "mlp [32, 128, 128, 10]", "allreduce-ring": "mlp [32, 128, 128, 10]",
+          "allreduce-tree": "mlp [32, 128, 128, 10]", "allreduce-hierarchical": "mlp [32, 128, 128, 10]",
+          "gossip": "mlp [32, 128, 128, 10]", "pipeline-gpipe": "mlp [128, 128, 128, 128]",
+          "pipeline-1f1b": "mlp [128, 128, 128, 128]", "transformer-ring": "transformer",
+          "transformer-pipeline": "transformer"}
+SIZE = ["allreduce-ring", "allreduce-native", "ps-sync", "gossip"]
+
+
+def at_workers(spec: Path, workers: int, tmp: Path) -> Path:
+    data = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    data["topology"]["workers"]["count"] = workers
+    data["topology"]["workers"].pop("slowdown", None)
+    if data["strategy"].get("peers", 1) >= workers:
+        data["strategy"]["peers"] = workers - 1
+    training = data.setdefault("training", {})
+    dataset = training.setdefault("dataset", {})
+    if dataset.get("kind", "synthetic") == "synthetic":  # one global batch at any width (as dtgen predict)
+        dataset["samples"] = max(int(dataset.get("samples", 4096)), 8 * workers * int(training.get("batch_size", 64)))
+    out = tmp / f"{spec.stem}-{workers}w.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return out
+
+
+def transfer_row(label: str, spec: Path, cal: Path, tmp: Path, steps: int, workers: int | None = None) -> dict:
+    """Run `spec` twice (target and repeat) and predict it from `cal` (at `workers`)."""
+    tag = label.replace(" ", "_")
+    dtgen("run", spec, "--out", tmp / f"{tag}-run", "--steps", steps)
+    dtgen("run", spec, "--out", tmp / f"{tag}-repeat", "--steps", steps)
+    out = tmp / f"{tag}-pred"
+    dtgen("predict", spec, "--calibration", cal, "--steps", steps, "-o", out,
+          *(("--workers", workers) if workers else ()))
+    measured, repeat, predicted = (mean_step_ms(tmp / f"{tag}-{k}") for k in ("run", "repeat", "pred"))
+    low, high = (v * 1000 for v in json.loads((out / "metrics.json").read_text())["step_time_interval_s"])
+    return {"strategy": label, "ranks": json.loads((tmp / f"{tag}-run" / "run.json").read_text())["world_size"],
+            "measured_ms": measured, "repeat_err": (repeat - measured) / measured, "predicted_ms": predicted,
+            "err": (predicted - measured) / measured, "low_ms": low, "high_ms": high,
+            "inside": low <= measured <= high, "half_width": (high - low) / 2 / predicted,
+            "load": os.getloadavg()[0]}
+
+
+def transfer(names: list, tmp: Path, steps: int) -> list:
+    rows = []
+    cals = {}
+    for name in [n for n in names if n in FAMILY]:
+        family = FAMILY[name]
+        ref = REFERENCE[family]
+        if ref not in cals:
+            cals[ref] = tmp / f"ref-{ref}.json"
+            dtgen("calibrate", example(ref), "-o", cals[ref])
+        label = f"{name} (from {ref})" + (" [self]" if name == ref else "")
+        rows.append(transfer_row(label, example(name), cals[ref], tmp, steps))
+        print(transfer_line(rows[-1]), flush=True)
+    for name in [n for n in names if n in SIZE]:
+        cal = tmp / f"size-{name}.json"
+        dtgen("calibrate", at_workers(example(name), 2, tmp), "-o", cal)
+        for workers in (4, 8):
+            rows.append(transfer_row(f"{name} 2->{workers}", at_workers(example(name), workers, tmp), cal, tmp,
+                                     steps, workers))
+            print(transfer_line(rows[-1]), flush=True)
+    return rows
+
+
+def transfer_line(r: dict) -> str:
+    return (f"{r['strategy']:44} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} "
+            f"{r['predicted_ms']:9.2f} {r['err']:+7.0%} {r['low_ms']:8.2f}-{r['high_ms']:<8.2f} "
+            f"{'in' if r['inside'] else 'OUT':>3} {r['half_width']:6.0%} {r['load']:5.1f}")
+
+
+def transfer_summary(rows: list) -> None:
+    print(f"{'row':44} {'ranks':>5} {'run ms':>9} {'repeat':>7} {'pred ms':>9} {'error':>7} {'interval ms':>17} "
+          f"{'in?':>3} {'+-':>6} {'load':>5}")
+    for r in rows:
+        print(transfer_line(r))
+    for what, keep in (("leave-one-out", lambda r: "->" not in r["strategy"] and "[self]" not in r["strategy"]),
+                       ("size", lambda r: "->" in r["strategy"])):
+        mine = [r for r in rows if keep(r)]
+        if mine:
+            errs = [abs(r["err"]) for r in mine]
+            print(f"{what}: median |error| {statistics.median(errs):.0%}, max {max(errs):.0%}, over 25%: "
+                  f"{sum(e > 0.25 for e in errs)} of {len(errs)}; in the interval: "
+                  f"{sum(r['inside'] for r in mine)} of {len(mine)}; median repeat "
+                  f"{statistics.median(abs(r['repeat_err']) for r in mine):.0%}")
+
+
 def line(r: dict) -> str:
     cells = [f"{r['strategy']:30} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%}"]
     for source in SOURCES:
@@ -164,8 +258,18 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--multihost", default=None, metavar="LINK",
                         help="also 2 emulated hosts with each link shaped to LINK (e.g. 200mbit; root, ip netns, tc)")
+    parser.add_argument("--transfer", action="store_true",
+                        help="leave-one-out (one reference calibration per model) and size (2 -> 4, 8 workers)")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} (cores: {os.cpu_count()})", flush=True)
+    if args.transfer:
+        with tempfile.TemporaryDirectory(prefix="dtgen-bench-transfer-") as tmp:
+            rows = transfer([n for n in args.only.split(",") if n], Path(tmp), args.steps)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        transfer_summary(rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return
     rows = []
     with tempfile.TemporaryDirectory(prefix="dtgen-bench-predict-") as tmp:
         for name in [n for n in args.only.split(",") if n]:

@@ -50,7 +50,7 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
 
 
 @click.command()
-@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--calibration", type=click.Path(path_type=Path, dir_okay=False),
               help="Calibration file (dtgen calibrate); without it, the illustrative cost model.")
 @click.option("--workers", type=click.IntRange(min=1), help="Override topology.workers.count.")
@@ -59,15 +59,27 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
 @click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False),
               help="Predicted run directory (default runs/<name>-predicted); a sweep's figure folder.")
 @click.option("--sweep", metavar="workers=2,4,...", help="Predict at each worker count; write a scaling figure.")
-@click.option("--link", metavar="10gbit", help="Link bandwidth between workers instead of the calibrated one.")
+@click.option("--link", metavar="10gbit|PRESET",
+              help="Link bandwidth between workers instead of the calibrated one, or a preset (--list-presets).")
+@click.option("--device", metavar="PRESET",
+              help="Predict for this device (--list-presets): needs a calibration made on it; its link is the default.")
+@click.option("--list-presets", is_flag=True, help="List the --link and --device presets with their sources, and exit.")
 @click.option("--latency-ms", type=click.FloatRange(min=0), help="Message latency instead of the calibrated one.")
 @click.option("--dedicated", is_flag=True,
               help="Every rank on its own core (a cluster), not sharing this machine's. Sweeps always "
                    "assume this: 1,024 ranks cannot meaningfully share a few cores.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Sweep figure formats (repeatable; the .tex is always written).")
-def predict(spec, calibration, workers, sets, steps, out, sweep, link, latency_ms, dedicated, formats):
+def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, list_presets, latency_ms, dedicated,
+            formats):
     """Simulate SPEC's schedule and write a predicted run directory (trace.json, metrics.json)."""
+    if list_presets:
+        from ..predict.presets import presets_table
+
+        click.echo(presets_table())
+        return
+    if spec is None:
+        raise click.UsageError("Missing argument 'SPEC'.")
     if sweep is not None:
         from ..predict.predict import ILLUSTRATIVE_WARNING
         from ..predict.sweep import sweep_command
@@ -76,12 +88,13 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, latency_m
             click.echo(f"dtgen: warning: {ILLUSTRATIVE_WARNING}", err=True)
 
         for path in sweep_command(spec, sweep, calibration, sets, steps, out, link, latency_ms, dedicated,
-                                  tuple(formats) or ("tex",), echo=click.echo):
+                                  tuple(formats) or ("tex",), echo=click.echo, device=device):
             click.echo(f"wrote {path}")
         return
     from ..predict.predict import predict as run_prediction
 
-    path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated)
+    path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated,
+                                      device)
     for line in warnings:
         click.echo(f"dtgen: warning: {line}", err=True)
     click.echo(f"wrote {path}")

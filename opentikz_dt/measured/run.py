@@ -126,9 +126,22 @@ def check_metrics(data: dict, where: Path) -> dict:
             sent, recv = value.get("sent", 0), value.get("recv", 0)
             if type(sent) is int and type(recv) is int:
                 out["bytes"][int(rank)] = {"sent": sent, "recv": recv}
+    for key in ("step_time_interval_s", "samples_per_s_interval"):  # a prediction's interval (predict/interval.py)
+        out[key] = _pair(data.get(key))
+    sources = data.get("interval_sources")
+    out["interval_sources"] = [str(x) for x in sources if isinstance(x, str)] if isinstance(sources, list) else []
     samples = data.get("samples_per_s", 0.0)
     out["samples_per_s"] = float(samples) if isinstance(samples, (int, float)) and math.isfinite(samples) else 0.0
     return out
+
+
+def _pair(value) -> list | None:
+    """[low, high] of finite numbers, or None (absent or malformed: no interval is drawn)."""
+    if (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            and math.isfinite(v) for v in value)
+            and value[0] <= value[1]):
+        return [float(value[0]), float(value[1])]
+    return None
 
 
 MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "peak")

@@ -53,8 +53,14 @@ def prediction_note(run: Run) -> str:
     """What a predicted run's figures say it is: predicted from which calibration, or illustrative."""
     if illustrative(run):
         return label_text(run.spec, "illustrative_note")
-    calibration = str((run.info.get("predicted") or {}).get("calibration") or "?")
-    return label_text(run.spec, "calibration_note", file=Path(calibration).name)
+    predicted = run.info.get("predicted") or {}
+    note = label_text(run.spec, "calibration_note", file=Path(str(predicted.get("calibration") or "?")).name)
+    preset = predicted.get("link_preset")
+    if isinstance(preset, dict):  # a preset's links: say which, from where, and whose compute
+        note += f"; links {preset.get('name')} ({preset.get('source')}), compute of {preset.get('compute')}"
+    if predicted.get("transfer_note"):  # costs carried from another strategy or size
+        note += f"; {predicted['transfer_note']}"
+    return note
 
 
 def hardware_note(run: Run) -> str | None:

@@ -168,6 +168,9 @@ def check_calibration(data, where: str) -> None:
     for kind in COMM_KINDS:
         _number(data, f"comm.{kind}.alpha_s", where)
         _number(data, f"comm.{kind}.beta_s_per_byte", where)
+    for key in ("alpha_floor_s", "core_wait_s"):  # optional: a fitted latency's two mechanisms (fit.py)
+        if key in data["comm"]["p2p"]:
+            _number(data, f"comm.p2p.{key}", where)
     if not isinstance(data.get("model"), dict) or not isinstance(data["model"].get("model"), dict):
         raise CalibrationError(f"{where}: model.model: missing (the training.model the calibration was made for)")
     device = data.get("device", OLD_DEVICE)
@@ -192,8 +195,10 @@ def learn_described_model(data: dict, where: str) -> None:
                                "and flops)") from None
 
 
-def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
-    """Compare a calibration with the spec it should predict; raise (model) or return warnings (machine)."""
+def check_against(cal: Calibration, spec, strict: bool = True, for_device: str | None = None) -> list[str]:
+    """Compare a calibration with the spec it should predict; raise (model) or return warnings (machine).
+    `for_device` (a device preset's GPU name): the prediction is for that device, not this
+    machine's, so this machine's GPU is not compared (the preset checks the calibration's)."""
     from .blocks import model_blocks, model_signature
 
     warnings = []
@@ -204,7 +209,7 @@ def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
         if strict:
             raise CalibrationError(message)
         warnings.append(message)
-    refusals, notes = _device_and_training_differences(cal, spec)
+    refusals, notes = _device_and_training_differences(cal, spec, for_device)
     for message in refusals:
         if strict:
             raise CalibrationError(message)
@@ -215,7 +220,7 @@ def check_against(cal: Calibration, spec, strict: bool = True) -> list[str]:
                         f"{want['batch_size']} (compute scaled by the fitted per-sample cost)")
     here, there = machine_info(), cal.data.get("machine", {})
     diffs = [f"{k} {there.get(k)!r} here {here[k]!r}" for k in ("host", "cpus") if there.get(k) != here[k]]
-    if diffs:
+    if diffs and not for_device:  # a device preset predicts for the calibration's machine on purpose
         warnings.append(f"{cal.path}: calibrated on another machine ({', '.join(diffs)}): "
                         "predictions describe that machine")
     return warnings
@@ -233,7 +238,7 @@ def spec_device(spec) -> tuple[str | None, str]:
     return None, "runtime.device auto"
 
 
-def _device_and_training_differences(cal: Calibration, spec) -> tuple[list[str], list[str]]:
+def _device_and_training_differences(cal: Calibration, spec, for_device=None) -> tuple[list[str], list[str]]:
     """(refusals, warnings): another device kind than the spec asks for, another GPU model
     than this machine's, another precision or optimizer are refused; a CPU calibration for a
     spec on `auto` on a machine with a GPU (where `dtgen run` would use the GPU) is a warning.
@@ -245,7 +250,7 @@ def _device_and_training_differences(cal: Calibration, spec) -> tuple[list[str],
     measured = describe_device(device) + (" (a calibration without a device: taken as the CPU)"
                                           if "device" not in cal.data else "")
     kind, why = spec_device(spec)
-    here = local_gpus()
+    here = [] if for_device else local_gpus()
     if kind is not None and kind != device["kind"]:
         refusals.append(f"{cal.path}: device: measured on {measured}, but {spec.name} runs on {kind} ({why}); "
                         f"calibrate on the device the spec runs on (dtgen calibrate SPEC there)")
@@ -274,7 +279,7 @@ def _describe(model) -> str:
     return " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(model.items()))
 
 
-def load_calibration(path: str | Path, spec=None, strict: bool = True) -> Calibration:
+def load_calibration(path: str | Path, spec=None, strict: bool = True, for_device: str | None = None) -> Calibration:
     """Read and check a calibration file (and, given a spec, that it fits the spec)."""
     path = Path(path)
     if not path.is_file():
@@ -289,5 +294,5 @@ def load_calibration(path: str | Path, spec=None, strict: bool = True) -> Calibr
     learn_described_model(data, str(path))
     cal = Calibration(data, str(path))
     if spec is not None:
-        cal = Calibration(data, str(path), tuple(check_against(cal, spec, strict)))
+        cal = Calibration(data, str(path), tuple(check_against(cal, spec, strict, for_device)))
     return cal

@@ -26,6 +26,14 @@ class Row:
     measured: float | None
     predicted: float | None
     unit: str
+    interval: tuple | None = None  # the prediction's [low, high] (step time and samples/s only)
+
+    @property
+    def inside(self) -> bool | None:
+        """Whether the measured value falls in the predicted interval (None: no interval)."""
+        if self.interval is None or self.measured is None:
+            return None
+        return self.interval[0] <= self.measured <= self.interval[1]
 
     @property
     def error(self) -> float | None:
@@ -40,9 +48,12 @@ def mean_step_ms(run) -> float | None:
 
 
 def phase_rows(measured, predicted) -> list[Row]:
-    rows = [Row("step time", mean_step_ms(measured), mean_step_ms(predicted), "ms"),
+    steps = predicted.metrics.get("step_time_interval_s")
+    rates = predicted.metrics.get("samples_per_s_interval")
+    rows = [Row("step time", mean_step_ms(measured), mean_step_ms(predicted), "ms",
+                (steps[0] * 1000, steps[1] * 1000) if steps else None),
             Row("samples/s", measured.metrics["samples_per_s"] or None, predicted.metrics["samples_per_s"] or None,
-                "1/s")]
+                "1/s", tuple(rates) if rates else None)]
     m, p = phase_times(measured), phase_times(predicted)
     keys = sorted(set(m) | set(p), key=lambda k: (k[0] != "worker" and k[0] != "stage", k[0],
                                                  ORDER.index(k[1]) if k[1] in ORDER else len(ORDER), k[1]))
@@ -64,29 +75,57 @@ def _err(row: Row) -> str:
     return "0%" if round(row.error * 100) == 0 else f"{row.error:+.0%}"  # never "-0%"
 
 
+def _span(row: Row) -> str:
+    """'9.46-10.74 in' / '... OUT' / '' (no interval)."""
+    if row.interval is None:
+        return ""
+    where = {True: "in", False: "OUT", None: ""}[row.inside]
+    return f"{_fmt(row.interval[0], row.unit)}-{_fmt(row.interval[1], row.unit)} {where}".strip()
+
+
 def format_rows(rows: list[Row], measured_name: str, predicted_name: str) -> str:
-    lines = [f"{'phase (ms per rank and step)':32} {'measured':>10} {'predicted':>10} {'error':>7}"]
+    spans = any(r.interval is not None for r in rows)
+    head = f"{'phase (ms per rank and step)':32} {'measured':>10} {'predicted':>10} {'error':>7}"
+    lines = [head + (f"  {'predicted interval':>22}" if spans else "")]
     for r in rows:
-        lines.append(f"{r.label:32} {_fmt(r.measured, r.unit):>10} {_fmt(r.predicted, r.unit):>10} {_err(r):>7}")
+        line = f"{r.label:32} {_fmt(r.measured, r.unit):>10} {_fmt(r.predicted, r.unit):>10} {_err(r):>7}"
+        lines.append((line + f"  {_span(r):>22}").rstrip() if spans else line)
     lines.append(f"measured: {measured_name}; predicted: {predicted_name}")
     return "\n".join(lines)
 
 
 def render_phase_table(rows: list[Row], measured, predicted, body_only: bool = False) -> str:
-    header = ["Phase", "Measured", "Predicted", "Error"]
+    spans = any(r.interval is not None for r in rows)
+    header = ["Phase", "Measured", "Predicted", "Error"] + (["Interval (measured in?)"] if spans else [])
     body = []
     for r in rows:
         unit = " (ms)" if r.unit == "ms" else ""
         # A hyphen is not a minus: "-37%" would set shorter than "+60%"; an en dash matches.
         err = _err(r).replace("%", "\\%").replace("-", "--", 1) if r.error is not None else _err(r)
-        body.append(Tex(" & ".join([escape_text(r.label + unit), _fmt(r.measured, r.unit).replace(",", "\\,"),
-                                    _fmt(r.predicted, r.unit).replace(",", "\\,"), err])))
+        cells = [escape_text(r.label + unit), _fmt(r.measured, r.unit).replace(",", "\\,"),
+                 _fmt(r.predicted, r.unit).replace(",", "\\,"), err]
+        if spans:
+            cells.append(_tex_span(r))
+        body.append(Tex(" & ".join(cells)))
     source = f"{measured.path} vs {predicted.path}"[:300]
     context = base_context(measured.spec, "measured vs predicted", body_only, [], source=source)
-    note = escape_text(f"{measured.name}: measured run vs prediction; ms per rank and step, first step left out")
-    context.update(colspec=Tex("lrrr"), header=Tex(" & ".join(header)), rows=body, footnote=Tex(note),
+    text = f"{measured.name}: measured run vs prediction; ms per rank and step, first step left out"
+    if spans:
+        sources = predicted.metrics.get("interval_sources")
+        text += ("; interval from " + " and ".join(sources) if sources else
+                 "; interval: a point (the calibration holds no spread)")
+    note = escape_text(text)
+    context.update(colspec=Tex("lrrr" + ("r" if spans else "")), header=Tex(" & ".join(header)), rows=body, footnote=Tex(note),
                    ncols=len(header))
     return environment().get_template("table-summary.tex.j2").render(context)
+
+
+def _tex_span(row: Row) -> str:
+    if row.interval is None:
+        return ""
+    low, high = (_fmt(v, row.unit).replace(",", "\\,") for v in row.interval)
+    where = {True: " in", False: " \\textbf{out}", None: ""}[row.inside]
+    return f"{low}--{high}{where}"
 
 
 def pair(runs: list):

@@ -5,7 +5,8 @@ samples, optimizer and server update, messages and collectives. Options for what
 predictions: `link` (bytes/s between workers, e.g. 10 Gbit/s) replaces the calibrated
 bandwidth, `latency_s` the calibrated latency, and `dedicated` gives every rank its own
 core (no CPU sharing), as on a cluster. `jitter` (a random.Random) makes synthetic runs
-noisy; predictions are deterministic. Must not import torch.
+noisy; predictions are deterministic. `wait_scale` carries a share of a fitted message
+latency's wait for a core to another process count (transfer.py). Must not import torch.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ def parse_link(text: str) -> float:
     """'10gbit' -> bytes/s. Accepts kbit/mbit/gbit/tbit and kb/mb/gb (bytes)."""
     match = _LINK.match(str(text))
     if not match:
-        raise UsageError(f"--link: {text!r} is not a bandwidth (e.g. 10gbit, 100mbit, 1gb)")
+        from .presets import names_line
+
+        raise UsageError(f"--link: {text!r} is not a bandwidth (e.g. 10gbit, 100mbit, 1gb) nor a preset; "
+                         f"{names_line()}")
     value = float(match.group(1)) * {None: 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[
         (match.group(2) or "").lower() or None]
     unit = (match.group(3) or "bit").lower()
@@ -36,7 +40,7 @@ def parse_link(text: str) -> float:
 
 class Costs:
     def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
-                 dedicated: bool = False, jitter=None):
+                 dedicated: bool = False, jitter=None, wait_scale: float | None = None):
         self.cal, self.spec = cal, spec
         d = cal.data
         self.blocks = model_blocks(spec)
@@ -51,6 +55,10 @@ class Costs:
         self.comm = {}
         for kind in ("p2p", "allreduce", "broadcast", "reduce"):
             alpha, beta = cal.comm(kind)
+            if kind == "p2p" and wait_scale is not None:
+                # a message alone plus the share of the calibrated wait for a core it carries (transfer.py)
+                p2p = d["comm"]["p2p"]
+                alpha = float(p2p["alpha_floor_s"]) + wait_scale * float(p2p["core_wait_s"])
             if link is not None:
                 beta = 1.0 / link
             if latency_s is not None:

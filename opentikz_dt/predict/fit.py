@@ -76,6 +76,22 @@ def latency(durations_us: list, nbytes: float, beta: float) -> float | None:
     return max(0.0, statistics.fmean(durations_us) / 1e6 - nbytes * beta)
 
 
+FLOOR_QUANTILE = 0.2  # of a run's message latencies: a message no process waited for a core at
+
+
+def message_split(samples: list, beta: float, alpha: float) -> dict:
+    """The fitted message latency as two mechanisms: a message alone (`alpha_floor_s`, the
+    low quantile of the traced messages' latencies) and the rest (`core_wait_s`), what a
+    blocking receive waited for its process to get a core back at the run's process count
+    on its cores. A prediction at another process count scales the wait, a cluster (a core
+    per rank) drops it (transfer.py). {} without samples."""
+    lat = sorted(max(0.0, d / 1e6 - nbytes * beta) for d, nbytes in samples)
+    if len(lat) < 5:
+        return {}
+    floor = lat[int(FLOOR_QUANTILE * (len(lat) - 1))]
+    return {"alpha_floor_s": floor, "core_wait_s": max(0.0, alpha - floor)}
+
+
 def per_row(fit: RunFit, fwd: float, bwd: float) -> tuple[list, list]:
     """A rank's forward and backward time per step (µs), each as µs per sample and block:
     split over the blocks by FLOPs."""
@@ -116,6 +132,9 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
         if not base:
             for k in ("allreduce", "broadcast", "reduce"):
                 comm[k]["alpha_s"] = seen_alpha
+    split = message_split(plugin.message_samples(fit), beta, comm["p2p"]["alpha_s"])
+    if split:
+        comm["p2p"].update(split)
     opt = fit.phases.get((role, "optimizer"))
     optimizer = [0.0, (opt / 1e6 / share / (params / plugin.model_parts(spec))) if opt else
                  cal.data["compute"]["optimizer"][1]]
@@ -135,6 +154,10 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "device": run_device(run.info), "training": training_of(spec.data),
             "model": dict(model_signature(spec), **({"workload": workload} if workload else {})),
             "ranks": len(run.trace.ids), "cores_effective": cores,
+            # what the costs were measured on: a prediction of another strategy or size says
+            # which costs it carries there (transfer.py)
+            "made_for": {"strategy": dict(spec.data.get("strategy") or {}), "workers": spec.topology.workers.count,
+                         "ranks": len(run.trace.ids), "hosts": spec.topology.hosts},
             "compute": {"blocks": [{"name": b.name, "forward": [0.0, fwd_us[i] / 1e6 / share],
                                     "backward": [0.0, bwd_us[i] / 1e6 / share]} for i, b in enumerate(blocks)],
                         "optimizer": optimizer, "add_per_param_s": add, "step_overhead_s": overhead,
@@ -142,8 +165,24 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
             "comm": comm,
             "noise": {"compute_ratios": thin([round(r, 4) for r in ratios]),
                       "overhead_s": thin([round(g / 1e6, 7) for g in gaps])}}
+    blocks_spread = block_ratios(run.metrics.get("wall_s") or [])
+    if blocks_spread:
+        data["noise"]["block_ratios"] = blocks_spread
     data["noise"].update(plugin.fit_noise(fit))
     return plugin.finish_fit(Calibration(data, f"{run.path}"), run)
+
+
+def block_ratios(wall_s: list, blocks: int = 3) -> list:
+    """The run's own repeat: its steady steps (first left out) cut into `blocks` consecutive
+    blocks, each block's mean step time over the whole mean. A machine whose load changes
+    during the run shows here how far a run of the same spec may land from another; the
+    prediction's interval carries it (interval.py). [] for runs too short to cut."""
+    steps = [b - a for a, b in zip(wall_s, wall_s[1:]) if b > a]
+    size = len(steps) // blocks
+    if size < 3:
+        return []
+    mean = statistics.fmean(steps[:size * blocks])
+    return [round(statistics.fmean(steps[i * size:(i + 1) * size]) / mean, 4) for i in range(blocks)]
 
 
 def run_device(info: dict) -> dict:

@@ -14,11 +14,14 @@ import yaml
 
 from ..errors import DtgenError, SpecError, UsageError
 from ..spec import load_spec, spec_from_data
-from .calibration import Calibration, load_calibration
+from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibration
 from .costs import Costs, illustrative_calibration, parse_link
-from .rundir import write_run_dir
+from .interval import interval
+from .presets import DEVICES, device_preset, link_preset, matches
+from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
+from .transfer import caveats, short, wait_scale
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -80,41 +83,85 @@ def check_size(spec, steps: int) -> None:
 
 
 def costs_for(spec, calibration: str | Path | None, link: str | None = None, latency_ms: float | None = None,
-              dedicated: bool = False) -> tuple[Costs, dict, list]:
-    """Costs for the spec, what the prediction assumed, and warnings to print."""
+              dedicated: bool = False, device: str | None = None) -> tuple[Costs, dict, list]:
+    """Costs for the spec, what the prediction assumed, and warnings to print.
+
+    `link` is a bandwidth (10gbit) or a link preset (presets.py), `device` a device preset
+    whose link is the default; a preset's numbers and source go into what was assumed."""
+    target = device_preset(device) if device is not None else None
     if calibration is None:
+        if target is not None:
+            raise UsageError(f"--device {target.name}: compute comes from a calibration made on that device "
+                             f"({target.device_key}); run dtgen calibrate SPEC there and pass --calibration FILE")
         cal: Calibration = illustrative_calibration(spec)
         warnings = [ILLUSTRATIVE_WARNING]
     else:
-        cal = load_calibration(calibration, spec)
+        cal = load_calibration(calibration, spec, for_device=target.device_key if target else None)
         warnings = list(cal.warnings)
-    rate = parse_link(link) if link else None
-    latency = latency_ms / 1e3 if latency_ms is not None else None
-    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated)
+    if target is not None:
+        check_device(cal, target, f"--device {target.name}")
+    if link is None and target is not None:
+        link = target.link
+    preset = link_preset(link) if link else None
+    if preset is not None and preset.device is not None:
+        check_device(cal, DEVICES[preset.device], f"--link {preset.name} (a link inside {preset.device} nodes)")
+    rate = preset.bytes_per_s if preset is not None else (parse_link(link) if link else None)
+    latency = latency_ms / 1e3 if latency_ms is not None else (preset.latency_s if preset is not None else None)
+    scale = wait_scale(cal, spec, dedicated)
+    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale)
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
                "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,
                "illustrative": calibration is None}
+    if scale is not None:  # only then: predictions of the calibrated spec stay byte-identical
+        assumed["message_wait_scale"] = round(scale, 4)
+    if preset is not None:  # only then: predictions without presets stay byte-identical
+        assumed["link_preset"] = {"name": preset.name, "source": preset.source,
+                                  "compute": describe_device(cal.data.get("device") or OLD_DEVICE)
+                                  if calibration else "illustrative",
+                                  "latency": "given" if latency_ms is not None else
+                                  ("preset" if preset.latency_s is not None else "calibrated (no source gives one)")}
+    notes = caveats(cal, spec, dedicated)
+    if notes:  # only then: predictions of the calibrated spec stay byte-identical
+        assumed["transfer"] = notes
+        assumed["transfer_note"] = short(notes)
+        warnings += notes
+    if target is not None:
+        assumed["device_preset"] = {"name": target.name, "source": target.source}
     return costs, assumed, warnings
+
+
+def check_device(cal: Calibration, preset, what: str) -> None:
+    """Compute is carried to a preset only from a calibration of the preset's device."""
+    device = cal.data.get("device") or {}
+    if cal.data.get("source") == "illustrative":
+        raise UsageError(f"{what}: compute comes from a calibration made on {preset.device_key}; "
+                         "run dtgen calibrate SPEC on that device and pass --calibration FILE")
+    if device.get("kind") != "cuda" or not matches(preset, device.get("name")):
+        raise UsageError(f"{what}: compute comes from a calibration made on {preset.device_key}, but {cal.path} "
+                         f"measured {describe_device(device or OLD_DEVICE)}; run dtgen calibrate SPEC on that "
+                         "device and pass that file (or give --link as a bandwidth, e.g. 450gb, to keep this "
+                         "calibration's compute)")
 
 
 def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | None = None,
             steps: int | None = None, link: str | None = None, latency_ms: float | None = None,
-            dedicated: bool = False) -> tuple[Path, list]:
+            dedicated: bool = False, device: str | None = None) -> tuple[Path, list]:
     """Write the predicted run directory; returns (its path, warnings)."""
     spec = apply_overrides(load_spec(spec_path), sets, workers)
     if steps is not None:
         spec = apply_overrides(spec, (f"training.steps={steps}",))
     steps = spec.training.steps
     check_size(spec, steps)
-    costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated)
+    costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
     result = simulate(spec, costs, steps)
     events = sum(len(v) for v in result.events.values())
     if events > MAX_EVENTS:
         raise DtgenError(f"the prediction would write {events:,} trace events (at most {MAX_EVENTS:,}): "
                          "use fewer --steps or workers")
     out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
-    path = write_run_dir(out, spec, result, steps, predicted=assumed)
+    spread = interval(spec, costs, steps, metrics_of(result, spec, steps))
+    path = write_run_dir(out, spec, result, steps, predicted=assumed, extra_metrics=spread)
     return path, warnings
 
 

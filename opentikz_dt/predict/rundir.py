@@ -72,13 +72,15 @@ def _trace_events(result: Result, roles) -> list:
 
 def write_run_dir(out: str | Path, spec, result: Result, steps: int, predicted: dict | None = None,
                   loss: list | None = None, crash_at_ms: float | None = None, crash_rank: int = 0,
-                  merged_on_crash: bool = False, dtgen: str = "predicted") -> Path:
-    """Write the run directory atomically (a temporary sibling renamed into place)."""
+                  merged_on_crash: bool = False, dtgen: str = "predicted", extra_metrics: dict | None = None) -> Path:
+    """Write the run directory atomically (a temporary sibling renamed into place);
+    `extra_metrics` (a prediction's interval) joins metrics.json."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        _write(tmp, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, merged_on_crash, dtgen)
+        _write(tmp, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, merged_on_crash, dtgen,
+               extra_metrics)
         if out.exists():
             if not is_predicted_run(out):
                 raise DtgenError(f"{out}: exists and is not a predicted run; choose another folder")
@@ -90,7 +92,8 @@ def write_run_dir(out: str | Path, spec, result: Result, steps: int, predicted: 
     return out
 
 
-def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, merged_on_crash, dtgen) -> None:
+def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, merged_on_crash, dtgen,
+           extra_metrics=None) -> None:
     roles = list(zip(result.roles, result.ids))
     events = {r: sorted(evs, key=lambda e: e["ts"]) for r, evs in result.events.items()}
     end_us = max(result.step_end.values(), default=0.0)
@@ -127,6 +130,7 @@ def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, m
     if predicted is not None:
         run["predicted"] = predicted
     (out / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
+    metrics.update(extra_metrics or {})
     (out / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
     if failed and not merged_on_crash:
         return

@@ -23,8 +23,9 @@ from ..measured.plots import COLORS, DASHES, MARKS
 from ..spec import load_spec
 from ..texsafe import escape_text
 from .predict import apply_overrides, check_size, costs_for
+from .interval import interval
 from .rundir import metrics_of
-from .simulate import simulate
+from .simulate import roles, simulate
 from .strategies import REGISTRY
 
 MAX_POINTS = 64
@@ -37,6 +38,13 @@ class Point:
     workers: int
     samples_per_s: float
     step_ms: float
+    rate_interval: tuple = ()   # (low, high) samples/s, () without one
+    step_interval: tuple = ()   # (low, high) ms
+
+
+SWEEP_SEEDS = 2  # simulations per point besides its own, for its interval (each costs a point's time)
+MAX_SWEEP_RANK_STEPS = 2_000_000  # a whole sweep's simulated rank-steps: about 10 s here
+SWEEP_SECONDS = 10
 
 
 def parse_sweep(text: str) -> list[int]:
@@ -73,14 +81,15 @@ def _series(sets: tuple) -> tuple[list, tuple]:
 
 
 def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: int | None = None,
-              link: str | None = None, latency_ms: float | None = None) -> tuple[list, list, object, dict]:
+              link: str | None = None, latency_ms: float | None = None,
+              device: str | None = None) -> tuple[list, list, object, dict]:
     """(points, skipped, base spec, assumptions)."""
     counts = parse_sweep(sweep)
     lines, fixed = _series(sets)
     base = apply_overrides(load_spec(spec_path), fixed)
     if steps is not None:
         base = apply_overrides(base, (f"training.steps={steps}",))
-    points, skipped, assumed, seen = [], [], {}, []
+    planned, skipped, assumed, carried = [], [], {}, {}
     for label, extra in lines:
         for n in counts:
             try:
@@ -89,12 +98,27 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
                 skipped.append(f"{label + ' ' if label else ''}{n}")
                 continue
             check_size(spec, spec.training.steps)
-            costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True)
-            result = simulate(spec, costs, record=False)
-            m = metrics_of(result, spec, spec.training.steps)
-            step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
-            points.append(Point(label or base.name, n, m["samples_per_s"], step))
-            seen.append((n, spec, costs, step))
+            costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True, device=device)
+            planned.append((label, n, spec, costs))
+            carried.update({note: None for note in assumed.get("transfer", [])})
+    if len(carried) > 1:  # one per line's strategy: say it once for every line
+        first = next(iter(carried)).split(":")[0]
+        carried = {f"{first}: its message latency and untraced time per step are carried to every line as "
+                   "costs per message and per step": None}
+    if carried:
+        assumed = dict(assumed, transfer=list(carried))
+    check_sweep_size(planned)
+    points, seen = [], []
+    for label, n, spec, costs in planned:
+        result = simulate(spec, costs, record=False)
+        m = metrics_of(result, spec, spec.training.steps)
+        step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
+        spread = interval(spec, costs, spec.training.steps, m, seeds=SWEEP_SEEDS)
+        assumed = dict(assumed, interval_sources=spread["interval_sources"])
+        points.append(Point(label or base.name, n, m["samples_per_s"], step,
+                            tuple(spread["samples_per_s_interval"]),
+                            tuple(v * 1000 for v in spread["step_time_interval_s"])))
+        seen.append((n, spec, costs, step))
     # the strategy may say why it scales as it does (one line under the figure; one series only)
     note = REGISTRY.get(base.strategy.kind).sweep_note(seen) if len(lines) == 1 and seen else None
     if note:
@@ -102,11 +126,29 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
     return points, skipped, base, assumed
 
 
+def check_sweep_size(planned: list) -> None:
+    """Refuse a sweep the simulator cannot do in about 10 s: every point is a simulation of
+    ranks x steps (and its interval's seeds, where the calibration has a spread)."""
+    total = sum(len(roles(spec)) * spec.training.steps * (1 + (SWEEP_SEEDS if costs.draw is not None else 0))
+                for _, _, spec, costs in planned)
+    if total > MAX_SWEEP_RANK_STEPS:
+        raise DtgenError(f"--sweep: {total:,} simulated rank-steps (ranks x steps per point, x{1 + SWEEP_SEEDS} "
+                         f"for the interval where the calibration has a spread): at most "
+                         f"{MAX_SWEEP_RANK_STEPS:,}, about {SWEEP_SECONDS} s of simulation at ~5 us per rank-step "
+                         "(benchmarks/bench_predict_scale.py); use fewer worker counts or lines, or --steps")
+
+
 def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     rate = assumed.get("link_bytes_per_s")
     link = f"links {rate * 8 / 1e9:g} Gbit/s" if rate else "links as calibrated"
     lat = assumed.get("latency_s")
     latency = f", latency {lat * 1e3:g} ms" if lat is not None else ""
+    preset = assumed.get("link_preset")
+    if preset:  # a preset says where its numbers come from, and which it does not have
+        link = f"links {preset['name']} ({rate * 8 / 1e9:g} Gbit/s per direction, {preset['source']})"
+        if lat is None:
+            latency = ", latency as calibrated (no source gives the preset's)"
+        link = f"compute measured on {preset['compute']}; {link}"
     source = assumed.get("calibration", "")
     # The file's name only: a figure for a paper must not carry this machine's paths.
     source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
@@ -114,6 +156,8 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
              f"calibrated solo; {link}{latency}; {steps} steps, first left out"]
     if assumed.get("strategy_note"):
         notes.append(assumed["strategy_note"])
+    if assumed.get("transfer"):  # a sweep writes no run.json: the whole caveat goes in its caption
+        notes.append("; ".join(assumed["transfer"]))
     if skipped:
         notes.append("not valid for this spec, left out: " + ", ".join(skipped[:8]) + (" ..." if len(skipped) > 8 else ""))
     return [escape_text(n) for n in notes]
@@ -135,20 +179,38 @@ def log_ticks(values: list) -> Tex:
     return Tex(",".join(f"{t:.6g}" for t in ticks))
 
 
+def _band(points: list, key: str) -> Tex:
+    """The interval as one closed polygon: the upper bounds left to right, the lower back."""
+    upper = [(p.workers, getattr(p, key)[1]) for p in points if getattr(p, key)]
+    lower = [(p.workers, getattr(p, key)[0]) for p in reversed(points) if getattr(p, key)]
+    return Tex(" ".join(f"({x},{max(y, 1e-9):.6g})" for x, y in upper + lower))
+
+
+def _band_label(assumed: dict) -> str:
+    sources = assumed.get("interval_sources") or []
+    return "predicted interval" + (f" ({' and '.join(sources)})" if sources else "")
+
+
 def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: bool = False) -> str:
     labels = list(dict.fromkeys(p.series for p in points))
     counts = sorted({p.workers for p in points})
     if not counts:
         raise UsageError("--sweep: no worker count gives a valid spec")
     series = []
+    # a band only where some point's interval has a width (the illustrative model has none)
+    bands = any(p.rate_interval and p.rate_interval[1] > p.rate_interval[0] * 1.0005 for p in points)
     for i, label in enumerate(labels):
         mine = sorted((p for p in points if p.series == label), key=lambda p: p.workers)
         series.append({"label": Tex(escape_text(label)), "color": COLORS[i % 5], "dash": DASHES[i % 5],
                        "mark": MARKS[i % 5],
                        "throughput": Tex(" ".join(f"({p.workers},{max(p.samples_per_s, 1e-9):.6g})" for p in mine)),
-                       "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine))})
+                       "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine)),
+                       "throughput_band": _band(mine, "rate_interval") if bands else None,
+                       "step_band": _band(mine, "step_interval") if bands else None})
     context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
-    context.update(series=series, legend=len(labels) > 1, legend_columns=min(len(labels), 4),
+    context.update(series=series, legend=len(labels) > 1 or bands,
+                   legend_columns=min(len(labels) + bands, 4),
+                   band_label=Tex(escape_text(_band_label(assumed))) if bands else None,
                    xmin=counts[0] / 1.3, xmax=counts[-1] * 1.3, xticks=Tex(",".join(map(str, counts))),
                    xticklabels=Tex(",".join(f"{c:,}".replace(",", "{,}") for c in counts)),
                    yticks_rate=log_ticks([max(p.samples_per_s, 1e-9) for p in points]),
@@ -164,9 +226,9 @@ def render_scaling_table(points: list) -> str:
 
 
 def sweep_command(spec_path, sweep, calibration, sets, steps, out, link, latency_ms, dedicated, formats,
-                  echo=print) -> list:
+                  echo=print, device: str | None = None) -> list:
     started = time.perf_counter()
-    points, skipped, spec, assumed = run_sweep(spec_path, sweep, calibration, sets, steps, link, latency_ms)
+    points, skipped, spec, assumed = run_sweep(spec_path, sweep, calibration, sets, steps, link, latency_ms, device)
     out = Path(out) if out is not None else Path("figures") / f"{spec.name}-scaling"
     table = render_scaling_table(points)
     echo(table.rstrip())

@@ -57,6 +57,9 @@ run, role, blocks, flops, phases, beta, spec, workers, params)
                                         the base calibration's stays); may set collectives'
                                         latencies in `comm` (the calibration's comm section)
                                         itself. Default: None
+  message_samples(fit) -> [(µs, bytes)] each steady single message the run traced (the
+                                        floor of their latencies is a message alone, the rest
+                                        waits for a core: transfer.py); default none
   gradients_per_update(spec) -> int     gradients one server update sums (default 1)
   fit_noise(fit) -> dict                extra `noise` entries of the calibration (default none)
   finish_fit(cal, run) -> Calibration   a last adjustment of the fitted calibration (a

@@ -50,6 +50,11 @@ def fit_message_latency(fit, comm: dict) -> float | None:
     return None
 
 
+def message_samples(fit) -> list:
+    """(µs, bytes) of each steady single message the run traced (none known by default)."""
+    return []
+
+
 def gradients_per_update(spec) -> int:
     return 1
 

@@ -64,6 +64,13 @@ def fit_message_latency(fit, comm: dict) -> float | None:
     return None
 
 
+def message_samples(fit) -> list:
+    """Ring: each hop after a step's first, as one message of a segment's bytes."""
+    if fit.spec.strategy.algorithm != "ring":
+        return []
+    return [(d, 4 * fit.params / fit.workers) for d in _ring_hops(fit.run)]
+
+
 def _buckets(blocks) -> list[tuple[int, int]]:
     """(first block, bytes) of each DDP bucket, in the order the buckets become ready."""
     out, cap, size, first = [], FIRST_BUCKET, 0, None

@@ -45,6 +45,14 @@ def fit_message_latency(fit, comm: dict) -> float | None:
                    shard_bytes, fit.beta)
 
 
+def message_samples(fit) -> list:
+    """Each fetch and push, as one message of a mean shard's bytes."""
+    sizes = tensor_sizes(fit.spec)
+    shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names)
+                                   for names in shard_assignment(fit.spec, sizes).values())
+    return [(d, shard_bytes) for name in ("fetch", "push") for d in mean_durations(fit.run, "worker", name)]
+
+
 def gradients_per_update(spec) -> int:
     """A sync shard's update sums every worker's gradient; an async one applies one push."""
     return spec.topology.workers.count if spec.strategy.sync == "sync" else 1

@@ -1,0 +1,117 @@
+"""A prediction's interval: written in metrics.json, checked by `dtgen compare`, drawn as a
+band by sweeps; made only of what was measured (simulator sampling, the calibration run's drift)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from opentikz_dt.cli import main
+from opentikz_dt.measured.run import load_run
+from opentikz_dt.predict.compare import Row, format_rows, phase_rows
+from opentikz_dt.predict.costs import illustrative_calibration
+from opentikz_dt.predict.fit import block_ratios, fit_from_run
+from opentikz_dt.predict.synthetic import write_synthetic_run
+from opentikz_dt.spec import load_spec
+
+SPEC = "examples/allreduce-ring.yaml"
+
+
+def noisy_cal(tmp_path, blocks=None):
+    """The illustrative costs with a measured-looking spread (and, given, a calibration run's drift)."""
+    data = json.loads(json.dumps(illustrative_calibration(load_spec(SPEC)).data))
+    data["source"] = "probe"
+    data["noise"] = {"compute_ratios": [0.8, 0.9, 1.0, 1.1, 1.6], "overhead_s": [0.0, 1e-4, 2e-3]}
+    if blocks:
+        data["noise"]["block_ratios"] = blocks
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def predicted_metrics(tmp_path, cal, name="p"):
+    args = ["predict", SPEC, "--steps", "20", "-o", str(tmp_path / name)] + (["--calibration", str(cal)] if cal else [])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / name / "metrics.json").read_text())
+
+
+def test_a_prediction_writes_its_interval_around_its_value(tmp_path):
+    m = predicted_metrics(tmp_path, noisy_cal(tmp_path))
+    step = sum(m["step_time_s"].values()) / len(m["step_time_s"])
+    low, high = m["step_time_interval_s"]
+    assert low <= round(step, 6) <= high and high > low          # seeds of the spread differ
+    rlow, rhigh = m["samples_per_s_interval"]
+    assert rlow <= m["samples_per_s"] <= rhigh
+    assert m["interval_sources"] == ["5 simulator seeds"]
+    # the calibration run's drift widens it by its ratios, no more
+    w = predicted_metrics(tmp_path, noisy_cal(tmp_path, [0.9, 1.0, 1.2]), "q")
+    assert w["step_time_interval_s"] == pytest.approx([low * 0.9, high * 1.2], abs=2e-6)
+    assert "10% below to 20% above" in w["interval_sources"][1]
+
+
+def test_without_a_spread_the_interval_is_the_point_and_says_so(tmp_path):
+    m = predicted_metrics(tmp_path, None)
+    step = round(sum(m["step_time_s"].values()) / len(m["step_time_s"]), 6)
+    assert m["step_time_interval_s"][0] == m["step_time_interval_s"][1] == pytest.approx(step, abs=2e-6)
+    assert m["interval_sources"] == []
+
+
+def test_block_ratios_are_the_runs_own_repeat():
+    wall = [1.0] + [1.0 + 0.01 * i for i in range(1, 10)] + [1.09 + 0.02 * i for i in range(1, 4)]
+    # 12 steps: 9 of 10 ms then 3 of 20 ms -> blocks of 4: 10, 10, 17.5 ms
+    ratios = block_ratios(wall)
+    assert ratios == pytest.approx([10 / 12.5, 10 / 12.5, 17.5 / 12.5], abs=1e-3)
+    assert block_ratios(wall[:6]) == []                     # too short to cut into blocks
+
+
+def test_a_fit_records_the_block_ratios(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=3, steps=14)
+    cal = fit_from_run(run)
+    assert len(cal.data["noise"]["block_ratios"]) == 3
+
+
+def test_compare_says_whether_the_measured_value_is_in_the_interval(tmp_path):
+    row = Row("step time", 10.0, 9.0, "ms", (8.0, 11.0))
+    assert row.inside is True and Row("step time", 12.0, 9.0, "ms", (8.0, 11.0)).inside is False
+    assert Row("step time", 12.0, 9.0, "ms").inside is None
+    text = format_rows([row, Row("samples/s", 100.0, 80.0, "1/s", (70.0, 90.0))], "m", "p")
+    assert "8.000-11.000 in" in text and "70-90 OUT" in text
+    measured = write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=4, steps=20)
+    pred = tmp_path / "pred"
+    assert CliRunner().invoke(main, ["predict", str(measured / "spec.yaml"), "--calibration",
+                                     str(noisy_cal(tmp_path)), "-o", str(pred)]).exit_code == 0
+    rows = phase_rows(load_run(measured), load_run(pred))
+    assert rows[0].interval is not None and rows[1].interval is not None and rows[2].interval is None
+    result = CliRunner().invoke(main, ["compare", str(measured), str(pred), "-o", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    table = (tmp_path / "c" / "compare-phases.tex").read_text()
+    assert "Interval (measured in?)" in table and "interval from 5 simulator seeds" in table
+    assert (" in " in table) or ("textbf{out}" in table)
+
+
+def test_a_sweep_draws_the_band_only_where_there_is_one(tmp_path):
+    args = ["predict", SPEC, "--sweep", "workers=2,4,8", "--steps", "10"]
+    result = CliRunner().invoke(main, args + ["--calibration", str(noisy_cal(tmp_path, [0.9, 1.0, 1.1])),
+                                              "-o", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    tex = (tmp_path / "a" / "predicted-scaling.tex").read_text()
+    assert tex.count("-- cycle") == 2 and "fill=otblue, fill opacity" in tex
+    assert "predicted interval (3 simulator seeds and the calibration run" in tex
+    result = CliRunner().invoke(main, args + ["-o", str(tmp_path / "b")])  # illustrative: no spread, no band
+    tex = (tmp_path / "b" / "predicted-scaling.tex").read_text()
+    assert "-- cycle" not in tex and "predicted interval" not in tex
+
+
+def test_a_sweep_beyond_ten_seconds_of_simulation_is_refused_before_it_starts(tmp_path):
+    import time
+
+    started = time.perf_counter()
+    result = CliRunner().invoke(main, ["predict", SPEC, "--sweep", "workers=1024,2048,4096", "--steps", "400",
+                                       "-o", str(tmp_path / "s")])
+    error = [line for line in result.output.splitlines() if line.startswith("dtgen: error")]
+    assert result.exit_code == 1 and len(error) == 1, result.output
+    assert "2,867,200 simulated rank-steps" in result.output and "about 10 s of simulation" in result.output
+    assert time.perf_counter() - started < 10 and not (tmp_path / "s").exists()

@@ -1,0 +1,109 @@
+"""A calibration made on one strategy and size predicts another: what it carries is said
+(run.json `predicted.transfer`, the figures' notes, the command's warnings), never hidden."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from opentikz_dt.cli import main
+from opentikz_dt.measured.run import load_run
+from opentikz_dt.measured.source import prediction_note
+from opentikz_dt.predict.fit import fit_from_run
+from opentikz_dt.predict.synthetic import spec_data, write_synthetic_run
+
+
+def spec_file(tmp_path, kind, workers):
+    path = tmp_path / f"{kind}-{workers}.yaml"
+    path.write_text(yaml.safe_dump(spec_data(kind, workers=workers, steps=10)))
+    return path
+
+
+def test_a_fit_records_what_it_was_made_on(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=3, steps=10)
+    made = fit_from_run(run).data["made_for"]
+    assert made["strategy"]["algorithm"] == "ring" and made["workers"] == 3 and made["ranks"] == 3
+
+
+def test_another_strategy_or_size_says_what_it_carries(tmp_path):
+    cal = tmp_path / "ring.json"
+    fit_from_run(write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=3, steps=10)).save(cal)
+    runner = CliRunner()
+    # the calibrated spec itself: nothing carried, run.json as before
+    result = runner.invoke(main, ["predict", str(spec_file(tmp_path, "allreduce-ring", 3)), "--calibration",
+                                  str(cal), "-o", str(tmp_path / "same")])
+    assert result.exit_code == 0, result.output
+    assert "transfer" not in json.loads((tmp_path / "same" / "run.json").read_text())["predicted"]
+    # a parameter server at another size: both said, in run.json, the warnings and the figures' note
+    result = runner.invoke(main, ["predict", str(spec_file(tmp_path, "ps-sync", 4)), "--calibration", str(cal),
+                                  "-o", str(tmp_path / "ps")])
+    assert result.exit_code == 0, result.output
+    transfer = json.loads((tmp_path / "ps" / "run.json").read_text())["predicted"]["transfer"]
+    assert transfer[0].startswith("calibrated on allreduce ring: its message latency and untraced time per step "
+                                  "are carried to parameter-server sync")
+    assert transfer[1].startswith("calibrated with 3 processes on") and "predicted with 5" in transfer[1]
+    assert "calibrated on allreduce ring" in result.output
+    note = prediction_note(load_run(tmp_path / "ps"))
+    assert "calibrated on allreduce ring; calibrated with 3 processes" in note
+    # a sweep assumes a core per rank: only the strategy is carried, and its caption says so
+    result = runner.invoke(main, ["predict", str(spec_file(tmp_path, "ps-sync", 4)), "--calibration", str(cal),
+                                  "--sweep", "workers=2,4", "-o", str(tmp_path / "sweep")])
+    assert result.exit_code == 0, result.output
+    tex = (tmp_path / "sweep" / "predicted-scaling.tex").read_text()
+    assert "calibrated on allreduce ring" in tex and "processes on" not in tex
+
+
+def test_a_fitted_message_latency_is_split_into_a_message_and_a_wait_for_a_core():
+    from opentikz_dt.predict.fit import message_split
+
+    # 10 messages of 1,000 bytes at 1 ns per byte: 8 alone (51-58 µs), 2 that waited for a core
+    samples = [(51 + i, 1000) for i in range(8)] + [(900, 1000), (1500, 1000)]
+    split = message_split(samples, 1e-9, alpha=300e-6)
+    assert split["alpha_floor_s"] == pytest.approx(51e-6, rel=0.05)   # a low quantile: a message alone
+    assert split["core_wait_s"] == pytest.approx(300e-6 - split["alpha_floor_s"])
+    assert message_split(samples[:4], 1e-9, 300e-6) == {}               # too few to tell
+
+
+def _cal_with_split(tmp_path, ranks=4):
+    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data("allreduce-ring", workers=ranks, steps=10))
+    data = json.loads(json.dumps(illustrative_calibration(spec).data))
+    data.update(source="run", cores_effective=2.0,
+                made_for={"strategy": dict(spec.data["strategy"]), "workers": ranks, "ranks": ranks, "hosts": 1})
+    data["comm"]["p2p"].update(alpha_s=1e-3, alpha_floor_s=1e-4, core_wait_s=9e-4)
+    path = tmp_path / "split.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("kind, workers, dedicated, alpha_us", [
+    ("allreduce-ring", 4, False, 1000.0),                    # the calibrated spec: the fitted latency as it was
+    ("allreduce-ring", 4, True, 100.0),                      # a core per rank: a message alone
+    ("allreduce-ring", 8, False, 100 + 900 * (1 - 2 / 8) / (1 - 2 / 4)),   # more processes: more waiting
+    ("ps-sync", 3, False, 100 + 900 * (1 - 2 / 4) / (1 - 2 / 4)),          # 3 workers + 1 server = 4 ranks
+])
+def test_the_wait_for_a_core_follows_the_process_count(tmp_path, kind, workers, dedicated, alpha_us):
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    cal = _cal_with_split(tmp_path)
+    spec = spec_from_data(spec_data(kind, workers=workers, steps=10))
+    costs, assumed, _ = costs_for(spec, cal, dedicated=dedicated)
+    assert costs.comm["p2p"][0] == pytest.approx(alpha_us)
+    assert ("message_wait_scale" in assumed) == (alpha_us != 1000.0 or kind != "allreduce-ring")
+
+
+def test_a_malformed_message_split_names_the_file_and_key(tmp_path):
+    from opentikz_dt.predict.calibration import CalibrationError, load_calibration
+
+    path = _cal_with_split(tmp_path)
+    data = json.loads(path.read_text())
+    data["comm"]["p2p"]["core_wait_s"] = "slow"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=r"split.json: comm.p2p.core_wait_s: 'slow' is not a number"):
+        load_calibration(path)
