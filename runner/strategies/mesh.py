@@ -140,7 +140,9 @@ def _counted_here(p, coords: dict) -> bool:
     split = set()
     if isinstance(p, DTensor):
         names = p.device_mesh.mesh_dim_names or ()
-        split = {name for name, placement in zip(names, p.placements) if placement.is_shard()}
+        # not replicated = split: FSDP's data dimension over a tensor split is a _StridedShard,
+        # whose is_shard() says False (torch 2.13)
+        split = {name for name, placement in zip(names, p.placements) if not placement.is_replicate()}
     return all(index == 0 for dim, index in coords.items() if dim not in split)
 
 
