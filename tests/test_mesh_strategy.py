@@ -64,7 +64,8 @@ def test_a_2x2_run_traces_every_collective_with_its_dimension(method):
     data = small_spec_data("mesh", topology={"workers": {"count": 4}},
                            strategy={"parallelism": {"data": 2, "tensor": 2}, "data_parallel": method},
                            training={"model": {"layers": LAYERS}, "steps": 2})
-    run = load_run(run_small(data).run_dir)
+    result = run_small(data)
+    run = load_run(result.run_dir)
     spans = [s for s in run.trace.spans if s.name == "allreduce"]
     assert {s.args.get("dim") for s in spans} == {"data", "tensor"}  # every collective has its dimension
     for rank in range(4):
@@ -79,6 +80,14 @@ def test_a_2x2_run_traces_every_collective_with_its_dimension(method):
         # a tensor all-reduce sums a layer pair's output: batch x width fp32 values
         assert {s.args["bytes"] for s in spans if s.rank == rank and s.args["dim"] == "tensor"
                 and s.args["pass"] == "forward"} == {32 * 32 * 4}
+    # what each rank holds: 1/tensor of the split layers (1/data of that again with fsdp), as
+    # the strategy plugin expects (opentikz_dt/memory.py)
+    from opentikz_dt.memory import expected_memory
+
+    measured = result.metrics["memory"]
+    for want in expected_memory(spec_from_data(data)):
+        got = measured[str(want.rank)]
+        assert (got["params"], got["grads"], got["optimizer"]) == (want.params, want.grads, want.optimizer)
 
 
 def test_prediction_composes_the_dimensions_as_the_runner_traces_them():
