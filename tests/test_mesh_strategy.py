@@ -16,9 +16,8 @@ from opentikz_dt.measured.timeline import box_label, phase_name
 from opentikz_dt.measured.trace import Span
 from opentikz_dt.predict.costs import Costs, illustrative_calibration
 from opentikz_dt.predict.simulate import simulate
-from opentikz_dt.predict.strategies.mesh import groups
 from opentikz_dt.spec import load_spec, spec_from_data
-from opentikz_dt.strategies.mesh import coordinates, degrees
+from opentikz_dt.strategies.mesh import coordinates, degrees, rank_groups
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mesh-2d.yaml"
 # 2 column/row pairs: per step 2 tensor all-reduces forward, 1 backward (the first pair's
@@ -35,7 +34,7 @@ def _mesh(data: int, tensor: int, **strategy):
 def test_ranks_fill_the_grid_tensor_innermost():
     spec = _mesh(3, 2)
     assert [tuple(coordinates(spec, r).values()) for r in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
-    rows, columns = groups(spec)
+    rows, columns = rank_groups(spec)
     assert rows == [[0, 1], [2, 3], [4, 5]] and columns == [[0, 2, 4], [1, 3, 5]]
 
 

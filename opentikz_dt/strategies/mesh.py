@@ -67,6 +67,14 @@ def coordinates(spec, rank: int) -> dict[str, int]:
     return {"data": rank // d["tensor"], "tensor": rank % d["tensor"]}
 
 
+def rank_groups(spec) -> tuple[list[list[int]], list[list[int]]]:
+    """(rows, columns) as worker rank lists: a row is a tensor group (consecutive ranks), a
+    column a data group (the same tensor index in every row)."""
+    d = degrees(spec)
+    tp, dp = d["tensor"], d["data"]
+    return [list(range(r * tp, (r + 1) * tp)) for r in range(dp)], [list(range(c, tp * dp, tp)) for c in range(tp)]
+
+
 def title(block: dict) -> str:
     given = block.get("parallelism") or {}
     shape = " x ".join(f"{given.get(dim, 1)} {dim}" for dim in ("data", "tensor"))

@@ -19,7 +19,7 @@ overlapped with the passes). Must not import torch.
 
 from __future__ import annotations
 
-from ...strategies.mesh import data_method, degrees
+from ...strategies.mesh import data_method, degrees, rank_groups
 from .tensor import _collective_values
 
 KIND = "mesh"
@@ -31,21 +31,13 @@ def model_parts(spec) -> int:
     return d["tensor"] * (d["data"] if data_method(spec) == "fsdp" else 1)
 
 
-def groups(spec) -> tuple[list[list[int]], list[list[int]]]:
-    """(rows, columns) as rank lists: a row is a tensor group (consecutive ranks), a
-    column a data group (the same tensor index in every row)."""
-    d = degrees(spec)
-    tp, dp = d["tensor"], d["data"]
-    return [list(range(r * tp, (r + 1) * tp)) for r in range(dp)], [list(range(c, tp * dp, tp)) for c in range(tp)]
-
-
 def simulate_steps(sim, steps: int) -> None:
     rec, c, spec = sim.rec, sim.costs, sim.spec
     d = degrees(spec)
     tp, dp = d["tensor"], d["data"]
     sharded = data_method(spec) == "fsdp"
     n, batch = sim.n_workers, spec.training.batch_size
-    rows, columns = groups(spec)
+    rows, columns = rank_groups(spec)
     forward_values, backward_values = _collective_values(spec) if tp > 1 else ([], [])
     held = sim.params // tp  # a rank's parameter slice (values)
     t = 0.0
