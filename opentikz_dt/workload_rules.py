@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .strategies import strategy
+from .strategies import plugin
 from .workload import MODEL_KEYS, takes_tokens, workload_of
 
 MODEL = ("training", "model")
@@ -130,7 +130,7 @@ def check_workload(spec, data_files: bool = True):
 
 
 def _data_parallel_width(spec) -> int:
-    return spec.topology.workers.count if strategy(spec.strategy.kind).data_parallel else 1
+    return plugin(spec.strategy.kind).data_parallel_width(spec)
 
 
 def _text_size_rule(spec, target: Path, seq_len: int):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..strategies import strategy
+from ..strategies import plugin
 from . import checkpoint
 from .dist import settle
 from .faults import NonFiniteLoss, fault_for, inject
@@ -39,8 +39,8 @@ class RankContext:
         self.steps = spec.training.steps
         self.start_step = start_step
         self._resume_step = resume_step
-        workers = [i for i, (role, _) in enumerate(roles) if role == "worker"]
-        self.dp_size = len(workers) if strategy(spec.strategy.kind).data_parallel else 1
+        # ranks taking their own slice of the global batch (the strategy plugin's answer)
+        self.dp_size = plugin(spec.strategy.kind).data_parallel_width(spec)
         self._fault = fault_for(spec, rank, attempt)
         self._slowdown = spec.topology.workers.slowdown_of(self.id) if self.id.startswith("w") else 1.0
         self._ckpt_every = checkpoint.checkpoint_every(spec)

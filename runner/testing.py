@@ -93,6 +93,12 @@ SYNC_CASES = {
     "fsdp": ("fsdp", {"topology": {"workers": {"count": 2}}}, 2),
     # dp 1: tensor parallelism splits the layers, every worker sees the whole batch
     "tensor-mlp": ("tensor", {"topology": {"workers": {"count": 2}}}, 1),
+    # dp 2: a 2 x 2 mesh's two rows each take a slice of the global batch; the two ranks of
+    # a row share it (tensor split), its data dimension all-reduced or FSDP-sharded
+    "mesh-data-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
+                                  "strategy": {"parallelism": {"data": 2, "tensor": 2}}}, 2),
+    "mesh-fsdp-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
+                                  "strategy": {"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "fsdp"}}, 2),
 }
 # The training sections the numerics test runs every case with, each exercising several
 # features at once (CI time): the default (sgd with momentum, fp32); adamw with weight

@@ -19,7 +19,7 @@ from opentikz_dt.figures.topology import build_layout
 from opentikz_dt.measured import compare
 from opentikz_dt.spec import load_spec, spec_from_data
 from opentikz_dt.starter import render_starter
-from opentikz_dt.strategies import COMMON_PHASES, KINDS, STRATEGIES
+from opentikz_dt.strategies import COMMON_PHASES, KINDS, STRATEGIES, plugin
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "schemas" / "spec.schema.json").read_text())["properties"]["strategy"]["properties"]
@@ -74,7 +74,7 @@ def test_rules_follow_the_descriptor(s):
         with pytest.raises(SpecError, match="strategy.algorithm"):
             spec_from_data({"strategy": {"kind": s.kind, "algorithm": algorithm}})
     spec = _spec(s)
-    global_batch = spec.training.batch_size * (spec.topology.workers.count if s.data_parallel else 1)
+    global_batch = spec.training.batch_size * plugin(s.kind).data_parallel_width(spec)
     short = {"strategy": {"kind": s.kind}, "training": {"dataset": {"samples": global_batch - 1}}}
     with pytest.raises(SpecError, match=rf"fewer than one global batch \({spec.training.batch_size} x "):
         spec_from_data(short)

@@ -36,6 +36,9 @@ PHASES = {"reduce-scatter": "RS", "all-gather": "AG", "reduce": "R", "broadcast"
 # hierarchical all-reduce's intra and inter are its host-level phases).
 PHASE_NAMES = {"RS": "reduce-scatter", "AG": "all-gather", "R": "reduce", "B": "broadcast",
                "intra": "intra-host reduce", "inter": "inter-host all-reduce"}
+# A collective of one dimension of a mesh (the trace's `dim` arg): its box text starts with
+# the dimension's short name ("tp AR", "dp RS"), and the legend names both ("tensor all-reduce").
+DIMS = {"tensor": "tp", "data": "dp", "pipeline": "pp"}
 SKIPPABLE = ("optimizer", "update")  # the spans fp16's scaler can skip (drawn as `skipped`)
 OVERLAP_US = 1.0  # spans on one lane may touch within this slack (clock rounding)
 FAST_FACTOR = 8  # a lane this many times over its box budget is binned in one pass over raw events
@@ -67,7 +70,9 @@ def box_label(span: Span, pipeline: bool, asynchronous: bool) -> str:
     if name == "update":
         return "U" if asynchronous else "Update"
     if name == PHASED_BOX:
-        return PHASES.get(str(args.get("phase", "")), "")
+        short = PHASES.get(str(args.get("phase", "")), "")
+        dim = DIMS.get(str(args.get("dim", "")))
+        return f"{dim} {short or 'AR'}" if dim else short
     return {"fetch": "F", "push": "P", "forward": "fwd", "backward": "bwd", "slowdown": "slow",
             "optimizer": "opt", "gossip": "G"}.get(name, "")
 
@@ -136,6 +141,16 @@ def received_pushes(spans: list, ids: dict, events: list | None = None) -> list:
         out.append(s._replace(end=end))
         out.append(s._replace(name="wait", start=end, args={"step": s.step, "id": s.id}))
     return out
+
+
+def phase_name(label: str) -> str:
+    """The phase the legend names for a collective's box text (box_label's): "RS" ->
+    reduce-scatter, "tp AR" -> tensor all-reduce; "" for none."""
+    dim, _, short = label.rpartition(" ")
+    named = {v: k for k, v in DIMS.items()}.get(dim)
+    if named:
+        return f"{named} {PHASE_NAMES.get(short, 'all-reduce')}"
+    return PHASE_NAMES.get(label, "")
 
 
 def box_kind(name: str, args: dict) -> str:
@@ -286,7 +301,7 @@ def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
         lanes.append(Lane(row.id, row.label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label,
-                                                       PHASE_NAMES.get(c.label, "") if c.kind == PHASED_BOX else "")
+                                                       phase_name(c.label) if c.kind == PHASED_BOX else "")
                                                    for c in cells), role=row.role))
         drawn.extend(lane)
     return lanes, tuple(drawn), len(drawn), aggregated, budget

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import DtgenError
-from ..strategies import strategy
+from ..strategies import plugin
 from .engine import Result
 
 
@@ -42,7 +42,7 @@ def metrics_of(result: Result, spec, steps: int, loss: list | None = None) -> di
     steady = [t for s, t in ends.items() if s > first]
     span = (max(steady) - ends[first]) if steady else 0.0
     # samples per step: every worker's slice of the batch, or one batch through a pipeline's stages
-    dp = spec.topology.workers.count if strategy(spec.strategy.kind).data_parallel else 1
+    dp = plugin(spec.strategy.kind).data_parallel_width(spec)
     batch = spec.training.batch_size
     done = len(ends)
     total = batch * dp * (done - 1) if done > 1 else 0

@@ -17,6 +17,7 @@ and, where the default (_defaults.py, which documents each) does not fit, hooks:
   title(block)                     the default figure title for a resolved strategy block
   resolve_defaults(data, given)    defaults that follow the kind (spec.resolve)
   starter_block(kind)              the `strategy:` block of `dtgen init`
+  data_parallel_width(spec)        workers with their own slice of the global batch
   rules(spec, model_blocks)        yields (spec path, message) for what the kind refuses
   server_refusal(ctx, verb)        why add-server / remove-server cannot apply (or None)
   workers_changed(ctx, count)      add-worker / remove-worker changed the worker count

@@ -36,6 +36,12 @@ def starter_block(kind: str) -> str:
     return f"strategy:\n  kind: {kind}"
 
 
+def data_parallel_width(spec) -> int:
+    """How many workers take their own slice of each global batch (the global batch is
+    batch_size times this): every worker of a data-parallel kind, else one."""
+    return spec.topology.workers.count if _descriptor(spec.strategy.kind).data_parallel else 1
+
+
 # --- the rules (rules.py) -----------------------------------------------------------------
 
 def rules(spec, model_blocks):

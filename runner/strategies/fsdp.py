@@ -116,9 +116,10 @@ class _StepState:
     (reshard_after_forward freed the parameters in between; a prefetch counts as the
     pass it prefetches for)."""
 
-    def __init__(self):
+    def __init__(self, **span_args):
         self.step = 0
         self.gathers: dict[str, int] = {}
+        self.span_args = span_args  # added to every span (a mesh names its dimension: dim=data)
 
     def start(self, step: int) -> None:
         self.step = step
@@ -158,7 +159,8 @@ class _TracedCollective:
         tracer, step = self.ctx.tracer, self.state.step
         if not tracer.enabled_for(step):
             return
-        args = {"algorithm": "fsdp", "phase": self.phase, "unit": self.unit, "pass": direction, "bytes": nbytes}
+        args = {"algorithm": "fsdp", "phase": self.phase, "unit": self.unit, "pass": direction, "bytes": nbytes,
+                **self.state.span_args}
         if self.launch_only:
             args["clock"] = "launch"
         record = tracer._record
@@ -199,13 +201,14 @@ def _mixed_precision(precision: str):
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
-def shard_model(ctx, model: nn.Module, state: _StepState) -> list[str]:
-    """fully_shard each unit (innermost first), then the root; returns the unit names."""
+def shard_model(ctx, model: nn.Module, state: _StepState, mesh=None) -> list[str]:
+    """fully_shard each unit (innermost first), then the root, over `mesh` (default: all
+    ranks; a hybrid mesh passes its data sub-mesh); returns the unit names."""
     from torch.distributed.device_mesh import init_device_mesh
 
     where = spec_location(ctx.spec, ("strategy",))
     units = unit_names(ctx.spec, model)
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    mesh = mesh if mesh is not None else init_device_mesh(ctx.device.type, (ctx.world_size,))
     settings = {"mesh": mesh, "reshard_after_forward": bool(option(ctx.spec, "reshard_after_forward")),
                 "mp_policy": _mixed_precision(ctx.precision)}
     for name in sorted(units, key=lambda n: -n.count(".")):  # a unit inside another is sharded first

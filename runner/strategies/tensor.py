@@ -244,10 +244,13 @@ class _CollectiveTrace:
     """Records every functional collective DTensor issues in this process as a span, and
     counts the bytes it moves (see the module docstring)."""
 
-    def __init__(self, ctx, model, plan: dict[str, str]):
+    def __init__(self, ctx, model, plan: dict[str, str], workers: int | None = None, **span_args):
+        """`workers`: the ranks of the tensor group (default all); `span_args`: added to
+        every span (a mesh names its dimension: dim=tensor)."""
         from torch.utils._python_dispatch import TorchDispatchMode
 
-        self.ctx, self.workers = ctx, ctx.world_size
+        self.ctx, self.workers = ctx, workers or ctx.world_size
+        self.span_args = span_args
         self.where = ("", "forward")  # (layer, pass) of the collectives issued now
         self.step = 0
         self.moved = 0  # bytes this rank sent (= received) this step
@@ -290,7 +293,7 @@ class _CollectiveTrace:
         self.moved += size * 2 * (n - 1) // n if op.startswith("all_reduce") else size * (n - 1) // n
         layer, direction = self.where
         self.ctx.tracer.add_span("allreduce", t0, t1, self.step, "comm", algorithm="native", phase=phase,
-                                 layer=layer, bytes=size, **{"pass": direction})  # a no-op on unsampled steps
+                                 layer=layer, bytes=size, **{"pass": direction}, **self.span_args)  # a no-op on unsampled steps
         return out
 
     def __call__(self, step: int):

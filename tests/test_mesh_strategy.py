@@ -1,0 +1,122 @@
+"""Hybrid data x tensor parallelism (kind: mesh): the grid's rank layout, real 2 x 2 runs
+whose every collective is traced with its dimension, the prediction composing the two
+dimensions the same way, and the timelines naming each collective's dimension.
+Numerics (`single` on the global batch): tests/test_runner_numerics.py (-k mesh); bad
+input: tests/cases/bad/mesh-*."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.measured.timeline import box_label, phase_name
+from opentikz_dt.measured.trace import Span
+from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.simulate import simulate
+from opentikz_dt.spec import load_spec, spec_from_data
+from opentikz_dt.strategies.mesh import coordinates, degrees, rank_groups
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mesh-2d.yaml"
+# 2 column/row pairs: per step 2 tensor all-reduces forward, 1 backward (the first pair's
+# input is the data, which needs no gradient)
+LAYERS = [16, 32, 32, 32, 32, 4]
+
+
+def _mesh(data: int, tensor: int, **strategy):
+    return spec_from_data({"strategy": {"kind": "mesh", "parallelism": {"data": data, "tensor": tensor}, **strategy},
+                           "topology": {"workers": {"count": data * tensor}},
+                           "training": {"model": {"layers": LAYERS}}})
+
+
+def test_ranks_fill_the_grid_tensor_innermost():
+    spec = _mesh(3, 2)
+    assert [tuple(coordinates(spec, r).values()) for r in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    rows, columns = rank_groups(spec)
+    assert rows == [[0, 1], [2, 3], [4, 5]] and columns == [[0, 2, 4], [1, 3, 5]]
+
+
+def test_a_mesh_without_degrees_pairs_tensor_ranks_in_data_rows():
+    spec = spec_from_data({"strategy": {"kind": "mesh"}, "topology": {"workers": {"count": 6}}})
+    assert degrees(spec) == {"pipeline": 1, "data": 3, "tensor": 2}
+    assert spec.strategy.options["data_parallel"] == "allreduce"
+
+
+def _collectives(events_by_rank, step: int) -> dict:
+    """{rank: Counter((dim, phase, pass))} of the allreduce spans of `step`."""
+    out = {}
+    for rank, events in events_by_rank.items():
+        out[rank] = Counter((e["args"].get("dim"), e["args"]["phase"], e["args"]["pass"]) for e in events
+                            if e["name"] == "allreduce" and e["args"]["step"] == step)
+    return out
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("method", ["allreduce", "fsdp"])
+def test_a_2x2_run_traces_every_collective_with_its_dimension(method):
+    pytest.importorskip("torch")
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.runner.testing import run_small, small_spec_data
+
+    data = small_spec_data("mesh", topology={"workers": {"count": 4}},
+                           strategy={"parallelism": {"data": 2, "tensor": 2}, "data_parallel": method},
+                           training={"model": {"layers": LAYERS}, "steps": 2})
+    result = run_small(data)
+    run = load_run(result.run_dir)
+    spans = [s for s in run.trace.spans if s.name == "allreduce"]
+    assert {s.args.get("dim") for s in spans} == {"data", "tensor"}  # every collective has its dimension
+    for rank in range(4):
+        found = Counter((s.args["dim"], s.args["phase"], s.args["pass"]) for s in spans
+                        if s.rank == rank and s.step == 1)
+        assert found[("tensor", "all-reduce", "forward")] == 2 and found[("tensor", "all-reduce", "backward")] == 1
+        if method == "allreduce":
+            assert found[("data", "all-reduce", "backward")] == 1
+        else:  # FSDP2 per unit (each of the 5 Linear layers): gathered for the forward, reduce-scattered
+            assert found[("data", "reduce-scatter", "backward")] == 5
+            assert found[("data", "all-gather", "forward")] == 5
+        # a tensor all-reduce sums a layer pair's output: batch x width fp32 values
+        assert {s.args["bytes"] for s in spans if s.rank == rank and s.args["dim"] == "tensor"
+                and s.args["pass"] == "forward"} == {32 * 32 * 4}
+    # what each rank holds: 1/tensor of the split layers (1/data of that again with fsdp), as
+    # the strategy plugin expects (opentikz_dt/memory.py)
+    from opentikz_dt.memory import expected_memory
+
+    measured = result.metrics["memory"]
+    for want in expected_memory(spec_from_data(data)):
+        got = measured[str(want.rank)]
+        assert (got["params"], got["grads"], got["optimizer"]) == (want.params, want.grads, want.optimizer)
+
+
+def test_prediction_composes_the_dimensions_as_the_runner_traces_them():
+    spec = load_spec(EXAMPLE)  # 2 x 2, fsdp, a 2-block transformer
+    result = simulate(spec, Costs(illustrative_calibration(spec), spec), steps=3)
+    for rank, found in _collectives(result.events, 1).items():
+        assert found[("tensor", "all-reduce", "forward")] == 4  # attention and MLP per block
+        assert found[("tensor", "all-reduce", "backward")] == 4
+        assert found[("data", "all-gather", "forward")] == 1 and found[("data", "reduce-scatter", "backward")] == 1
+    # a collective ends at once on the ranks of its group, not on the others
+    ends = {rank: sorted(e["ts"] + e["dur"] for e in events if e["name"] == "allreduce"
+                         and e["args"]["dim"] == "tensor" and e["args"]["step"] == 1)
+            for rank, events in result.events.items()}
+    assert ends[0] == ends[1] and ends[2] == ends[3]
+
+
+def test_expected_timeline_names_each_collective_by_its_dimension():
+    for method, phases in (("allreduce", {"tensor all-reduce", "data all-reduce"}),
+                           ("fsdp", {"tensor all-reduce", "data all-gather", "data reduce-scatter"})):
+        timeline = expected_timeline(_mesh(2, 2, data_parallel=method))
+        found = {b.phase for p in timeline.panels for lane in p.lanes for b in lane.boxes if b.kind == "allreduce"}
+        assert found == phases
+
+
+def test_measured_boxes_name_the_dimension_and_others_stay_as_they_were():
+    def span(**args):
+        return Span(0, 1, "allreduce", 0.0, 1.0, 0, "w1", args)
+
+    assert box_label(span(phase="all-reduce", dim="tensor"), False, False) == "tp AR"
+    assert box_label(span(phase="reduce-scatter", dim="data"), False, False) == "dp RS"
+    assert phase_name("tp AR") == "tensor all-reduce" and phase_name("dp AG") == "data all-gather"
+    assert box_label(span(phase="reduce-scatter"), False, False) == "RS" and phase_name("RS") == "reduce-scatter"
+    assert box_label(span(phase="all-reduce"), False, False) == "" and phase_name("") == ""
