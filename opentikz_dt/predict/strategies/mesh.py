@@ -20,10 +20,18 @@ overlapped with the passes). Must not import torch.
 from __future__ import annotations
 
 from ...strategies.mesh import data_method, degrees, rank_groups
-from .tensor import _collective_values
+from ...workload import model_section, tensor_plan
 
 KIND = "mesh"
 COMM_TID = 1  # the runner's comm thread (runner/trace.py TIDS["comm"])
+
+
+def _collective_values(spec) -> tuple[list[int], list[int]]:
+    """Values per sample each tensor all-reduce sums, forward (in order) and backward (in
+    the order backward issues them), from the layer pairs kind tensor splits
+    (workload.tensor_plan); a pair whose input needs no gradient has no backward one."""
+    pairs = tensor_plan(model_section(spec), nominal_flops=1.0, nominal_values=0).pairs
+    return [p.forward for p in pairs if p.forward], [p.backward for p in reversed(pairs) if p.backward]
 
 
 def model_parts(spec) -> int:
