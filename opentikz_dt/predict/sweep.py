@@ -25,6 +25,7 @@ from ..texsafe import escape_text
 from .predict import apply_overrides, check_size, costs_for
 from .interval import interval
 from .rundir import metrics_of
+from ..memory import expected_memory
 from .simulate import roles, simulate
 from .strategies import REGISTRY
 
@@ -40,6 +41,14 @@ class Point:
     step_ms: float
     rate_interval: tuple = ()   # (low, high) samples/s, () without one
     step_interval: tuple = ()   # (low, high) ms
+    memory_bytes: int | None = None  # the fullest rank's expected parameters, gradients and optimizer state
+
+
+def worker_memory(spec) -> int | None:
+    """The largest expected params + grads + optimizer state of any rank (opentikz_dt.memory,
+    the strategy's placement); None where the model's sizes are unknown (a python model)."""
+    ranks = expected_memory(spec)
+    return max(r.params + r.grads + r.optimizer for r in ranks) if ranks else None
 
 
 SWEEP_SEEDS = 2  # simulations per point besides its own, for its interval (each costs a point's time)
@@ -117,7 +126,7 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
         assumed = dict(assumed, interval_sources=spread["interval_sources"])
         points.append(Point(label or base.name, n, m["samples_per_s"], step,
                             tuple(spread["samples_per_s_interval"]),
-                            tuple(v * 1000 for v in spread["step_time_interval_s"])))
+                            tuple(v * 1000 for v in spread["step_time_interval_s"]), worker_memory(spec)))
         seen.append((n, spec, costs, step))
     # the strategy may say why it scales as it does (one line under the figure; one series only)
     note = REGISTRY.get(base.strategy.kind).sweep_note(seen) if len(lines) == 1 and seen else None
@@ -205,8 +214,12 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                        "mark": MARKS[i % 5],
                        "throughput": Tex(" ".join(f"({p.workers},{max(p.samples_per_s, 1e-9):.6g})" for p in mine)),
                        "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine)),
+                       "memory": Tex(" ".join(f"({p.workers},{p.memory_bytes / 2**20:.6g})" for p in mine
+                                              if p.memory_bytes)),
                        "throughput_band": _band(mine, "rate_interval") if bands else None,
                        "step_band": _band(mine, "step_interval") if bands else None})
+    # memory per worker: expected from the spec (the same as dtgen figure SPEC --kind memory), MiB
+    memory = [p.memory_bytes / 2**20 for p in points if p.memory_bytes]
     context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
     context.update(series=series, legend=len(labels) > 1 or bands,
                    legend_columns=min(len(labels) + bands, 4),
@@ -215,13 +228,18 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                    xticklabels=Tex(",".join(f"{c:,}".replace(",", "{,}") for c in counts)),
                    yticks_rate=log_ticks([max(p.samples_per_s, 1e-9) for p in points]),
                    yticks_step=log_ticks([max(p.step_ms, 1e-9) for p in points]),
-                   notes=caption(assumed, skipped, spec.training.steps))
+                   memory=memory, yticks_memory=log_ticks(memory) if memory else None,
+                   notes=caption(assumed, skipped, spec.training.steps) + ([escape_text(
+                       "memory per worker: the fullest rank's parameters, gradients and optimizer state as the "
+                       "strategy places them, from the spec (float32 values; activations not predicted)")]
+                       if memory else []))
     return environment().get_template("plot-scaling.tex.j2").render(context)
 
 
 def render_scaling_table(points: list) -> str:
-    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10}"]
-    lines += [f"{p.series:28} {p.workers:>8,} {p.samples_per_s:>14,.0f} {p.step_ms:>10.3f}" for p in points]
+    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10} {'MiB/worker':>11}"]
+    lines += [f"{p.series:28} {p.workers:>8,} {p.samples_per_s:>14,.0f} {p.step_ms:>10.3f} "
+              + (f"{p.memory_bytes / 2**20:>11.3f}" if p.memory_bytes else f"{'-':>11}") for p in points]
     return "\n".join(lines) + "\n"
 
 
