@@ -47,12 +47,14 @@ def preflight(spec, spec_dir, dataset_path, roles) -> dict:
                            f"({spec.training.batch_size} x {dp} = {need})")
         x, y = data.take(data.indices(0, min(2, data.n)))
         _trial_step(model, loss_fn, x, y, model_where)
-        # the strategy may try its split on the same samples (a tensor plan's consistency)
-        load_strategy(spec.strategy.kind).check_trial(spec, model, x, model_where)
+        names = [name for name, _ in model.named_parameters()]
+        strategy = load_strategy(spec.strategy.kind)
+        # what the strategy asks of the model's modules first (its static checks name the
+        # key and the numbers), then its split tried on the same samples (a tensor plan's
+        # consistency)
+        strategy.check_model(spec, model, names, model_where)
+        strategy.check_trial(spec, model, x, model_where)
         workload = _prediction_workload(spec, model, x)
-    names = [name for name, _ in model.named_parameters()]
-    strategy = load_strategy(spec.strategy.kind)
-    strategy.check_model(spec, model, names, model_where)
     params = sum(p.numel() for p in model.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     kind = spec.training.model.get("kind", "mlp")

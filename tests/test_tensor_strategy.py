@@ -13,7 +13,7 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from opentikz_dt.errors import RunError  # noqa: E402
+from opentikz_dt.errors import InputError, RunError  # noqa: E402
 from opentikz_dt.runner.launch import launch_run  # noqa: E402
 from opentikz_dt.spec import spec_from_data  # noqa: E402
 
@@ -116,16 +116,18 @@ SOFTMAXED = """def softmaxed():
     return nn.Sequential(nn.Linear(16, 64), nn.Softmax(dim=-1), nn.Linear(64, 4))"""
 
 
-@pytest.mark.dist
 @pytest.mark.parametrize("plan, entry, expected", [
     # a Softmax over each worker's slice of the features is not the Softmax over all of them
     ({"0": "colwise", "2": "rowwise"}, "model:softmaxed",
-     "this plan changes what the model computes: on the first batch its output is 0.4 (relative) off"),
-    ({"5": "colwise"}, "model:build", "with this plan the model's output is [16, 2], not [16, 4]"),
+     "this plan changes what the model computes: on 2 trial samples (before spawning) its output is 0.2 (relative) off"),
+    ({"5": "colwise"}, "model:build", "with this plan the model's output is [4, 2], not [2, 4]"),
 ], ids=["softmax-between", "colwise-last"])
-def test_a_plan_that_changes_the_models_output_stops_the_run_in_one_line(tmp_path, plan, entry, expected):
+def test_a_plan_that_changes_the_models_output_is_refused_before_spawning(tmp_path, plan, entry, expected):
+    # The preflight tries the split on two samples in this process (the runner plugin's
+    # check_trial); the ranks' own check on the first batch is the second line of defence.
     spec = _write(tmp_path, {"kind": "tensor", "plan": plan}, extra_py=SOFTMAXED, entry=entry)
-    with pytest.raises(RunError) as caught:
+    with pytest.raises(InputError) as caught:
         launch_run(spec, out=tmp_path / "run", progress=False, echo=lambda line: None)
     message = str(caught.value).splitlines()[0]
-    assert "InputError: " in message and "strategy.plan: " + expected in message, message
+    assert "strategy.plan: " + expected in message, message
+    assert not (tmp_path / "run" / "logs").exists()  # no rank was started
