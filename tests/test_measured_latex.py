@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from opentikz_dt.figures.bbox import parse_bboxes
@@ -266,3 +268,67 @@ def test_a_short_parameter_server_column_keeps_each_time_beside_its_name(tmp_pat
 
     run_dir, _ = predict("examples/ps-sync.yaml", tmp_path / "p", steps=4)
     assert "(w1-label) {\\workeronelabel: " in render_annotated_topology(load_run(run_dir))
+
+
+def _example_run(path, repo, example):
+    """A run of examples/<example>.yaml as the simulator predicts it, written as a run directory
+    (like the runs of an older dtgen: no memory data)."""
+    import random
+
+    from opentikz_dt.predict.costs import Costs
+    from opentikz_dt.predict.rundir import write_run_dir
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.predict.synthetic import synthetic_calibration, synthetic_loss
+    from opentikz_dt.spec import load_spec
+
+    spec = load_spec(repo / "examples" / f"{example}.yaml")
+    result = simulate(spec, Costs(synthetic_calibration(spec), spec, jitter=random.Random(0)), 4)
+    return write_run_dir(path, spec, result, 4, loss=synthetic_loss(4), dtgen="synthetic")
+
+
+@pytest.mark.parametrize("example", ["allreduce-native", "fsdp-transformer", "ps-sharded", "transformer-pipeline"])
+def test_measured_topology_at_natural_width_keeps_link_labels_clear(tmp_path, repo, example):
+    """Each worker's link to the all-reduce bar (or to the next pipeline stage) holds its flow
+    label and bytes without running into the icons at its ends (the bar, the next stages move
+    right), and a sharded server's links, leaving the top worker steeply down, keep their sloped
+    byte labels off that worker's step-time label."""
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    tex = render_annotated_topology(load_run(_example_run(tmp_path / "run", repo, example)))
+    assert "ms/step" in tex and re.search(r"[0-9] [kMG]?B\}", tex)  # step times, bytes on the links
+    assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+@pytest.mark.parametrize("example", ["pipeline-1f1b", "transformer-pipeline"])
+def test_measured_pipeline_topology_fits_one_column(tmp_path, repo, example):
+    """At one column a measured pipeline's stages sit as close as each line of their labels
+    (name, step time) allows, not the whole label read as one line: at most 8.5 cm wide, and
+    a link between two stages still holds its label with its bytes."""
+    from dataclasses import replace
+
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import pdf_page_size, pdf_words
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    run = load_run(_example_run(tmp_path / "run", repo, example))
+    result = compile_pdf(render_annotated_topology(replace(run, spec=with_width(run.spec, "column"))))
+    width, _ = pdf_page_size(result.pdf)
+    assert width / 72.27 * 2.54 <= 8.5 + 0.02, width
+    words = pdf_words(result.pdf)
+    assert min(size for _, size in words) >= 6.0 - 0.05, min(words, key=lambda w: w[1])
+    assert "ms/step" in {w for w, _ in words}
+    assert check_figure_geometry(result.log) == []
+
+
+def test_a_sloped_label_running_down_is_checked_for_overlaps():
+    # A label sloped along a link running down to the right: its probed south west corner lies
+    # above its north east one. The geometry check still finds what it overlaps (here a
+    # worker's label), and finds nothing where the two are apart.
+    from opentikz_dt.figures.checks import check_figure_geometry
+
+    sloped = "BBOX ps-w1-wts-label 0.0pt 20.0pt 34.0pt 6.0pt\nQUAD ps-w1-wts-label 30.0pt 0.0pt 4.0pt 26.0pt\n"
+    near = check_figure_geometry(sloped + "BBOX w1-label -20.0pt 10.0pt 8.0pt 24.0pt\n")
+    assert len(near) == 1 and "'ps-w1-wts-label' and 'w1-label' overlap" in near[0], near
+    assert check_figure_geometry(sloped + "BBOX w1-label -40.0pt 10.0pt -10.0pt 24.0pt\n") == []

@@ -53,8 +53,15 @@ def check_figure_geometry(log: str) -> list[str]:
     if not boxes:
         return ["no geometry probe lines (BBOX ...) in the log"]
     rects = {b.name: _Rect.of(b, quads) for quads in [parse_quads(log, boxes)] for b in boxes}
-    overlaps = [p for p in check_no_overlaps(boxes) if _still_overlapping(p, rects)]
+    # (a sloped label's south west corner may lie above its north east one: the pairs are found
+    # on the boxes upright, then the rotated shapes decide)
+    overlaps = [p for p in check_no_overlaps([_upright(b) for b in boxes]) if _still_overlapping(p, rects)]
     return overlaps + check_paths_clear(boxes, parse_paths(log), rects)
+
+
+def _upright(box: BBox) -> BBox:
+    """The box spanning a node's two probed corners, whichever way its text runs."""
+    return BBox(box.name, min(box.x0, box.x1), min(box.y0, box.y1), max(box.x0, box.x1), max(box.y0, box.y1))
 
 
 # Text nodes keep 2pt of inner sep around their glyphs, icons 1pt. A path (1pt wide) may

@@ -66,7 +66,9 @@ def pipeline_layout(spec, sp: Spacing, schedule: str) -> Layout:
     stages = spec.strategy.stages
     slots = elide(stages, min(spec.figure.max_workers_drawn, 6))
     if fitted(spec):  # as close as the icons, the flow labels between them and the worker labels allow
-        widest = max(text_cm(spec.topology.workers.label_of(f"w{s}")) for s in slots if s is not None)
+        # (line by line: a measured label holds its step time, and memory, on lines of their own)
+        widest = max(text_cm(line) for s in slots if s is not None
+                     for line in spec.topology.workers.label_of(f"w{s}").split("\n"))
         step = max(icon_size(spec, "worker")[0] + 1.4, widest + 0.3)
     else:
         step = max(3.5, 0.78 * colsep)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from ..figures.model import Layout, Node, Tex
 from ..figures.render import render_topology
 from ..figures.memory import total_bytes
-from ..figures.spacing import (LINE_H, MEASURED_BREAK, effective_spacing, fitted_flow_run, icon_size, printed_cm,
+from ..figures.spacing import (GAP, LINE_H, MEASURED_BREAK, effective_spacing, fitted_flow_run, icon_size, printed_cm,
                                text_cm)
 from ..figures.textwidth import wrap_line
 from ..figures.texts import label_tex, label_text, lane_text, sized_model_note
@@ -26,7 +26,7 @@ from ..figures.topology import build_layout
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
-from .clearance import links_cross_labels
+from .clearance import box_half, link_label_size, link_labels_cross_labels, links_cross_labels
 from .run import Run
 from .source import device_icons, source, source_note
 
@@ -79,7 +79,9 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     # holding it on one line (a tall column's steep links: clearance.links_cross_labels).
     one_line = {w: f"{spec.topology.workers.label_of(w)}: {label_text(spec, 'step_time', ms=f'{ms:.1f}')}"
                 for w, ms in step_ms.items() if _WORKER.match(w) and not _time_on_own_line(spec, w, ms)}
-    crowded = bool(one_line) and links_cross_labels(spec, layout, one_line)
+    # (or where a link's label, sloped below a link leaving a worker steeply down, would run into one)
+    crowded = bool(one_line) and (links_cross_labels(spec, layout, one_line) or link_labels_cross_labels(
+        spec, layout, one_line, _link_labels(spec, layout, traffic, steps, run, once)[0]))
     if crowded and not given and _column_elided(spec):  # its brace stands left of the labels as printed
         layout = _layout_for(spec, step_ms, once, crowded, memory)
     highlight = "otorange" if spec.figure.colors["worker"] != "otorange" else "otpurple"
@@ -99,66 +101,8 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
             node = replace(node, label=Tex(f"{node.label}\\\\{_memory_tex(spec, memory[node.name])}"))
             labelled.add(node.name)
         nodes.append(node)
-    # A link label is exact only where a worker has one link each way (parameter server,
-    # ring); a worker with several (pipeline middle stages, trees, gossip) gets its totals
-    # under its name instead, since the runner counts bytes per rank, not per link.
-    out_edges: dict = {}
-    in_edges: dict = {}
-    for edge in layout.edges:
-        if edge.elided:
-            continue
-        if edge.style in SENDING and _WORKER.match(edge.src.node):
-            out_edges.setdefault(edge.src.node, []).append(edge.name)
-        if edge.style in SENDING + ("wts",) and _WORKER.match(edge.dst.node):
-            in_edges.setdefault(edge.dst.node, []).append(edge.name)
-    boxed = {m for g in layout.groups if _HOST.match(g.name) for m in g.members}
-    edges, links = [], []
-    for edge in layout.edges:
-        src, dst = edge.src.node, edge.dst.node
-        found = None
-        if edge.style in SENDING and out_edges.get(src) == [edge.name]:
-            found = (src, "sent")
-        elif edge.style == "wts" and in_edges.get(dst) == [edge.name]:
-            found = (dst, "recv")
-        if found and _rank_of(found[0]) in traffic:
-            worker, direction = found
-            per_step = traffic[_rank_of(worker)][direction] / steps
-            text = escape_text(human_bytes(per_step))
-            # Near the worker end, where the links of different workers are far apart.
-            # (a fitted figure's rows are close: nearer the middle, clear of the next worker's label)
-            # (a worker in a host box: past the box's padding, so the label clears the box's border)
-            near = 0.5 if fitted(spec) else 0.42
-            other = dst if direction == "sent" else src
-            if worker in boxed and other not in boxed and edge.route == "line":
-                near = 0.58
-            pos = near if _WORKER.match(src) else round(1 - near, 3)
-            if edge.route == "ortho":  # a ring link: beside its vertical run, as drawn
-                pos = edge.label_pos
-            # Sloped along its link, on the outer side of the pair: the link that leaves the
-            # worker's port higher up is labelled above, its partner below (TikZ keeps both upright).
-            worker_port = edge.src if direction == "sent" else edge.dst
-            side = ("above, sloped" if worker_port.dy >= 0 else "below, sloped") if edge.route == "line" \
-                else edge.label_side
-            if run is not None and other in _SERVER_ENDS:  # between the column and the server
-                if once:  # the flow labels where the figure has them: bytes on those links only
-                    pos, side = edge.label_pos, edge.label_side
-                else:
-                    pos = run.centre_pos() if _WORKER.match(src) else round(1 - run.centre_pos(), 3)
-                    side = "above" if edge.both else side
-            if edge.route == "ortho":  # a ring link: its traffic per step, not the chunk it carries first
-                label = label_tex(spec, "link_bytes", bytes=human_bytes(per_step))
-            elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
-                label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
-            elif once and run is not None and other in _SERVER_ENDS:
-                # the bytes under the flow label: the gap to the server is sized for the label alone
-                label = Tex(f"{edge.label}\\\\{text}" if edge.label else "")
-                side = f"{side}, align=center" if edge.label else side
-            else:
-                label = Tex(f"{edge.label}~{text}" if edge.label else text)
-            edge = replace(edge, label=label, label_pos=pos, label_side=side)
-            links.append(LinkBytes(edge.name, worker, direction, per_step))
-        edges.append(edge)
-    edges = _ring_return_clear_of_labels(edges)
+    edges, links, out_edges = _link_labels(spec, layout, traffic, steps, run, once)
+    nodes = _level_links_hold_labels(spec, nodes, edges)
     totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
     macros = dict(layout.macros)
     if "titlelabel" in macros:
@@ -218,6 +162,118 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     nodes.append(Node("measured-note", kind="text", rel=rel, text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
+
+
+def _level_links_hold_labels(spec, nodes: list, edges) -> list:
+    """Where a level link's label, now holding its bytes, is wider than the link (the drawer
+    spaced its ends for its own shorter label: an all-reduce bar right of the column, a
+    pipeline's next stage), what stands right of the link moves right until it holds the label
+    and a gap; the data fan and the nodes left of the link stay."""
+    at = {n.name: n for n in nodes}
+    level = [e for e in edges if e.route == "line" and str(e.label) and e.src.dy == e.dst.dy
+             and all(_holds_level_link(at.get(p.node)) for p in (e.src, e.dst))
+             and (at[e.src.node].y == at[e.dst.node].y or e.src.level or e.dst.level)]
+    for edge in sorted(level, key=lambda e: min(at[e.src.node].x, at[e.dst.node].x)):
+        left, right = sorted((at[edge.src.node], at[edge.dst.node]), key=lambda n: n.x)
+        length = right.x - _half_width(spec, right) - left.x - _half_width(spec, left)
+        pos = min(edge.label_pos, 1 - edge.label_pos)  # its label is centred this far along, from the nearer end
+        short = (link_label_size(spec, edge.label)[0] + GAP) / 2 / max(pos, 0.1) - length
+        if short > SHORT_SPARE_CM:
+            edge_x = right.x
+            nodes = [replace(n, x=round(n.x + short, 3)) if not n.rel and n.x >= edge_x else n for n in nodes]
+            at = {n.name: n for n in nodes}
+    return nodes
+
+
+SHORT_SPARE_CM = 0.05  # a link this much shorter than its label's estimate still holds it (text_cm is conservative)
+
+
+def _holds_level_link(node) -> bool:
+    """A worker's icon or the all-reduce bar: what a level link labelled with its bytes joins."""
+    if node is None or node.rel:
+        return False
+    bar = node.kind == "box" and node.name in _SERVER_ENDS
+    return bar or (node.kind == "icon" and bool(_WORKER.match(node.name)))
+
+
+def _half_width(spec, node) -> float:
+    return box_half(node) if node.kind == "box" else icon_size(spec, "worker")[0] / 2
+
+
+def _bytes_beside_flow_labels(spec) -> bool:
+    """Whether every worker's link to something right of the column (an all-reduce bar) prints
+    its bytes beside the flow label, level (a parameter server's links converge, their labels
+    sloped, said once in a fitted figure: flow_labels_once)."""
+    plugin = plugin_of(spec)
+    return plugin.flow_run(spec) and not plugin.flow_labels_once(spec)
+
+
+def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: bool) -> tuple:
+    """The layout's edges with each worker's link labelled with its measured bytes per step
+    (`run`: a fitted figure's FlowRun, or None), the LinkBytes drawn, and each worker's sending links."""
+    # A link label is exact only where a worker has one link each way (parameter server,
+    # ring); a worker with several (pipeline middle stages, trees, gossip) gets its totals
+    # under its name instead, since the runner counts bytes per rank, not per link.
+    out_edges: dict = {}
+    in_edges: dict = {}
+    for edge in layout.edges:
+        if edge.elided:
+            continue
+        if edge.style in SENDING and _WORKER.match(edge.src.node):
+            out_edges.setdefault(edge.src.node, []).append(edge.name)
+        if edge.style in SENDING + ("wts",) and _WORKER.match(edge.dst.node):
+            in_edges.setdefault(edge.dst.node, []).append(edge.name)
+    boxed = {m for g in layout.groups if _HOST.match(g.name) for m in g.members}
+    edges, links = [], []
+    for edge in layout.edges:
+        src, dst = edge.src.node, edge.dst.node
+        found = None
+        if edge.style in SENDING and out_edges.get(src) == [edge.name]:
+            found = (src, "sent")
+        elif edge.style == "wts" and in_edges.get(dst) == [edge.name]:
+            found = (dst, "recv")
+        if found and _rank_of(found[0]) in traffic:
+            worker, direction = found
+            per_step = traffic[_rank_of(worker)][direction] / steps
+            text = escape_text(human_bytes(per_step))
+            # Near the worker end, where the links of different workers are far apart.
+            # (a fitted figure's rows are close: nearer the middle, clear of the next worker's label)
+            # (a worker in a host box: past the box's padding, so the label clears the box's border)
+            near = 0.5 if fitted(spec) else 0.42
+            other = dst if direction == "sent" else src
+            if worker in boxed and other not in boxed and edge.route == "line":
+                near = 0.58
+            pos = near if _WORKER.match(src) else round(1 - near, 3)
+            if edge.route == "ortho":  # a ring link: beside its vertical run, as drawn
+                pos = edge.label_pos
+            # Sloped along its link, on the outer side of the pair: the link that leaves the
+            # worker's port higher up is labelled above, its partner below (TikZ keeps both upright).
+            worker_port = edge.src if direction == "sent" else edge.dst
+            side = ("above, sloped" if worker_port.dy >= 0 else "below, sloped") if edge.route == "line" \
+                else edge.label_side
+            if run is None and other in _SERVER_ENDS and worker not in boxed and _bytes_beside_flow_labels(spec):
+                pos = edge.label_pos  # mid-link: the bar moves right until the link holds it (_level_links_hold_labels)
+            if run is not None and other in _SERVER_ENDS:  # between the column and the server
+                if once:  # the flow labels where the figure has them: bytes on those links only
+                    pos, side = edge.label_pos, edge.label_side
+                else:
+                    pos = run.centre_pos() if _WORKER.match(src) else round(1 - run.centre_pos(), 3)
+                    side = "above" if edge.both else side
+            if edge.route == "ortho":  # a ring link: its traffic per step, not the chunk it carries first
+                label = label_tex(spec, "link_bytes", bytes=human_bytes(per_step))
+            elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
+                label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
+            elif once and run is not None and other in _SERVER_ENDS:
+                # the bytes under the flow label: the gap to the server is sized for the label alone
+                label = Tex(f"{edge.label}\\\\{text}" if edge.label else "")
+                side = f"{side}, align=center" if edge.label else side
+            else:
+                label = Tex(f"{edge.label}~{text}" if edge.label else text)
+            edge = replace(edge, label=label, label_pos=pos, label_side=side)
+            links.append(LinkBytes(edge.name, worker, direction, per_step))
+        edges.append(edge)
+    edges = _ring_return_clear_of_labels(edges)
+    return edges, links, out_edges
 
 
 def node_memory(metrics: dict, ranks: list | None) -> dict:

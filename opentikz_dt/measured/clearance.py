@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from ..figures.model import Layout, Port
-from ..figures.spacing import ICON_SIZE, LABEL_H, icon_size
+from ..figures.spacing import HOST_PAD, ICON_SIZE, LABEL_H, PSBOX_W, icon_size
 from ..figures.textwidth import text_cm
 from ..figures.topology_fit import PT_PER_CM
 
@@ -43,6 +43,54 @@ def links_cross_labels(spec, layout: Layout, one_line: dict) -> bool:
     return False
 
 
+def link_labels_cross_labels(spec, layout: Layout, one_line: dict, edges) -> bool:
+    """True when the label of a straight link, sloped along it (`edges`: the layout's edges as
+    annotate labels them, with their bytes), would run into a worker's label printed as
+    `one_line[worker]` below its icon: a link leaving a worker steeply down (to a server
+    group level with the column's middle) hangs its label below it, over the top worker's
+    label where that reaches past the icon."""
+    nodes = {n.name: n for n in layout.nodes if not n.rel}
+    boxes = [_label_box(spec, nodes[w], text) for w, text in one_line.items() if w in nodes]
+    for edge in edges:
+        if edge.route != "line" or not edge.label or "sloped" not in edge.label_side:
+            continue
+        a, b = (_point(spec, layout, nodes, port, outline=True) for port in (edge.src, edge.dst))
+        if a is None or b is None or a == b:
+            continue
+        corners = _sloped_box(a, b, edge.label_pos, link_label_size(spec, edge.label), "above" in edge.label_side)
+        if any(_segment_meets_box(p, q, box) for box in boxes for p, q in zip(corners, corners[1:] + corners[:1])):
+            return True
+    return False
+
+
+LINK_LABEL_LINE_CM = 0.44  # a \footnotesize line of a link's label and its 2pt inner sep, each side
+
+
+def link_label_size(spec, label: str) -> tuple:
+    """(width, height) cm of a link's label: its flow macros as the spec's labels print them, a line each."""
+    flows = {"\\gradlabel": spec.figure.labels.get("grad", ""), "\\weightlabel": spec.figure.labels.get("weight", "")}
+    lines = str(label).split("\\\\")
+    for macro, text in flows.items():
+        lines = [line.replace(macro, text) for line in lines]
+    return max(text_cm(line.replace("~", " ")) for line in lines), LINK_LABEL_LINE_CM * len(lines)
+
+
+def _sloped_box(a: tuple, b: tuple, pos: float, size: tuple, above: bool) -> list:
+    """The corners (cm) of a label sloped along the link a-b at `pos`, above or below it (TikZ
+    keeps a sloped label upright: its baseline runs left to right)."""
+    (x0, y0), (x1, y1) = a, b
+    length = ((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5
+    ux, uy = (x1 - x0) / length, (y1 - y0) / length
+    if ux < 0 or (ux == 0 and uy < 0):
+        ux, uy = -ux, -uy
+    nx, ny = (-uy, ux) if above else (uy, -ux)  # towards the label's top (above) or its bottom (below)
+    cx, cy = x0 + pos * (x1 - x0), y0 + pos * (y1 - y0)
+    (width, height), half = size, size[0] / 2
+    near = [(cx - ux * half, cy - uy * half), (cx + ux * half, cy + uy * half)]
+    far = [(x + nx * height, y + ny * height) for x, y in reversed(near)]
+    return near + far
+
+
 def _label_box(spec, node, text: str) -> tuple:
     """(left, bottom, right, top) cm of a one-line label's box (text_cm counts its inner sep)
     under a worker icon, less what a line may enter."""
@@ -52,23 +100,37 @@ def _label_box(spec, node, text: str) -> tuple:
     return (node.x - half, top - LABEL_H, node.x + half, top)
 
 
-def _point(spec, layout: Layout, nodes: dict, port: Port):
+def _point(spec, layout: Layout, nodes: dict, port: Port, outline: bool = False):
     """Where an edge's end is, in cm: an icon's anchor shifted by the port's offset; a box's or a
-    group's centre (near enough for a line's slope); None for ends it cannot place (braces)."""
+    group's centre (near enough for a line's slope; `outline`: a west or east port on the box's
+    side, at least as wide as a server box, and its group's padding, for where along the link a
+    label sits); None for ends it cannot place (braces)."""
     node = nodes.get(port.node)
+    side = ("east" in port.anchor) - ("west" in port.anchor) if outline else 0
     if node is None:
         group = next((g for g in layout.groups if g.name == port.node), None)
         members = [nodes[m] for m in (group.members if group else ()) if m in nodes]
         if not members:
             return None
-        return (min(m.x for m in members), sum(m.y for m in members) / len(members) + port.dy / PT_PER_CM)
+        x = min(m.x for m in members) + side * (box_half(members[0]) + HOST_PAD)
+        return (x, sum(m.y for m in members) / len(members) + port.dy / PT_PER_CM)
     x, y = node.x, node.y
+    if node.kind == "box":
+        x += side * box_half(node)
     if node.kind == "icon":
         role = "worker" if _WORKER.match(node.name) else _ROLE.get(node.name)
         w, h = icon_size(spec, role) if role else ICON_SIZE["none"]
         x += w / 2 * (("east" in port.anchor) - ("west" in port.anchor))
         y += h / 2 * (("north" in port.anchor) - ("south" in port.anchor))
     return (x + port.dx / PT_PER_CM, y + port.dy / PT_PER_CM)
+
+
+def box_half(node) -> float:
+    """Half a box's width (cm): at least a server box's (psbox), or its widest line of text."""
+    if node.kind != "box":
+        return 0.0
+    lines = [re.sub(r"^\[[^\]]*\]", "", line) for line in str(node.text).split("\\\\")]  # (a line's [1pt] skip)
+    return max(node.min_width, PSBOX_W, *(text_cm(line) for line in lines)) / 2
 
 
 def _segment_meets_box(a: tuple, b: tuple, box: tuple) -> bool:
