@@ -22,3 +22,16 @@ def starter_block(kind: str) -> str:
 strategy:
   kind: gossip                # decentralized: each worker averages parameters with its peers
   peers: 2                    # ring neighbours per step"""
+
+
+def neighbours(rank: int, n: int, peers: int) -> tuple[list[int], list[int]]:
+    """(send to, receive from): offsets +1, -1, +2, -2, ... cut to `peers`. One definition
+    for the runner's exchanges and the predictor's simulation of them."""
+    offsets = []
+    k = 1
+    while len(offsets) < peers:
+        offsets.append(k)
+        if len(offsets) < peers:
+            offsets.append(-k)
+        k += 1
+    return [(rank + o) % n for o in offsets], [(rank - o) % n for o in offsets]

@@ -9,23 +9,13 @@ import time
 
 import torch
 
+from ...strategies.gossip import neighbours
+
 KIND = "gossip"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
 
 def roles(spec):
     return [("worker", w) for w in spec.topology.workers.ids]
-
-
-def neighbours(rank: int, n: int, peers: int) -> tuple[list[int], list[int]]:
-    """(send to, receive from): offsets +1, -1, +2, -2, ... cut to `peers`."""
-    offsets = []
-    k = 1
-    while len(offsets) < peers:
-        offsets.append(k)
-        if len(offsets) < peers:
-            offsets.append(-k)
-        k += 1
-    return [(rank + o) % n for o in offsets], [(rank - o) % n for o in offsets]
 
 
 def train(ctx) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 
+from ...strategies.gossip import neighbours
 from ..fit import thin
 
 KIND = "gossip"
@@ -31,21 +32,10 @@ def fit_noise(fit) -> dict:
     return {"exchange_ratios": thin([round(x / mean, 4) for x in exchanges]) if mean > 0 else []}
 
 
-def _neighbours(rank: int, n: int, peers: int) -> tuple[list[int], list[int]]:
-    """(send to, receive from), as runner/strategies/gossip.py: offsets +1, -1, +2, -2, ..."""
-    offsets, k = [], 1
-    while len(offsets) < peers:
-        offsets.append(k)
-        if len(offsets) < peers:
-            offsets.append(-k)
-        k += 1
-    return [(rank + o) % n for o in offsets], [(rank - o) % n for o in offsets]
-
-
 def simulate_steps(sim, steps: int) -> None:
     c, rec, n = sim.costs, sim.rec, sim.n_workers
     batch, peers = sim.spec.training.batch_size, sim.spec.strategy.peers
-    links = [_neighbours(k, n, peers) for k in range(n)]
+    links = [neighbours(k, n, peers) for k in range(n)]
     free = [0.0] * n
     for step in range(steps):
         starts = [sim.start(k, step, free) for k in range(n)]
@@ -70,7 +60,7 @@ def _exchanges(run, spec) -> list:
     n, peers = spec.topology.workers.count, spec.strategy.peers
     out = []
     for (rank, step), (start, end) in spans.items():
-        to, frm = _neighbours(rank, n, peers)
+        to, frm = neighbours(rank, n, peers)
         starts = [spans[(p, step)][0] for p in set(to + frm) if (p, step) in spans]
         out.append(end - max([start] + starts))
     return out
@@ -80,5 +70,5 @@ def _exchange_latency(exchanges: list, spec, nbytes: float, beta: float) -> floa
     """Latency of a gossip exchange from its mean time (the spread is drawn apart)."""
     if not exchanges:
         return None
-    to, _ = _neighbours(0, spec.topology.workers.count, spec.strategy.peers)
+    to, _ = neighbours(0, spec.topology.workers.count, spec.strategy.peers)
     return max(0.0, statistics.fmean(exchanges) / 1e6 - len(to) * nbytes * beta)
