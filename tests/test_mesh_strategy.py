@@ -17,7 +17,7 @@ from opentikz_dt.measured.trace import Span
 from opentikz_dt.predict.costs import Costs, illustrative_calibration
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.spec import load_spec, spec_from_data
-from opentikz_dt.strategies.mesh import coordinates, degrees, rank_groups
+from opentikz_dt.strategies.mesh import coordinates, degrees, groups, rank_groups, rank_of
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mesh-2d.yaml"
 # 2 column/row pairs: per step 2 tensor all-reduces forward, 1 backward (the first pair's
@@ -33,9 +33,23 @@ def _mesh(data: int, tensor: int, **strategy):
 
 def test_ranks_fill_the_grid_tensor_innermost():
     spec = _mesh(3, 2)
-    assert [tuple(coordinates(spec, r).values()) for r in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [(c["data"], c["tensor"]) for c in map(lambda r: coordinates(spec, r), range(6))] == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     rows, columns = rank_groups(spec)
     assert rows == [[0, 1], [2, 3], [4, 5]] and columns == [[0, 2, 4], [1, 3, 5]]
+    assert groups(spec, "pipeline") == [[r] for r in range(6)]
+
+
+def test_pipeline_is_the_outermost_dimension():
+    from types import SimpleNamespace
+
+    # the geometry alone (the rules refuse a pipeline degree until the runner takes it)
+    spec = SimpleNamespace(strategy=SimpleNamespace(options={"parallelism": {"pipeline": 2, "data": 2, "tensor": 2}}))
+    assert coordinates(spec, 5) == {"pipeline": 1, "data": 0, "tensor": 1}
+    assert all(rank_of(spec, coordinates(spec, r)) == r for r in range(8))
+    assert groups(spec, "tensor") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert groups(spec, "data") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert groups(spec, "pipeline") == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
 def test_a_mesh_without_degrees_pairs_tensor_ranks_in_data_rows():

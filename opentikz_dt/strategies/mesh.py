@@ -62,17 +62,39 @@ def data_method(spec) -> str:
 
 
 def coordinates(spec, rank: int) -> dict[str, int]:
-    """{dimension: index} of worker rank `rank` (tensor innermost)."""
+    """{dimension: index} of worker rank `rank`: pipeline outermost, tensor innermost
+    (rank = (pipeline * data + data_index) * tensor + tensor_index), as torchtitan's
+    ParallelDims orders its axes, so a tensor group is consecutive ranks (inside a host)
+    and a pipeline stage's ranks are one contiguous block (across hosts)."""
     d = degrees(spec)
-    return {"data": rank // d["tensor"], "tensor": rank % d["tensor"]}
+    return {"pipeline": rank // (d["data"] * d["tensor"]), "data": rank // d["tensor"] % d["data"],
+            "tensor": rank % d["tensor"]}
+
+
+def rank_of(spec, coords: dict[str, int]) -> int:
+    """The worker rank at `coords` (coordinates' inverse; a dimension left out is 0)."""
+    d = degrees(spec)
+    return (coords.get("pipeline", 0) * d["data"] + coords.get("data", 0)) * d["tensor"] + coords.get("tensor", 0)
+
+
+def groups(spec, dim: str) -> list[list[int]]:
+    """The process groups of dimension `dim` as worker rank lists, in rank order of their
+    first member: the ranks that differ only in their `dim` index (a tensor group: one
+    row; a data group: the same tensor slice of every replica in one stage; a pipeline
+    group: the stages one microbatch passes through)."""
+    d = degrees(spec)
+    others = [k for k in DIMENSIONS if k != dim]
+    out = []
+    for a in range(d[others[0]]):
+        for b in range(d[others[1]]):
+            fixed = {others[0]: a, others[1]: b}
+            out.append([rank_of(spec, {**fixed, dim: i}) for i in range(d[dim])])
+    return sorted(out)
 
 
 def rank_groups(spec) -> tuple[list[list[int]], list[list[int]]]:
-    """(rows, columns) as worker rank lists: a row is a tensor group (consecutive ranks), a
-    column a data group (the same tensor index in every row)."""
-    d = degrees(spec)
-    tp, dp = d["tensor"], d["data"]
-    return [list(range(r * tp, (r + 1) * tp)) for r in range(dp)], [list(range(c, tp * dp, tp)) for c in range(tp)]
+    """(tensor groups, data groups) as worker rank lists (see groups)."""
+    return groups(spec, "tensor"), groups(spec, "data")
 
 
 def title(block: dict) -> str:
