@@ -359,3 +359,34 @@ def test_four_hosts_hierarchical(tmp_path, netcluster):
     for h in range(1, 5):
         assert f"({cluster.addr(h)})" in tex
 
+
+
+def test_a_mesh_keeps_tensor_groups_inside_hosts_and_data_groups_across(tmp_path, netcluster):
+    """Issue 23: 2 hosts x 2 workers as data 2 x tensor 2: each tensor group is one host's
+    two ranks (loopback), each data group spans the shaped link, which shows in the
+    measured trace: the data dimension's all-reduces move their bytes far slower than the
+    tensor dimension's: faster than the link could carry them, so they never crossed it."""
+    link = 20e6 / 8 / 1e6  # 20mbit in bytes per microsecond
+    cluster = netcluster(2, "20mbit")
+    data = small_spec_data("mesh", name="mh-mesh", topology={"workers": {"count": 4}, "hosts": 2},
+                           strategy={"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "allreduce"},
+                           training={"steps": 3, "model": {"layers": [16, 512, 512, 4]}})
+    spec = write(tmp_path, data)
+    outs = finish(launch_all(cluster, spec, tmp_path), timeout=180)
+    assert [rc for rc, _ in outs] == [0, 0], outs
+    run = json.loads((tmp_path / "h1" / "run.json").read_text())
+    hosts = {r["rank"]: r["addr"] for r in run["ranks"]}
+    assert hosts[0] == hosts[1] != hosts[2] == hosts[3]  # a tensor group per host
+    trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
+    fastest = {}  # dimension -> the highest bytes per microsecond of any traced collective
+    for e in trace["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("name") == "allreduce" and args.get("bytes") and e["dur"] > 0:
+            fastest[args["dim"]] = max(fastest.get(args["dim"], 0.0), args["bytes"] / e["dur"])
+    assert set(fastest) == {"data", "tensor"}, fastest
+    # a span holds waits for peers too, so the fastest one is the transfer's best evidence:
+    # no data all-reduce beat the link (each rank sends its whole buffer over it once);
+    # some tensor all-reduce went faster than the link could have carried it
+    data_rate, tensor_rate = fastest["data"], fastest["tensor"]
+    assert data_rate < 1.2 * link < 2 * link < tensor_rate, (data_rate, tensor_rate, link)
+    assert_no_processes(cluster)
