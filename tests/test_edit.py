@@ -86,6 +86,9 @@ HAPPY = [
     ("ps-sync.yaml", "set-size", {"fit": "page"}, lambda s: s.figure.width == "page"),
     ("ps-sync.yaml", "set-palette", {"variant": "dark"}, lambda s: s.figure.palette == "dark"),
     ("allreduce-ring.yaml", "set-hosts", {"count": 2}, lambda s: s.topology.hosts == 2),
+    ("mesh-2d.yaml", "set-mesh", {"data": 4, "tensor": 2, "data_parallel": "allreduce"},
+     lambda s: (s.strategy.options["parallelism"], s.strategy.options["data_parallel"], s.topology.workers.count)
+     == ({"data": 4, "tensor": 2}, "allreduce", 8)),
     ("ps-sync.yaml", "set-name", {"name": "fig-3"}, lambda s: s.name == "fig-3"),
     ("ps-sync.yaml", "set-worker-labels", {"pattern": "GPU {i}"},
      lambda s: [s.topology.workers.label_of(w) for w in s.topology.workers.ids] == ["GPU 1", "GPU 2", "GPU 3"]),
@@ -113,6 +116,23 @@ def test_every_contract_operation_is_implemented_and_tested():
     assert set(OPERATIONS) == set(load_contract()["edit_contract"]["operations"])
     assert {op for _, op, _, _ in HAPPY} == set(OPERATIONS)
     assert not [p for p in check_contract() if p.startswith("operation")]
+
+
+def test_set_mesh_sets_the_worker_count_to_the_product_and_drops_the_overrides_past_it(tmp_path):
+    path = write(tmp_path, """\
+strategy: {kind: mesh, parallelism: {data: 4, tensor: 2}}
+topology:
+  workers:
+    count: 8
+    labels: {w1: first, w8: last}
+    slowdown: {w5: 2.0}
+training: {model: {layers: [8, 8, 8, 4]}}
+""")
+    result = edit(path, "set-mesh", data=2, tensor=2)
+    spec = load_spec(path)
+    assert (spec.topology.workers.count, spec.strategy.options["parallelism"]) == (4, {"data": 2, "tensor": 2})
+    assert (spec.topology.workers.labels, spec.topology.workers.slowdown) == ({"w1": "first"}, {})
+    assert "topology.workers.count: 8 -> 4 (= 1 pipeline x 2 data x 2 tensor)" in result.notes
 
 
 def test_remove_worker_drops_its_overrides_and_keeps_pipeline_stages_in_step(tmp_path):
@@ -206,6 +226,11 @@ REFUSALS = [
      "topology.hosts: 5 workers do not spread evenly over 2 hosts"),
     ("ps-sync.yaml", "set-strategy", {"kind": "gossip", "algorithm": "ring"}, "operation", None,
      "strategy.algorithm: --algorithm applies to kind allreduce only, not 'gossip'"),
+    ("allreduce-ring.yaml", "set-mesh", {"data": 2, "tensor": 2}, "operation", None,
+     "strategy.kind: strategy 'allreduce' has no mesh of degrees (set-strategy --kind mesh first)"),
+    ("mesh-2d.yaml", "set-mesh", {"data": 2, "tensor": 3}, "rule", None,
+     "training.model.heads: 4 attention heads (each worker takes whole heads) do not split over parallelism.tensor 3 "
+     "(tensor degrees that work: 2, 4)"),
 ]
 
 

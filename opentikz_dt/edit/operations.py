@@ -245,6 +245,33 @@ def set_hosts(ctx: EditContext, count: int) -> None:
     ctx.doc.set(("topology", "hosts"), count)
 
 
+def set_mesh(ctx: EditContext, data: int, tensor: int, pipeline: int | None = None,
+             data_parallel: str | None = None) -> None:
+    """The mesh's degrees, and the worker count with them (their product), in one edit:
+    set separately, the spec would be invalid in between."""
+    refusal = plugin(ctx.kind).mesh_refusal(ctx)
+    if refusal is not None:
+        raise OperationRefused(("strategy", "kind"), refusal)
+    given = dict(ctx.data["strategy"].get("parallelism") or {})
+    degrees = {"data": data, "tensor": tensor, "pipeline": given.get("pipeline", 1) if pipeline is None else pipeline}
+    for dim in ("pipeline", "data", "tensor"):
+        if dim == "pipeline" and degrees[dim] == 1 and "pipeline" not in given:
+            continue  # a one-stage mesh keeps leaving the dimension out
+        ctx.doc.set(STRATEGY + ("parallelism", dim), degrees[dim])
+    if data_parallel is not None:
+        ctx.doc.set(STRATEGY + ("data_parallel",), data_parallel)
+    count = degrees["data"] * degrees["tensor"] * degrees["pipeline"]
+    if count != ctx.workers:
+        old = ctx.workers
+        ctx.doc.set(WORKERS + ("count",), count)
+        for table in ("labels", "slowdown"):  # the workers past the new count go with their entries
+            for worker_id in list(ctx.data["topology"]["workers"][table]):
+                if int(worker_id[1:]) > count:
+                    ctx.doc.delete(WORKERS + (table, worker_id))
+        ctx.notes.append(f"topology.workers.count: {old} -> {count} (= {degrees['pipeline']} pipeline x "
+                         f"{degrees['data']} data x {degrees['tensor']} tensor)")
+
+
 def set_name(ctx: EditContext, name: str) -> None:
     ctx.doc.set(("name",), name)
     ctx.notes.append(f"output files are now named after '{name}' (figures/{name}/, runs/{name}-...)")
@@ -289,6 +316,7 @@ OPERATIONS = {
     "set-size": set_size,
     "set-palette": set_palette,
     "set-hosts": set_hosts,
+    "set-mesh": set_mesh,
     "set-name": set_name,
     "set-worker-labels": set_worker_labels,
     "set": set_key,

@@ -20,6 +20,7 @@ and, where the default (_defaults.py, which documents each) does not fit, hooks:
   data_parallel_width(spec)        workers with their own slice of the global batch
   rules(spec, model_blocks)        yields (spec path, message) for what the kind refuses
   server_refusal(ctx, verb)        why add-server / remove-server cannot apply (or None)
+  mesh_refusal(ctx)                why set-mesh cannot apply (or None)
   workers_changed(ctx, count)      add-worker / remove-worker changed the worker count
   switch_workers(ctx, kind)        the worker count set-strategy gives when too few
   strategy_set(ctx, args, workers) set-strategy switched to this kind: fix what it needs

@@ -67,6 +67,15 @@ def server_refusal(ctx, verb: str) -> str | None:
     return None
 
 
+def mesh_refusal(ctx) -> str | None:
+    """Why set-mesh (degrees per dimension) cannot apply to a spec of this kind, or None
+    when this kind lays its workers out as a mesh."""
+    from . import kinds_with
+
+    meshes = " or ".join(kinds_with(lambda s: "parallelism" in s.options)) or "a kind with a mesh"
+    return f"strategy '{ctx.kind}' has no mesh of degrees (set-strategy --kind {meshes} first)"
+
+
 def _kinds_with_shards() -> list[str]:
     from . import kinds_with
 

@@ -124,6 +124,10 @@ def workers_changed(ctx, count: int) -> None:
         ctx.doc.set(("strategy", "parallelism", "data"), count // tensor)
 
 
+def mesh_refusal(ctx) -> str | None:
+    return None  # set-mesh sets this kind's degrees
+
+
 def data_parallel_width(spec) -> int:
     """The rows of the grid take their own slices of the global batch; a row shares one."""
     return degrees(spec)["data"]
