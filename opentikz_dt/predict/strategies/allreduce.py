@@ -152,7 +152,9 @@ def _tree(sim, step: int, ready: list, ranks: list) -> list:
     n = len(ranks)
     chunks = max(1, min(TREE_MAX, math.ceil(sim.nbytes / TREE_CHUNK)))
     levels = math.ceil(math.log2(n))
-    per = c.p2p(sim.nbytes / chunks) + c.p2p_bytes(sim.nbytes / chunks)  # two children share the link
+    # a parent's children (2, or the root's 1 of a 2-rank tree) share its link, chunk by chunk
+    children = min(2, n - 1)
+    per = c.p2p(sim.nbytes / chunks) + (children - 1) * c.p2p_bytes(sim.nbytes / chunks)
     t0 = max(ready)
     up = c.noisy_comm((levels + chunks - 1) * per, step)
     down = c.noisy_comm((levels + chunks - 1) * per, step)
@@ -217,7 +219,7 @@ def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
     if spec.strategy.algorithm == "tree":
         chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
         hops = 2 * (math.ceil(math.log2(n)) + chunks - 1)
-        a, b = hops, hops * 2 * nbytes / chunks
+        a, b = hops, hops * min(2, n - 1) * nbytes / chunks  # as _tree: a parent's children share its link
     else:
         hosts = spec.topology.hosts
         levels = math.ceil(math.log2(n // hosts)) if n // hosts > 1 else 0
