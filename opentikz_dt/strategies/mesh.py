@@ -1,30 +1,38 @@
-"""Hybrid parallelism on a device mesh (torchtitan's 2D): the workers form a grid of
-`parallelism.data` x `parallelism.tensor` ranks. Each row of the grid (a tensor group:
-`tensor` consecutive ranks, so inside one host) splits every layer as `kind: tensor`
-does and shares one slice of the batch; the rows are data-parallel replicas of the
-split model, each taking its own slice of the global batch and synchronising as
-`data_parallel` says:
+"""Hybrid parallelism on a device mesh (torchtitan's 2D and 3D, Megatron-LM's 3D): the
+workers form a grid of `parallelism.pipeline` x `parallelism.data` x `parallelism.tensor`
+ranks, outermost first.
 
-  allreduce  every tensor rank all-reduces its gradient slices with the ranks holding
-             the same slices in the other rows (DDP-like replicate x tensor)
-  fsdp       FSDP2 shards the tensor-split parameters again over the rows
+- tensor: each tensor group (`tensor` consecutive ranks, so inside one host) splits every
+  layer of its stage as `kind: tensor` does and shares one slice of the batch;
+- pipeline: the model is cut into `pipeline` stages as `kind: pipeline` cuts it (one block
+  of `data x tensor` consecutive ranks per stage), every data replica's batch slice
+  going through its stages in `strategy.microbatches` microbatches under
+  `strategy.schedule` (gpipe | 1f1b, the pipeline kind's keys and rules);
+- data: the replicas of the (split, staged) model each take their own slice of the
+  global batch and synchronise as `data_parallel` says:
+
+  allreduce  every rank all-reduces its gradient slices with the ranks holding the same
+             slices of the same stage in the other replicas (DDP-like replicate x tensor)
+  fsdp       FSDP2 shards the tensor-split parameters again over the replicas
              (fully_shard(mesh=the data sub-mesh) after parallelize_module: torchtitan's
-             FSDP x TP)
+             FSDP x TP; with pipeline stages, FSDP x TP x PP)
 
     strategy:
       kind: mesh
-      parallelism: {data: 2, tensor: 2}   # degrees, outermost first; product = workers
+      parallelism: {pipeline: 2, data: 2, tensor: 2}   # degrees; product = workers
       data_parallel: fsdp                 # allreduce (default) | fsdp
+      microbatches: 4                     # per data replica and step (pipeline above 1)
 
 Why a kind of its own and not a top-level `parallelism:` block: the layout is what the
 `strategy` block already says, so a one-dimensional spec keeps meaning exactly what it
 meant, the degrees are this plugin's own keys (nothing outside the plugins asks about
 them), and set-strategy switches to and from it like any kind. A degree of 1 switches a
-dimension off (data: 1 is tensor parallelism, tensor: 1 data parallelism); `pipeline` is
-reserved and refused until it is built.
+dimension off (data: 1 is tensor parallelism, tensor: 1 data parallelism, pipeline: 1,
+the default, no stages; microbatches and schedule are read only with pipeline above 1).
 
-Rank r sits at row r // tensor, column r % tensor (tensor innermost, as torchtitan's
-ParallelDims orders its axes), so with several hosts a tensor group must fit inside one.
+Rank r = (pipeline_index * data + data_index) * tensor + tensor_index (tensor innermost,
+pipeline outermost, as torchtitan's ParallelDims orders its axes), so with several hosts
+a tensor group must fit inside one, and a stage's ranks are one contiguous block.
 No torch here.
 """
 
@@ -34,7 +42,8 @@ from . import tensor as _tensor
 from ._base import Strategy
 
 KIND = "mesh"
-STRATEGY = Strategy(KIND, "Hybrid data x tensor parallel training", ("allreduce", "optimizer"),
+STRATEGY = Strategy(KIND, "Hybrid data x tensor x pipeline parallel training",
+                    ("allreduce", "send", "recv", "optimizer"),
                     options=("parallelism", "data_parallel", "plan"), workers=(2, None), default_workers=4, order=90)
 
 DIMENSIONS = ("pipeline", "data", "tensor")  # outermost first (ranks: the last varies fastest)
@@ -99,7 +108,8 @@ def rank_groups(spec) -> tuple[list[list[int]], list[list[int]]]:
 
 def title(block: dict) -> str:
     given = block.get("parallelism") or {}
-    shape = " x ".join(f"{given.get(dim, 1)} {dim}" for dim in ("data", "tensor"))
+    shown = [dim for dim in DIMENSIONS if dim != "pipeline" or int(given.get(dim, 1)) > 1]
+    shape = " x ".join(f"{given.get(dim, 1)} {dim}" for dim in shown)
     method = "FSDP" if block.get("data_parallel") == "fsdp" else "all-reduce"
     return f"Hybrid parallel training ({shape}; {method} across data)"
 
@@ -129,20 +139,19 @@ def mesh_refusal(ctx) -> str | None:
 
 
 def data_parallel_width(spec) -> int:
-    """The rows of the grid take their own slices of the global batch; a row shares one."""
+    """The data replicas take their own slices of the global batch; the tensor and
+    pipeline ranks of one replica share its slice."""
     return degrees(spec)["data"]
 
 
 def rules(spec, model_blocks):
     d = degrees(spec)
     workers = spec.topology.workers.count
-    if d["pipeline"] > 1:
-        yield ("strategy", "parallelism", "pipeline"), ("the pipeline dimension of a mesh is not built yet "
-                                                        "(issue 23): leave it out or set it to 1")
-        return
-    if d["data"] * d["tensor"] != workers:
-        yield ("strategy", "parallelism"), (f"data {d['data']} x tensor {d['tensor']} = {d['data'] * d['tensor']} "
-                                            f"workers, but topology.workers.count is {workers} (make them equal)")
+    product = d["pipeline"] * d["data"] * d["tensor"]
+    if product != workers:
+        shape = " x ".join(f"{dim} {d[dim]}" for dim in DIMENSIONS if dim != "pipeline" or d[dim] > 1)
+        yield ("strategy", "parallelism"), (f"{shape} = {product} workers, but topology.workers.count is {workers} "
+                                            "(make them equal)")
         return
     method = data_method(spec)
     if method in REFUSED_METHODS:
@@ -153,8 +162,34 @@ def rules(spec, model_blocks):
         yield ("topology", "hosts"), (f"{workers // hosts} workers per host do not hold whole tensor groups of "
                                       f"{d['tensor']} (parallelism.tensor): a tensor group sums inside every layer "
                                       "and must sit inside one host")
+    if d["pipeline"] > 1:
+        yield from _pipeline_rules(spec, d, model_blocks)
     if d["tensor"] > 1:
         yield from _tensor_rules(spec, d["tensor"])
+
+
+def _pipeline_rules(spec, d: dict, model_blocks):
+    """kind: pipeline's refusals for `parallelism.pipeline` stages, per data replica (its
+    microbatches split the replica's batch_size samples)."""
+    s, t, stages = spec.strategy, spec.training, d["pipeline"]
+    blocks = model_blocks()
+    if blocks is not None and stages > blocks[0]:
+        yield ("strategy", "parallelism", "pipeline"), (f"{stages} pipeline stages need at least {stages} "
+                                                        f"{blocks[1]}s; the model has {blocks[0]}")
+    if s.schedule == "1f1b" and s.microbatches < stages:
+        yield ("strategy", "microbatches"), (f"1f1b needs at least as many microbatches as pipeline stages "
+                                             f"({stages}), got {s.microbatches}")
+    if t.batch_size % s.microbatches:
+        yield ("strategy", "microbatches"), (f"batch_size {t.batch_size} (one data replica's slice) does not split "
+                                             f"into {s.microbatches} equal microbatches")
+    if t.compile and d["tensor"] == 1:  # (with tensor above 1, the tensor rule says why)
+        yield ("training", "compile"), ("strategy mesh cannot run compiled with parallelism.pipeline above 1: "
+                                        "torch.distributed.pipelining runs each stage's forward and backward itself")
+    if d["tensor"] > 1 and (t.model or {}).get("kind") == "python":
+        yield ("strategy", "parallelism", "pipeline"), (
+            "a python model is not split over both tensor and pipeline: its tensor plan is checked against the "
+            "whole model's output on the first batch, which a pipeline stage does not see (set pipeline or tensor "
+            "to 1)")
 
 
 def _tensor_rules(spec, degree: int):
@@ -193,6 +228,8 @@ def expected_memory(spec, sizes) -> list:
 def starter_block(kind: str) -> str:
     return """\
 strategy:
-  kind: mesh                  # hybrid: data-parallel rows of tensor-parallel groups
+  kind: mesh                  # hybrid: pipeline stages x data-parallel replicas x tensor-parallel groups
   parallelism: {data: 2, tensor: 2}  # degrees (product = topology.workers.count); tensor inside a host
-  data_parallel: fsdp         # how the rows synchronise: allreduce | fsdp"""
+  data_parallel: fsdp         # how the replicas synchronise: allreduce | fsdp
+  # pipeline stages: add pipeline: 2 to parallelism (and double the workers); then
+  # microbatches: 4 and schedule: 1f1b (gpipe | 1f1b) apply per data replica"""

@@ -120,6 +120,9 @@ class _StepState:
         self.step = 0
         self.gathers: dict[str, int] = {}
         self.span_args = span_args  # added to every span (a mesh names its dimension: dim=data)
+        # the pass running now where the caller knows it (a mesh's pipeline stage runs several
+        # microbatches' forwards before their backwards); None: count the gathers
+        self.current: str | None = None
 
     def start(self, step: int) -> None:
         self.step = step
@@ -151,7 +154,7 @@ class _TracedCollective:
     def _gathered(self) -> str:
         """The pass of this unit's all-gather (see _StepState)."""
         seen = self.state.gathers[self.unit] = self.state.gathers.get(self.unit, 0) + 1
-        return "forward" if seen == 1 else "backward"
+        return self.state.current or ("forward" if seen == 1 else "backward")
 
     def _record(self, t0: int, work, nbytes: int, direction: str, n: int) -> None:
         moved = nbytes * (n - 1) // n
@@ -201,13 +204,14 @@ def _mixed_precision(precision: str):
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
-def shard_model(ctx, model: nn.Module, state: _StepState, mesh=None) -> list[str]:
+def shard_model(ctx, model: nn.Module, state: _StepState, mesh=None, units: list[str] | None = None) -> list[str]:
     """fully_shard each unit (innermost first), then the root, over `mesh` (default: all
-    ranks; a hybrid mesh passes its data sub-mesh); returns the unit names."""
+    ranks; a hybrid mesh passes its data sub-mesh); returns the unit names. `units`:
+    default unit_names (a mesh's pipeline stage passes the whole model's units it holds)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     where = spec_location(ctx.spec, ("strategy",))
-    units = unit_names(ctx.spec, model)
+    units = unit_names(ctx.spec, model) if units is None else units
     mesh = mesh if mesh is not None else init_device_mesh(ctx.device.type, (ctx.world_size,))
     settings = {"mesh": mesh, "reshard_after_forward": bool(option(ctx.spec, "reshard_after_forward")),
                 "mp_policy": _mixed_precision(ctx.precision)}

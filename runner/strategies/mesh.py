@@ -1,32 +1,60 @@
-"""`mesh`: hybrid data x tensor parallelism on a 2-D DeviceMesh (torchtitan's 2D).
+"""`mesh`: hybrid pipeline x data x tensor parallelism on a 3-D DeviceMesh (torchtitan's
+2D and 3D, Megatron-LM's 3D).
 
-One `init_device_mesh(device, (data, tensor), mesh_dim_names=("data", "tensor"))` owns
-every group: rank r is row r // tensor, column r % tensor (tensor innermost, so a tensor
-group is consecutive ranks, inside one host). The rest asks it for its sub-mesh by name,
-and composes the two one-dimensional strategies in torchtitan's order:
+One `init_device_mesh(device, (pipeline, data, tensor), mesh_dim_names=DIMS)` owns every
+group (a degree of 1 is a dimension of size 1): rank r is stage r // (data x tensor),
+replica r // tensor % data, column r % tensor (tensor innermost, so a tensor group is
+consecutive ranks, inside one host; pipeline outermost, so a stage is one contiguous block
+of ranks). The rest asks it for its sub-mesh by name, and composes the one-dimensional
+strategies in torchtitan's order:
 
-1. tensor: `tensor.split_model(model, plan, mesh["tensor"])`, kind tensor's own split
-   (parallelize_module with its colwise/rowwise plan), over the row's ranks;
+0. pipeline (degree above 1): the model cut into stages as kind pipeline cuts it
+   (runner/split.py `stage_module`, parameter names as in the whole model); this rank
+   keeps its stage. The transformer's tied embedding is held by the first and the last
+   stage, whose gradients are summed over the (first, last) pair of each replica and
+   column every step (kind pipeline's handling);
+1. tensor: `tensor.split_model(stage, plan, mesh["tensor"])`, kind tensor's own split
+   (parallelize_module with its colwise/rowwise plan, the planned modules this stage
+   holds), over the column's ranks. A colwise/rowwise pair of the mlp that a stage
+   boundary cuts stays split: the first stage sends its column slice of the activation
+   to the same column of the next stage, whose rowwise layer takes it as its input slice;
 2. data, as strategy.data_parallel says:
    - fsdp: `fsdp.shard_model(..., mesh=mesh["data"])`, FSDP2's fully_shard over the
-     column's ranks, on top of the tensor split (its parameters become 2-D DTensors);
-   - allreduce: after each backward, every rank all-reduces its local gradients (its
-     tensor slices and the replicated parameters) with the ranks of its column, which
-     hold the same slices of the other replicas (DDP's average, without DDP: DDP does not
-     take DTensor parameters).
+     replicas, on top of the tensor split (its parameters become 2-D DTensors); with
+     stages, the pipeline schedule tells FSDP which microbatch's backward is the last
+     (torch's PipelineStage does for an FSDPModule), so each unit reduce-scatters once
+     per step;
+   - allreduce: after each step's backward, every rank all-reduces its local gradients
+     (its tensor slices and the replicated parameters of its stage) with the ranks of its
+     data group, which hold the same slices of the other replicas (DDP's average, without
+     DDP: DDP does not take DTensor parameters).
+3. the stage, with pipeline above 1: `PipelineStage(stage, index, stages, device,
+   group=mesh["pipeline"].get_group())` and ScheduleGPipe / Schedule1F1B over
+   `strategy.microbatches` microbatches, as kind pipeline runs them.
 
-The batch: each row takes its own slice of the global batch (batch_size x data), the
-ranks of a row share it (a tensor split needs the same input everywhere). So the run
-is `single`'s on the global batch (tests/test_runner_numerics.py).
+The batch: each replica takes its own slice of the global batch (batch_size x data); its
+tensor ranks share it (a tensor split needs the same input everywhere) and its stages pass
+it along in microbatches (the first stage feeds the inputs, the last the targets; the
+schedule scales the gradients by 1/microbatches). So the run is `single`'s on the global
+batch (tests/test_runner_numerics.py).
 
-Tracing: every collective is an `allreduce` span on the comm thread with `dim` (data or
-tensor) besides kind tensor's and fsdp's own arguments: the tensor group's all-reduces
-(tensor._CollectiveTrace), FSDP's all-gathers and reduce-scatters over the data group,
-or the data group's gradient all-reduce.
+Tracing: every collective is an `allreduce` span on the comm thread with `dim` besides
+kind tensor's and fsdp's own arguments: the tensor group's all-reduces
+(tensor._CollectiveTrace, dim tensor), FSDP's all-gathers and reduce-scatters or the data
+group's gradient all-reduce (dim data), the tied embedding's sum (phase tied, dim
+pipeline). The pipeline's sends and receives are kind pipeline's `send` / `recv` spans
+(pipeline._StageTrace) with `dim: pipeline`, its compute `forward` / `backward` spans per
+microbatch.
 
 Clipping: the global norm counts each gradient value once: a rank counts a tensor on
-every mesh dimension it is sharded on, and on the others only where its index is 0
-(one copy of each replica), then the squares are summed over all ranks.
+every data or tensor dimension it is sharded on, and on the others only where its index
+is 0 (one copy of each replica); the stages hold different parameters (all counted),
+except the last stage's copy of a tied weight (not counted); then the squares are summed
+over all ranks.
+
+The saved model: each stage's parameters gathered whole (a collective over its data and
+tensor groups) and saved by its replica 0, column 0 rank; runner/merge.py joins the
+stages (the tied weight's two copies must be equal).
 """
 
 from __future__ import annotations
@@ -39,12 +67,12 @@ import torch
 import torch.distributed as dist
 
 from ...errors import InputError
-from ...strategies.mesh import data_method, degrees
+from ...strategies.mesh import data_method, degrees, rank_of
 from ..trace import TIDS
-from . import fsdp, tensor
+from . import fsdp, pipeline, tensor
 
 KIND = "mesh"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
-DIMS = ("data", "tensor")  # the mesh's dimensions, outermost first
+DIMS = ("pipeline", "data", "tensor")  # the mesh's dimensions, outermost first
 
 
 def roles(spec):
@@ -52,40 +80,56 @@ def roles(spec):
 
 
 def build_mesh(ctx):
-    """The job's DeviceMesh: (data, tensor), named; every group comes from it."""
+    """The job's DeviceMesh: (pipeline, data, tensor), named; every group comes from it."""
     from torch.distributed.device_mesh import init_device_mesh
 
     d = degrees(ctx.spec)
-    return init_device_mesh(ctx.device.type, (d["data"], d["tensor"]), mesh_dim_names=DIMS)
+    return init_device_mesh(ctx.device.type, tuple(d[dim] for dim in DIMS), mesh_dim_names=DIMS)
 
 
 def train(ctx) -> None:
+    from ..split import TIED, stage_module
+
     spec = ctx.spec
     mesh = build_mesh(ctx)
-    data_mesh, tensor_mesh = mesh["data"], mesh["tensor"]
-    row, column = data_mesh.get_local_rank(), tensor_mesh.get_local_rank()
-    rows, columns = data_mesh.size(), tensor_mesh.size()
+    pipe_mesh, data_mesh, tensor_mesh = mesh["pipeline"], mesh["data"], mesh["tensor"]
+    stage_no, row, column = (m.get_local_rank() for m in (pipe_mesh, data_mesh, tensor_mesh))
+    stages, rows, columns = (m.size() for m in (pipe_mesh, data_mesh, tensor_mesh))
     sharded = data_method(spec) == "fsdp"
 
-    model = ctx.build_model()
-    # 1. tensor: split every layer over the row (kind tensor's plan and split)
+    whole = ctx.build_model()
+    # 0. pipeline: this rank's stage of the model (the whole model with one stage)
+    model = stage_module(whole, stage_no, stages) if stages > 1 else whole
+    # 1. tensor: split every layer of the stage over the tensor group (kind tensor's plan and split)
     plan, reordered = {}, {}
     if columns > 1:
-        plan, source = tensor.plan_of(spec, model)
+        plan, source = tensor.plan_of(spec, whole)
+        held = dict(model.named_modules())
+        plan = {name: style for name, style in plan.items() if name in held}
         whole_model = copy.deepcopy(model) if spec.training.model_kind == "python" else None
         reordered = tensor.split_model(model, plan, tensor_mesh)
-        if whole_model is not None:
+        if whole_model is not None:  # (the spec rules refuse a python model in stages and columns)
             tensor._check_consistent(ctx, model, whole_model, source)
             del whole_model
-    # 2. data: shard the split model over the column (FSDP2), or average its gradients
+    if stages > 1:
+        from ..precision import autocast_forward
+
+        autocast_forward(model, ctx.precision, ctx.device)  # a stage's forward, as kind pipeline's
+    # 2. data: shard the split stage over the data group (FSDP2), or average its gradients
     state = fsdp._StepState(dim="data")
     if sharded and rows > 1:
-        fsdp.shard_model(ctx, model, state, mesh=data_mesh)
+        units = None if stages == 1 else [u for u in fsdp.default_units(whole) if _holds(model, u)]
+        fsdp.shard_model(ctx, model, state, mesh=data_mesh, units=units)
+    del whole
     params = list(model.parameters())
     opt = ctx.build_optimizer(_groups(params))
     _resume(ctx, model, opt)
+    kind = spec.training.model.get("kind", "mlp")
+    tied_names = set(TIED.get(kind, ())) if stages > 1 else set()
+    tied_copy = tied_names if stage_no == stages - 1 else set()  # counted once: on the first stage
     coords = {"data": row, "tensor": column}
-    counted = [tensor._LocalGrad(p) for p in params if _counted_here(p, coords)]
+    counted = [tensor._LocalGrad(p) for name, p in model.named_parameters()
+               if name not in tied_copy and _counted_here(p, coords)]
 
     def reduce_sq(sq):
         dist.all_reduce(sq, group=ctx.group)  # every rank's counted squares (see the docstring)
@@ -94,29 +138,142 @@ def train(ctx) -> None:
     stepper = ctx.stepper(opt, params, norm_params=counted, reduce_sq=reduce_sq)
     trace = tensor._CollectiveTrace(ctx, model, plan, workers=columns, dim="tensor")
     average = None if sharded or rows == 1 else _GradientAverage(ctx, params, data_mesh.get_group())
+    tied = _TiedSum(ctx, model, tied_names, stage_no, stages, pipe_mesh) if tied_names else None
 
     def drop_grads():
         for p in params:  # fsdp.train's reason: the root's gathered parameters stand in for the shards
             p.grad = None
+
+    if stages > 1:
+        run = _PipelineStep(ctx, model, (stage_no, stages), (row, rows), pipe_mesh, drop_grads, state)
+    else:
+        def run(step):
+            return ctx.forward_backward(model, step, row, rows, zero_grad=drop_grads)
 
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         state.start(step)
         t0 = time.perf_counter()
         with trace(step):
-            loss, samples = ctx.forward_backward(model, step, row, rows, zero_grad=drop_grads)
+            loss, samples = run(step)
         ctx.metrics.add_bytes(sent=trace.moved, recv=trace.moved)
         if average is not None:
             average(step)
+        if tied is not None:
+            tied(step)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
         ctx.record_memory(params, opt)
-        ctx.metrics.step_done(step, loss.item(), _share(samples, column, columns), time.perf_counter() - t0)
+        share = _share(samples, stage_no * columns + column, stages * columns)
+        ctx.metrics.step_done(step, None if loss is None else float(loss), share, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": tensor._local(model.state_dict()),
                                             "opt": tensor._local(opt.state_dict())})
-    whole = tensor.full_state_dict(model, reordered)  # collective: every rank gathers
-    if ctx.rank == 0:
-        ctx.save_model(whole)
+        ctx.tracer.maybe_flush()
+    gathered = tensor.full_state_dict(model, reordered)  # collective: every rank of the stage gathers
+    if row == 0 and column == 0:  # one copy per stage (runner/merge.py joins the stages)
+        ctx.save_model(gathered)
+
+
+def _holds(model, name: str) -> bool:
+    try:
+        model.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
+
+
+class _PipelineStep:
+    """One step of this rank's pipeline stage: its replica's slice of the global batch in
+    `strategy.microbatches` microbatches through torch's schedule over the pipeline group
+    (kind pipeline's run, its spans with dim: pipeline). Returns (loss, samples): the
+    loss on the last stage (None on the others), the replica's samples."""
+
+    def __init__(self, ctx, model, stage: tuple[int, int], replica: tuple[int, int], pipe_mesh, drop_grads, state):
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        spec = ctx.spec
+        (self.stage_no, self.stages), (self.row, self.rows) = stage, replica
+        stage_no, stages = stage
+        self.ctx, self.drop_grads = ctx, drop_grads
+        self.microbatches = spec.strategy.microbatches
+        stage = PipelineStage(model, stage_no, stages, ctx.device, group=pipe_mesh.get_group())
+        self.hooks = pipeline._StageTrace(ctx, stage, stage_no, dim="pipeline")
+        _mark_passes(stage, state)
+        schedule_cls = ScheduleGPipe if spec.strategy.schedule == "gpipe" else Schedule1F1B
+        self.schedule = schedule_cls(stage, self.microbatches, loss_fn=pipeline._stage_loss(ctx))
+        # the schedule talks to its neighbours itself: its traffic is counted as kind pipeline counts it
+        self.boundary = pipeline._BoundaryBytes(model, first=stage_no == 0, last=stage_no == stages - 1)
+
+    def __call__(self, step: int):
+        ctx = self.ctx
+        x, y = ctx.batch(step, self.row, self.rows)
+        self.hooks.step = step
+        self.drop_grads()
+        losses: list = []
+        if self.stage_no == 0:
+            self.schedule.step(x)
+        elif self.stage_no == self.stages - 1:
+            self.schedule.step(target=y, losses=losses)
+        else:
+            self.schedule.step()
+        loss = None
+        if losses:  # the last stage: stop before the update if the loss is not finite
+            scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
+            loss = ctx.check_loss(torch.stack([v.detach() for v in losses]).mean() / scale, step)
+        moved = self.boundary.per_step(self.microbatches)
+        ctx.metrics.add_bytes(sent=moved, recv=moved)
+        return loss, len(x)
+
+
+def _mark_passes(stage, state) -> None:
+    """FSDP's all-gathers name the pass of the chunk they run in: a stage runs several
+    microbatches' forwards before their backwards, so counting a unit's gathers (kind
+    fsdp's way) would call the second forward's a backward's."""
+    for method, name in (("forward_one_chunk", "forward"), ("backward_one_chunk", "backward")):
+        original = getattr(stage, method, None)
+        if not callable(original):
+            continue
+
+        def marked(*args, _original=original, _name=name, **kwargs):
+            state.current = _name
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                state.current = None
+
+        setattr(stage, method, marked)
+
+
+class _TiedSum:
+    """The transformer's token embedding, held by the first and the last stage: after the
+    backward, each pair of copies (the same replica and column on the two stages) sums
+    its gradients, traced as an `allreduce` (phase tied, dim pipeline). Every rank creates
+    every pair's group (with two stages: the pipeline group itself)."""
+
+    def __init__(self, ctx, model, names, stage_no: int, stages: int, pipe_mesh):
+        d = degrees(ctx.spec)
+        if stages == 2:
+            group = pipe_mesh.get_group()
+        else:
+            group = None
+            for data_index in range(d["data"]):
+                for column in range(d["tensor"]):
+                    pair = [rank_of(ctx.spec, {"pipeline": s, "data": data_index, "tensor": column})
+                            for s in (0, stages - 1)]
+                    made = ctx.new_group(pair)
+                    if ctx.rank in pair:
+                        group = made
+        held = dict(model.named_parameters())
+        self.ctx, self.group = ctx, group
+        self.tensors = [held[n] for n in names if n in held] if stage_no in (0, stages - 1) else []
+
+    def __call__(self, step: int) -> None:
+        if not self.tensors:
+            return
+        with self.ctx.tracer.span("allreduce", tid="comm", step=step, algorithm="native", phase="tied", chunk=0,
+                                  dim="pipeline"):
+            for t in self.tensors:
+                dist.all_reduce(_local_tensor(t.grad), group=self.group)
 
 
 def _groups(params) -> list[dict]:
@@ -178,11 +335,12 @@ def _local_tensor(value):
     return value.to_local() if hasattr(value, "to_local") else value
 
 
-def _share(samples: int, column: int, columns: int) -> int:
-    """This rank's share of its row's samples: the row's ranks train one slice together
-    (runner/merge.py sums the workers' samples), so each counts 1/columns of it."""
-    share, left = divmod(samples, columns)
-    return share + (left if column == 0 else 0)
+def _share(samples: int, index: int, count: int) -> int:
+    """This rank's share of its replica's samples: the replica's `count` ranks (its stages
+    x columns; `index` this rank's among them) train one slice together (runner/merge.py
+    sums the workers' samples), so each counts 1/count of it."""
+    share, left = divmod(samples, count)
+    return share + (left if index == 0 else 0)
 
 
 def _resume(ctx, model, opt) -> None:
@@ -211,6 +369,10 @@ def data_parallel_width(spec, roles) -> int:
 
 def check_model(spec, model, names: list[str], where: str) -> None:
     d = degrees(spec)
+    if d["pipeline"] > 1:
+        from ..split import check_splittable
+
+        check_splittable(model, d["pipeline"], where)
     if d["tensor"] > 1:
         plan, source = tensor.plan_of(spec, model)
         tensor.check_plan(plan, model, d["tensor"], source)
@@ -227,10 +389,14 @@ def check_placement(placement) -> None:
 def sent(spec) -> str:
     if spec.training.precision != "fp32":
         return ""
+    staged = ", activations and their gradients (pipeline stages)" if degrees(spec)["pipeline"] > 1 else ""
     return "partial sums of layer outputs (tensor groups) and gradients" + (
-        " and parameters (data groups)" if data_method(spec) == "fsdp" else " (data groups)")
+        " and parameters (data groups)" if data_method(spec) == "fsdp" else " (data groups)") + staged
 
 
 def summary_variant(spec) -> str:
     d = degrees(spec)
+    if d["pipeline"] > 1:
+        return (f" ({d['pipeline']} pipeline x {d['data']} data x {d['tensor']} tensor, {data_method(spec)}, "
+                f"{spec.strategy.microbatches} microbatches {spec.strategy.schedule})")
     return f" ({d['data']} data x {d['tensor']} tensor, {data_method(spec)})"

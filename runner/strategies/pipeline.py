@@ -166,14 +166,15 @@ _WRAPPED = ("forward_one_chunk", "backward_one_chunk", "get_fwd_recv_ops", "get_
 
 
 class _StageTrace:
-    """Wraps one PipelineStage's chunk methods to record per-microbatch spans."""
+    """Wraps one PipelineStage's chunk methods to record per-microbatch spans;
+    `span_args` go on every send and recv span (a mesh names its dimension: dim=pipeline)."""
 
-    def __init__(self, ctx, stage, rank: int):
+    def __init__(self, ctx, stage, rank: int, **span_args):
         missing = [m for m in _WRAPPED if not callable(getattr(stage, m, None))]
         if missing:  # private API (checked on torch 2.13): train on, without per-microbatch spans
             ctx.log(f"dtgen: torch {torch.__version__} PipelineStage lacks {missing}; no per-microbatch spans")
             return
-        self.tracer, self.stage_no, self.step = ctx.tracer, rank + 1, 0
+        self.tracer, self.stage_no, self.step, self.span_args = ctx.tracer, rank + 1, 0, span_args
         self.device, self.cuda = ctx.device, ctx.device.type == "cuda"
         self.recv_posted: dict[tuple[str, int], int] = {}
         self._wrap_compute(stage, "forward_one_chunk", "forward", "fwd", not stage.is_first)
@@ -191,7 +192,7 @@ class _StageTrace:
             posted = self.recv_posted.pop((direction, mb), None)
             if receives and posted is not None:
                 self.tracer.add_span("recv", posted, start, self.step, tid="comm", mb=mb, stage=self.stage_no,
-                                     direction=direction)
+                                     direction=direction, **self.span_args)
             out = original(mb, *args, **kwargs)
             if self.cuda:
                 torch.cuda.synchronize(self.device)  # host stamps of queued kernels would be launch times
@@ -217,7 +218,7 @@ class _StageTrace:
             ops = original(mb, *args, **kwargs)
             if sends:
                 self.tracer.add_span("send", start, perf_counter_ns(), self.step, tid="comm", mb=mb,
-                                     stage=self.stage_no, direction=direction)
+                                     stage=self.stage_no, direction=direction, **self.span_args)
             return ops
 
         setattr(stage, method, traced)
