@@ -99,6 +99,14 @@ SYNC_CASES = {
                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}}}, 2),
     "mesh-fsdp-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "fsdp"}}, 2),
+    # dp 2: 2 replicas of a 2-stage pipeline, each replica's slice in 4 microbatches (1f1b)
+    "mesh-data-pipeline": ("mesh", {"topology": {"workers": {"count": 4}},
+                                    "strategy": {"parallelism": {"pipeline": 2, "data": 2}, "microbatches": 4}}, 2),
+    # dp 2: 2 stages x 2 replicas x 2 tensor columns (8 ranks); the mlp's colwise/rowwise pair
+    # on the first stage, its last layer whole on the second; the replicas FSDP-sharded
+    "mesh-3d": ("mesh", {"topology": {"workers": {"count": 8}},
+                         "strategy": {"parallelism": {"pipeline": 2, "data": 2, "tensor": 2}, "microbatches": 4,
+                                      "data_parallel": "fsdp"}}, 2),
 }
 # The training sections the numerics test runs every case with, each exercising several
 # features at once (CI time): the default (sgd with momentum, fp32); adamw with weight

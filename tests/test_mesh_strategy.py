@@ -1,5 +1,6 @@
-"""Hybrid data x tensor parallelism (kind: mesh): the grid's rank layout, real 2 x 2 runs
-whose every collective is traced with its dimension, the prediction composing the two
+"""Hybrid pipeline x data x tensor parallelism (kind: mesh): the grid's rank layout, real
+2 x 2 and 2 x 2 x 2 runs whose every collective and pipeline send is traced with its
+dimension, a restart resuming from the mesh's checkpoints, the prediction composing the
 dimensions the same way, and the timelines naming each collective's dimension.
 Numerics (`single` on the global batch): tests/test_runner_numerics.py (-k mesh); bad
 input: tests/cases/bad/mesh-*."""
@@ -40,16 +41,35 @@ def test_ranks_fill_the_grid_tensor_innermost():
     assert groups(spec, "pipeline") == [[r] for r in range(6)]
 
 
-def test_pipeline_is_the_outermost_dimension():
-    from types import SimpleNamespace
+TINY_TRANSFORMER = {"kind": "transformer", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "vocab": 32}
 
-    # the geometry alone (the rules refuse a pipeline degree until the runner takes it)
-    spec = SimpleNamespace(strategy=SimpleNamespace(options={"parallelism": {"pipeline": 2, "data": 2, "tensor": 2}}))
+
+def _mesh3(pipeline: int = 2, data: int = 2, tensor: int = 2, **strategy):
+    return spec_from_data({"strategy": {"kind": "mesh", "parallelism": {"pipeline": pipeline, "data": data,
+                                                                        "tensor": tensor}, **strategy},
+                           "topology": {"workers": {"count": pipeline * data * tensor}},
+                           "training": {"model": dict(TINY_TRANSFORMER)}})
+
+
+def test_pipeline_is_the_outermost_dimension():
+    spec = _mesh3()
     assert coordinates(spec, 5) == {"pipeline": 1, "data": 0, "tensor": 1}
     assert all(rank_of(spec, coordinates(spec, r)) == r for r in range(8))
     assert groups(spec, "tensor") == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert groups(spec, "data") == [[0, 2], [1, 3], [4, 6], [5, 7]]
     assert groups(spec, "pipeline") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_the_pipeline_dimension_is_named_where_it_is_used_and_only_there():
+    from opentikz_dt.strategies import plugin
+
+    spec = _mesh3(data_parallel="fsdp")
+    assert spec.title == "Hybrid parallel training (2 pipeline x 2 data x 2 tensor; FSDP across data)"
+    assert plugin("mesh").data_parallel_width(spec) == 2  # the replicas; stages and columns share a slice
+    # a one- or two-dimensional mesh reads as it did (no pipeline, microbatches ignored)
+    flat = _mesh(2, 2, microbatches=3)
+    assert flat.title == "Hybrid parallel training (2 data x 2 tensor; all-reduce across data)"
+    assert degrees(flat)["pipeline"] == 1
 
 
 def test_a_mesh_without_degrees_pairs_tensor_ranks_in_data_rows():
@@ -101,6 +121,86 @@ def test_a_2x2_run_traces_every_collective_with_its_dimension(method):
     for want in expected_memory(spec_from_data(data)):
         got = measured[str(want.rank)]
         assert (got["params"], got["grads"], got["optimizer"]) == (want.params, want.grads, want.optimizer)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("method", ["allreduce", "fsdp"])
+def test_a_2x2x2_run_traces_every_collective_and_pipeline_send_with_its_dimension(method):
+    """8 ranks: 2 stages (one transformer block each) x 2 replicas x 2 tensor columns, 2
+    microbatches. Per rank and step: the stage's block splits attention and MLP (one tensor
+    all-reduce each per microbatch, forward and backward); each microbatch's activation
+    crosses the stage boundary once forward and its gradient once back; the tied embedding's
+    two copies are summed over the pipeline; the replicas synchronise once (allreduce) or
+    each FSDP unit reduce-scatters once (the schedule tells FSDP which backward is the last:
+    without that it would reduce-scatter every microbatch)."""
+    pytest.importorskip("torch")
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.runner.testing import run_small, small_spec_data
+
+    microbatches = 2
+    data = small_spec_data("mesh", topology={"workers": {"count": 8}},
+                           strategy={"parallelism": {"pipeline": 2, "data": 2, "tensor": 2}, "data_parallel": method,
+                                     "microbatches": microbatches},
+                           training={"dataset": {"samples": 512}, "batch_size": 8, "steps": 2})
+    data["training"]["model"] = dict(TINY_TRANSFORMER)
+    result = run_small(data)
+    run = load_run(result.run_dir)
+    spans = [s for s in run.trace.spans if s.step == 1]
+    assert {s.args.get("dim") for s in spans if s.name in ("allreduce", "send", "recv")} == {
+        "data", "tensor", "pipeline"}
+    for rank in range(8):
+        mine = [s for s in spans if s.rank == rank]
+        found = Counter((s.name, s.args.get("dim"), s.args.get("phase"), s.args.get("pass"), s.args.get("direction"))
+                        for s in mine if s.name in ("allreduce", "send", "recv"))
+        stage = rank // 4
+        assert found[("allreduce", "tensor", "all-reduce", "forward", None)] == 2 * microbatches
+        assert found[("allreduce", "tensor", "all-reduce", "backward", None)] == 2 * microbatches
+        assert found[("allreduce", "pipeline", "tied", None, None)] == 1
+        sends, recvs = ("fwd", "bwd") if stage == 0 else ("bwd", "fwd")
+        assert found[("send", "pipeline", None, None, sends)] == microbatches
+        assert found[("recv", "pipeline", None, None, recvs)] == microbatches
+        assert not found[("send", "pipeline", None, None, recvs)] and not found[("recv", "pipeline", None, None, sends)]
+        if method == "allreduce":
+            assert found[("allreduce", "data", "all-reduce", "backward", None)] == 1
+        else:
+            units = Counter(s.args["unit"] for s in mine if s.name == "allreduce" and s.args.get("phase") ==
+                            "reduce-scatter")
+            assert units == {"root": 1, f"blocks.{stage}": 1}
+            # a gather names the pass of the chunk it runs in (every forward gathers the block again)
+            gathers = Counter(s.args["pass"] for s in mine if s.name == "allreduce" and s.args.get("phase") ==
+                              "all-gather" and s.args["unit"] != "root")
+            assert gathers["forward"] == microbatches
+        assert {s.name for s in mine if s.name in ("forward", "backward")} == {"forward", "backward"}
+    # only the last stage knows the loss; every rank counts its share of its replica's samples
+    assert all(v is not None for v in result.metrics["loss"])
+    model = result.run_dir / "model.pt"
+    assert model.is_file()
+
+
+@pytest.mark.dist
+def test_a_mesh_restart_resumes_from_its_checkpoints_to_the_uninterrupted_parameters(tmp_path):
+    """2 stages x 2 replicas, FSDP, adamw: each rank checkpoints its stage's shards of the
+    model and of adamw's state; after a crash the restarted ranks load them back
+    (runner/strategies/mesh.py `_resume`) and end where the uninterrupted run ends."""
+    torch = pytest.importorskip("torch")
+    from opentikz_dt.runner.testing import run_small, small_spec_data
+
+    data = small_spec_data("mesh", topology={"workers": {"count": 4}},
+                           strategy={"parallelism": {"pipeline": 2, "data": 2}, "data_parallel": "fsdp",
+                                     "microbatches": 2},
+                           training={"dataset": {"samples": 512}, "batch_size": 8, "steps": 6,
+                                     "optimizer": {"kind": "adamw", "lr": 0.01}})
+    data["training"]["model"] = dict(TINY_TRANSFORMER)
+    clean = run_small(data)
+    data["runtime"].update({"restarts": 1, "checkpoint_every": 2, "fault": {"rank": 3, "at_step": 4, "kind": "crash"}})
+    result = run_small(data, tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert "resuming from the checkpoint after step 3" in (result.run_dir / "logs" / "rank3.log").read_text()
+    got, want = torch.load(result.run_dir / "model.pt"), torch.load(clean.run_dir / "model.pt")
+    assert list(got) == list(want)
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-6), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
 
 
 def test_prediction_composes_the_dimensions_as_the_runner_traces_them():
