@@ -222,6 +222,9 @@ REFUSALS = [
      "training.model.layers: 4 pipeline stages need at least 4 layers; the model has 3"),
     ("single.yaml", "add-worker", {}, "rule", None,
      "topology.workers.count: single trains on one device: workers.count must be 1, got 2"),
+    ("mesh-3d.yaml", "add-worker", {}, "rule", None,
+     "strategy.parallelism: pipeline 2 x data 2 x tensor 2 = 8 workers, but topology.workers.count is 9 "
+     "(make them equal)"),
     ("allreduce-hierarchical.yaml", "add-worker", {}, "rule", None,
      "topology.hosts: 5 workers do not spread evenly over 2 hosts"),
     ("ps-sync.yaml", "set-strategy", {"kind": "gossip", "algorithm": "ring"}, "operation", None,

@@ -78,6 +78,22 @@ def test_a_mesh_without_degrees_pairs_tensor_ranks_in_data_rows():
     assert spec.strategy.options["data_parallel"] == "allreduce"
 
 
+def test_add_worker_moves_the_replicas_only_by_whole_replicas(tmp_path):
+    """A replica is tensor x pipeline workers: a worker count they do not divide leaves
+    the degrees as they were, and validation names the product that is off (following
+    the count by tensor alone said pipeline 2 x data 3 = 6 for 3 workers)."""
+    from opentikz_dt.edit import EditRefusal, edit_file
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("strategy: {kind: mesh, parallelism: {pipeline: 2, data: 1, tensor: 1}}\n"
+                    "topology: {workers: {count: 2}}\ntraining: {model: {layers: [16, 32, 32, 4]}}\n")
+    with pytest.raises(EditRefusal) as caught:
+        edit_file(path, "add-worker", {}, compile=False)
+    assert [f"{i.path}: {i.message}" for i in caught.value.result.issues] == [
+        "strategy.parallelism: pipeline 2 x data 1 x tensor 1 = 2 workers, but topology.workers.count is 3 "
+        "(make them equal)"]
+
+
 def _collectives(events_by_rank, step: int) -> dict:
     """{rank: Counter((dim, phase, pass))} of the allreduce spans of `step`."""
     out = {}

@@ -126,12 +126,13 @@ def resolve_defaults(data: dict, given: dict) -> None:
 
 
 def workers_changed(ctx, count: int) -> None:
-    """add-worker / remove-worker: the rows follow the worker count where the tensor
-    degree divides it (else validation says the product is off, with the numbers)."""
+    """add-worker / remove-worker: the data replicas follow the worker count where the
+    tensor x pipeline degrees divide it (else validation says the product is off, with
+    the numbers)."""
     given = ctx.data["strategy"].get("parallelism") or {}
-    tensor = int(given.get("tensor", 1))
-    if count % tensor == 0 and ctx.doc.has(("strategy", "parallelism")):
-        ctx.doc.set(("strategy", "parallelism", "data"), count // tensor)
+    per_replica = int(given.get("tensor", 1)) * int(given.get("pipeline", 1))
+    if count % per_replica == 0 and ctx.doc.has(("strategy", "parallelism")):
+        ctx.doc.set(("strategy", "parallelism", "data"), count // per_replica)
 
 
 def mesh_refusal(ctx) -> str | None:
