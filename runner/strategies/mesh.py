@@ -196,11 +196,11 @@ class _PipelineStep:
         stage_no, stages = stage
         self.ctx, self.drop_grads = ctx, drop_grads
         self.microbatches = spec.strategy.microbatches
-        stage = PipelineStage(model, stage_no, stages, ctx.device, group=pipe_mesh.get_group())
-        self.hooks = pipeline._StageTrace(ctx, stage, stage_no, dim="pipeline")
-        _mark_passes(stage, state)
+        torch_stage = PipelineStage(model, stage_no, stages, ctx.device, group=pipe_mesh.get_group())
+        self.hooks = pipeline._StageTrace(ctx, torch_stage, stage_no, dim="pipeline")
+        _mark_passes(torch_stage, state)
         schedule_cls = ScheduleGPipe if spec.strategy.schedule == "gpipe" else Schedule1F1B
-        self.schedule = schedule_cls(stage, self.microbatches, loss_fn=pipeline._stage_loss(ctx))
+        self.schedule = schedule_cls(torch_stage, self.microbatches, loss_fn=pipeline._stage_loss(ctx))
         # the schedule talks to its neighbours itself: its traffic is counted as kind pipeline counts it
         self.boundary = pipeline._BoundaryBytes(model, first=stage_no == 0, last=stage_no == stages - 1)
 
