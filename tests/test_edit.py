@@ -86,7 +86,7 @@ HAPPY = [
     ("ps-sync.yaml", "set-size", {"fit": "page"}, lambda s: s.figure.width == "page"),
     ("ps-sync.yaml", "set-palette", {"variant": "dark"}, lambda s: s.figure.palette == "dark"),
     ("allreduce-ring.yaml", "set-hosts", {"count": 2}, lambda s: s.topology.hosts == 2),
-    ("mesh-2d.yaml", "set-mesh", {"data": 4, "tensor": 2, "data_parallel": "allreduce"},
+    ("fsdp-tensor.yaml", "set-mesh", {"data": 4, "tensor": 2, "data_parallel": "allreduce"},
      lambda s: (s.strategy.options["parallelism"], s.strategy.options["data_parallel"], s.topology.workers.count)
      == ({"data": 4, "tensor": 2}, "allreduce", 8)),
     ("ps-sync.yaml", "set-name", {"name": "fig-3"}, lambda s: s.name == "fig-3"),
@@ -231,7 +231,7 @@ REFUSALS = [
      "strategy.algorithm: --algorithm applies to kind allreduce only, not 'gossip'"),
     ("allreduce-ring.yaml", "set-mesh", {"data": 2, "tensor": 2}, "operation", None,
      "strategy.kind: strategy 'allreduce' has no mesh of degrees (set-strategy --kind mesh first)"),
-    ("mesh-2d.yaml", "set-mesh", {"data": 2, "tensor": 3}, "rule", None,
+    ("fsdp-tensor.yaml", "set-mesh", {"data": 2, "tensor": 3}, "rule", None,
      "training.model.heads: 4 attention heads (each worker takes whole heads) do not split over parallelism.tensor 3 "
      "(tensor degrees that work: 2, 4)"),
 ]
