@@ -187,18 +187,26 @@ def expected_memory(spec, sizes) -> list:
 
 
 def held_per_stage(spec, tensors: dict, stage_names: list) -> list[int]:
-    """Parameter values one rank of each pipeline stage holds: `tensors` maps every tensor
-    name to its elements, `stage_names` lists each stage's tensor names. A tensor is split
-    over the tensor group where kind tensor splits it and its layer pair lies in the stage
-    (an mlp pair cut by a stage boundary stays whole: a column-parallel layer needs its
-    row-parallel partner on the same rank to sum the pair's output)."""
+    """Parameter values one rank of each pipeline stage holds and updates: its tensor
+    slice of the stage (stage_slices), 1/data of that with fsdp (rounded up)."""
     d = degrees(spec)
+    slices = stage_slices(spec, tensors, stage_names)
+    return [-(-held // d["data"]) for held in slices] if data_method(spec) == "fsdp" else slices
+
+
+def stage_slices(spec, tensors: dict, stage_names: list) -> list[int]:
+    """Parameter values of each pipeline stage one tensor rank holds before any data
+    sharding (what its data group all-reduces): `tensors` maps every tensor name to its
+    elements, `stage_names` lists each stage's tensor names. A tensor is split over the
+    tensor group where kind tensor splits it and its layer pair lies in the stage (an mlp
+    pair cut by a stage boundary stays whole: a column-parallel layer needs its
+    row-parallel partner on the same rank to sum the pair's output)."""
+    degree = degrees(spec)["tensor"]
     out = []
     for names in stage_names:
         present = set(names)
-        split = sum(tensors[n] for n in names if d["tensor"] > 1 and _split_in_stage(spec, n, present))
-        held = split // d["tensor"] + sum(tensors[n] for n in names) - split
-        out.append(-(-held // d["data"]) if data_method(spec) == "fsdp" else held)
+        split = sum(tensors[n] for n in names if degree > 1 and _split_in_stage(spec, n, present))
+        out.append(split // degree + sum(tensors[n] for n in names) - split)
     return out
 
 
