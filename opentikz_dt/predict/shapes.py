@@ -82,9 +82,10 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
         planned.append((label, count, spec, costs))
     if not planned:
         reasons = list(dict.fromkeys(reason for _, reason in refused))
-        raise DtgenError(f"--sweep shapes: no shape of {count:,} workers (data x tensor x pipeline) is valid for "
-                         f"{base.source}: " + (reasons[0] if len(reasons) == 1 else
-                                               f"{refused[0][0]}: {refused[0][1]}; and {len(refused) - 1} more"))
+        named = [f"{label.replace(' x ', 'x')}: {reason}" for label, reason in refused[:3]]
+        raise DtgenError(f"--sweep shapes: no shape of {count:,} worker{'s' if count != 1 else ''} (data x tensor x "
+                         f"pipeline) is valid for {base.source}: " + (reasons[0] if len(reasons) == 1 else
+                         "; ".join(named) + (f"; ... ({len(refused)} shapes in all)" if len(refused) > 3 else "")))
     check_sweep_size(planned)
     points = []
     for label, _, spec, costs in planned:
