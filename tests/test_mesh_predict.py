@@ -149,6 +149,10 @@ def test_the_sweep_takes_exactly_the_shapes_the_model_can(spec_file):
     # memory per worker per shape, the fullest rank (x 16: params, grads, two adamw moments)
     memory = {p.label: p.memory_bytes // 16 for p in points}
     assert memory["8 x 1 x 1"] == 28032 and memory["4 x 2 x 1"] == 15520 and memory["2 x 2 x 2"] == 9008
+    # every shape runs the spec's global batch: a data degree that does not divide it is refused
+    _, refused, *_ = run_shapes(spec_file(MESH_YAML), sets=("training.batch_size=3",))  # 3 x 4 = 12
+    assert refused[0] == ("8 x 1 x 1", "the global batch of 12 samples does not split over data 8 "
+                                       "(set training.batch_size)")
 
 
 def test_a_sweep_with_no_valid_shape_says_why_in_one_line(spec_file):
