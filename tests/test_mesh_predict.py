@@ -171,11 +171,11 @@ def test_1024_workers_are_predicted_within_the_bound_and_more_steps_are_refused(
     model = dict(TRANSFORMER, layers=16, heads=8, d_model=64)
     spec = _mesh(8, 16, 8, model=model, microbatches=8, batch=16)
     weight = REGISTRY.get("mesh").simulation_weight(spec)
-    assert weight == pytest.approx(8 * (2 * 16 * 2 / 8 + 2) / 12)  # 8 microbatches x 10 pieces, /12
+    assert weight == pytest.approx(8 * (2 * 16 * 2 / 8 + 2) / 8)  # 8 microbatches x 10 pieces, / 8
     check_size(spec, 100)  # 1,024 ranks x 100 steps: about 4 s of simulation (BENCHMARKS.md)
     with pytest.raises(DtgenError) as refused:
         check_size(spec, 400)
-    assert str(refused.value) == ("1,024 ranks x 400 steps x 6.67 (the cost of one of its rank-steps) = 2,730,667 "
+    assert str(refused.value) == ("1,024 ranks x 400 steps x 10 (the cost of one of its rank-steps) = 4,096,000 "
                                   "rank-steps: at most 2,000,000 per prediction (about a minute of simulation); "
                                   "use --steps")
     result = simulate(spec, Costs(illustrative_calibration(spec), spec, dedicated=True), steps=2, record=False)

@@ -36,6 +36,7 @@ from .sweep import SWEEP_SEEDS, caption, check_sweep_size, worker_memory
 
 MAX_ROWS = 24  # rows drawn (the fastest); the rest are named in the caption
 ROW_CM = 0.34  # one row: a scriptsize label with air
+MIN_HEIGHT_CM = 2.0  # the y label (two lines) fits beside the rows
 PLOT_BORDER_CM = 2 * 6 / 72.27 * 2.54  # plot-base's border on both sides
 
 
@@ -139,7 +140,12 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
              "high": f"{max(0.0, p.step_interval[1] - p.step_ms):.6g}" if band else None,
              "memory": f"{p.memory_bytes / scale:.6g}" if p.memory_bytes else None} for i, p in enumerate(shown)]
     left_out = [p.label for p in points[MAX_ROWS:]]
-    notes = caption(assumed, [label.replace(" x ", "x") for label, _ in refused], spec.training.steps)
+    notes = caption(assumed, [], spec.training.steps)
+    if refused:
+        names = [label.replace(" x ", "x") for label, _ in refused]
+        notes.append(escape_text(f"{len(names)} shape{'s' if len(names) != 1 else ''} the spec rules refuse, left "
+                                 f"out (the table says why): " + ", ".join(names[:8])
+                                 + (f" and {len(names) - 8} more" if len(names) > 8 else "")))
     notes.insert(0, escape_text(f"{workers:,} workers as data x tensor x pipeline, fastest first, each at the "
                                 f"global batch of {assumed['global_batch']:,} samples"
                                 + (f"; {len(left_out)} slower shapes not drawn" if left_out else "")
@@ -149,7 +155,7 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
                                  "the mesh places them (its stage, 1/tensor of the split layers, 1/data with fsdp), "
                                  "float32; activations not predicted"))
     context = base_context(spec, "shapes plot", body_only, [], source=spec.source)
-    context.update(rows=rows, count=len(rows), axis_width=f"{axis_cm:.3f}", height=f"{len(rows) * ROW_CM:.3f}",
+    context.update(rows=rows, count=len(rows), axis_width=f"{axis_cm:.3f}", height=f"{max(len(rows) * ROW_CM, MIN_HEIGHT_CM):.3f}",
                    step_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(high_step))), step_max=f"{high_step:.6g}",
                    memory=bool(memory), memory_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(max(memory or [1]) * 1.08))),
                    memory_max=f"{max(memory or [1]) * 1.08:.6g}", memory_unit=unit, band=band,
