@@ -171,11 +171,12 @@ def test_1024_workers_are_predicted_within_the_bound_and_more_steps_are_refused(
     model = dict(TRANSFORMER, layers=16, heads=8, d_model=64)
     spec = _mesh(8, 16, 8, model=model, microbatches=8, batch=16)
     weight = REGISTRY.get("mesh").simulation_weight(spec)
-    assert weight == pytest.approx(8 * (2 * 16 * 2 / 8 + 2) / 8)  # 8 microbatches x 10 pieces, / 8
-    check_size(spec, 100)  # 1,024 ranks x 100 steps: about 4 s of simulation (BENCHMARKS.md)
+    # 8 microbatches x (2 ops x 0.3 µs + 8 tensor all-reduces of its stage x (0.04 + 0.2 / 8) µs), over 5 µs
+    assert weight == pytest.approx(8 * (2 * 0.3 + 8 * (0.04 + 0.2 / 8)) / 5)
+    check_size(spec, 1000)  # about 9 s of simulation at most (the fit's rank-step costs, BENCHMARKS.md)
     with pytest.raises(DtgenError) as refused:
-        check_size(spec, 400)
-    assert str(refused.value) == ("1,024 ranks x 400 steps x 10 (the cost of one of its rank-steps) = 4,096,000 "
+        check_size(spec, 1200)
+    assert str(refused.value) == ("1,024 ranks x 1,200 steps x 1.79 (the cost of one of its rank-steps) = 2,202,010 "
                                   "rank-steps: at most 2,000,000 per prediction (about a minute of simulation); "
                                   "use --steps")
     result = simulate(spec, Costs(illustrative_calibration(spec), spec, dedicated=True), steps=2, record=False)
@@ -200,3 +201,19 @@ def test_the_shapes_figure_compiles_in_one_column_says_predicted_and_is_determin
     points, refused, spec, assumed, count = run_shapes(path)
     assert render_shapes(points, refused, spec, assumed, count) == render_shapes(points, refused, spec, assumed, count)
     assert render_shapes(points, refused, spec, assumed, count) == tex
+
+
+def test_a_trace_too_large_is_refused_from_two_simulated_steps(spec_file, tmp_path, monkeypatch):
+    import opentikz_dt.predict.predict as predict_module
+
+    path = spec_file(MESH_YAML)
+    monkeypatch.setattr(predict_module, "MAX_EVENTS", 1000)
+    with pytest.raises(DtgenError) as refused:
+        predict_module.predict(path, tmp_path / "out", steps=40)
+    # the events of 2 simulated steps, scaled to the 40 asked for
+    assert str(refused.value).startswith("the prediction would write about ")
+    assert "(at most 1,000; 2 simulated steps wrote " in str(refused.value)
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(predict_module, "MAX_EVENTS", 10_000)
+    predict_module.predict(path, tmp_path / "out", steps=3)  # and a small one is written
+    assert (tmp_path / "out" / "trace.json").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from pathlib import Path
 
 import yaml
@@ -29,6 +30,7 @@ ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrativ
 MAX_RANKS = 4096
 MAX_RANK_STEPS = 2_000_000  # ranks x steps a prediction may simulate (about a minute here)
 MAX_EVENTS = 3_000_000      # trace events a predicted trace.json may hold (about 300 MB)
+PROBE_STEPS = 2             # steps simulated first to foresee a trace's size
 
 
 def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
@@ -169,6 +171,15 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     steps = spec.training.steps
     check_size(spec, steps)
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
+    if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after
+        probe = copy.copy(costs)
+        probe.draw = random.Random(0) if costs.draw is not None else None  # the prediction's own draws stay
+        sample = simulate(spec, probe, PROBE_STEPS)
+        expected = sum(len(v) for v in sample.events.values()) * steps / PROBE_STEPS
+        if expected > MAX_EVENTS:
+            raise DtgenError(f"the prediction would write about {expected:,.0f} trace events (at most "
+                             f"{MAX_EVENTS:,}; {PROBE_STEPS} simulated steps wrote "
+                             f"{sum(len(v) for v in sample.events.values()):,}): use fewer --steps or workers")
     result = simulate(spec, costs, steps)
     events = sum(len(v) for v in result.events.values())
     if events > MAX_EVENTS:

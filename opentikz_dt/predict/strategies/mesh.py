@@ -95,20 +95,23 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-PIECE_WEIGHT = 1 / 8  # one rank's piece of a microbatch over a plain rank-step's cost (measured: see below)
+# What simulate_steps costs per rank and step (CPU µs), fitted to 1,024-rank meshes of a
+# 32-block transformer, 16 microbatches, 10 steps, every valid data x tensor x pipeline
+# (64x1x16 8.7 µs, 128x8x1 8.1, 512x2x1 16.5, 8x8x16 18.4, 64x2x8 42.7, 64x8x2 65.4;
+# each within 20% of the fit, rounded up): per microbatch and stage op OP_US, per tensor
+# all-reduce COLLECTIVE_US plus GROUP_US shared by the tensor group's ranks.
+OP_US, COLLECTIVE_US, GROUP_US = 0.3, 0.04, 0.2
+RANK_STEP_US = 5.0  # a plain data-parallel rank-step, the unit of the size bounds (predict.py)
 
 
 def simulation_weight(spec) -> float:
-    """A rank's pieces per step (per microbatch: the stage's tensor all-reduces and the
-    compute between them, forward and backward) x PIECE_WEIGHT. Measured here (CPU time
-    of 1,024 ranks x 5 steps, a 32-block transformer, 16 microbatches, data x tensor x
-    pipeline): 64x1x16 17 µs per rank-step, 8x8x16 64, 64x2x8 179, 64x8x2 379, 512x2x1 80,
-    against 5 µs of a data-parallel rank-step: 0.4-0.6 µs per piece, so a piece weighs
-    1/8 of a plain rank-step (the bounds err on the safe side)."""
+    """A rank-step's simulation cost over a plain one: per microbatch its forward and
+    backward ops and the tensor all-reduces of its stage (the fit above)."""
     d = degrees(spec)
     pairs = tensor_plan(model_section(spec), nominal_flops=1.0, nominal_values=0).pairs if d["tensor"] > 1 else ()
-    collectives = sum(1 for p in pairs for v in (p.forward, p.backward) if v)
-    return max(1.0, _microbatches(spec) * (collectives / d["pipeline"] + 2) * PIECE_WEIGHT)
+    collectives = sum(1 for p in pairs for v in (p.forward, p.backward) if v) / d["pipeline"]
+    us = _microbatches(spec) * (2 * OP_US + collectives * (COLLECTIVE_US + GROUP_US / d["tensor"]))
+    return max(1.0, us / RANK_STEP_US)
 
 
 def _unit_pieces(spec, units: int) -> list[list[dict]]:
@@ -190,25 +193,30 @@ def simulate_steps(sim, steps: int) -> None:
     tied = 4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec)) if pp > 1 else 0
     algorithm = "fsdp" if sharded else "native"
     slow = sim.slow
+    uniform = all(v == 1.0 for v in slow)
     record = rec.record
     plain = c.rng is None and not c.ratios  # noisy() is the identity: skip the call
-    t_groups = [list(range(g * tp, (g + 1) * tp)) for g in range(dp)]  # local indices inside a stage
-    d_groups = [list(range(t, width, tp)) for t in range(tp)]
+    # the groups of a stage as slices of its ranks (local indices): tensor groups are
+    # consecutive, data groups strided by the tensor degree
+    t_groups = [slice(g * tp, (g + 1) * tp) for g in range(dp)]
+    d_groups = [slice(t, width, tp) for t in range(tp)]
+    moved = [0.0] * pp  # bytes each rank of a stage sent (= received) in collectives, over the run
+    sent, received = [0.0] * pp, [0.0] * pp  # and to / from its peers in the neighbouring stages
 
-    def collective(s, members, now, step, nbytes, cost, phase, dim, direction, **extra):
-        """One collective of stage s's ranks `members` (local indices): starts when the last
-        of them is ready, ends at once on all."""
-        ready = max(now[j] for j in members)
-        end = ready + c.noisy_comm(cost, step)
-        group = len(members)
-        share = (2 * (group - 1) / group if phase == "all-reduce" else (group - 1) / group) * nbytes
-        for j in members:
-            k = s * width + j
+    def collectives(s, group_slices, now, step, nbytes, cost, phase, dim, direction, **extra):
+        """One collective per group of stage s (the groups partition the stage): each
+        starts when the last of its ranks is ready and ends at once on all of them."""
+        size = len(range(width)[group_slices[0]])
+        moved[s] += (2 * (size - 1) / size if phase == "all-reduce" else (size - 1) / size) * nbytes
+        for group in group_slices:
+            ready = max(now[group])
+            end = ready + c.noisy_comm(cost, step)
+            now[group] = [end] * size
             if record:
-                rec.span(k, "allreduce", COMM_TID, ready, end, step, algorithm=algorithm if dim == "data" else "native",
-                         phase=phase, dim=dim, bytes=nbytes, **{"pass": direction}, **extra)
-            rec.moved(k, share, share)
-            now[j] = end
+                for j in range(width)[group]:
+                    rec.span(s * width + j, "allreduce", COMM_TID, ready, end, step,
+                             algorithm=algorithm if dim == "data" else "native", phase=phase, dim=dim, bytes=nbytes,
+                             **{"pass": direction}, **extra)
 
     free_at = [[0.0] * width for _ in range(pp)]
     for step in range(steps):
@@ -217,9 +225,8 @@ def simulate_steps(sim, steps: int) -> None:
         if sharded and dp > 1:  # each stage's parameters gathered over its data groups before the forward
             for s in range(pp):
                 nbytes = 4 * slices[s]
-                for members in d_groups:
-                    collective(s, members, free[s], step, nbytes, c.allreduce(nbytes, dp) / 2, "all-gather", "data",
-                               "forward")
+                collectives(s, d_groups, free[s], step, nbytes, c.allreduce(nbytes, dp) / 2, "all-gather", "data",
+                            "forward")
         pos, done = [0] * pp, {}
         left = sum(len(o) for o in orders)
         while left:
@@ -235,39 +242,42 @@ def simulate_steps(sim, steps: int) -> None:
                     continue
                 msg = out_bytes[s - 1] if forward else out_bytes[s]
                 now, row = free[s], slow[s * width:(s + 1) * width]
-                start = list(now)
-                if dep is not None:
-                    direction = "fwd" if forward else "bwd"
-                    for j in range(width):
-                        ready = dep[j] + (c.noisy(c.p2p(msg), step) if msg else 0.0)
-                        if ready > now[j]:
-                            if record:
-                                rec.span(s * width + j, "recv", COMM_TID, now[j], ready, step, mb=mb, stage=s + 1,
-                                         direction=direction, dim="pipeline")
-                            now[j] = ready
-                    start = list(now)
+                if dep is not None:  # the peer stage's message: activations forward, their gradient backward
+                    if plain:
+                        p2p = c.p2p(msg)
+                        arrive = [t + p2p for t in dep]
+                    else:
+                        arrive = [t + c.noisy(c.p2p(msg), step) for t in dep]
+                    if record:
+                        for j in range(width):
+                            rec.span(s * width + j, "recv", COMM_TID, now[j], arrive[j], step, mb=mb, stage=s + 1,
+                                     direction="fwd" if forward else "bwd", dim="pipeline")
+                    now[:] = [max(t, a) for t, a in zip(now, arrive)]
+                start = list(now) if record else None
                 name = "forward" if forward else "backward"
                 for us, values, layer in programs[s][0 if forward else 1]:
-                    for j in range(width):
-                        now[j] += us * row[j] if plain else c.noisy(us * row[j], step)
+                    if plain and uniform:
+                        now[:] = [t + us for t in now]
+                    elif plain:
+                        now[:] = [t + us * r for t, r in zip(now, row)]
+                    else:
+                        now[:] = [t + c.noisy(us * r, step) for t, r in zip(now, row)]
                     if values:
                         nbytes = 4 * rows * values
-                        cost = c.allreduce(nbytes, tp)
-                        for members in t_groups:
-                            collective(s, members, now, step, nbytes, cost, "all-reduce", "tensor", name, layer=layer,
-                                       mb=mb, stage=s + 1)
+                        collectives(s, t_groups, now, step, nbytes, c.allreduce(nbytes, tp), "all-reduce", "tensor",
+                                    name, layer=layer, mb=mb, stage=s + 1)
                 if record:
                     for j in range(width):
                         rec.span(s * width + j, name, 0, start[j], now[j], step, mb=mb, stage=s + 1)
                 done[(op, s, mb)] = list(now)
                 peer = s + 1 if forward else s - 1
                 if 0 <= peer < pp:
-                    nbytes = out_bytes[min(s, peer)]
-                    for j in range(width):
-                        if record:
+                    sent[s] += out_bytes[min(s, peer)]
+                    received[peer] += out_bytes[min(s, peer)]
+                    if record:
+                        for j in range(width):
                             rec.span(s * width + j, "send", COMM_TID, now[j], now[j] + SEND_US, step, mb=mb,
                                      stage=s + 1, direction="fwd" if forward else "bwd", dim="pipeline")
-                        rec.send(s * width + j, peer * width + j, nbytes)
                 pos[s] += 1
                 left -= 1
                 progressed = True
@@ -275,21 +285,21 @@ def simulate_steps(sim, steps: int) -> None:
                 raise DtgenError(f"pipeline schedule '{spec.strategy.schedule}' deadlocked in the simulation")
         if tied:  # the first and last stage of each pipeline group sum their copies of the tied embedding
             cost = c.allreduce(tied, 2)
+            moved[0] += tied
+            moved[-1] += tied
             for j in range(width):
                 end = max(free[0][j], free[-1][j]) + c.noisy_comm(cost, step)
                 for s in (0, pp - 1):
                     if record:
                         rec.span(s * width + j, "allreduce", COMM_TID, free[s][j], end, step, algorithm="native",
                                  phase="tied", dim="pipeline", bytes=tied, **{"pass": "backward"})
-                    rec.moved(s * width + j, tied, tied)
                     free[s][j] = end
         if dp > 1:  # each stage's gradient slices over its data groups
             for s in range(pp):
                 nbytes = 4 * slices[s]
                 phase, cost = (("reduce-scatter", c.allreduce(nbytes, dp) / 2) if sharded
                                else ("all-reduce", c.allreduce(nbytes, dp)))
-                for members in d_groups:
-                    collective(s, members, free[s], step, nbytes, cost, phase, "data", "backward")
+                collectives(s, d_groups, free[s], step, nbytes, cost, phase, "data", "backward")
         for s in range(pp):
             o = c.optimizer(updated[s], stage_tensors[s], active)
             for j in range(width):
@@ -298,3 +308,6 @@ def simulate_steps(sim, steps: int) -> None:
                 rec.span(k, "optimizer", 0, free[s][j], end, step)
                 free_at[s][j] = end
                 rec.step(sim.ids[k], step, previous[s][j], end)
+    for s in range(pp):
+        for j in range(width):
+            rec.moved(s * width + j, moved[s] + sent[s], moved[s] + received[s])
