@@ -144,7 +144,7 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
     if refused:
         names = [label.replace(" x ", "x") for label, _ in refused]
         notes.append(escape_text(f"{len(names)} shape{'s' if len(names) != 1 else ''} not valid for this spec, "
-                                 f"left out (predicted-shapes.txt says why): " + ", ".join(names[:8])
+                                 f"left out (the .txt table beside the figure says why): " + ", ".join(names[:8])
                                  + (f" and {len(names) - 8} more" if len(names) > 8 else "")))
     notes.insert(0, escape_text(f"{workers:,} workers as data x tensor x pipeline, fastest first, each at the "
                                 f"global batch of {assumed['global_batch']:,} samples"
