@@ -217,3 +217,16 @@ def test_a_trace_too_large_is_refused_from_two_simulated_steps(spec_file, tmp_pa
     monkeypatch.setattr(predict_module, "MAX_EVENTS", 10_000)
     predict_module.predict(path, tmp_path / "out", steps=3)  # and a small one is written
     assert (tmp_path / "out" / "trace.json").exists()
+
+
+def test_more_workers_grow_the_data_degree_and_a_spec_of_over_64_takes_overrides(spec_file):
+    from opentikz_dt.predict.predict import apply_overrides
+    from opentikz_dt.spec import load_spec
+    from opentikz_dt.strategies.mesh import degrees
+
+    base = load_spec(spec_file(MESH_YAML))
+    assert degrees(apply_overrides(base, workers=32)) == {"pipeline": 1, "data": 16, "tensor": 2}
+    # strategy.stages resolves to the worker count, above the schema's 64 for a kind that
+    # does not read it: an override of such a spec is resolved again, not refused
+    big = load_spec(spec_file(MESH_YAML.replace("data: 4", "data: 64").replace("count: 8", "count: 128")))
+    assert apply_overrides(big, ("training.steps=4",)).training.steps == 4
