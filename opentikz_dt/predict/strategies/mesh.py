@@ -26,9 +26,10 @@ A FIRST APPROXIMATION, like kind tensor's (not fitted to runs yet): a unit's tim
 between its layer pairs by FLOPs, and FSDP's per-unit gathers and scatters are drawn as
 one collective each (the runner issues one per unit, overlapped with the passes). An mlp
 pair cut by a stage boundary is computed whole with no all-reduce (strategies/mesh.py's
-memory says the same). Cost: ranks x steps x microbatches x the stage's all-reduces, in
-plain loops: 1,024 ranks run in seconds (benchmarks/bench_predict_scale.py); predict.py's
-size bounds refuse what would not. Must not import torch.
+memory says the same). Speed: a stage's ranks advance together as lists, each group's
+collective over a slice of them, bytes summed per stage: 1,024 ranks x 100 steps take
+0.1-7 s of CPU by shape (BENCHMARKS.md), and `simulation_weight` tells predict.py's size
+bounds what a rank-step costs. Must not import torch.
 """
 
 from __future__ import annotations
