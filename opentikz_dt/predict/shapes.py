@@ -15,7 +15,6 @@ import math
 import re
 import time
 from dataclasses import dataclass
-
 from pathlib import Path
 
 from ..errors import DtgenError, UsageError
