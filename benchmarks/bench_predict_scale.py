@@ -2,6 +2,10 @@
 
 Times `simulate` as a sweep point runs it (no trace kept) and as `dtgen predict` does
 (every span recorded, then the run directory written), with the illustrative costs.
+The meshes (data x tensor x pipeline of examples/mesh-2d.yaml's transformer, made 32
+blocks of 8 heads, 16 microbatches of a global batch of 1,024) are timed without a trace
+only: 100 steps of their every collective would exceed the 3,000,000 trace events a
+prediction may write.
 
     python benchmarks/bench_predict_scale.py [--workers 1024] [--steps 100] [--write]
 """
@@ -23,6 +27,10 @@ from opentikz_dt.spec import load_spec
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ["ps-sync", "ps-async", "ps-sharded", "central-storage", "allreduce-native", "allreduce-ring",
             "allreduce-tree", "allreduce-hierarchical", "gossip"]
+MESH_MODEL = "{kind: transformer, layers: 32, d_model: 64, heads: 8, seq_len: 32, vocab: 256}"
+MESHES = [(f"mesh {d}x{t}x{p}", (f"strategy.parallelism={{pipeline: {p}, data: {d}, tensor: {t}}}",
+                                 f"training.batch_size={1024 // d}"))
+          for d, t, p in ((1024, 1, 1), (64, 1, 16), (8, 8, 16), (64, 2, 8), (128, 8, 1), (64, 8, 2))]
 
 
 def main() -> None:
@@ -51,6 +59,18 @@ def main() -> None:
             events = sum(len(v) for v in full.events.values())
             line += f" {time.perf_counter() - t0:>9.2f} {events:>10,}"
         print(line, flush=True)
+    if args.workers != 1024:
+        return
+    base = load_spec(ROOT / "examples" / "mesh-2d.yaml")
+    base = apply_overrides(base, (f"training.model={MESH_MODEL}", "strategy.microbatches=16", "strategy.schedule=gpipe",
+                                  "strategy.data_parallel=allreduce", f"training.steps={args.steps}"))
+    for name, sets in MESHES:
+        spec = apply_overrides(base, sets, workers=args.workers)
+        costs = Costs(illustrative_calibration(spec), spec, dedicated=True)
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = simulate(spec, costs, record=False)
+        print(f"{name:24} {len(result.ids):>6,} {time.perf_counter() - t0:>11.2f} {time.process_time() - c0:>7.2f}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ class ModelSizes:
     stage_sizes: object  # stages -> parameters each pipeline stage holds (workload.stage_params)
     bytes_per_value: int
     optimizer_states: int
+    stage_names: object = None  # stages -> the tensor names each pipeline stage holds (its tied copy included)
 
     @property
     def params(self) -> int:
@@ -73,6 +74,10 @@ class ModelSizes:
 
     def stage_params(self, stages: int) -> list:
         return list(self.stage_sizes(stages))
+
+    def stage_tensors(self, stages: int) -> list[list[str]]:
+        """The tensor names each of `stages` pipeline stages holds, in model order."""
+        return [list(names) for names in self.stage_names(stages)]
 
     def rank(self, role: str, ident: str, elements: int, optimizer: bool = True) -> dict:
         """One rank holding `elements` parameter values, their gradients and (when it
@@ -88,7 +93,16 @@ def model_sizes(spec) -> ModelSizes | None:
     if workload is None:
         return None
     return ModelSizes(spec, workload.tensor_sizes(), workload.stage_params, BYTES_PER_VALUE,
-                      optimizer_states(spec.training))
+                      optimizer_states(spec.training), lambda stages: _stage_names(workload, stages))
+
+
+def _stage_names(workload, stages: int) -> list[list[str]]:
+    """Tensor names per pipeline stage (as workload.stage_params counts them: the last
+    stage also holds a copy of the tied tensors)."""
+    parts = [[name for unit in part for name, _ in unit.tensors] for part in workload.stage_units(stages)]
+    if stages > 1:
+        parts[-1] += [name for name in workload.tied if name not in parts[-1]]
+    return parts
 
 
 def expected_memory(spec) -> list[RankMemory] | None:

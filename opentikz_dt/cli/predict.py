@@ -58,7 +58,10 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
 @click.option("--steps", type=click.IntRange(min=2), help="Override training.steps.")
 @click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False),
               help="Predicted run directory (default runs/<name>-predicted); a sweep's figure folder.")
-@click.option("--sweep", metavar="workers=2,4,...", help="Predict at each worker count; write a scaling figure.")
+@click.option("--sweep", metavar="workers=2,4,...|shapes",
+              help="Predict at each worker count and write a scaling figure; or `shapes`: every layout of the "
+                   "worker count (--workers, else the spec's) the strategy can take (a mesh: pipeline x data x "
+                   "tensor degrees), with step time and memory per worker per shape.")
 @click.option("--link", metavar="10gbit|PRESET",
               help="Link bandwidth between workers instead of the calibrated one, or a preset (--list-presets).")
 @click.option("--device", metavar="PRESET",
@@ -70,8 +73,10 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
                    "assume this: 1,024 ranks cannot meaningfully share a few cores.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Sweep figure formats (repeatable; the .tex is always written).")
+@click.option("--width", default=None, metavar="column|page|Ncm",
+              help="--sweep shapes: the figure's width at final size (default column).")
 def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, list_presets, latency_ms, dedicated,
-            formats):
+            formats, width):
     """Simulate SPEC's schedule and write a predicted run directory (trace.json, metrics.json)."""
     if list_presets:
         from ..predict.presets import presets_table
@@ -80,13 +85,24 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
         return
     if spec is None:
         raise click.UsageError("Missing argument 'SPEC'.")
+    if width is not None and (sweep or "").strip() != "shapes":
+        raise click.UsageError("--width applies to --sweep shapes (the scaling figure has one layout)")
     if sweep is not None:
         from ..predict.predict import ILLUSTRATIVE_WARNING
         from ..predict.sweep import sweep_command
 
         if calibration is None:
             click.echo(f"dtgen: warning: {ILLUSTRATIVE_WARNING}", err=True)
+        if sweep.strip() == "shapes":
+            from ..predict.shapes import shapes_command
 
+            for path in shapes_command(spec, calibration, sets, steps, out, link, latency_ms,
+                                       tuple(formats) or ("tex",), workers, width, echo=click.echo, device=device):
+                click.echo(f"wrote {path}")
+            return
+        if workers is not None:
+            raise click.UsageError("--workers applies to one prediction or --sweep shapes; "
+                                   "--sweep workers=... lists the counts")
         for path in sweep_command(spec, sweep, calibration, sets, steps, out, link, latency_ms, dedicated,
                                   tuple(formats) or ("tex",), echo=click.echo, device=device):
             click.echo(f"wrote {path}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from pathlib import Path
 
 import yaml
@@ -21,6 +22,7 @@ from .presets import DEVICES, device_preset, link_preset, matches
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
+from ..strategies import strategy as described
 from .transfer import caveats, short, wait_scale
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
@@ -28,6 +30,7 @@ ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrativ
 MAX_RANKS = 4096
 MAX_RANK_STEPS = 2_000_000  # ranks x steps a prediction may simulate (about a minute here)
 MAX_EVENTS = 3_000_000      # trace events a predicted trace.json may hold (about 300 MB)
+PROBE_STEPS = 2             # steps simulated first to foresee a trace's size
 
 
 def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
@@ -52,6 +55,7 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
         return spec
     if workers is not None:
         _resize_strategy(data["strategy"], workers)
+    _drop_unread_stages(data["strategy"])
     dataset = data["training"]["dataset"]
     if workers is not None and dataset.get("kind", "synthetic") == "synthetic":
         # a prediction reads no data: let the synthetic set hold one global batch at any width
@@ -60,6 +64,15 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
         return spec_from_data(data, name=f"{spec.source} (with --set)")
     except SpecError as exc:
         raise UsageError(f"the overrides make an invalid spec:\n{exc}") from None
+
+
+def _drop_unread_stages(strategy) -> None:
+    """`strategy.stages` resolves to the worker count for every kind; a kind that does not
+    read it (any but a pipeline) gets it resolved again, else a spec of more than 64
+    workers (the schema's bound on stages) could take no override at all."""
+    kind = strategy.get("kind") if isinstance(strategy, dict) else None
+    if isinstance(kind, str) and REGISTRY.has(kind) and "stages" not in described(kind).options:
+        strategy.pop("stages", None)
 
 
 def _resize_strategy(strategy, workers: int) -> None:
@@ -72,14 +85,18 @@ def _resize_strategy(strategy, workers: int) -> None:
 
 
 def check_size(spec, steps: int) -> None:
-    """Refuse simulations too large to be useful, with the bound and its reason."""
+    """Refuse simulations too large to be useful, with the bound and its reason. A rank-step
+    counts as much as its strategy's simulation_weight says (a mesh's microbatches and
+    collectives make its rank-steps dearer than a data-parallel one)."""
     ranks = len(roles(spec))
     if ranks > MAX_RANKS:
         raise DtgenError(f"{ranks:,} ranks: predictions go up to {MAX_RANKS:,} ranks (the trace and figures "
                          "of one run stay readable and the simulation under a minute)")
-    if ranks * steps > MAX_RANK_STEPS:
-        raise DtgenError(f"{ranks:,} ranks x {steps:,} steps = {ranks * steps:,} rank-steps: at most "
-                         f"{MAX_RANK_STEPS:,} per prediction (about a minute of simulation); use --steps")
+    weight = REGISTRY.get(spec.strategy.kind).simulation_weight(spec)
+    if ranks * steps * weight > MAX_RANK_STEPS:
+        weighed = f" x {weight:.3g} (the cost of one of its rank-steps)" if weight > 1 else ""
+        raise DtgenError(f"{ranks:,} ranks x {steps:,} steps{weighed} = {ranks * steps * weight:,.0f} rank-steps: "
+                         f"at most {MAX_RANK_STEPS:,} per prediction (about a minute of simulation); use --steps")
 
 
 def costs_for(spec, calibration: str | Path | None, link: str | None = None, latency_ms: float | None = None,
@@ -154,6 +171,15 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     steps = spec.training.steps
     check_size(spec, steps)
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
+    if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after
+        probe = copy.copy(costs)
+        probe.draw = random.Random(0) if costs.draw is not None else None  # the prediction's own draws stay
+        sample = simulate(spec, probe, PROBE_STEPS)
+        expected = sum(len(v) for v in sample.events.values()) * steps / PROBE_STEPS
+        if expected > MAX_EVENTS:
+            raise DtgenError(f"the prediction would write about {expected:,.0f} trace events (at most "
+                             f"{MAX_EVENTS:,}; {PROBE_STEPS} simulated steps wrote "
+                             f"{sum(len(v) for v in sample.events.values()):,}): use fewer --steps or workers")
     result = simulate(spec, costs, steps)
     events = sum(len(v) for v in result.events.values())
     if events > MAX_EVENTS:

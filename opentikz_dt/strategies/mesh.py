@@ -216,14 +216,47 @@ def _tensor_rules(spec, degree: int):
 
 
 def expected_memory(spec, sizes) -> list:
-    """Each rank holds 1/tensor of the split tensors and the rest whole (kind: tensor);
-    with fsdp, 1/data of that again (FSDP shards every parameter over the rows)."""
+    """Each rank holds its pipeline stage's tensors (the blocks workload.stage_bounds gives
+    the stage, the last stage a copy of a tied weight), 1/tensor of the split ones (kind
+    tensor's split) and the rest whole; with fsdp, 1/data of that again (FSDP shards every
+    parameter over the data group); with their gradients and optimizer state. Activations
+    are not predicted (opentikz_dt/memory.py)."""
+    held = held_per_stage(spec, sizes.tensors, sizes.stage_tensors(degrees(spec)["pipeline"]))
+    return [sizes.rank("worker", w, held[coordinates(spec, r)["pipeline"]])
+            for r, w in enumerate(spec.topology.workers.ids)]
+
+
+def held_per_stage(spec, tensors: dict, stage_names: list) -> list[int]:
+    """Parameter values one rank of each pipeline stage holds and updates: its tensor
+    slice of the stage (stage_slices), 1/data of that with fsdp (rounded up)."""
     d = degrees(spec)
-    split = sum(n for name, n in sizes.tensors.items() if _tensor._split_tensor(spec, name))
-    held = split // d["tensor"] + sizes.params - split
-    if data_method(spec) == "fsdp":
-        held = -(-held // d["data"])
-    return [sizes.rank("worker", w, held) for w in spec.topology.workers.ids]
+    slices = stage_slices(spec, tensors, stage_names)
+    return [-(-held // d["data"]) for held in slices] if data_method(spec) == "fsdp" else slices
+
+
+def stage_slices(spec, tensors: dict, stage_names: list) -> list[int]:
+    """Parameter values of each pipeline stage one tensor rank holds before any data
+    sharding (what its data group all-reduces): `tensors` maps every tensor name to its
+    elements, `stage_names` lists each stage's tensor names. A tensor is split over the
+    tensor group where kind tensor splits it and its layer pair lies in the stage (an mlp
+    pair cut by a stage boundary stays whole: a column-parallel layer needs its
+    row-parallel partner on the same rank to sum the pair's output)."""
+    degree = degrees(spec)["tensor"]
+    out = []
+    for names in stage_names:
+        present = set(names)
+        split = sum(tensors[n] for n in names if degree > 1 and _split_in_stage(spec, n, present))
+        out.append(split // degree + sum(tensors[n] for n in names) - split)
+    return out
+
+
+def _split_in_stage(spec, name: str, present: set) -> bool:
+    if not _tensor._split_tensor(spec, name):
+        return False
+    parts = name.split(".")
+    if parts[0] == "layers":  # the built-in mlp: layer 2k pairs with layer 2k + 1
+        return f"layers.{int(parts[1]) ^ 1}.weight" in present
+    return True
 
 
 def starter_block(kind: str) -> str:

@@ -21,6 +21,9 @@ Ranks (simulate.py, phases.py; the runner numbers them the same way)
                                         (default: every worker; a pipeline's bubble idles some)
   model_parts(spec) -> int              over how many ranks one copy of the parameters is
                                         split (default 1; a pipeline: one stage per worker)
+  simulation_weight(spec) -> float      the cost of simulating one rank-step over a plain
+                                        data-parallel one's (the size bounds weigh by it;
+                                        default 1; a mesh: its microbatches x collectives)
 
 Simulation (simulate.py)
   simulate_steps(sim, steps)            play `steps` steps of the schedule into `sim.rec`
@@ -47,6 +50,10 @@ Sweeps (sweep.py, `dtgen predict --sweep workers=...`)
   sweep_note(points) -> str | None      a line under the scaling figure saying why it scales as
                                         it does; points: [(workers, spec, costs, step ms)];
                                         default none
+  shapes(spec, workers) -> list | None  `--sweep shapes`: the layouts of `workers` workers to
+                                        compare, [(label, (override, ...), refusal or None)];
+                                        default None (one layout per worker count; a mesh:
+                                        its degrees at the spec's global batch)
 
 Calibration fit from a run (fit.py, `dtgen calibrate --from RUN`; `fit` is a fit.RunFit:
 run, role, blocks, flops, phases, beta, spec, workers, params)

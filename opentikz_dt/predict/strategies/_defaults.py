@@ -71,3 +71,18 @@ def sweep_note(points: list) -> str | None:
     """A line under a `dtgen predict --sweep` figure saying why the strategy scales as it
     does; `points` is [(workers, spec, costs, step ms), ...]. Default: none."""
     return None
+
+
+def shapes(spec, workers: int) -> list | None:
+    """The layouts of `workers` workers `dtgen predict --sweep shapes` compares:
+    [(label, (override, ...), refusal or None), ...] (a refusal: why the layout cannot be
+    taken, beside what the spec rules refuse); None where the strategy has one layout per
+    worker count (default)."""
+    return None
+
+
+def simulation_weight(spec) -> float:
+    """How much one rank-step costs to simulate, in units of a plain data-parallel one
+    (about 5 µs here: benchmarks/bench_predict_scale.py); predict.py's size bounds weigh
+    ranks x steps by it. Default 1."""
+    return 1.0

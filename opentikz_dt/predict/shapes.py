@@ -1,0 +1,189 @@
+"""`dtgen predict SPEC --sweep shapes [--workers N]`: every layout of one worker count
+the strategy can take (a mesh: the factorizations of N into pipeline x data x tensor
+degrees, its plugin's `shapes` hook), each a full simulation, drawn as the figure people
+draw to choose a layout: one row per shape, fastest first, labelled `data x tensor x
+pipeline`, with its predicted step time (and interval where the calibration has a
+spread) beside the memory per worker the strategy's placement expects. Shapes the spec
+rules refuse (a tensor degree that does not divide the heads, more stages than blocks, a
+tensor group across hosts, ...) are left out and named in the caption. One column wide
+by default (`--width`). Must not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DtgenError, UsageError
+from ..figures.fit import COLUMN_CM, width_cm
+from ..figures.model import Tex
+from ..figures.render import base_context, environment
+from ..figures.textwidth import text_cm
+from ..measured.export import write_outputs
+from ..spec import load_spec
+from ..strategies import plugin
+from ..texsafe import escape_text
+from .interval import interval
+from .predict import apply_overrides, check_size, costs_for
+from .rundir import metrics_of
+from .simulate import simulate
+from .strategies import REGISTRY
+from .sweep import SWEEP_SEEDS, caption, check_sweep_size, worker_memory
+
+MAX_ROWS = 24  # rows drawn (the fastest); the rest are named in the caption
+ROW_CM = 0.34  # one row: a scriptsize label with air
+MIN_HEIGHT_CM = 2.0  # the y label (two lines) fits beside the rows
+PLOT_BORDER_CM = 2 * 6 / 72.27 * 2.54  # plot-base's border on both sides
+
+
+@dataclass(frozen=True)
+class ShapePoint:
+    label: str  # "data x tensor x pipeline"
+    step_ms: float
+    samples_per_s: float
+    step_interval: tuple = ()  # (low, high) ms, () without one
+    memory_bytes: int | None = None  # the fullest rank's expected parameters, gradients and optimizer state
+
+
+def _reason(exc: DtgenError) -> str:
+    """The first refusal of an invalid shape, without its file position."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    line = lines[1] if len(lines) > 1 else lines[0]
+    return re.sub(r"^.*?:\d+:\d+: ", "", line)
+
+
+def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None = None, link: str | None = None,
+               latency_ms: float | None = None, device: str | None = None,
+               workers: int | None = None) -> tuple[list, list, object, dict, int]:
+    """(points fastest first, [(label, reason)] refused, base spec, assumptions, workers)."""
+    base = apply_overrides(load_spec(spec_path), sets)
+    if steps is not None:
+        base = apply_overrides(base, (f"training.steps={steps}",))
+    count = workers if workers is not None else base.topology.workers.count
+    layouts = REGISTRY.get(base.strategy.kind).shapes(base, count)
+    if layouts is None:
+        raise UsageError(f"--sweep shapes: strategy kind '{base.strategy.kind}' has one layout per worker count; "
+                         "the sweep compares a mesh's (strategy.parallelism) or use --sweep workers=...")
+    planned, refused, assumed = [], [], {}
+    for label, extra, refusal in layouts:
+        if refusal:
+            refused.append((label, refusal))
+            continue
+        try:
+            spec = apply_overrides(base, extra, workers=count)
+        except DtgenError as exc:
+            refused.append((label, _reason(exc)))
+            continue
+        check_size(spec, spec.training.steps)
+        costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True, device=device)
+        planned.append((label, count, spec, costs))
+    if not planned:
+        reasons = list(dict.fromkeys(reason for _, reason in refused))
+        named = [f"{label.replace(' x ', 'x')}: {reason}" for label, reason in refused[:3]]
+        raise DtgenError(f"--sweep shapes: no shape of {count:,} worker{'s' if count != 1 else ''} (data x tensor x "
+                         f"pipeline) is valid for {base.source}: " + (reasons[0] if len(reasons) == 1 else
+                         "; ".join(named) + (f"; ... ({len(refused)} shapes in all)" if len(refused) > 3 else "")))
+    check_sweep_size(planned)
+    points = []
+    for label, _, spec, costs in planned:
+        m = metrics_of(simulate(spec, costs, record=False), spec, spec.training.steps)
+        step = sum(m["step_time_s"].values()) / max(1, len(m["step_time_s"])) * 1000
+        spread = interval(spec, costs, spec.training.steps, m, seeds=SWEEP_SEEDS)
+        assumed = dict(assumed, interval_sources=spread["interval_sources"])
+        # samples per step, the same in every shape (the rows of a mesh share it)
+        assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
+        points.append(ShapePoint(label, step, m["samples_per_s"],
+                                 tuple(v * 1000 for v in spread["step_time_interval_s"]), worker_memory(spec)))
+    points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
+    return points, refused, base, assumed, count
+
+
+def _ticks(high: float) -> list[float]:
+    """0 and up to three 1-2-5 steps up to `high`."""
+    step = 10.0 ** math.floor(math.log10(max(high, 1e-12)))
+    for m in (1, 2, 5, 10):
+        if high / (m * step) <= 3:
+            step *= m
+            break
+    return [k * step for k in range(int(high / step) + 1)]
+
+
+def _memory_unit(largest: int) -> tuple[str, int]:
+    """The binary unit the largest memory reads in as 1 or more (B, KiB, MiB, GiB)."""
+    unit, scale = "B", 1
+    for name, size in (("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30)):
+        if largest >= size:
+            unit, scale = name, size
+    return unit, scale
+
+
+def _label(text: str) -> Tex:
+    return Tex(r"$\times$".join(escape_text(part) for part in text.split(" x ")))
+
+
+def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int, width: str | None = None,
+                  body_only: bool = False) -> str:
+    target = width_cm(width) or COLUMN_CM
+    shown = points[:MAX_ROWS]
+    label_cm = max(text_cm(p.label.replace(" x ", "x")) for p in shown) + 0.2
+    axis_cm = max(2.0, (target - PLOT_BORDER_CM - label_cm - 0.55 - 0.35 - 0.45) / 2)
+    high_step = max(max(p.step_interval[1] if p.step_interval else p.step_ms, p.step_ms) for p in shown) * 1.08
+    unit, scale = _memory_unit(max((p.memory_bytes or 0) for p in shown))
+    memory = [p.memory_bytes / scale for p in shown if p.memory_bytes]
+    band = any(p.step_interval and p.step_interval[1] > p.step_interval[0] * 1.0005 for p in shown)
+    rows = [{"y": i + 1, "label": _label(p.label), "step": f"{p.step_ms:.6g}",
+             "low": f"{max(0.0, p.step_ms - p.step_interval[0]):.6g}" if band else None,
+             "high": f"{max(0.0, p.step_interval[1] - p.step_ms):.6g}" if band else None,
+             "memory": f"{p.memory_bytes / scale:.6g}" if p.memory_bytes else None} for i, p in enumerate(shown)]
+    left_out = [p.label for p in points[MAX_ROWS:]]
+    notes = caption(assumed, [], spec.training.steps)
+    if refused:
+        names = [label.replace(" x ", "x") for label, _ in refused]
+        notes.append(escape_text(f"{len(names)} shape{'s' if len(names) != 1 else ''} not valid for this spec, "
+                                 f"left out (the .txt table beside the figure says why): " + ", ".join(names[:8])
+                                 + (f" and {len(names) - 8} more" if len(names) > 8 else "")))
+    notes.insert(0, escape_text(f"{workers:,} workers as data x tensor x pipeline, fastest first, each at the "
+                                f"global batch of {assumed['global_batch']:,} samples"
+                                + (f"; {len(left_out)} slower shapes not drawn" if left_out else "")
+                                + ("; bars: the predicted interval" if band else "")))
+    if memory:
+        notes.append(escape_text("memory per worker: the fullest rank's parameters, gradients and optimizer state as "
+                                 "the mesh places them (its stage, 1/tensor of the split layers, 1/data with fsdp), "
+                                 "float32; activations not predicted"))
+    context = base_context(spec, "shapes plot", body_only, [], source=spec.source)
+    context.update(rows=rows, count=len(rows), axis_width=f"{axis_cm:.3f}", height=f"{max(len(rows) * ROW_CM, MIN_HEIGHT_CM):.3f}",
+                   step_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(high_step))), step_max=f"{high_step:.6g}",
+                   memory=bool(memory), memory_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(max(memory or [1]) * 1.08))),
+                   memory_max=f"{max(memory or [1]) * 1.08:.6g}", memory_unit=unit, band=band,
+                   note_width=f"{target - PLOT_BORDER_CM - 0.25:.3f}", notes=notes)
+    return environment().get_template("plot-shapes.tex.j2").render(context)
+
+
+def render_shapes_table(points: list, refused: list) -> str:
+    lines = [f"{'data x tensor x pipeline':26} {'step ms':>10} {'interval ms':>21} {'samples/s':>12} {'MiB/worker':>11}"]
+    for p in points:
+        spread = f"{p.step_interval[0]:.3f}..{p.step_interval[1]:.3f}" if p.step_interval else "-"
+        lines.append(f"{p.label:26} {p.step_ms:>10.3f} {spread:>21} {p.samples_per_s:>12,.0f} "
+                     + (f"{p.memory_bytes / 2**20:>11.3f}" if p.memory_bytes else f"{'-':>11}"))
+    lines += [f"{label:26} refused: {reason}" for label, reason in refused]
+    return "\n".join(lines) + "\n"
+
+
+def shapes_command(spec_path, calibration, sets, steps, out, link, latency_ms, formats, workers=None,
+                   width: str | None = None, echo=print, device: str | None = None) -> list:
+    width_cm(width)  # a bad width is refused before anything is simulated
+    started = time.perf_counter()
+    points, refused, spec, assumed, count = run_shapes(spec_path, calibration, sets, steps, link, latency_ms, device,
+                                                       workers)
+    out = Path(out) if out is not None else Path("figures") / f"{spec.name}-shapes"
+    table = render_shapes_table(points, refused)
+    echo(table.rstrip())
+    echo(f"simulated {len(points)} shapes in {time.perf_counter() - started:.1f} s")
+    target = width_cm(width) or COLUMN_CM
+    written = write_outputs(render_shapes(points, refused, spec, assumed, count, width), out, "predicted-shapes",
+                            formats, target_cm=target, notify=lambda line: echo(f"dtgen: warning: {line}"))
+    (out / "predicted-shapes.txt").write_text(table, encoding="utf-8")
+    return written + [out / "predicted-shapes.txt"]
