@@ -2,7 +2,7 @@
 
 Times `simulate` as a sweep point runs it (no trace kept) and as `dtgen predict` does
 (every span recorded, then the run directory written), with the illustrative costs.
-The meshes (data x tensor x pipeline of examples/mesh-2d.yaml's transformer, made 32
+The meshes (data x tensor x pipeline of examples/fsdp-tensor.yaml's transformer, made 32
 blocks of 8 heads, 16 microbatches of a global batch of 1,024) are timed without a trace
 only: 100 steps of their every collective would exceed the 3,000,000 trace events a
 prediction may write.
@@ -61,7 +61,7 @@ def main() -> None:
         print(line, flush=True)
     if args.workers != 1024:
         return
-    base = load_spec(ROOT / "examples" / "mesh-2d.yaml")
+    base = load_spec(ROOT / "examples" / "fsdp-tensor.yaml")
     base = apply_overrides(base, (f"training.model={MESH_MODEL}", "strategy.microbatches=16", "strategy.schedule=gpipe",
                                   "strategy.data_parallel=allreduce", f"training.steps={args.steps}"))
     for name, sets in MESHES:
