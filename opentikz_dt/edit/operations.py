@@ -10,6 +10,8 @@ Must not import torch.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import yaml
@@ -253,14 +255,13 @@ def set_mesh(ctx: EditContext, data: int, tensor: int, pipeline: int | None = No
     if refusal is not None:
         raise OperationRefused(("strategy", "kind"), refusal)
     given = dict(ctx.data["strategy"].get("parallelism") or {})
-    degrees = {"data": data, "tensor": tensor, "pipeline": given.get("pipeline", 1) if pipeline is None else pipeline}
-    for dim in ("pipeline", "data", "tensor"):
-        if dim == "pipeline" and degrees[dim] == 1 and "pipeline" not in given:
-            continue  # a one-stage mesh keeps leaving the dimension out
-        ctx.doc.set(STRATEGY + ("parallelism", dim), degrees[dim])
+    written = {"data": data, "tensor": tensor} | ({} if pipeline is None else {"pipeline": pipeline})
+    for dim, degree in written.items():  # a pipeline degree left out stays as it is (or out)
+        ctx.doc.set(STRATEGY + ("parallelism", dim), degree)
+    degrees = {"pipeline": 1} | given | written
     if data_parallel is not None:
         ctx.doc.set(STRATEGY + ("data_parallel",), data_parallel)
-    count = degrees["data"] * degrees["tensor"] * degrees["pipeline"]
+    count = math.prod(degrees.values())
     if count != ctx.workers:
         old = ctx.workers
         ctx.doc.set(WORKERS + ("count",), count)
