@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from ...strategies.mesh import data_method, degrees
 from ..schedule import STEPS, Sim, one_panel
-from ..spacing import allreduce_needs
-from ..topology_allreduce import allreduce_layout
+from ..topology_mesh import mesh_layout
 
 KIND = "mesh"
 # Every collective is an all-reduce box whose phase names its dimension ("tensor
@@ -27,15 +26,11 @@ TIMELINE_BOXES = ("forward", "backward", "slowdown", "allreduce", "allreduce-b",
 
 
 def layout(spec, spacing):
-    return allreduce_layout(spec, spacing)
+    return mesh_layout(spec, spacing)
 
 
 def spacing_needs(sizes):
-    return allreduce_needs(sizes)
-
-
-def flow_run(spec) -> bool:
-    return True  # the collective's bar sits right of the worker column, as native all-reduce's
+    return 0.0, 0.0  # the grid sets its own gaps (topology_mesh): colsep and rowsep are only its units
 
 
 def expected_timeline(spec, cost):

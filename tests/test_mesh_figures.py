@@ -1,0 +1,124 @@
+"""A mesh's figures (issue 23): the topology draws one grid per pipeline stage (tensor index
+across, data index down) with every dimension's groups outlined in their own colour and
+line style, hosts as boxes, bounded at 1,024 workers; the expected timeline adds the
+pipeline's microbatches and sends."""
+
+from __future__ import annotations
+
+import pytest
+
+from opentikz_dt.figures.render import render_topology
+from opentikz_dt.figures.topology import build_layout
+from opentikz_dt.spec import spec_from_data
+from opentikz_dt.strategies.mesh import groups
+
+TRANSFORMER = {"kind": "transformer", "layers": 16, "d_model": 64, "heads": 8, "seq_len": 16, "vocab": 64}
+SHAPES = {4: (2, 2, 1), 8: (2, 2, 2), 64: (4, 4, 4), 1024: (8, 8, 16)}  # workers: (data, tensor, pipeline)
+
+
+def _mesh(data: int, tensor: int, pipeline: int = 1, hosts: int = 1, **figure):
+    spec = {"strategy": {"kind": "mesh", "parallelism": {"data": data, "tensor": tensor, "pipeline": pipeline}},
+            "topology": {"workers": {"count": data * tensor * pipeline}, "hosts": hosts},
+            "training": {"model": TRANSFORMER, "dataset": {"samples": 4096}, "batch_size": 64}}
+    if figure:
+        spec["figure"] = figure
+    return spec_from_data(spec)
+
+
+def _outlines(layout, suffix: str) -> list:
+    """The drawn outlines of one dimension, as sorted 0-based rank lists of their drawn workers."""
+    out = []
+    for group in layout.groups:
+        if group.name.endswith(f"-{suffix}"):
+            out.append(sorted(int(m[1:]) - 1 for m in group.members if not m.endswith("-more")))
+    return sorted(out)
+
+
+def test_every_group_of_every_dimension_is_outlined_around_its_workers():
+    spec = _mesh(2, 2, 2)
+    layout = build_layout(spec)
+    assert _outlines(layout, "tp") == groups(spec, "tensor") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert _outlines(layout, "dp") == groups(spec, "data") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    # worker 1's pipeline group: an outline around each member, an arch from stage to stage
+    assert [g.members for g in layout.groups if g.name.endswith("-pp")] == [("w1",), ("w5",)]
+    assert [(e.src.node, e.dst.node, e.style) for e in layout.edges] == [("w1", "w5", "ppflow")]
+    styles = {g.name.rsplit("-", 1)[1]: g.style for g in layout.groups if "-" in g.name}
+    assert styles == {"tp": "tpgroup", "dp": "dpgroup", "pp": "ppgroup"}
+    # tensor across, data down, stages side by side
+    at = {n.name: (n.x, n.y) for n in layout.nodes}
+    assert at["w1"][1] == at["w2"][1] > at["w3"][1] and at["w1"][0] == at["w3"][0] < at["w2"][0] < at["w5"][0]
+    assert at["w5"][1] == at["w1"][1]
+
+
+def test_hosts_are_boxes_around_their_rows_and_a_2d_mesh_has_no_stage_or_pipeline():
+    layout = build_layout(_mesh(4, 4, 4, hosts=8))
+    hosts = {g.name: sorted(int(m[1:]) for m in g.members) for g in layout.groups if g.style == "hostbox"}
+    assert hosts["h1"] == list(range(1, 9)) and hosts["h8"] == list(range(57, 65)) and len(hosts) == 8
+    flat = build_layout(_mesh(2, 2))
+    assert not [n for n in flat.nodes if n.name.startswith("s1")] and not flat.edges
+    assert not [g for g in flat.groups if g.style in ("ppgroup", "hostbox")]
+    assert {n.name for n in flat.nodes if n.name.startswith("legend")} == {
+        "legend-tp", "legend-tp-label", "legend-dp", "legend-dp-label"}
+
+
+def _drawn(layout) -> int:
+    return len(layout.nodes) + len(layout.edges) + len(layout.groups)
+
+
+def test_1024_workers_draw_a_bounded_figure_with_a_note_of_what_is_drawn():
+    big = build_layout(_mesh(8, 8, 16))
+    assert _drawn(big) == _drawn(build_layout(_mesh(16, 8, 32))) <= 110
+    assert sum(n.style == "meshworker" for n in big.nodes) == 27  # 3 rows x 3 columns x 3 stages
+    text = render_topology(_mesh(8, 8, 16))
+    assert "(w1024)" in text and "(w500)" not in text and "(w961)" in text
+    note = next(n.text for n in big.nodes if n.name == "note")
+    assert r"drawn: 3 of 8 rows, 3 of 8 columns,\\3 of 16 stages (1,024 workers)" in note
+    narrow = build_layout(_mesh(8, 8, 16, width="column"))
+    assert sum(n.style == "meshworker" for n in narrow.nodes) == 12  # 3 rows x 2 columns x 2 stages
+
+
+def test_the_mesh_styles_are_defined_only_in_a_mesh_figure():
+    mesh = render_topology(_mesh(2, 2, 2))
+    other = render_topology(spec_from_data({"strategy": {"kind": "allreduce"}}))
+    for style in ("meshworker", "tpgroup", "dpgroup", "ppgroup", "ppflow", "legendkey"):
+        assert f"{style}/.style" in mesh and style not in other
+    assert render_topology(_mesh(8, 8, 16)) == render_topology(_mesh(8, 8, 16))  # deterministic
+
+
+def test_outlines_cross_each_other_but_a_worker_may_not_overlap_one():
+    from opentikz_dt.figures.bbox import BBox
+    from opentikz_dt.figures.checks import check_no_overlaps
+
+    row, column = BBox("w1-tp", 0, 10, 100, 30), BBox("w1-dp", 5, 0, 40, 60)
+    host = BBox("h1", -5, 5, 105, 35)
+    assert check_no_overlaps([row, column, host]) == []
+    assert check_no_overlaps([row, BBox("w9", 90, 20, 120, 40)]) == ["'w1-tp' and 'w9' overlap (100.0 pt^2)"]
+    assert check_no_overlaps([host, BBox("h2", 100, 0, 200, 40)]) != []  # two hosts still may not
+
+
+@pytest.mark.latex
+@pytest.mark.parametrize("workers", sorted(SHAPES))
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_the_mesh_compiles_clean_and_fits_one_column_with_legible_text(workers, hosts):
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import compile_pdf, pdf_page_size, pdf_words
+    from opentikz_dt.figures.fit import with_width
+
+    spec = _mesh(*SHAPES[workers], hosts=hosts)
+    assert check_figure_geometry(compile_pdf(render_topology(spec)).log) == []
+    result = compile_pdf(render_topology(with_width(spec, "column")))
+    width, _ = pdf_page_size(result.pdf)
+    assert width / 72.27 * 2.54 <= 8.5 + 0.02
+    assert min(size for _, size in pdf_words(result.pdf)) >= 6.0 - 0.05
+    assert check_figure_geometry(result.log) == []
+
+
+@pytest.mark.latex
+def test_the_overlap_check_sees_a_grid_drawn_too_tight(monkeypatch):
+    from opentikz_dt.figures import topology_mesh
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import compile_pdf
+
+    monkeypatch.setattr(topology_mesh, "COL_GAP", 0.0)
+    problems = check_figure_geometry(compile_pdf(render_topology(_mesh(2, 2, 2))).log)
+    assert "'w1' and 'w2-dp' overlap" in " ".join(problems)
