@@ -122,3 +122,33 @@ def test_the_overlap_check_sees_a_grid_drawn_too_tight(monkeypatch):
     monkeypatch.setattr(topology_mesh, "COL_GAP", 0.0)
     problems = check_figure_geometry(compile_pdf(render_topology(_mesh(2, 2, 2))).log)
     assert "'w1' and 'w2-dp' overlap" in " ".join(problems)
+
+
+def test_a_group_outline_points_at_the_degrees_in_the_edit_contract():
+    from opentikz_dt.edit.nodepaths import spec_path_of
+    from opentikz_dt.figures.names import is_node_name
+
+    spec = _mesh(2, 2, 2, hosts=2)
+    layout = build_layout(spec)
+    for name in [g.name for g in layout.groups] + [n.name for n in layout.nodes]:
+        assert is_node_name(name), name
+    for name in ("w1-tp", "w2-dp", "w5-pp", "legend-tp", "legend-pp-label"):
+        assert spec_path_of(name, spec) == ("strategy", "parallelism"), name
+    assert spec_path_of("h2", spec) == ("topology", "hosts")
+
+
+@pytest.mark.latex
+def test_the_mcp_render_tool_draws_a_mesh_topology(tmp_path):
+    import yaml
+
+    from opentikz_dt.figures.compile import compile_cached
+    from opentikz_dt.invariants import pdf_page_size_cm
+    from opentikz_dt.mcp_server import render_png
+    from opentikz_dt.spec import load_spec
+
+    path = tmp_path / "mesh.yaml"
+    path.write_text(yaml.safe_dump({"name": "mesh-3d", **{k: v for k, v in _mesh(2, 2, 2).data.items()
+                                                          if k in ("strategy", "topology", "training")}}))
+    png, size = render_png(str(path), "topology", 30)
+    width, _ = pdf_page_size_cm(compile_cached(render_topology(load_spec(path))).pdf)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and size["width_cm"] == round(width, 3)
