@@ -152,3 +152,70 @@ def test_the_mcp_render_tool_draws_a_mesh_topology(tmp_path):
     png, size = render_png(str(path), "topology", 30)
     width, _ = pdf_page_size_cm(compile_cached(render_topology(load_spec(path))).pdf)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and size["width_cm"] == round(width, 3)
+
+
+# ---------------------------------------------------------------- the expected timeline
+
+
+def _lanes(spec):
+    from opentikz_dt.figures.schedule import expected_timeline
+
+    return expected_timeline(spec).panels[0].lanes
+
+
+def test_the_pipelined_timeline_runs_the_microbatches_through_the_stages_with_their_sends():
+    spec = _mesh(2, 2, 2)
+    lanes = {lane.id: lane for lane in _lanes(spec)}
+    assert list(lanes) == [f"w{k}" for k in range(1, 9)]
+    first, last = lanes["w1"].boxes, lanes["w5"].boxes
+    assert first == lanes["w4"].boxes and last == lanes["w8"].boxes  # a stage's workers run alike
+    # 1F1B (the default): stage 1 warms up with one forward, then alternates; stage 2 alternates at once
+    order = lambda boxes: [(b.kind[0].upper(), b.label) for b in boxes if b.kind in ("forward", "backward")][:5]
+    assert order(first) == [("F", "1"), ("F", "2"), ("B", "1"), ("F", "3"), ("B", "2")]
+    assert order(last) == [("F", "1"), ("B", "1"), ("F", "2"), ("B", "2"), ("F", "3")]
+    assert last[0].kind == "wait"  # the bubble: stage 2 waits for microbatch 1
+    sends = lambda boxes: sum(b.kind == "send" for b in boxes)
+    assert sends(first) == sends(last) == 2 * 4  # per step: stage 1 sends 4 activations, stage 2 4 gradients
+    phases = {b.phase for b in first if b.kind == "allreduce"}
+    assert phases == {"tensor all-reduce", "data all-reduce"}
+    # a forward's send leaves after its tensor all-reduce and before the next forward
+    kinds = [b.kind for b in first]
+    assert kinds[kinds.index("send") - 1] == "allreduce" and kinds[kinds.index("send") - 2] == "forward"
+
+
+def test_gpipe_runs_all_forwards_first_and_fsdp_gathers_before_them():
+    spec = spec_from_data({"strategy": {"kind": "mesh", "parallelism": {"data": 2, "tensor": 2, "pipeline": 2},
+                                        "data_parallel": "fsdp"},
+                           "topology": {"workers": {"count": 8}},
+                           "training": {"model": TRANSFORMER, "dataset": {"samples": 4096}, "batch_size": 64}})
+    import dataclasses
+
+    spec = dataclasses.replace(spec, strategy=dataclasses.replace(spec.strategy, schedule="gpipe"))
+    boxes = next(lane for lane in _lanes(spec) if lane.id == "w1").boxes
+    order = [b.kind for b in boxes if b.kind in ("forward", "backward")][:8]
+    assert order == ["forward"] * 4 + ["backward"] * 4
+    assert boxes[0].phase == "data all-gather"
+    assert "data reduce-scatter" in {b.phase for b in boxes}
+
+
+def test_at_scale_one_worker_per_stage_stands_for_its_stage():
+    lanes = _lanes(_mesh(8, 8, 16))
+    assert [lane.id for lane in lanes] == ["w1", "w65", "w129", "w193-more", "w961"]
+    assert lanes[3].role == "gap" and lanes[3].hidden == 12
+    assert all(lane.boxes for lane in lanes if lane.role != "gap")
+    assert [lane.id for lane in _lanes(_mesh(2, 2))] == ["w1", "w2", "w3", "w4"]  # 2-D: as before
+
+
+@pytest.mark.latex
+@pytest.mark.parametrize("workers", [8, 64, 1024])
+def test_the_pipelined_timeline_compiles_clean_at_one_column(workers):
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import compile_pdf, pdf_words
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.figures.render import render_timeline
+
+    spec = _mesh(*SHAPES[workers])
+    for tex in (render_timeline(spec), render_timeline(with_width(spec, "column"))):
+        result = compile_pdf(tex)
+        assert check_figure_geometry(result.log) == []
+        assert min(size for _, size in pdf_words(result.pdf)) >= 6.0 - 0.05
