@@ -219,3 +219,56 @@ def test_the_pipelined_timeline_compiles_clean_at_one_column(workers):
         result = compile_pdf(tex)
         assert check_figure_geometry(result.log) == []
         assert min(size for _, size in pdf_words(result.pdf)) >= 6.0 - 0.05
+
+
+# ---------------------------------------------------------------- the measured topology
+
+
+def test_bytes_per_dimension_are_each_workers_mean_payload_per_step():
+    from opentikz_dt.figures.topology_mesh import bytes_per_dimension
+    from opentikz_dt.measured.trace import Span
+
+    def span(name, rank, step, **args):
+        return Span(rank, 1, name, 0.0, 1.0, step, f"w{rank + 1}", args)
+
+    spans = [span("allreduce", r, s, dim="tensor", bytes=100) for r in range(4) for s in (1, 2)]
+    spans += [span("allreduce", r, s, dim="data", bytes=1000) for r in range(4) for s in (1, 2) for _ in range(3)]
+    spans += [span("send", 0, s, bytes=50) for s in (1, 2)] + [span("recv", 1, s, bytes=50) for s in (1, 2)]
+    spans += [span("allreduce", 0, 1, phase="all-reduce", bytes=7)]  # a one-dimensional run's: no dim, not counted
+    assert bytes_per_dimension(spans, 4) == {"tensor": 100.0, "data": 3000.0, "pipeline": 12.5}
+
+
+def test_the_measured_legend_says_each_dimensions_bytes_and_the_workers_ranges():
+    from opentikz_dt.figures.topology_mesh import measured_legend
+
+    layout = measured_legend(_mesh(2, 2, 2), build_layout(_mesh(2, 2, 2)), {"tensor": 131072, "data": 176000},
+                             {"step_time_s": {"w1": 0.1237, "w2": 0.1584}})
+    text = {n.name: n.text for n in layout.nodes}
+    assert text["legend-tp-label"].endswith("(2 workers): 131 kB per step")
+    assert text["legend-dp-label"].endswith(": 176 kB per step")
+    assert text["legend-pp-label"].endswith(": 0 B per step")
+    assert text["note"].endswith("step time per worker 123.7-158.4 ms")
+
+
+@pytest.mark.dist
+@pytest.mark.latex
+def test_a_2x2_runs_topology_carries_its_bytes_per_dimension():
+    pytest.importorskip("torch")
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import compile_pdf
+    from opentikz_dt.figures.topology_mesh import bytes_per_dimension
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.runner.testing import run_small, small_spec_data
+    from opentikz_dt.workload import human_bytes
+
+    data = small_spec_data("mesh", topology={"workers": {"count": 4}},  # the launch test_mesh_strategy shares
+                           strategy={"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "allreduce"},
+                           training={"model": {"layers": [16, 32, 32, 32, 32, 4]}, "steps": 2})
+    run = load_run(run_small(data).run_dir)
+    per_dim = bytes_per_dimension(run.trace.spans, 4)
+    # per step: 3 tensor all-reduces of 32 x 32 fp32 values; one data all-reduce of the slice's gradients
+    assert per_dim["tensor"] == 3 * 32 * 32 * 4 and per_dim["data"] > 0
+    tex = render_annotated_topology(run)
+    assert f"(2 workers): {human_bytes(per_dim['tensor'])} per step" in tex
+    assert check_figure_geometry(compile_pdf(tex).log) == []

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from ..strategies.mesh import degrees, rank_of
 from ..texsafe import render_label
+from .memory import total_bytes
+from .names import PHASED_BOX
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .topology_common import count_text, ellipsis_node, label_macros
 from .topology_fit import NARROW_CM
@@ -210,3 +212,64 @@ def _drawn_note(spec, d: dict) -> Tex:
         lines += [("drawn: " if k == 0 else "") + ", ".join(parts[k:k + 2]) + ("," if k + 2 < len(parts) else "")
                   for k in range(0, len(parts), 2)]
     return Tex(r"\\".join(render_label(line) for line in lines))
+
+
+# ---------------------------------------------------------------- measured
+
+
+DIM_OF_LEGEND = {"legend-tp-label": "tensor", "legend-dp-label": "data", "legend-pp-label": "pipeline"}
+
+
+def bytes_per_dimension(spans, ranks: int) -> dict:
+    """{dimension: mean bytes per worker and step}: the payload of the trace's collectives
+    (allreduce spans, by their `dim`) and of the pipeline's sends (send spans; their `dim`
+    where they carry one, else pipeline), over the steps the trace holds."""
+    totals: dict = {}
+    steps = set()
+    for span in spans:
+        if span.name not in (PHASED_BOX, "send") or "bytes" not in span.args:  # the collectives, the sends
+            continue
+        dim = span.args.get("dim") or ("pipeline" if span.name == "send" else None)
+        if dim is None:
+            continue
+        totals[dim] = totals.get(dim, 0) + span.args["bytes"]
+        steps.add(span.step)
+    per = max(1, len(steps)) * max(1, ranks)
+    return {dim: total / per for dim, total in totals.items()}
+
+
+def measured_legend(spec, layout: Layout, per_dim: dict, metrics: dict | None = None) -> Layout:
+    """The legend's line of each dimension says the bytes per step its groups moved (measured
+    or predicted, per worker), and the note says what they are and the range of the workers'
+    step times and memory (metrics.json's; a grid has no room for a label per worker)."""
+    from dataclasses import replace
+
+    from ..workload import human_bytes
+
+    extra = ["bytes: a worker's mean payload per step in that dimension"]
+    times = sorted(t * 1000 for t in ((metrics or {}).get("step_time_s") or {}).values())
+    memory = sorted(total_bytes(m) for m in ((metrics or {}).get("memory") or {}).values() if isinstance(m, dict))
+    ranges = []
+    if times:
+        ranges.append(f"step time per worker {_span(times, lambda t: f'{t:.1f} ms')}")
+    if memory:
+        ranges.append(f"memory per rank {_span(memory, human_bytes)}")
+    if ranges:
+        extra.append("; ".join(ranges))
+
+    nodes = []
+    for node in layout.nodes:
+        dim = DIM_OF_LEGEND.get(node.name)
+        if dim is not None:
+            node = replace(node, text=Tex(node.text + render_label(f": {human_bytes(per_dim.get(dim, 0))} per step")))
+        elif node.name == "note":
+            node = replace(node, text=Tex(node.text + "".join(r"\\" + render_label(line) for line in extra)))
+        nodes.append(node)
+    return replace(layout, nodes=tuple(nodes))
+
+
+def _span(values: list, show) -> str:
+    """'124.0-158.4 ms' (or one value where all are alike as printed)."""
+    low, high = show(values[0]), show(values[-1])
+    return low if low == high else f"{low.rsplit(' ', 1)[0]}-{high}" if low.split(" ")[-1] == high.split(" ")[-1] \
+        else f"{low}-{high}"

@@ -21,7 +21,7 @@ from ..schedule import STEPS, Sim, one_panel
 from ..texts import label_tex, label_text, lane_text
 from ..timeline import Lane, Panel, Timeline
 from .pipeline import _pipeline_ops
-from ..topology_mesh import mesh_layout
+from ..topology_mesh import bytes_per_dimension, measured_legend, mesh_layout
 
 KIND = "mesh"
 # Every collective is an all-reduce box whose phase names its dimension ("tensor
@@ -33,6 +33,12 @@ TIMELINE_BOXES = ("forward", "backward", "slowdown", "allreduce", "allreduce-b",
 
 def layout(spec, spacing):
     return mesh_layout(spec, spacing)
+
+
+def annotate_measured(spec, layout, run):
+    """A run's topology: each dimension's legend line with its bytes per worker and step,
+    from the trace's collectives (their `dim`) and sends."""
+    return measured_legend(spec, layout, bytes_per_dimension(run.trace.spans, len(run.trace.ranks)), run.metrics)
 
 
 def spacing_needs(sizes):
