@@ -66,10 +66,9 @@ def mesh_layout(spec, sp) -> Layout:
     rows, cols = elide(d["data"], MAX_DRAWN), elide(d["tensor"], cols_drawn)
     stages = elide(d["pipeline"], stages_drawn)
     hosts = spec.topology.hosts
-    per_host = spec.topology.workers.count // hosts
 
     def host(rank: int) -> int:
-        return rank // per_host + 1
+        return spec.topology.host_of(f"w{rank + 1}")
 
     # x of each drawn column inside a grid, and the grid's width
     col_x, x = [], 0.0
