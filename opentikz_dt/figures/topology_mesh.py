@@ -85,8 +85,7 @@ def mesh_layout(spec, sp) -> Layout:
         if k:
             prev = rows[k - 1]
             boundary = hosts > 1 and (prev is None or r is None or any(
-                host(rank_of(spec, {"pipeline": s - 1, "data": prev - 1})) != host(rank_of(spec, {"pipeline": s - 1, "data": r - 1}))
-                for s in stages if s is not None))
+                host(_first(spec, s, prev, 1)) != host(_first(spec, s, r, 1)) for s in stages if s is not None))
             y -= (HOST_GAP if boundary else ROW_GAP) + (ELLIPSIS_H if prev is None else NODE_H) / 2 + h / 2
         row_y.append(y)
     host_w = _host_label_cm(spec, hosts)

@@ -1,8 +1,9 @@
-"""Figures of hybrid data x tensor parallelism (kind: mesh).
+"""Figures of hybrid parallelism on a device mesh (kind: mesh).
 
-Topology: a STAND-IN until the mesh figure is drawn (issue 23: the workers as a grid,
-each dimension's groups outlined in their own colour and style, hosts as boxes): the
-native all-reduce's figure, the workers meeting in one collective.
+Topology (figures/topology_mesh.py): one grid per pipeline stage, tensor index across and
+data index down, each dimension's groups outlined in their own colour and line style,
+hosts as boxes, a legend; bounded at 1,024 workers. A run's topology adds each
+dimension's bytes per worker and step to its legend line (annotate_measured).
 
 Expected schedule: one step as every worker runs it, each collective labelled with its
 dimension (an all-reduce box whose phase names it, e.g. "tensor all-reduce"): its slice
@@ -10,7 +11,10 @@ of the forward, its tensor group's all-reduces (`tp AR`), the backward and its t
 all-reduces, then the data dimension (`dp AR`: one gradient all-reduce; with fsdp the
 all-gather `dp AG` before the forward and the reduce-scatter `dp RS`, whole-model here
 for simplicity: the runner gathers and scatters unit by unit, overlapped with the
-passes), then the update of its slices. Must not import torch."""
+passes), then the update of its slices. With a pipeline dimension (> 1) the stages run
+their microbatches in GPipe or 1F1B order, each pass followed by its tensor all-reduce and
+its send to the neighbouring stage (`pp`), before the data dimension and the update.
+Must not import torch."""
 
 from __future__ import annotations
 
@@ -42,7 +46,9 @@ def annotate_measured(spec, layout, run):
 
 
 def spacing_needs(sizes):
-    return 0.0, 0.0  # the grid sets its own gaps (topology_mesh): colsep and rowsep are only its units
+    # The grid sets its own gaps (topology_mesh): colsep and rowsep are only the units its
+    # positions are written in, so any the spec asks for will do.
+    return 0.5, 0.5
 
 
 def expected_timeline(spec, cost):
