@@ -272,3 +272,16 @@ def test_a_2x2_runs_topology_carries_its_bytes_per_dimension():
     tex = render_annotated_topology(run)
     assert f"(2 workers): {human_bytes(per_dim['tensor'])} per step" in tex
     assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+@pytest.mark.latex
+def test_at_page_width_a_mesh_too_wide_draws_fewer_stages():
+    from opentikz_dt.figures.compile import compile_pdf, pdf_page_size
+    from opentikz_dt.figures.fit import with_width
+
+    spec = with_width(_mesh(4, 4, 4, hosts=8), "page")
+    assert [n.name for n in build_layout(spec).nodes if n.name in ("s1", "s2", "s3", "s4", "s2-more")] == [
+        "s1", "s2-more", "s4"]
+    assert len([n for n in build_layout(with_width(_mesh(4, 4, 4), "page")).nodes if n.name[:1] == "s"]) == 4
+    width, _ = pdf_page_size(compile_pdf(render_topology(spec)).pdf)
+    assert width / 72.27 * 2.54 <= 17.8 + 0.02

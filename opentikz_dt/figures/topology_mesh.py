@@ -28,7 +28,7 @@ from .memory import total_bytes
 from .names import PHASED_BOX
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .topology_common import count_text, ellipsis_node, label_macros
-from .topology_fit import NARROW_CM
+from .topology_fit import BORDER_PT, MIN_SCALE, NARROW_CM, PT_PER_CM
 from .fit import target_width_cm
 from .textwidth import text_cm
 from .texts import label_tex, label_text
@@ -64,7 +64,6 @@ def mesh_layout(spec, sp) -> Layout:
     cols_drawn, stages_drawn = max_drawn(spec)
     node_w = NODE_W  # holds "4,096" (0.64 cm of \footnotesize digits and its inner sep), the most workers a spec has
     rows, cols = elide(d["data"], MAX_DRAWN), elide(d["tensor"], cols_drawn)
-    stages = elide(d["pipeline"], stages_drawn)
     hosts = spec.topology.hosts
 
     def host(rank: int) -> int:
@@ -85,16 +84,17 @@ def mesh_layout(spec, sp) -> Layout:
         if k:
             prev = rows[k - 1]
             boundary = hosts > 1 and (prev is None or r is None or any(
-                host(_first(spec, s, prev, 1)) != host(_first(spec, s, r, 1)) for s in stages if s is not None))
+                host(_first(spec, s, prev, 1)) != host(_first(spec, s, r, 1)) for s in range(1, d["pipeline"] + 1)))
             y -= (HOST_GAP if boundary else ROW_GAP) + (ELLIPSIS_H if prev is None else NODE_H) / 2 + h / 2
         row_y.append(y)
     host_w = _host_label_cm(spec, hosts)
-    stage_x, x = [], host_w
-    for k, s in enumerate(stages):
-        if k:  # a grid's host labels sit in the gap left of it (the ellipsis has none)
-            gap = ELLIPSIS_GAP if s is None or stages[k - 1] is None else STAGE_GAP
-            x += gap + (ELLIPSIS_W if stages[k - 1] is None else grid_w) + (0.0 if s is None else host_w)
-        stage_x.append(x)
+    stages = elide(d["pipeline"], stages_drawn)
+    width = target_width_cm(spec)
+    while width is not None and stages_drawn > NARROW_DRAWN and \
+            _stage_xs(stages, grid_w, host_w)[-1] + grid_w + HOST_PAD > (width - 2 * BORDER_PT / PT_PER_CM) / MIN_SCALE:
+        stages_drawn -= 1  # a target width the grids would not fit even at the smallest scale: fewer stages
+        stages = elide(d["pipeline"], stages_drawn)
+    stage_x = _stage_xs(stages, grid_w, host_w)
 
     nodes, groups, edges = [], [], []
     outline_members: dict[tuple, list] = {}  # (dimension, first rank) -> drawn member names
@@ -140,10 +140,22 @@ def mesh_layout(spec, sp) -> Layout:
         for a, b in zip(chain, chain[1:]):
             edges.append(Edge(Port(a, "north"), Port(b, "north"), "ppflow", route="arch", dx=ARCH_H))
     under = row_y[-1] - (TITLE_DROP + 0.55 if d["pipeline"] > 1 else NODE_H / 2 + HOST_PAD + 0.45)
-    nodes += _legend(spec, d, stage_x[0], under)
+    nodes += _legend(spec, d, stage_x[0], under, {"data": rows, "tensor": cols, "pipeline": stages})
     macros = label_macros(spec, [])
     return Layout(title=Tex(r"\titlelabel"), colsep=sp.colsep, rowsep=sp.rowsep, nodes=tuple(nodes),
                   edges=tuple(edges), groups=tuple(groups), macros=macros, notes=(), styles=MESH_STYLES)
+
+
+def _stage_xs(stages: list, grid_w: float, host_w: float) -> list:
+    """x (cm) of each stage slot's left edge: grids side by side, each with its hosts' labels
+    in the gap left of it (the ellipsis standing for elided stages has none)."""
+    out, x = [], host_w
+    for k, s in enumerate(stages):
+        if k:
+            gap = ELLIPSIS_GAP if s is None or stages[k - 1] is None else STAGE_GAP
+            x += gap + (ELLIPSIS_W if stages[k - 1] is None else grid_w) + (0.0 if s is None else host_w)
+        out.append(x)
+    return out
 
 
 def _host_label_cm(spec, hosts: int) -> float:
@@ -171,7 +183,7 @@ def _hosts(spec, members: dict, hosts: int) -> list:
     return out
 
 
-def _legend(spec, d: dict, x: float, y: float) -> list:
+def _legend(spec, d: dict, x: float, y: float, drawn: dict) -> list:
     """The outline styles, one per line under the grids (the dimensions that are > 1), and
     what is drawn when some are left out."""
     inside = ", inside a host" if spec.topology.hosts > 1 else ""
@@ -189,19 +201,18 @@ def _legend(spec, d: dict, x: float, y: float) -> list:
         nodes.append(Node(f"{name}-label", kind="text", text=Tex(render_label(texts[dim])),
                           rel=f"right=0.15cm of {name}"))
         above = name
-    note = _drawn_note(spec, d)
+    note = _drawn_note(spec, d, drawn)
     if note and above:
         nodes.append(Node("note", kind="text", text=note,
                           rel=f"below=0.2cm of {above}.south west, anchor=north west"))
     return nodes
 
 
-def _drawn_note(spec, d: dict) -> Tex:
-    """What the numbers are and, at scale, how much is drawn (two lines at most)."""
-    cols, stages = max_drawn(spec)
+def _drawn_note(spec, d: dict, drawn: dict) -> Tex:
+    """What the numbers are and, at scale, how much is drawn (two parts a line)."""
     parts = []
-    for dim, limit, noun in (("data", MAX_DRAWN, "rows"), ("tensor", cols, "columns"), ("pipeline", stages, "stages")):
-        shown = len([k for k in elide(d[dim], limit) if k is not None])
+    for dim, noun in (("data", "rows"), ("tensor", "columns"), ("pipeline", "stages")):
+        shown = len([k for k in drawn[dim] if k is not None])
         if shown < d[dim]:
             parts.append(f"{shown} of {count_text(d[dim])} {noun}")
     lines = ["box k: worker k (rank k-1), as the spec places it"]
