@@ -80,7 +80,7 @@ class Group:
     members: tuple
     style: str  # hostbox | psbox
     label: Tex = Tex("")
-    label_side: str = "north west"  # corner of the box the label sits in
+    label_side: str = "north west"  # corner of the box the label sits in; "west": beside the box, left of it
     label_dx: float = 0.0  # cm right of that corner (clear of a line that runs down the box's edge)
 
 
@@ -106,6 +106,7 @@ class Layout:
     # Groups drawn on the background before the edges (host boxes), or around all (workers).
     macros: dict = field(default_factory=dict)  # parameter macro name -> Tex value
     notes: tuple = ()  # Tex comment lines: gaps widened beyond the spec's colsep / rowsep
+    styles: tuple = ()  # extra styles the picture defines (the mesh's outlines); none for the others
 
     def names(self) -> list[str]:
         """Every named node the picture defines (the geometry probe reports these)."""

@@ -157,7 +157,7 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None,
     context.update(
         colsep=layout.colsep, rowsep=layout.rowsep, spacing_notes=layout.notes, labels=layout.macros,
         worker_macros=[(k, v) for k, v in layout.macros.items() if WORKER_LABEL_MACRO.match(k)],
-        nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces,
+        nodes=layout.nodes, edges=layout.edges, groups=layout.groups, braces=layout.braces, styles=layout.styles,
         **fit_context(spec, layout),
         at=_at(layout), port=_port, facing={"below": "south", "above": "north"},
         opposite={"below": "above", "above": "below"},

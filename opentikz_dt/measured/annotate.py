@@ -143,8 +143,10 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     text = Tex("\\\\".join(escape_text(line) for line in lines))
     # Hung below the strategy's bottom note, or below the lowest worker's label (a server's note
     # hangs beside the server instead): however many lines it has.
-    below = "note" if own and not own[0].rel else min((n for n in nodes if _WORKER.match(n.name) and n.label and not n.rel),
-                                   key=lambda n: (n.y, -n.x)).name + "-label"
+    labelled_workers = [n for n in nodes if _WORKER.match(n.name) and n.label and not n.rel]
+    # (a layout without labelled worker icons, a mesh's grid: below its note wherever it hangs)
+    below = "note" if own and (not own[0].rel or not labelled_workers) else \
+        min(labelled_workers, key=lambda n: (n.y, -n.x)).name + "-label"
     gap = "6pt"
     host = next((g for g in layout.groups if below in g.members), None)
     if host is not None:  # clear of the host box around that label: below its lowest point, past its padding
@@ -451,6 +453,7 @@ def render_annotated_topology(run: Run, body_only: bool = False) -> str:
                                  ranks=run.info.get("ranks"))
     layout = measured_hosts(spec, annotation.layout, run.info.get("ranks") or [], wrap=fitted(spec))
     layout = _built_model_shards(layout, run)
+    layout = plugin_of(spec).annotate_measured(spec, layout, run)
     return render_topology(spec, body_only=body_only, layout=layout, note=_built_model_note(run))
 
 

@@ -215,6 +215,14 @@ def _tensor_rules(spec, degree: int):
             return
 
 
+def node_spec_path(node: str, parts: list[str]) -> tuple | None:
+    """The topology's group outlines (w5-tp, w5-dp, w5-pp: the group whose first drawn member
+    is w5) and its legend come from the degrees (figures/topology_mesh.py)."""
+    if (len(parts) == 2 and parts[1] in ("tp", "dp", "pp")) or parts[0] == "legend":
+        return ("strategy", "parallelism")
+    return None
+
+
 def expected_memory(spec, sizes) -> list:
     """Each rank holds its pipeline stage's tensors (the blocks workload.stage_bounds gives
     the stage, the last stage a copy of a tied weight), 1/tensor of the split ones (kind

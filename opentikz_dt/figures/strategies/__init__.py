@@ -49,6 +49,10 @@ Lanes (expected and measured timelines, measured footer)
       The text of the row standing for `hidden` lanes not drawn.
 
 Measured figures (measured/)
+  annotate_measured(spec, layout, run) -> model.Layout            default the layout as given
+      A run's topology after measured/annotate.py's bytes and step times: what only this
+      strategy shows of a run (a mesh: bytes per step of each dimension in its legend).
+      `run` is measured.run.Run (its trace, metrics and info).
   PIPELINED: bool                                                 default False
       The workers are the stages of one model passing microbatches along: forward and
       backward boxes are labelled with their microbatch, idle time is drawn as the
