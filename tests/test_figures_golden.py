@@ -14,7 +14,7 @@ from opentikz_dt.figures.render import render_timeline, render_topology
 from opentikz_dt.spec import load_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-CASES = ["ps-sync", "ps-sharded", "allreduce-ring", "pipeline-1f1b", "gossip", "mesh-2d"]
+CASES = ["ps-sync", "ps-sharded", "allreduce-ring", "pipeline-1f1b", "gossip", "fsdp-tensor"]
 
 
 @pytest.mark.parametrize("kind", ["topology", "timeline"])
