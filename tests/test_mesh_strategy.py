@@ -176,6 +176,13 @@ def test_a_2x2x2_run_traces_every_collective_and_pipeline_send_with_its_dimensio
         assert found[("send", "pipeline", None, None, sends)] == microbatches
         assert found[("recv", "pipeline", None, None, recvs)] == microbatches
         assert not found[("send", "pipeline", None, None, recvs)] and not found[("recv", "pipeline", None, None, sends)]
+        # payloads, for the measured topology's bytes per dimension: a microbatch's activations
+        # (or their gradients: the same shape) and the tied embedding's gradient
+        d, batch = TINY_TRANSFORMER["d_model"], 8 // microbatches  # a microbatch of a replica's batch_size
+        assert {s.args["bytes"] for s in mine if s.name == "send"} == {4 * batch * TINY_TRANSFORMER["seq_len"] * d}
+        shards = 2 if method == "fsdp" else 1  # FSDP sums the two stages' matching shards
+        assert [s.args["bytes"] for s in mine if s.args.get("phase") == "tied"] == [
+            4 * TINY_TRANSFORMER["vocab"] * d // shards]
         if method == "allreduce":
             assert found[("allreduce", "data", "all-reduce", "backward", None)] == 1
         else:

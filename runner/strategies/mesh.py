@@ -270,8 +270,10 @@ class _TiedSum:
     def __call__(self, step: int) -> None:
         if not self.tensors:
             return
+        grads = [_local_tensor(t.grad) for t in self.tensors]
+        nbytes = sum(g.numel() * g.element_size() for g in grads)
         with self.ctx.tracer.span("allreduce", tid="comm", step=step, algorithm="native", phase="tied", chunk=0,
-                                  dim="pipeline"):
+                                  dim="pipeline", bytes=nbytes):
             for t in self.tensors:
                 dist.all_reduce(_local_tensor(t.grad), group=self.group)
 

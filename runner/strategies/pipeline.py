@@ -217,8 +217,10 @@ class _StageTrace:
             start = perf_counter_ns()
             ops = original(mb, *args, **kwargs)
             if sends:
+                # the payload: the activations (or their gradients) the ops carry
+                nbytes = sum(op.tensor.numel() * op.tensor.element_size() for op in ops or () if hasattr(op, "tensor"))
                 self.tracer.add_span("send", start, perf_counter_ns(), self.step, tid="comm", mb=mb,
-                                     stage=self.stage_no, direction=direction, **self.span_args)
+                                     stage=self.stage_no, direction=direction, bytes=nbytes, **self.span_args)
             return ops
 
         setattr(stage, method, traced)

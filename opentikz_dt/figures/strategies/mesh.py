@@ -209,7 +209,8 @@ def _schedule(spec, cost) -> tuple[Sim, float]:
 
 
 def run_name(spec) -> str:
-    return "data x tensor mesh"
+    d = degrees(spec)
+    return " x ".join(dim for dim in ("pipeline", "data", "tensor") if d[dim] > 1 or dim != "pipeline") + " mesh"
 
 
 def table_name(spec) -> str:
