@@ -99,9 +99,14 @@ SYNC_CASES = {
                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}}}, 2),
     "mesh-fsdp-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "fsdp"}}, 2),
-    # dp 2: 2 replicas of a 2-stage pipeline, each replica's slice in 4 microbatches (1f1b)
+    # dp 2: the 2 x 2 mesh's rows summed by dtgen's tree over each data group
+    "mesh-tree-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
+                                  "strategy": {"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "tree"}}, 2),
+    # dp 2: 2 replicas of a 2-stage pipeline, each replica's slice in 4 microbatches (1f1b),
+    # each stage's replicas summed by dtgen's ring
     "mesh-data-pipeline": ("mesh", {"topology": {"workers": {"count": 4}},
-                                    "strategy": {"parallelism": {"pipeline": 2, "data": 2}, "microbatches": 4}}, 2),
+                                    "strategy": {"parallelism": {"pipeline": 2, "data": 2}, "microbatches": 4,
+                                                 "data_parallel": "ring"}}, 2),
     # dp 2: 2 stages x 2 replicas x 2 tensor columns (8 ranks); the mlp's colwise/rowwise pair
     # on the first stage, its last layer whole on the second; the replicas FSDP-sharded
     "mesh-3d": ("mesh", {"topology": {"workers": {"count": 8}},

@@ -230,3 +230,28 @@ def test_more_workers_grow_the_data_degree_and_a_spec_of_over_64_takes_overrides
     # does not read it: an override of such a spec is resolved again, not refused
     big = load_spec(spec_file(MESH_YAML.replace("data: 4", "data: 64").replace("count: 8", "count: 128")))
     assert apply_overrides(big, ("training.steps=4",)).training.steps == 4
+
+
+@pytest.mark.parametrize("method", ["allreduce", "ring", "tree"])
+def test_a_data_group_all_reduces_by_its_method_cost_form(method):
+    """data 4 x tensor 1, messages only: gloo's all-reduce as the collective's cost form,
+    dtgen's ring as 2(n-1) hops of a 1/n segment, its tree as a reduce up and a broadcast
+    down of ceil(log2 n) levels, each parent's link shared by its 2 children."""
+    import math
+
+    spec = _mesh(1, 4, 1, data_parallel=method)
+    cal = illustrative_calibration(spec)
+    for block in cal.data["compute"]["blocks"]:
+        block["forward"], block["backward"] = [0.0, 0.0], [0.0, 0.0]
+    cal.data["compute"].update(optimizer=[0.0, 0.0], add_per_param_s=0.0)
+    alpha, beta, p2p_alpha = 1e-4, 1e-8, 3e-4  # dtgen's ring and tree send point-to-point messages
+    for kind, v in cal.data["comm"].items():
+        v.update(alpha_s=p2p_alpha if kind == "p2p" else alpha, beta_s_per_byte=beta)
+    result = simulate(spec, Costs(cal, spec), steps=2)
+    spans = _spans(result, step=1, name="allreduce")
+    assert {e["args"]["algorithm"] for e in spans} == {"native" if method == "allreduce" else method}
+    nbytes, n = spans[0]["args"]["bytes"], 4
+    closed = {"allreduce": 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta,
+              "ring": 2 * (n - 1) * (p2p_alpha + nbytes / n * beta),
+              "tree": 2 * math.ceil(math.log2(n)) * (p2p_alpha + 2 * nbytes * beta)}[method]
+    assert {round(e["dur"] / 1e6, 12) for e in spans} == {round(closed, 12)}

@@ -13,6 +13,8 @@ ranks, outermost first.
 
   allreduce  every rank all-reduces its gradient slices with the ranks holding the same
              slices of the same stage in the other replicas (DDP-like replicate x tensor)
+  ring, tree the same sum by dtgen's own ring or binary tree over point-to-point messages
+             (kind allreduce's algorithms, traced hop by hop), over each data group
   fsdp       FSDP2 shards the tensor-split parameters again over the replicas
              (fully_shard(mesh=the data sub-mesh) after parallelize_module: torchtitan's
              FSDP x TP; with pipeline stages, FSDP x TP x PP)
@@ -20,7 +22,7 @@ ranks, outermost first.
     strategy:
       kind: mesh
       parallelism: {pipeline: 2, data: 2, tensor: 2}   # degrees; product = workers
-      data_parallel: fsdp                 # allreduce (default) | fsdp
+      data_parallel: fsdp                 # allreduce (default) | ring | tree | fsdp
       microbatches: 4                     # per data replica and step (pipeline above 1)
 
 Why a kind of its own and not a top-level `parallelism:` block: the layout is what the
@@ -47,7 +49,9 @@ STRATEGY = Strategy(KIND, "Hybrid data x tensor x pipeline parallel training",
                     options=("parallelism", "data_parallel", "plan"), workers=(2, None), default_workers=4, order=90)
 
 DIMENSIONS = ("pipeline", "data", "tensor")  # outermost first (ranks: the last varies fastest)
-DATA_METHODS = ("allreduce", "fsdp")  # the data-parallel methods the runner composes with tensor
+# the data-parallel methods the runner composes with the other dimensions: gloo's all-reduce,
+# dtgen's ring and tree (kind allreduce's, over each data group), FSDP2
+DATA_METHODS = ("allreduce", "ring", "tree", "fsdp")
 DEFAULT_DATA_METHOD = "allreduce"
 # Why the other data-parallel kinds do not combine (one line each, named by the rules).
 REFUSED_METHODS = {
@@ -110,7 +114,8 @@ def title(block: dict) -> str:
     given = block.get("parallelism") or {}
     shown = [dim for dim in DIMENSIONS if dim != "pipeline" or int(given.get(dim, 1)) > 1]
     shape = " x ".join(f"{given.get(dim, 1)} {dim}" for dim in shown)
-    method = "FSDP" if block.get("data_parallel") == "fsdp" else "all-reduce"
+    method = {"fsdp": "FSDP", "ring": "ring all-reduce", "tree": "tree all-reduce"}.get(block.get("data_parallel"),
+                                                                                     "all-reduce")
     return f"Hybrid parallel training ({shape}; {method} across data)"
 
 
@@ -157,7 +162,7 @@ def rules(spec, model_blocks):
     method = data_method(spec)
     if method in REFUSED_METHODS:
         yield ("strategy", "data_parallel"), (f"{method} does not combine with tensor parallelism: "
-                                              f"{REFUSED_METHODS[method]} (use {' or '.join(DATA_METHODS)})")
+                                              f"{REFUSED_METHODS[method]} (use {', '.join(DATA_METHODS[:-1])} or {DATA_METHODS[-1]})")
     hosts = spec.topology.hosts
     if hosts > 1 and workers % hosts == 0 and (workers // hosts) % d["tensor"]:
         yield ("topology", "hosts"), (f"{workers // hosts} workers per host do not hold whole tensor groups of "

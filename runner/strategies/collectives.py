@@ -2,7 +2,10 @@
 
 Each function sums `flat` (a contiguous 1-D tensor) in place over the global ranks in
 `ranks`, the calling rank being one of them. Spans go on the comm thread as
-`allreduce` with args algorithm, phase and chunk (runner-interface.md).
+`allreduce` with args algorithm, phase and chunk (runner-interface.md), and any
+`span_args` the caller adds (a mesh's data groups: dim=data); with `payload`, each hop's
+or chunk's span also carries the bytes of the segment or chunk it moved (a mesh's
+measured topology sums them per dimension).
 Receives are always posted before sends are waited on (gloo sends block until the
 matching receive exists).
 """
@@ -34,7 +37,8 @@ PIECE_ELEMS = 1 << 20  # ring pipelining granularity within a hop: 4 MiB of floa
 MAX_PIECES = 4
 
 
-def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> None:
+def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int, payload: bool = False,
+                    **span_args) -> None:
     """Reduce-scatter then all-gather around the ring (one segment of 1/n per hop).
 
     Each hop's segment travels in pieces (contiguous views, no copies), and a piece is
@@ -56,6 +60,7 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     me = ranks.index(ctx.rank)
     nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]
     segs = torch.tensor_split(flat, n)
+    moved = {"bytes": segs[0].numel() * flat.element_size()} if payload else {}
     npieces = max(1, min(MAX_PIECES, segs[0].numel() // PIECE_ELEMS))
     pieces = [torch.tensor_split(seg, npieces) for seg in segs]
     tmp = [[t[:p.numel()] for t, p in zip(torch.tensor_split(_scratch(f"ring{i}", segs[0].numel(), flat), npieces),
@@ -89,14 +94,14 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
                 # The first piece comes only once the previous rank finished its backward:
                 # until then this rank waits for a peer, it does not reduce.
                 t1 = perf_counter_ns()
-                record("wait", comm_tid, t0, t1, step, {})
+                record("wait", comm_tid, t0, t1, step, dict(span_args))
                 t0 = t1
             mine[k].add_(buf[k][:mine[k].numel()])
             sends.append(isend(mine[k], nxt, tag=tag(phase, nhop, k)))
         recvs = ahead
         if traced:
             record("allreduce", comm_tid, t0, perf_counter_ns(), step,
-                   {"algorithm": "ring", "phase": "reduce-scatter", "chunk": hop})
+                   {"algorithm": "ring", "phase": "reduce-scatter", "chunk": hop, **moved, **span_args})
     # All-gather receives overwrite segments this rank sent during reduce-scatter: those
     # sends are complete once the next rank has them (it receives one hop ahead), so wait
     # for them, keeping only the sends of the segment just reduced, then post every receive.
@@ -107,7 +112,7 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     for w in sends[:-keep]:
         w.wait()
     if traced:
-        record("wait", comm_tid, t0, perf_counter_ns(), step, {})
+        record("wait", comm_tid, t0, perf_counter_ns(), step, dict(span_args))
     sends = sends[-keep:]
     gathers = [[irecv(pieces[(me - hop) % n][k], prv, tag=tag(1, hop, k)) for k in range(npieces)]
                for hop in range(n - 1)]
@@ -121,12 +126,12 @@ def ring_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
                 sends.append(isend(mine[k], nxt, tag=tag(1, hop + 1, k)))
         if traced:
             record("allreduce", comm_tid, t0, perf_counter_ns(), step,
-                   {"algorithm": "ring", "phase": "all-gather", "chunk": hop})
+                   {"algorithm": "ring", "phase": "all-gather", "chunk": hop, **moved, **span_args})
     t0 = perf_counter_ns()
     for w in sends:  # the next rank receiving the last segments
         w.wait()
     if traced:
-        record("wait", comm_tid, t0, perf_counter_ns(), step, {})
+        record("wait", comm_tid, t0, perf_counter_ns(), step, dict(span_args))
 
 
 TREE_CHUNK_ELEMS = 1 << 19  # tree pipelining granularity: 2 MiB of float32
@@ -138,7 +143,8 @@ CHUNK_ELEMS = 1 << 18  # tree pipelining granularity: 1 MiB of float32
 MAX_CHUNKS = 64
 
 
-def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> None:
+def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int, payload: bool = False,
+                    **span_args) -> None:
     """Binary-tree reduce to ranks[0], then broadcast back, pipelined over chunks.
 
     The wait for the children's first chunk (a child may still be in its backward pass, or
@@ -159,6 +165,7 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
     children = [ranks[c] for c in (2 * me + 1, 2 * me + 2) if c < n]
     nchunks = max(1, min(MAX_CHUNKS, -(-flat.numel() // CHUNK_ELEMS)))
     chunks = list(torch.tensor_split(flat, nchunks))
+    moved = {"bytes": chunks[0].numel() * flat.element_size()} if payload else {}
     comm, tracer = ctx.comm, ctx.tracer
     # Reduce: all receives from the children up front, then add and forward chunk by chunk.
     bufs = {c: _scratch(f"tree{i}", flat.numel(), flat) for i, c in enumerate(children)}
@@ -176,7 +183,7 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
             w.wait()
         t1 = perf_counter_ns()
         if traced and works:
-            record("wait", comm_tid, t0, t1, step, {"algorithm": "tree", "phase": phase})
+            record("wait", comm_tid, t0, t1, step, {"algorithm": "tree", "phase": phase, **span_args})
         return t1
 
     arrived = first_arrival([recvs[c][0] for c in children], "reduce")
@@ -190,7 +197,7 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
             sends.append(comm.isend(chunks[k], parent, tag=k))
         if traced:
             record("allreduce", comm_tid, t0, perf_counter_ns(), step,
-                   {"algorithm": "tree", "phase": "reduce", "chunk": k})
+                   {"algorithm": "tree", "phase": "reduce", "chunk": k, **moved, **span_args})
     # Broadcast: receive each chunk from the parent and pass it down at once.
     down = [comm.irecv(chunks[k], parent, tag=_BCAST_TAG + k) for k in range(nchunks)] if parent is not None else []
     arrived = first_arrival(down[:1], "broadcast")
@@ -201,8 +208,8 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int) -> Non
         sends += [comm.isend(chunks[k], c, tag=_BCAST_TAG + k) for c in children]
         if traced:
             record("allreduce", comm_tid, t0, perf_counter_ns(), step,
-                   {"algorithm": "tree", "phase": "broadcast", "chunk": k})
-    with tracer.span("wait", tid="comm", step=step):  # the children receiving the last chunks
+                   {"algorithm": "tree", "phase": "broadcast", "chunk": k, **moved, **span_args})
+    with tracer.span("wait", tid="comm", step=step, **span_args):  # the children receiving the last chunks
         for w in sends:
             w.wait()
 

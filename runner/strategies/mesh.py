@@ -67,9 +67,9 @@ import torch
 import torch.distributed as dist
 
 from ...errors import InputError
-from ...strategies.mesh import data_method, degrees, rank_of
+from ...strategies.mesh import data_method, degrees, groups, rank_of
 from ..trace import TIDS
-from . import fsdp, pipeline, tensor
+from . import collectives, fsdp, pipeline, tensor
 
 KIND = "mesh"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 DIMS = ("pipeline", "data", "tensor")  # the mesh's dimensions, outermost first
@@ -137,7 +137,9 @@ def train(ctx) -> None:
 
     stepper = ctx.stepper(opt, params, norm_params=counted, reduce_sq=reduce_sq)
     trace = tensor._CollectiveTrace(ctx, model, plan, workers=columns, dim="tensor")
-    average = None if sharded or rows == 1 else _GradientAverage(ctx, params, data_mesh.get_group())
+    method = data_method(spec)
+    mine = next(g for g in groups(spec, "data") if ctx.rank in g)
+    average = None if sharded or rows == 1 else _GradientAverage(ctx, params, data_mesh.get_group(), method, mine)
     tied = _TiedSum(ctx, model, tied_names, stage_no, stages, pipe_mesh) if tied_names else None
 
     def drop_grads():
@@ -306,24 +308,30 @@ def _counted_here(p, coords: dict) -> bool:
 
 
 class _GradientAverage:
-    """data_parallel: allreduce: the column's ranks hold the same slices of different
-    replicas; one all-reduce of all their local gradients (one flat buffer), divided by
-    the rows, gives each the global batch's mean gradient."""
+    """data_parallel allreduce, ring or tree: the data group's ranks hold the same slices of
+    different replicas; one all-reduce of all their local gradients (one flat buffer),
+    divided by the replicas, gives each the global batch's mean gradient. allreduce is
+    gloo's own (one span); ring and tree are dtgen's (runner/strategies/collectives.py,
+    traced hop by hop, as kind allreduce's), over the group's global ranks."""
 
-    def __init__(self, ctx, params, group):
-        self.ctx, self.params, self.group = ctx, params, group
+    def __init__(self, ctx, params, group, method: str, ranks: list[int]):
+        self.ctx, self.params, self.group, self.ranks = ctx, params, group, ranks
         self.rows = dist.get_world_size(group)
+        self.reduce = {"ring": collectives.ring_all_reduce, "tree": collectives.tree_all_reduce}.get(method)
 
     def __call__(self, step: int) -> None:
         grads = [_local_tensor(p.grad) for p in self.params if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
         nbytes = flat.numel() * flat.element_size()
-        t0 = perf_counter_ns()
-        dist.all_reduce(flat, group=self.group)
-        if self.ctx.tracer.enabled_for(step):
-            self.ctx.tracer._record("allreduce", TIDS["comm"], t0, perf_counter_ns(), step,
-                                    {"algorithm": "native", "phase": "all-reduce", "dim": "data", "bytes": nbytes,
-                                     "pass": "backward"})
+        if self.reduce is not None:
+            self.reduce(self.ctx, flat, self.ranks, step, payload=True, dim="data", **{"pass": "backward"})
+        else:
+            t0 = perf_counter_ns()
+            dist.all_reduce(flat, group=self.group)
+            if self.ctx.tracer.enabled_for(step):
+                self.ctx.tracer._record("allreduce", TIDS["comm"], t0, perf_counter_ns(), step,
+                                        {"algorithm": "native", "phase": "all-reduce", "dim": "data", "bytes": nbytes,
+                                         "pass": "backward"})
         moved = nbytes * 2 * (self.rows - 1) // self.rows
         self.ctx.metrics.add_bytes(sent=moved, recv=moved)
         flat.div_(self.rows)

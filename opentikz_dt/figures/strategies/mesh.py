@@ -210,7 +210,7 @@ def _schedule(spec, cost) -> tuple[Sim, float]:
 
 def run_name(spec) -> str:
     d = degrees(spec)
-    return " x ".join(dim for dim in ("pipeline", "data", "tensor") if d[dim] > 1 or dim != "pipeline") + " mesh"
+    return " x ".join(dim for dim in ("pipeline", "data", "tensor") if d[dim] > 1) + " mesh"
 
 
 def table_name(spec) -> str:

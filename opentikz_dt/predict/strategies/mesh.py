@@ -39,6 +39,7 @@ from ...memory import model_sizes
 from ...strategies.mesh import data_method, degrees, stage_slices
 from ...workload import model_section, tensor_plan
 from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
+from .allreduce import ring_cost, tree_pass
 from .pipeline import SEND_US, _schedule
 
 KIND = "mesh"
@@ -163,6 +164,17 @@ def _programs(spec, c, lo: int, hi: int, rows: float, active: float, tp: int) ->
     return out[0], out[1]
 
 
+def _data_allreduce(c, method: str, nbytes: float, n: int) -> float:
+    """A data group's gradient all-reduce, µs: gloo's (the collective's fitted cost), or
+    dtgen's ring or tree over point-to-point messages (kind allreduce's cost forms), drawn
+    as one span from the group's last arrival."""
+    if method == "ring":
+        return ring_cost(c, nbytes, n)
+    if method == "tree":
+        return 2 * tree_pass(c, nbytes, n)
+    return c.allreduce(nbytes, n)
+
+
 def _stage_sizes(sim, spec, bounds: list) -> tuple[list, list]:
     """(values one tensor rank of each stage holds before data sharding, tensors per stage)."""
     p = len(bounds) - 1
@@ -192,7 +204,8 @@ def simulate_steps(sim, steps: int) -> None:
     slices, stage_tensors = _stage_sizes(sim, spec, bounds)
     updated = [-(-v // dp) for v in slices] if sharded else slices
     tied = 4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec)) if pp > 1 else 0
-    algorithm = "fsdp" if sharded else "native"
+    method = data_method(spec)
+    algorithm = {"fsdp": "fsdp", "ring": "ring", "tree": "tree"}.get(method, "native")
     slow = sim.slow
     uniform = all(v == 1.0 for v in slow)
     record = rec.record
@@ -299,7 +312,7 @@ def simulate_steps(sim, steps: int) -> None:
             for s in range(pp):
                 nbytes = 4 * slices[s]
                 phase, cost = (("reduce-scatter", c.allreduce(nbytes, dp) / 2) if sharded
-                               else ("all-reduce", c.allreduce(nbytes, dp)))
+                               else ("all-reduce", _data_allreduce(c, method, nbytes, dp)))
                 collectives(s, d_groups, free[s], step, nbytes, cost, phase, "data", "backward")
         for s in range(pp):
             o = c.optimizer(updated[s], stage_tensors[s], active)
