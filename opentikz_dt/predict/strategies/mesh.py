@@ -34,6 +34,8 @@ bounds what a rank-step costs. Must not import torch.
 
 from __future__ import annotations
 
+import statistics
+
 from ...errors import DtgenError
 from ...memory import model_sizes
 from ...strategies.mesh import data_method, degrees, stage_slices
@@ -162,6 +164,64 @@ def _programs(spec, c, lo: int, hi: int, rows: float, active: float, tp: int) ->
         program.append((acc, 0, ""))
         out.append(program)
     return out[0], out[1]
+
+
+# ---------------------------------------------------------------- fits of a mesh run
+
+
+def fit_compute(fit) -> tuple[list, list]:
+    """Per unit, forward and backward µs per sample of the WHOLE unit on one worker, as
+    _programs reads them: per stage, the mean forward (backward) chunk of its ranks less
+    the tensor all-reduces it waited for, which ran `rows` samples through the stage's
+    units, the split pieces 1/tensor of them; spread over the units by FLOPs."""
+    spec, events = fit.spec, fit.run.trace.events
+    d = degrees(spec)
+    first = fit.run.trace.steps[0] if fit.run.trace.steps else 0
+    rows = spec.training.batch_size / _microbatches(spec)
+    bounds = stage_units(spec, d["pipeline"])
+    pieces = _unit_pieces(spec, len(fit.blocks))
+    chunks: dict = {}  # (stage, pass) -> [compute µs of each chunk]
+    by_rank: dict = {}
+    for e in events:
+        if e["args"].get("step") != first and e.get("ph", "X") == "X":
+            by_rank.setdefault(e["pid"], []).append(e)
+    for rank, mine in by_rank.items():
+        stage = rank // (d["data"] * d["tensor"])
+        waits = [e for e in mine if e["name"] == "allreduce" and e["args"].get("dim") == "tensor"]
+        for e in mine:
+            if e["name"] in ("forward", "backward"):
+                inside = sum(w["dur"] for w in waits if e["ts"] <= w["ts"] < e["ts"] + e["dur"])
+                chunks.setdefault((stage, e["name"]), []).append(max(e["dur"] / 4, e["dur"] - inside))
+    fwd_us, bwd_us = [0.0] * len(fit.blocks), [0.0] * len(fit.blocks)
+    for stage in range(d["pipeline"]):
+        lo, hi = bounds[stage], bounds[stage + 1]
+        # a unit's share of the stage's chunk: its FLOPs, 1/tensor of the pieces the group splits
+        done = [fit.flops[u] * sum(p["share"] / (d["tensor"] if p["split"] and lo <= p["span"][0] and
+                                                  p["span"][1] < hi and d["tensor"] > 1 else 1)
+                                   for p in pieces[u]) for u in range(lo, hi)]
+        for name, into in (("forward", fwd_us), ("backward", bwd_us)):
+            found = chunks.get((stage, name))
+            if not found or not sum(done):
+                continue
+            per_flop = statistics.fmean(found) / rows / sum(done)
+            for u in range(lo, hi):
+                into[u] = per_flop * fit.flops[u]
+    return fwd_us, bwd_us
+
+
+def fit_message_latency(fit, comm: dict) -> None:
+    """The all-reduce's latency from the tensor groups' all-reduces (small and frequent: their
+    latency is most of them), as kind tensor's fit: mean time less the bytes' transfer, per
+    ring hop of the tensor group."""
+    n, beta = degrees(fit.spec)["tensor"], fit.beta
+    first = fit.run.trace.steps[0] if fit.run.trace.steps else 0
+    spans = [e for e in fit.run.trace.events if e["name"] == "allreduce" and e["args"].get("dim") == "tensor"
+             and e["args"]["step"] != first]
+    if n < 2 or not spans:
+        return None
+    alphas = [e["dur"] / 1e6 - 2 * (n - 1) / n * e["args"].get("bytes", 0) * beta for e in spans]
+    comm["allreduce"]["alpha_s"] = max(0.0, statistics.median(alphas)) / (2 * (n - 1))
+    return None
 
 
 def _data_allreduce(c, method: str, nbytes: float, n: int) -> float:
