@@ -132,6 +132,22 @@ NUMERICS_TRAININGS = {
 GOSSIP_CASE = ("gossip", {"topology": {"workers": {"count": 3, "slowdown": {"w2": 2.0}}}, "strategy": {"peers": 2}}, 3)
 
 
+TINY_TRANSFORMER = {"kind": "transformer", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "vocab": 32}
+
+
+def clipped_mesh_data(method: str, pipeline: int) -> dict:
+    """A 2 data x 2 tensor mesh (x `pipeline` stages, 2 microbatches) of the tiny transformer,
+    4 steps of plain sgd with a clip that binds: the numerics clip test compares it with
+    `single`, the mesh trace test reads its spans (one launch for both: run_small's cache)."""
+    training = {"dataset": {"samples": 512}, "batch_size": 8, "steps": 4, "grad_clip": 0.05,
+                "optimizer": {"kind": "sgd", "lr": 0.5, "momentum": 0.0}}
+    data = small_spec_data("mesh", topology={"workers": {"count": 4 * pipeline}}, training=training,
+                           strategy={"parallelism": {"pipeline": pipeline, "data": 2, "tensor": 2},
+                                     "data_parallel": method, "microbatches": 2})
+    data["training"]["model"] = dict(TINY_TRANSFORMER)
+    return data
+
+
 def single_reference(dp: int, steps: int | None = None, root=None, training: dict | None = None):
     """`single` on the global batch of a dp-wide run of small_spec_data (cached);
     `training`: overrides of the training section (optimizer, precision, ...)."""

@@ -17,6 +17,7 @@ from opentikz_dt.measured.timeline import box_label, phase_name
 from opentikz_dt.measured.trace import Span
 from opentikz_dt.predict.costs import Costs, illustrative_calibration
 from opentikz_dt.predict.simulate import simulate
+from opentikz_dt.runner.testing import TINY_TRANSFORMER
 from opentikz_dt.spec import load_spec, spec_from_data
 from opentikz_dt.strategies.mesh import coordinates, degrees, groups, rank_groups, rank_of
 
@@ -41,7 +42,6 @@ def test_ranks_fill_the_grid_tensor_innermost():
     assert groups(spec, "pipeline") == [[r] for r in range(6)]
 
 
-TINY_TRANSFORMER = {"kind": "transformer", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "vocab": 32}
 
 
 def _mesh3(pipeline: int = 2, data: int = 2, tensor: int = 2, **strategy):
@@ -151,15 +151,11 @@ def test_a_2x2x2_run_traces_every_collective_and_pipeline_send_with_its_dimensio
     without that it would reduce-scatter every microbatch)."""
     pytest.importorskip("torch")
     from opentikz_dt.measured.run import load_run
-    from opentikz_dt.runner.testing import run_small, small_spec_data
+    from opentikz_dt.runner.testing import clipped_mesh_data, run_small
 
     microbatches = 2
-    data = small_spec_data("mesh", topology={"workers": {"count": 8}},
-                           strategy={"parallelism": {"pipeline": 2, "data": 2, "tensor": 2}, "data_parallel": method,
-                                     "microbatches": microbatches},
-                           training={"dataset": {"samples": 512}, "batch_size": 8, "steps": 2})
-    data["training"]["model"] = dict(TINY_TRANSFORMER)
-    result = run_small(data)
+    # the numerics clip test's 2 x 2 x 2 run (one launch for both)
+    result = run_small(clipped_mesh_data(method, pipeline=2))
     run = load_run(result.run_dir)
     spans = [s for s in run.trace.spans if s.step == 1]
     assert {s.args.get("dim") for s in spans if s.name in ("allreduce", "send", "recv")} == {

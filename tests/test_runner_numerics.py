@@ -14,7 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from opentikz_dt.runner.testing import (  # noqa: E402
-    NUMERICS_TRAININGS, SYNC_CASES, run_small, single_reference, small_spec_data)
+    NUMERICS_TRAININGS, SYNC_CASES, TINY_TRANSFORMER, clipped_mesh_data, run_small, single_reference,
+    small_spec_data)
 
 pytestmark = pytest.mark.dist
 
@@ -68,9 +69,6 @@ def test_strategy_matches_single_on_global_batch(kind, overrides, dp, training):
     init = build_model(spec_from_data(small_spec_data(kind, **overrides))).state_dict()
     assert any((init[n] - want[n]).abs().max().item() > 1e-3 for n in want)
     assert run.metrics["loss"] == pytest.approx(ref.metrics["loss"], rel=LOSS_REL[precision])
-
-
-TINY_TRANSFORMER = {"kind": "transformer", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "vocab": 32}
 
 
 def test_pipeline_clips_by_the_global_norm_counting_the_tied_embedding_once():
@@ -271,12 +269,8 @@ def test_tensor_parallel_python_model_with_a_plan_matches_single(tmp_path):
 @pytest.mark.parametrize("method, pipeline", [("allreduce", 1), ("fsdp", 1), ("allreduce", 2), ("fsdp", 2)],
                          ids=["allreduce", "fsdp", "3d-allreduce", "3d-fsdp"])
 def test_mesh_clips_by_the_global_norm_counting_each_value_once(method, pipeline):
-    training = {"dataset": {"samples": 512}, "batch_size": 8, "steps": 4, "grad_clip": 0.05,
-                "optimizer": {"kind": "sgd", "lr": 0.5, "momentum": 0.0}}
-    data = small_spec_data("mesh", topology={"workers": {"count": 4 * pipeline}}, training=training,
-                           strategy={"parallelism": {"pipeline": pipeline, "data": 2, "tensor": 2},
-                                     "data_parallel": method, "microbatches": 2})
-    data["training"]["model"] = dict(TINY_TRANSFORMER)
+    data = clipped_mesh_data(method, pipeline)
+    training = {k: v for k, v in data["training"].items() if k != "model"}
     ref = small_spec_data("single", training={**training, "batch_size": 16})
     ref["training"]["model"] = dict(TINY_TRANSFORMER)
     got, want = (torch.load(run_small(d).run_dir / "model.pt") for d in (data, ref))
