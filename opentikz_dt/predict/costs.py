@@ -38,6 +38,11 @@ def parse_link(text: str) -> float:
     return rate
 
 
+# dtgen's pipelined tree all-reduce: chunks of 1 MiB of float32, at most 64
+# (runner/strategies/collectives.py CHUNK_ELEMS, MAX_CHUNKS)
+TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
+
+
 class Costs:
     def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
                  dedicated: bool = False, jitter=None, wait_scale: float | None = None):
@@ -154,6 +159,25 @@ class Costs:
             return 0.0
         alpha, beta = self.comm["allreduce"]
         return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
+
+    def ring_hop(self, nbytes: float, n: int) -> float:
+        """One hop of dtgen's ring all-reduce over n ranks: a 1/n segment sent and added."""
+        seg = nbytes / n
+        return self.p2p(seg) + 1e6 * self.add_s * seg / 4
+
+    def ring_allreduce(self, nbytes: float, n: int) -> float:
+        """dtgen's ring all-reduce over n ranks, all ranks ready at once: 2(n - 1) hops."""
+        return 2 * (n - 1) * self.ring_hop(nbytes, n) if n > 1 else 0.0
+
+    def tree_pass(self, nbytes: float, n: int) -> float:
+        """One pass (the reduce up, or the broadcast down) of dtgen's pipelined binary tree
+        over n ranks: levels + chunks - 1 chunk hops, a parent's link shared by its children
+        (2, or the root's 1 of a 2-rank tree), chunk by chunk."""
+        chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
+        levels = math.ceil(math.log2(n)) if n > 1 else 0
+        children = min(2, n - 1)
+        per = self.p2p(nbytes / chunks) + (children - 1) * self.p2p_bytes(nbytes / chunks)
+        return (levels + chunks - 1) * per if n > 1 else 0.0
 
     def broadcast(self, nbytes: float, n: int) -> float:
         alpha, beta = self.comm["broadcast"]

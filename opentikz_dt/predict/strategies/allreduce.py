@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..costs import TREE_CHUNK, TREE_MAX
 from ..fit import after_last_join, latency, mean_durations, per_row
 
 KIND = "allreduce"
@@ -23,7 +24,6 @@ SYNTHETIC_RUNS = ("allreduce-ring", "allreduce-tree", "allreduce-native")
 
 RING_EXACT = 64
 FIRST_BUCKET, BUCKET = 1 << 20, 25 << 20
-TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
 
 
 def simulate_steps(sim, steps: int) -> None:
@@ -124,7 +124,7 @@ def _ring(sim, step: int, ready: list, ranks: list) -> list:
     c, rec = sim.costs, sim.rec
     n = len(ranks)
     seg = sim.nbytes / n
-    hop = ring_hop(c, sim.nbytes, n)
+    hop = c.ring_hop(sim.nbytes, n)
     for k in ranks:
         rec.moved(k, 2 * (n - 1) * seg, 2 * (n - 1) * seg)
     if n > RING_EXACT:  # closed form: every rank in step from the last arrival
@@ -147,33 +147,11 @@ def _ring(sim, step: int, ready: list, ranks: list) -> list:
     return t
 
 
-def tree_pass(c, nbytes: float, n: int) -> float:
-    """One pass (the reduce up, or the broadcast down) of dtgen's pipelined binary tree over
-    n ranks (runner/strategies/collectives.py), µs: levels + chunks - 1 chunk hops."""
-    chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
-    levels = math.ceil(math.log2(n))
-    # a parent's children (2, or the root's 1 of a 2-rank tree) share its link, chunk by chunk
-    children = min(2, n - 1)
-    per = c.p2p(nbytes / chunks) + (children - 1) * c.p2p_bytes(nbytes / chunks)
-    return (levels + chunks - 1) * per
-
-
-def ring_hop(c, nbytes: float, n: int) -> float:
-    """One hop of dtgen's ring all-reduce over n ranks, µs: a 1/n segment sent and added."""
-    seg = nbytes / n
-    return c.p2p(seg) + 1e6 * c.add_s * seg / 4
-
-
-def ring_cost(c, nbytes: float, n: int) -> float:
-    """dtgen's ring all-reduce over n ranks, all ranks ready at once, µs: 2(n - 1) hops."""
-    return 2 * (n - 1) * ring_hop(c, nbytes, n) if n > 1 else 0.0
-
-
 def _tree(sim, step: int, ready: list, ranks: list) -> list:
     c, rec = sim.costs, sim.rec
     t0 = max(ready)
-    up = c.noisy_comm(tree_pass(c, sim.nbytes, len(ranks)), step)
-    down = c.noisy_comm(tree_pass(c, sim.nbytes, len(ranks)), step)
+    up = c.noisy_comm(c.tree_pass(sim.nbytes, len(ranks)), step)
+    down = c.noisy_comm(c.tree_pass(sim.nbytes, len(ranks)), step)
     for i, k in enumerate(ranks):
         rec.span(k, "allreduce", 1, ready[i], t0 + up, step, algorithm="tree", phase="reduce", chunk=0)
         rec.span(k, "allreduce", 1, t0 + up, t0 + up + down, step, algorithm="tree", phase="broadcast", chunk=0)

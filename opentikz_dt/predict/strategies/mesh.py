@@ -41,7 +41,6 @@ from ...memory import model_sizes
 from ...strategies.mesh import data_method, degrees, stage_slices
 from ...workload import model_section, tensor_plan
 from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
-from .allreduce import ring_cost, tree_pass
 from .pipeline import SEND_US, _schedule
 
 KIND = "mesh"
@@ -226,12 +225,12 @@ def fit_message_latency(fit, comm: dict) -> None:
 
 def _data_allreduce(c, method: str, nbytes: float, n: int) -> float:
     """A data group's gradient all-reduce, µs: gloo's (the collective's fitted cost), or
-    dtgen's ring or tree over point-to-point messages (kind allreduce's cost forms), drawn
+    dtgen's ring or tree over point-to-point messages (Costs.ring_allreduce, tree_pass), drawn
     as one span from the group's last arrival."""
     if method == "ring":
-        return ring_cost(c, nbytes, n)
+        return c.ring_allreduce(nbytes, n)
     if method == "tree":
-        return 2 * tree_pass(c, nbytes, n)
+        return 2 * c.tree_pass(nbytes, n)
     return c.allreduce(nbytes, n)
 
 
