@@ -123,7 +123,7 @@ def train(ctx) -> None:
     del whole
     params = list(model.parameters())
     opt = ctx.build_optimizer(_groups(params))
-    _resume(ctx, model, opt)
+    tensor._resume(ctx, model, opt)  # kind tensor's: its DTensor slices (FSDP's shards of them) alike
     kind = spec.training.model.get("kind", "mlp")
     tied_names = set(TIED.get(kind, ())) if stages > 1 else set()
     tied_copy = tied_names if stage_no == stages - 1 else set()  # counted once: on the first stage
@@ -351,24 +351,6 @@ def _share(samples: int, index: int, count: int) -> int:
     sums the workers' samples), so each counts 1/count of it."""
     share, left = divmod(samples, count)
     return share + (left if index == 0 else 0)
-
-
-def _resume(ctx, model, opt) -> None:
-    """After a restart: this rank's checkpointed slices back into the parameters, and
-    the optimizer's state laid out like its parameters."""
-    from torch.distributed.tensor import DTensor
-
-    state = ctx.load_checkpoint()
-    if not state:
-        return
-    with torch.no_grad():
-        for name, value in model.state_dict().items():
-            (value.to_local() if isinstance(value, DTensor) else value).copy_(state["model"][name])
-    params = [p for group in opt.param_groups for p in group["params"]]
-    saved = state["opt"]
-    saved["state"] = {i: {k: fsdp._as_shard_of(v, params[int(i)]) if isinstance(params[int(i)], DTensor) else v
-                          for k, v in entry.items()} for i, entry in saved["state"].items()}
-    opt.load_state_dict(saved)
 
 
 # --- the runner's other questions (runner/strategies/_defaults.py) ------------------------

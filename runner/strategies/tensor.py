@@ -486,8 +486,11 @@ def _local(state):
 
 def _resume(ctx, model, opt) -> None:
     """After a restart, put this rank's checkpointed slices back: the parameters' local
-    tensors in place, the optimizer's state as DTensors placed like their parameters."""
+    tensors in place, the optimizer's state as DTensors placed like their parameters.
+    Also kind mesh's, whose parameters are DTensors on its tensor and data dimensions."""
     from torch.distributed.tensor import DTensor
+
+    from .fsdp import _as_shard_of
 
     state = ctx.load_checkpoint()
     if not state:
@@ -500,8 +503,7 @@ def _resume(ctx, model, opt) -> None:
     for index, entry in saved["state"].items():
         p = params[int(index)]
         if isinstance(p, DTensor):
-            saved["state"][index] = {k: DTensor.from_local(v, p.device_mesh, p.placements, run_check=False)
-                                     if torch.is_tensor(v) and v.dim() > 0 else v for k, v in entry.items()}
+            saved["state"][index] = {k: _as_shard_of(v, p) for k, v in entry.items()}
     opt.load_state_dict(saved)
 
 
