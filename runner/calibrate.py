@@ -376,11 +376,25 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: i
         mp.start_processes(_rank_main, args=(world, spec.data, store, part, where),
                            nprocs=world, join=True, start_method="spawn")
         if run_steps:
+            _crowd(spec, spec_path, Path(tmp), part, echo)
             _refine_with_run(spec, spec_path, Path(tmp), part, run_steps, echo)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, out_path) if Path(part).stat().st_dev == out_path.parent.stat().st_dev else \
             out_path.write_bytes(Path(part).read_bytes())
     return out_path
+
+
+def _crowd(spec, spec_path, tmp: Path, part: str, echo) -> None:
+    """The crowded run (runner/crowding.py) where the calibration does not crowd the cores:
+    its wait per message goes into the calibration at `part` (comm.p2p.crowding)."""
+    from ..predict.calibration import Calibration, load_calibration
+    from .crowding import crowded_wait
+
+    cal = load_calibration(part)
+    crowding = crowded_wait(spec, spec_path, tmp, cal, echo)
+    if crowding is not None:
+        cal.data["comm"]["p2p"]["crowding"] = crowding
+        Calibration(cal.data).save(part)
 
 
 def _refine_with_run(spec, spec_path, tmp: Path, part: str, steps: int, echo) -> None:

@@ -95,6 +95,16 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
     cal = load_calibration(calibrate(spec, tmp_path / "cal.json", run_steps=8, spec_path=spec_path), spec)
     assert cal.data["source"] == "probe and a 8-step run"
     assert cal.data["device"] == cpu_device()  # the run's, from its run.json
+    import os
+
+    from opentikz_dt.runner.crowding import crowded_workers
+
+    crowded = crowded_workers(os.cpu_count() or 1, 2)
+    crowding = cal.data["comm"]["p2p"].get("crowding")
+    if crowded is None:  # one core, or so many that 2 x cores is past the bound: not made
+        assert crowding is None
+    else:  # the crowded run's wait per message, fitted from its ring hops (runner/crowding.py)
+        assert crowding["processes"] == crowded and crowding["wait_s"] >= 0 and crowding["alone_s"] > 0
     assert not any(p.name.startswith("dtgen-") for p in tmp_path.iterdir())  # the run went to a temporary folder
     misses = []
     for attempt in range(2):  # a second run separates machine noise from a regression

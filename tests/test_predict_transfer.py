@@ -42,8 +42,9 @@ def test_another_strategy_or_size_says_what_it_carries(tmp_path):
                                   "-o", str(tmp_path / "ps")])
     assert result.exit_code == 0, result.output
     transfer = json.loads((tmp_path / "ps" / "run.json").read_text())["predicted"]["transfer"]
-    assert transfer[0].startswith("calibrated on allreduce ring: its message latency and untraced time per step "
-                                  "are carried to parameter-server sync")
+    assert transfer[0].startswith("calibrated on allreduce ring: its message latency is carried to "
+                                  "parameter-server sync as a cost per message, of its untraced time per step only "
+                                  "the floor (")
     assert transfer[1].startswith("calibrated with 3 processes on") and "predicted with 5" in transfer[1]
     assert "calibrated on allreduce ring" in result.output
     note = prediction_note(load_run(tmp_path / "ps"))
@@ -107,3 +108,92 @@ def test_a_malformed_message_split_names_the_file_and_key(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(CalibrationError, match=r"split.json: comm.p2p.core_wait_s: 'slow' is not a number"):
         load_calibration(path)
+
+
+def _cal_with_crowding(tmp_path, ranks=2, wait_s=1e-3):
+    """A calibration made with `ranks` processes on 2 cores whose crowded run (runner/crowding.py)
+    measured `wait_s` per message with 4 processes."""
+    path = _cal_with_split(tmp_path, ranks)
+    data = json.loads(path.read_text())
+    data["comm"]["p2p"].update(alpha_s=1e-4, core_wait_s=0.0, crowding={"cores": 2, "processes": 4, "wait_s": wait_s})
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("kind, workers, dedicated, wait_us", [
+    ("allreduce-ring", 2, False, None),        # as many processes as cores: no wait
+    ("allreduce-ring", 4, False, 1000.0),      # the probe's own crowding
+    ("allreduce-ring", 8, False, 3000.0),      # 6 processes beyond 2 cores: 3x the 2 beyond at 4
+    ("ps-sync", 2, False, 500.0),              # 2 workers + 1 server: 1 beyond the cores
+    ("allreduce-ring", 8, True, None),         # a core per rank
+])
+def test_the_probes_crowded_wait_is_carried_to_more_processes_than_cores(tmp_path, kind, workers, dedicated,
+                                                                         wait_us):
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data(kind, workers=workers, steps=10))
+    costs, assumed, notes = costs_for(spec, _cal_with_crowding(tmp_path), dedicated=dedicated)
+    extra = wait_us or 0.0
+    assert costs.comm["p2p"][0] == pytest.approx(100.0 + extra)      # every message waits
+    assert costs.comm["allreduce"][0] == pytest.approx(300.0 + extra)  # a collective's steps too
+    assert assumed.get("message_wait_for_core_s") == (pytest.approx(wait_us / 1e6) if wait_us else None)
+    if wait_us and kind == "allreduce-ring":
+        assert f"a message waits {wait_us:.0f} us for a core (the crowded run: 1000 us with 4 " \
+               "processes on 2 cores" in " ".join(notes)
+
+
+def test_a_calibration_whose_run_crowded_the_cores_keeps_its_own_wait(tmp_path):
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data("allreduce-ring", workers=8, steps=10))
+    costs, assumed, _ = costs_for(spec, _cal_with_crowding(tmp_path, ranks=4), dedicated=False)
+    assert "message_wait_for_core_s" not in assumed                 # the run measured its wait: scaled as before
+    assert costs.comm["p2p"][0] == pytest.approx(100.0)              # (core_wait_s 0 here)
+
+
+def test_a_malformed_crowding_names_the_file_and_key(tmp_path):
+    from opentikz_dt.predict.calibration import CalibrationError, load_calibration
+
+    path = _cal_with_crowding(tmp_path)
+    data = json.loads(path.read_text())
+    data["comm"]["p2p"]["crowding"]["processes"] = 2
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=r"split.json: comm.p2p.crowding.processes: 2 must be more than "
+                                               r"comm.p2p.crowding.cores \(2\)"):
+        load_calibration(path)
+    data["comm"]["p2p"]["crowding"]["wait_s"] = "long"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=r"comm.p2p.crowding.wait_s: 'long' is not a number"):
+        load_calibration(path)
+
+
+def test_another_strategy_carries_the_floor_of_the_untraced_time_and_bounds_the_rest(tmp_path):
+    """A ring run's untraced time per step holds its ranks' waits for a core between spans,
+    which another strategy's ranks do not pay as the ring's do: only its low quantile is
+    carried, and the interval's upper end is the prediction with all of it."""
+    from opentikz_dt.predict.predict import costs_for, predict
+
+    path = _cal_with_split(tmp_path)
+    data = json.loads(path.read_text())
+    gaps = [100e-6] * 8 + [3e-3, 5e-3]                       # 8 steps at the floor, 2 that waited
+    data["noise"] = {"overhead_s": gaps}
+    data["compute"]["step_overhead_s"] = sum(gaps) / len(gaps)
+    path.write_text(json.dumps(data))
+    from opentikz_dt.spec import spec_from_data
+
+    ring = spec_from_data(spec_data("allreduce-ring", workers=4, steps=10))
+    costs, assumed, _ = costs_for(ring, path)                 # the calibrated strategy: everything as measured
+    assert costs.overheads and costs.upper is None and "untraced_per_step_s" not in assumed
+    ps = spec_file(tmp_path, "ps-sync", 3)
+    costs, assumed, notes = costs_for(spec_from_data(yaml.safe_load(ps.read_text())), path)
+    assert costs.overhead(1) == pytest.approx(100.0) and not costs.overheads
+    assert assumed["untraced_per_step_s"] == pytest.approx(100e-6)
+    assert "only the floor (0.10 ms of 0.88 ms" in notes[0]
+    out, _ = predict(ps, tmp_path / "pred", calibration=path)
+    metrics = json.loads((out / "metrics.json").read_text())
+    step = sum(metrics["step_time_s"].values()) / len(metrics["step_time_s"])
+    low, high = metrics["step_time_interval_s"]
+    assert low <= step < high and high - step > 0.5e-3          # the waits not carried, in the upper end
+    assert "the calibrated strategy's waits between spans carried whole (upper end)" in metrics["interval_sources"]

@@ -171,6 +171,13 @@ def check_calibration(data, where: str) -> None:
     for key in ("alpha_floor_s", "core_wait_s"):  # optional: a fitted latency's two mechanisms (fit.py)
         if key in data["comm"]["p2p"]:
             _number(data, f"comm.p2p.{key}", where)
+    if "crowding" in data["comm"]["p2p"]:  # optional: the crowded run (runner/crowding.py)
+        for key, low in (("cores", 1), ("processes", 2), ("wait_s", 0.0)):
+            _number(data, f"comm.p2p.crowding.{key}", where, low)
+        crowd = data["comm"]["p2p"]["crowding"]
+        if crowd["processes"] <= crowd["cores"]:
+            raise CalibrationError(f"{where}: comm.p2p.crowding.processes: {crowd['processes']!r} must be more "
+                                   f"than comm.p2p.crowding.cores ({crowd['cores']!r})")
     if not isinstance(data.get("model"), dict) or not isinstance(data["model"].get("model"), dict):
         raise CalibrationError(f"{where}: model.model: missing (the training.model the calibration was made for)")
     device = data.get("device", OLD_DEVICE)

@@ -6,7 +6,9 @@ predictions: `link` (bytes/s between workers, e.g. 10 Gbit/s) replaces the calib
 bandwidth, `latency_s` the calibrated latency, and `dedicated` gives every rank its own
 core (no CPU sharing), as on a cluster. `jitter` (a random.Random) makes synthetic runs
 noisy; predictions are deterministic. `wait_scale` carries a share of a fitted message
-latency's wait for a core to another process count (transfer.py). Must not import torch.
+latency's wait for a core to another process count, `crowd_wait_s` adds the probe's
+crowded wait per message where processes outnumber cores, and `untraced_s` replaces
+the calibrated untraced time per step (transfer.py). Must not import torch.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
 
 class Costs:
     def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
-                 dedicated: bool = False, jitter=None, wait_scale: float | None = None):
+                 dedicated: bool = False, jitter=None, wait_scale: float | None = None,
+                 crowd_wait_s: float | None = None, untraced_s: float | None = None):
         self.cal, self.spec = cal, spec
         d = cal.data
         self.blocks = model_blocks(spec)
@@ -64,6 +67,10 @@ class Costs:
                 # a message alone plus the share of the calibrated wait for a core it carries (transfer.py)
                 p2p = d["comm"]["p2p"]
                 alpha = float(p2p["alpha_floor_s"]) + wait_scale * float(p2p["core_wait_s"])
+            if crowd_wait_s is not None:
+                # every message of a point-to-point exchange or a collective's steps waits for
+                # its receiver to get a core back (transfer.crowd_wait)
+                alpha += crowd_wait_s
             if link is not None:
                 beta = 1.0 / link
             if latency_s is not None:
@@ -75,6 +82,9 @@ class Costs:
         self.ratios = [float(r) for r in noise.get("compute_ratios", []) if r > 0]
         self.overheads = [1e6 * float(v) for v in noise.get("overhead_s", []) if v >= 0]
         self.exchange_ratios = [float(r) for r in noise.get("exchange_ratios", []) if r > 0]
+        if untraced_s is not None:  # one untraced time per step, carried from another strategy (transfer.py)
+            self.overhead_us, self.overheads = untraced_s * 1e6, []
+        self.upper = None  # Costs whose simulation is the interval's upper end (predict.py, interval.py)
         self.draw = None
         if self.rng is None and (self.ratios or self.overheads or self.exchange_ratios):
             import random

@@ -1,6 +1,7 @@
 """A prediction's interval: how far the run it predicts may land, from what was measured.
 
-Two sources, both measured, neither invented:
+Two sources, both measured, neither invented (and a third where a calibration is
+carried to another strategy: the simulation with that strategy's untraced waits whole):
 - the simulator's sampling: the calibrated spread (each rank's compute over its step's
   mean, untraced stalls, exchanges) is drawn with a seed; the same prediction with other
   seeds gives other step times. SEEDS simulations (no trace kept) give their range.
@@ -46,6 +47,12 @@ def interval(spec, costs, steps: int, metrics: dict, seeds: int = SEEDS) -> dict
             steps_s.append(mean_step_s(m))
             rates.append(m["samples_per_s"])
         sources.append(f"{seeds + 1} simulator seeds")
+    upper = costs.upper
+    if upper is not None:  # costs carried from another strategy whose whole untraced time may apply (transfer.py)
+        m = metrics_of(simulate(spec, upper, steps, record=False), spec, steps)
+        steps_s.append(mean_step_s(m))
+        rates.append(m["samples_per_s"])
+        sources.append("the calibrated strategy's waits between spans carried whole (upper end)")
     blocks = [float(r) for r in (costs.cal.data.get("noise") or {}).get("block_ratios", []) if r > 0]
     low, high = (min(1.0, min(blocks)), max(1.0, max(blocks))) if blocks else (1.0, 1.0)
     if blocks:

@@ -23,7 +23,7 @@ from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
 from ..strategies import strategy as described
-from .transfer import caveats, short, wait_scale
+from .transfer import caveats, crowd_wait, short, untraced_floor, wait_scale
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -125,13 +125,23 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     rate = preset.bytes_per_s if preset is not None else (parse_link(link) if link else None)
     latency = latency_ms / 1e3 if latency_ms is not None else (preset.latency_s if preset is not None else None)
     scale = wait_scale(cal, spec, dedicated)
-    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale)
+    crowded, floor = crowd_wait(cal, spec, dedicated), untraced_floor(cal, spec)
+    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
+                  crowd_wait_s=crowded, untraced_s=floor)
+    if floor is not None:
+        # the interval's upper end: the calibrated strategy's waits between spans carried whole
+        costs.upper = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
+                            crowd_wait_s=crowded)
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
                "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,
                "illustrative": calibration is None}
     if scale is not None:  # only then: predictions of the calibrated spec stay byte-identical
         assumed["message_wait_scale"] = round(scale, 4)
+    if crowded is not None:
+        assumed["message_wait_for_core_s"] = round(crowded, 7)
+    if floor is not None:
+        assumed["untraced_per_step_s"] = round(floor, 7)
     if preset is not None:  # only then: predictions without presets stay byte-identical
         assumed["link_preset"] = {"name": preset.name, "source": preset.source,
                                   "compute": describe_device(cal.data.get("device") or OLD_DEVICE)

@@ -112,8 +112,8 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
             carried.update({note: None for note in assumed.get("transfer", [])})
     if len(carried) > 1:  # one per line's strategy: say it once for every line
         first = next(iter(carried)).split(":")[0]
-        carried = {f"{first}: its message latency and untraced time per step are carried to every line as "
-                   "costs per message and per step": None}
+        carried = {f"{first}: its message latency is carried to every line as a cost per message, of its "
+                   "untraced time per step only the floor where a line's strategy differs": None}
     if carried:
         assumed = dict(assumed, transfer=list(carried))
     check_sweep_size(planned)

@@ -16,6 +16,7 @@ guessing a correction. Must not import torch.
 from __future__ import annotations
 
 from ..strategies import kinds, strategy
+from .fit import FLOOR_QUANTILE
 from .simulate import roles
 
 STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
@@ -43,13 +44,25 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
     out = []
     theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
     if any(theirs.get(k) != ours.get(k) for k in STRATEGY_WORDS):
-        out.append(f"calibrated on {describe_strategy(theirs)}: its message latency and untraced time per step are "
-                   f"carried to {describe_strategy(ours)} as costs per message and per step")
+        floor, mean = untraced_floor(cal, spec), float(cal.data["compute"]["step_overhead_s"])
+        untraced = ("its untraced time per step as a cost per step" if floor is None else
+                    f"of its untraced time per step only the floor ({floor * 1e3:.2f} ms of {mean * 1e3:.2f} ms; "
+                    "the rest, that run's waits for a core between spans, only in the interval's upper end)")
+        out.append(f"calibrated on {describe_strategy(theirs)}: its message latency is carried to "
+                   f"{describe_strategy(ours)} as a cost per message, {untraced}")
     ranks, here = made.get("ranks"), len(roles(spec))
     if ranks and here and ranks != here and not dedicated:
         c = f"{cal.cores:g}"
-        waits = (f"a message's wait for a core is scaled by (1 - {c}/k)" if wait_scale(cal, spec, dedicated) is not None
-                 and ranks > cal.cores else "a message's wait for a core is not (none was measured)")
+        crowded = crowd_wait(cal, spec, dedicated)
+        if crowded is not None:
+            run = cal.data["comm"]["p2p"]["crowding"]
+            waits = (f"a message waits {crowded * 1e6:.0f} us for a core (the crowded run: "
+                     f"{float(run['wait_s']) * 1e6:.0f} us with {run['processes']:g} processes on "
+                     f"{run['cores']:g} cores, scaled by (k - {run['cores']:g})/{run['cores']:g})")
+        elif wait_scale(cal, spec, dedicated) is not None and ranks > cal.cores:
+            waits = f"a message's wait for a core is scaled by (1 - {c}/k)"
+        else:
+            waits = "a message's wait for a core is not (none was measured)"
         out.append(f"calibrated with {ranks} processes on {c} cores, predicted with {here}: compute "
                    f"sharing is scaled (max(1, k/{c})), {waits}")
     return out
@@ -76,6 +89,45 @@ def wait_scale(cal, spec, dedicated: bool) -> float | None:
         return 1.0  # measured without waiting for a core: nothing to scale
     return max(0.0, 1 - c / k) / (1 - c / measured)
 
+
+
+def untraced_floor(cal, spec) -> float | None:
+    """The untraced time per step (s) carried to another strategy: the low quantile of the
+    calibration run's untraced gaps (its `noise.overhead_s`), the runner's own work between
+    spans. The rest of its mean is what that run's ranks waited for a core between spans,
+    which depends on how that strategy's ranks block and wake (measured on the 2-core box,
+    4 processes: allreduce ring 1.75 ms a step, of which 0.35 ms the floor; tree 0.68 ms;
+    parameter server 0.13 ms), so it is not carried: the interval's upper end carries it whole
+    (predict.py). None: carry it whole (the calibrated strategy, or no gaps recorded)."""
+    made = cal.data.get("made_for")
+    if not isinstance(made, dict):
+        return None
+    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
+    gaps = sorted(float(g) for g in (cal.data.get("noise") or {}).get("overhead_s", []) if g >= 0)
+    if all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS) or len(gaps) < 5:
+        return None
+    return gaps[int(FLOOR_QUANTILE * (len(gaps) - 1))]
+
+
+def crowd_wait(cal, spec, dedicated: bool) -> float | None:
+    """Seconds a message waits for its receiver to get a core back at this spec's process
+    count, from the calibration's crowded run (comm.p2p.crowding, runner/crowding.py), or
+    None where that does not apply: a core per rank, no more processes than cores, no
+    crowded run, or a calibration whose own run crowded the cores (its fitted wait is
+    carried by wait_scale instead).
+
+    Measured at 2c processes on c cores; carried as growing with the processes beyond the
+    cores, (k - c) / c times the measured one (a quiet-machine probe here: 4 -> 6
+    processes on 2 cores, 2.2x the wait, where (k - c) / c says 2x)."""
+    crowding = cal.data["comm"]["p2p"].get("crowding")
+    if dedicated or not isinstance(crowding, dict):
+        return None
+    made = cal.data.get("made_for")
+    measured = int((made.get("ranks") if isinstance(made, dict) else None) or cal.data.get("ranks") or 0)
+    c, probe, k = float(crowding["cores"]), float(crowding["processes"]), len(roles(spec))
+    if measured > c or k <= c:
+        return None
+    return float(crowding["wait_s"]) * (k - c) / (probe - c)
 
 
 def short(notes: list[str]) -> str:

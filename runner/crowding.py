@@ -1,0 +1,87 @@
+"""`dtgen calibrate`'s crowded run: what a message waits for a core when processes outnumber cores.
+
+A run with more processes than cores pays, at every blocking receive, for the receiver to
+be scheduled again; how much depends on how the runner's ranks compute, block and wake,
+which no micro-benchmark reproduced here (a ring of bare send/receive pairs between
+model steps, 4 processes on 2 cores, measured 0 to 120 µs of wait per message; the
+runner's own ring on the same model, 400 µs). A calibration made with no more processes
+than cores never sees it, so its prediction of a bigger run cannot carry it.
+
+So the calibration makes one more short real run where it did not crowd the cores: the
+spec's model, data and training with dtgen's ring all-reduce over 2c workers (c = this
+machine's cores), on the CPU. Its traced ring hops, fitted as any ring run's
+(predict/fit.py), give a message alone (their low quantile) and the rest, the wait for a
+core at 2c processes (`comm.p2p.crowding` in the calibration). predict/transfer.py
+scales that wait to another process count; a spec with a core per rank pays none.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+MAX_PROCESSES = 16  # 2 x cores above this: a machine nobody oversubscribes, nothing to measure
+STEPS = 20
+
+
+def crowded_workers(cores: int, ranks: int) -> int | None:
+    """Workers of the crowded run for a calibration with `ranks` processes on `cores` cores, or
+    None where it is not made: the calibration's own run crowded the cores (its fit measured
+    the wait), one core (nothing runs uncrowded to compare with), or too many processes."""
+    k = 2 * cores
+    return k if cores >= 2 and ranks <= cores and k <= MAX_PROCESSES else None
+
+
+def crowded_spec_data(spec, workers: int) -> dict:
+    """The spec's model, data, precision and optimizer under dtgen's ring over `workers` CPU
+    ranks on one host, STEPS steps, no faults or stragglers."""
+    data = copy.deepcopy(spec.data)
+    data["name"] = f"{spec.name}-crowded"
+    data["strategy"] = {"kind": "allreduce", "algorithm": "ring"}
+    data["topology"] = {"workers": {"count": workers}}
+    training = data.setdefault("training", {})
+    training["steps"] = STEPS
+    training.pop("checkpoint", None)
+    training.pop("faults", None)
+    dataset = training.setdefault("dataset", {})
+    if dataset.get("kind", "synthetic") == "synthetic":  # every worker a full batch: one global batch per step
+        dataset["samples"] = max(int(dataset.get("samples", 4096)), 8 * workers * int(training.get("batch_size", 64)))
+    data.setdefault("runtime", {})["device"] = "cpu"
+    return data
+
+
+def crowded_wait(spec, spec_path, tmp: Path, base, echo=None) -> dict | None:
+    """Make the crowded run in `tmp` and return what goes into comm.p2p.crowding, or None
+    where it is not made (crowded_workers) or its trace holds too few hops to split."""
+    import os
+
+    import yaml
+
+    from ..predict.fit import fit_from_run
+    from ..predict.simulate import roles
+    from ..spec import spec_from_data
+    from .launch import launch_run
+    from .provenance import dataset_file
+
+    cores = os.cpu_count() or 1
+    workers = crowded_workers(cores, len(roles(spec)))
+    # a python model's module is imported from beside its spec: not made for one (said in the caveat)
+    if workers is None or spec.training.model_kind == "python":
+        return None
+    data = crowded_spec_data(spec, workers)
+    dataset = data["training"]["dataset"]
+    if dataset.get("path"):  # read beside the spec, as `dtgen run` does
+        dataset["path"] = dataset_file(spec, Path(spec_path).resolve().parent if spec_path else Path.cwd())
+    spec_from_data(data)  # the spec's own model and data: valid if the spec was
+    path = tmp / "crowded.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    if echo:
+        echo(f"dtgen calibrate: a {STEPS}-step ring run with {workers} workers on {cores} cores, for what a "
+             "message waits for a core when processes outnumber cores")
+    launch_run(path, out=tmp / "crowded", echo=lambda line: None, progress=False, measure_only=True)
+    p2p = fit_from_run(tmp / "crowded", base).data["comm"]["p2p"]
+    if "core_wait_s" not in p2p:
+        return None
+    return {"cores": cores, "processes": workers, "wait_s": round(float(p2p["core_wait_s"]), 9),
+            "alone_s": round(float(p2p["alpha_floor_s"]), 9),
+            "source": f"a {STEPS}-step allreduce ring run of the model with {workers} workers"}
