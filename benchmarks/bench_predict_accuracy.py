@@ -14,8 +14,10 @@ Step time is the mean over workers, first step left out (metrics.json).
     python benchmarks/bench_predict_accuracy.py --transfer [--only ...]
         leave-one-out: every example predicted from `dtgen calibrate` of ONE fixed reference
         spec of its model (REFERENCE below), never its own; and size: `dtgen calibrate` at 2
-        workers predicting 4 and 8 (SIZE examples). Each row: measured, a repeat run (the
-        noise floor), predicted, error, the predicted interval and whether the run is in it.
+        workers predicting 4 and 8 (SIZE examples); with --multihost LINK also 2 workers on one
+        host predicting 2 emulated hosts x 4 workers (MULTIHOST, `dtgen predict --link LINK`).
+        Each row: measured, a repeat run (the noise floor), predicted, error, the predicted
+        interval and whether the run is in it.
 
 Takes about a minute per strategy here. Timings on a shared machine are noisy: the
 script prints the load average before and after.
@@ -221,6 +223,50 @@ def transfer(names: list, tmp: Path, steps: int) -> list:
     return rows
 
 
+def mh_spec_data(name: str, steps: int, workers: int, hosts: int) -> dict:
+    """The multi-host examples' model (MULTIHOST) at `workers` workers on `hosts` hosts."""
+    from opentikz_dt.runner.testing import small_spec_data
+
+    over = MULTIHOST[name]
+    data = small_spec_data(over["strategy"]["kind"], name=f"mh-{name}-{workers}w{hosts}h",
+                           training={"steps": steps}, runtime={"timeout_s": 120})
+    data["training"]["model"] = {"layers": [32, 128, 128, 10]}
+    data["training"]["batch_size"] = 256
+    data["training"]["dataset"] = {"samples": 16384}
+    data["strategy"] = over["strategy"]
+    data["topology"] = {"workers": {"count": workers}, "hosts": hosts}
+    return data
+
+
+def transfer_multihost(tmp: Path, steps: int, link: str) -> list:
+    """Size across hosts: `dtgen calibrate` at 2 workers on this one host, predicting 2
+    emulated hosts x 4 workers with `--link LINK` (the emulated link's bandwidth), each
+    against two runs on the emulated cluster (root, ip netns, tc: scripts/netcluster.sh)."""
+    from opentikz_dt.runner.netcluster import NetCluster
+
+    rows = []
+    for name in MULTIHOST:
+        small, big = (tmp / f"mh-{name}-{w}w.yaml" for w in (2, 8))
+        small.write_text(yaml.safe_dump(mh_spec_data(name, steps, 2, 1), sort_keys=False))
+        big.write_text(yaml.safe_dump(mh_spec_data(name, steps, 8, 2), sort_keys=False))
+        cal = tmp / f"mh-{name}-2w.json"
+        dtgen("calibrate", small, "-o", cal)
+        with NetCluster(2, link=link) as cluster:
+            run = multihost_run(cluster, big, tmp / f"mh-{name}-8w-run", steps)
+            repeat = multihost_run(cluster, big, tmp / f"mh-{name}-8w-repeat", steps)
+        out = tmp / f"mh-{name}-8w-pred"
+        dtgen("predict", big, "--calibration", cal, "--steps", steps, "--link", link, "-o", out)
+        measured, again, predicted = (mean_step_ms(d) for d in (run, repeat, out))
+        low, high = (v * 1000 for v in json.loads((out / "metrics.json").read_text())["step_time_interval_s"])
+        rows.append({"strategy": f"{name} 2->2 hosts x 4 ({link})", "ranks": 8, "measured_ms": measured,
+                     "repeat_err": (again - measured) / measured, "predicted_ms": predicted,
+                     "err": (predicted - measured) / measured, "low_ms": low, "high_ms": high,
+                     "inside": low <= measured <= high, "half_width": (high - low) / 2 / predicted,
+                     "load": os.getloadavg()[0]})
+        print(transfer_line(rows[-1]), flush=True)
+    return rows
+
+
 def transfer_line(r: dict) -> str:
     return (f"{r['strategy']:44} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} "
             f"{r['predicted_ms']:9.2f} {r['err']:+7.0%} {r['low_ms']:8.2f}-{r['high_ms']:<8.2f} "
@@ -265,6 +311,8 @@ def main() -> None:
     if args.transfer:
         with tempfile.TemporaryDirectory(prefix="dtgen-bench-transfer-") as tmp:
             rows = transfer([n for n in args.only.split(",") if n], Path(tmp), args.steps)
+            if args.multihost:
+                rows += transfer_multihost(Path(tmp), args.steps, args.multihost)
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         transfer_summary(rows)
         if args.json:

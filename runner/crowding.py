@@ -26,10 +26,10 @@ STEPS = 20
 
 def crowded_workers(cores: int, ranks: int) -> int | None:
     """Workers of the crowded run for a calibration with `ranks` processes on `cores` cores, or
-    None where it is not made: the calibration's own run crowded the cores (its fit measured
-    the wait), one core (nothing runs uncrowded to compare with), or too many processes."""
+    None where it is not made: the calibration's own run crowded the cores at least as much,
+    one core (nothing runs uncrowded to compare with), or too many processes."""
     k = 2 * cores
-    return k if cores >= 2 and ranks <= cores and k <= MAX_PROCESSES else None
+    return k if cores >= 2 and ranks < k <= MAX_PROCESSES else None
 
 
 def crowded_spec_data(spec, workers: int) -> dict:

@@ -257,3 +257,23 @@ def test_measured_boxes_name_the_dimension_and_others_stay_as_they_were():
     assert phase_name("tp AR") == "tensor all-reduce" and phase_name("dp AG") == "data all-gather"
     assert box_label(span(phase="reduce-scatter"), False, False) == "RS" and phase_name("RS") == "reduce-scatter"
     assert box_label(span(phase="all-reduce"), False, False) == "" and phase_name("") == ""
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("case, algorithm", [("mesh-tree-tensor", "tree"), ("mesh-data-pipeline", "ring")])
+def test_dtgens_ring_and_tree_over_a_data_group_trace_their_dimension(case, algorithm):
+    """The mesh's data dimension summed by dtgen's own ring or tree: every hop, wait and
+    phase of it carries `dim: data` (the measured figures colour and count by it), on
+    every rank and step. The numerics test's run of the same case (one launch for both)."""
+    pytest.importorskip("torch")
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.runner.testing import SYNC_CASES, run_small, small_spec_data
+
+    kind, overrides, _ = SYNC_CASES[case]
+    data = small_spec_data(kind, **{**overrides, "training": {**overrides.get("training", {})}})
+    run = load_run(run_small(data).run_dir)
+    ours = [s for s in run.trace.spans if s.args.get("algorithm") == algorithm]
+    assert {s.name for s in ours} >= {"allreduce"}
+    assert {s.args.get("dim") for s in ours} == {"data"}
+    assert {(s.rank, s.step) for s in ours if s.name == "allreduce"} == {
+        (r, s) for r in range(4) for s in range(run.metrics["steps"])}

@@ -143,14 +143,24 @@ def test_the_probes_crowded_wait_is_carried_to_more_processes_than_cores(tmp_pat
                "processes on 2 cores" in " ".join(notes)
 
 
-def test_a_calibration_whose_run_crowded_the_cores_keeps_its_own_wait(tmp_path):
+def test_the_crowded_wait_replaces_the_calibration_runs_own_beyond_its_process_count(tmp_path):
+    """A calibration run with 3 processes on 2 cores (a parameter server and 2 workers)
+    measured its own wait per message; up to 3 processes that wait is carried as before,
+    beyond 3 the crowded run's (made with 4) replaces it."""
     from opentikz_dt.predict.predict import costs_for
     from opentikz_dt.spec import spec_from_data
 
-    spec = spec_from_data(spec_data("allreduce-ring", workers=8, steps=10))
-    costs, assumed, _ = costs_for(spec, _cal_with_crowding(tmp_path, ranks=4), dedicated=False)
-    assert "message_wait_for_core_s" not in assumed                 # the run measured its wait: scaled as before
-    assert costs.comm["p2p"][0] == pytest.approx(100.0)              # (core_wait_s 0 here)
+    path = _cal_with_crowding(tmp_path, ranks=3)
+    data = json.loads(path.read_text())
+    data["comm"]["p2p"].update(alpha_s=5e-4, alpha_floor_s=1e-4, core_wait_s=4e-4)
+    path.write_text(json.dumps(data))
+    same_count = spec_from_data(spec_data("allreduce-ring", workers=3, steps=10))
+    costs, assumed, _ = costs_for(same_count, path, dedicated=False)
+    assert "message_wait_for_core_s" not in assumed and costs.comm["p2p"][0] == pytest.approx(500.0)
+    more = spec_from_data(spec_data("allreduce-ring", workers=6, steps=10))
+    costs, assumed, _ = costs_for(more, path, dedicated=False)
+    assert assumed["message_wait_for_core_s"] == pytest.approx(2e-3)       # 1 ms x (6 - 2) / (4 - 2)
+    assert costs.comm["p2p"][0] == pytest.approx(100.0 + 2000.0)           # the floor + the crowded wait
 
 
 def test_a_malformed_crowding_names_the_file_and_key(tmp_path):

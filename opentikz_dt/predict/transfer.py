@@ -112,9 +112,9 @@ def untraced_floor(cal, spec) -> float | None:
 def crowd_wait(cal, spec, dedicated: bool) -> float | None:
     """Seconds a message waits for its receiver to get a core back at this spec's process
     count, from the calibration's crowded run (comm.p2p.crowding, runner/crowding.py), or
-    None where that does not apply: a core per rank, no more processes than cores, no
-    crowded run, or a calibration whose own run crowded the cores (its fitted wait is
-    carried by wait_scale instead).
+    None where that does not apply: a core per rank, no more processes than cores or than
+    the calibration's own run had (its fitted wait is carried by wait_scale then), or no
+    crowded run. Where it applies it replaces the calibration run's own wait (predict.py).
 
     Measured at 2c processes on c cores; carried as growing with the processes beyond the
     cores, (k - c) / c times the measured one (a quiet-machine probe here: 4 -> 6
@@ -125,7 +125,7 @@ def crowd_wait(cal, spec, dedicated: bool) -> float | None:
     made = cal.data.get("made_for")
     measured = int((made.get("ranks") if isinstance(made, dict) else None) or cal.data.get("ranks") or 0)
     c, probe, k = float(crowding["cores"]), float(crowding["processes"]), len(roles(spec))
-    if measured > c or k <= c:
+    if k <= max(c, measured):
         return None
     return float(crowding["wait_s"]) * (k - c) / (probe - c)
 
