@@ -196,6 +196,8 @@ def test_another_strategy_carries_the_floor_of_the_untraced_time_and_bounds_the_
     ring = spec_from_data(spec_data("allreduce-ring", workers=4, steps=10))
     costs, assumed, _ = costs_for(ring, path)                 # the calibrated strategy: everything as measured
     assert costs.overheads and costs.upper is None and "untraced_per_step_s" not in assumed
+    costs, _, _ = costs_for(ring, path, dedicated=True)        # a core per rank waits for none
+    assert costs.overhead(1) == pytest.approx(100.0) and not costs.overheads and costs.upper is None
     ps = spec_file(tmp_path, "ps-sync", 3)
     costs, assumed, notes = costs_for(spec_from_data(yaml.safe_load(ps.read_text())), path)
     assert costs.overhead(1) == pytest.approx(100.0) and not costs.overheads

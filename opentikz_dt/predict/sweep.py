@@ -113,7 +113,7 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
     if len(carried) > 1:  # one per line's strategy: say it once for every line
         first = next(iter(carried)).split(":")[0]
         carried = {f"{first}: its message latency is carried to every line as a cost per message, of its "
-                   "untraced time per step only the floor where a line's strategy differs": None}
+                   "untraced time per step only the floor (every rank on its own core)": None}
     if carried:
         assumed = dict(assumed, transfer=list(carried))
     check_sweep_size(planned)
@@ -137,8 +137,10 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
 
 def check_sweep_size(planned: list) -> None:
     """Refuse a sweep the simulator cannot do in about 10 s: every point is a simulation of
-    ranks x steps (and its interval's seeds, where the calibration has a spread)."""
-    total = sum(len(roles(spec)) * spec.training.steps * (1 + (SWEEP_SEEDS if costs.draw is not None else 0))
+    ranks x steps (and its interval's seeds, where the calibration has a spread, and its
+    upper end, where it is carried from another strategy: interval.py)."""
+    total = sum(len(roles(spec)) * spec.training.steps
+                * (1 + (SWEEP_SEEDS if costs.draw is not None else 0) + (costs.upper is not None))
                 * REGISTRY.get(spec.strategy.kind).simulation_weight(spec) for _, _, spec, costs in planned)
     if total > MAX_SWEEP_RANK_STEPS:
         raise DtgenError(f"--sweep: {total:,.0f} simulated rank-steps (ranks x steps per point, weighed by the "

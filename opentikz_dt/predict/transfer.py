@@ -44,10 +44,11 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
     out = []
     theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
     if any(theirs.get(k) != ours.get(k) for k in STRATEGY_WORDS):
-        floor, mean = untraced_floor(cal, spec), float(cal.data["compute"]["step_overhead_s"])
+        floor, mean = untraced_floor(cal, spec, dedicated), float(cal.data["compute"]["step_overhead_s"])
+        rest = "none with a core per rank" if dedicated else "only in the interval's upper end"
         untraced = ("its untraced time per step as a cost per step" if floor is None else
                     f"of its untraced time per step only the floor ({floor * 1e3:.2f} ms of {mean * 1e3:.2f} ms; "
-                    "the rest, that run's waits for a core between spans, only in the interval's upper end)")
+                    f"the rest, that run's waits for a core between spans, {rest})")
         out.append(f"calibrated on {describe_strategy(theirs)}: its message latency is carried to "
                    f"{describe_strategy(ours)} as a cost per message, {untraced}")
     ranks, here = made.get("ranks"), len(roles(spec))
@@ -91,20 +92,23 @@ def wait_scale(cal, spec, dedicated: bool) -> float | None:
 
 
 
-def untraced_floor(cal, spec) -> float | None:
-    """The untraced time per step (s) carried to another strategy: the low quantile of the
-    calibration run's untraced gaps (its `noise.overhead_s`), the runner's own work between
-    spans. The rest of its mean is what that run's ranks waited for a core between spans,
-    which depends on how that strategy's ranks block and wake (measured on the 2-core box,
-    4 processes: allreduce ring 1.75 ms a step, of which 0.35 ms the floor; tree 0.68 ms;
-    parameter server 0.13 ms), so it is not carried: the interval's upper end carries it whole
-    (predict.py). None: carry it whole (the calibrated strategy, or no gaps recorded)."""
+def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
+    """The untraced time per step (s) carried to another strategy, or to a core per rank:
+    the low quantile of the calibration run's untraced gaps (its `noise.overhead_s`), the
+    runner's own work between spans. The rest of its mean is what that run's ranks waited
+    for a core between spans, which depends on how that strategy's ranks block and wake
+    (measured on the 2-core box, 4 processes: allreduce ring 1.75 ms a step, of which
+    0.35 ms the floor; tree 0.68 ms; parameter server 0.13 ms), so it is not carried to
+    another strategy (the interval's upper end carries it whole: predict.py), and a core
+    per rank has none. None: carry it whole (the calibrated strategy on shared cores, or
+    no gaps recorded)."""
     made = cal.data.get("made_for")
     if not isinstance(made, dict):
         return None
     theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
     gaps = sorted(float(g) for g in (cal.data.get("noise") or {}).get("overhead_s", []) if g >= 0)
-    if all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS) or len(gaps) < 5:
+    same = all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS)
+    if (same and not dedicated) or len(gaps) < 5:
         return None
     return gaps[int(FLOOR_QUANTILE * (len(gaps) - 1))]
 
