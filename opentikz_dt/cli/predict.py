@@ -31,7 +31,9 @@ from ..errors import ToolMissingError
 def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
     """Measure what predictions need on this machine: micro-benchmarks (per-block compute,
     messages and collectives at several sizes, cores), then a short real run of SPEC for what
-    they cannot see (the runner's untraced work, per-message framework costs, the spread)."""
+    they cannot see (the runner's untraced work, per-message framework costs, the spread),
+    and, where SPEC has fewer processes than twice the cores, a short ring run with that
+    many for what a message waits for a core once processes outnumber cores."""
     if from_run is not None:
         from ..predict.calibration import load_calibration
         from ..predict.fit import fit_from_run
