@@ -34,15 +34,14 @@ def crowded_workers(cores: int, ranks: int) -> int | None:
 
 def crowded_spec_data(spec, workers: int) -> dict:
     """The spec's model, data, precision and optimizer under dtgen's ring over `workers` CPU
-    ranks on one host, STEPS steps, no faults or stragglers."""
+    ranks on one host, STEPS steps, no stragglers (launch_run's measure_only also drops an
+    injected fault)."""
     data = copy.deepcopy(spec.data)
     data["name"] = f"{spec.name}-crowded"
     data["strategy"] = {"kind": "allreduce", "algorithm": "ring"}
     data["topology"] = {"workers": {"count": workers}}
     training = data.setdefault("training", {})
     training["steps"] = STEPS
-    training.pop("checkpoint", None)
-    training.pop("faults", None)
     dataset = training.setdefault("dataset", {})
     if dataset.get("kind", "synthetic") == "synthetic":  # every worker a full batch: one global batch per step
         dataset["samples"] = max(int(dataset.get("samples", 4096)), 8 * workers * int(training.get("batch_size", 64)))

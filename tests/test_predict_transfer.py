@@ -209,3 +209,30 @@ def test_another_strategy_carries_the_floor_of_the_untraced_time_and_bounds_the_
     low, high = metrics["step_time_interval_s"]
     assert low <= step < high and high - step > 0.5e-3          # the waits not carried, in the upper end
     assert "the calibrated strategy's waits between spans carried whole (upper end)" in metrics["interval_sources"]
+
+
+@pytest.mark.parametrize("cores, ranks, workers", [
+    (2, 2, 4), (2, 3, 4),   # fewer processes than 2 x cores: a ring of 2 x cores
+    (2, 4, None),           # the calibration's own run crowds the cores as much
+    (1, 2, None),           # one core: no uncrowded run to tell the wait from
+    (8, 2, 16), (16, 2, None),   # 32 processes: past the bound
+])
+def test_the_crowded_run_is_made_where_the_calibration_does_not_crowd_as_much(cores, ranks, workers):
+    from opentikz_dt.runner.crowding import crowded_workers
+
+    assert crowded_workers(cores, ranks) == workers
+
+
+def test_the_crowded_run_keeps_the_specs_model_and_training_under_a_ring():
+    from opentikz_dt.runner.crowding import STEPS, crowded_spec_data
+    from opentikz_dt.spec import spec_from_data
+
+    data = spec_data("pipeline-gpipe", workers=3, steps=50)
+    data["training"]["precision"] = "bf16"
+    data["topology"]["workers"]["slowdown"] = {"w2": 3.0}
+    spec = spec_from_data(data)
+    crowded = spec_from_data(crowded_spec_data(spec, 4))      # a valid spec
+    assert crowded.strategy.kind == "allreduce" and crowded.strategy.algorithm == "ring"
+    assert crowded.topology.workers.count == 4 and not crowded.topology.workers.slowdown
+    assert crowded.training.model == spec.training.model and crowded.training.precision == "bf16"
+    assert crowded.training.steps == STEPS and crowded.runtime.device == "cpu"
