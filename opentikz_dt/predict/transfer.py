@@ -8,9 +8,12 @@ of another strategy or worker count composes the same mechanisms in another sche
 
 Some of what a short run measures is tied to the run it came from: its message latency
 holds what a blocking receive waits for its process to be scheduled again at that
-process count, and its per-step untraced time holds that strategy's own bookkeeping.
-`caveats` names those, for the prediction's run.json and its figures' notes, instead of
-guessing a correction. Must not import torch.
+process count (`wait_scale` carries it to another count; beyond the calibration's own
+count, `crowd_wait` carries the wait measured by `dtgen calibrate`'s crowded run
+instead), and its per-step untraced time holds that strategy's waits for a core between
+spans (`untraced_floor`: another strategy gets its floor, the interval its whole).
+`caveats` names what is carried, for the prediction's run.json and its figures' notes.
+Must not import torch.
 """
 
 from __future__ import annotations
@@ -89,7 +92,6 @@ def wait_scale(cal, spec, dedicated: bool) -> float | None:
     if measured <= c:
         return 1.0  # measured without waiting for a core: nothing to scale
     return max(0.0, 1 - c / k) / (1 - c / measured)
-
 
 
 def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
