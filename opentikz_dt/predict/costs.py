@@ -6,8 +6,8 @@ predictions: `link` (bytes/s between workers, e.g. 10 Gbit/s) replaces the calib
 bandwidth, `latency_s` the calibrated latency, and `dedicated` gives every rank its own
 core (no CPU sharing), as on a cluster. `jitter` (a random.Random) makes synthetic runs
 noisy; predictions are deterministic. `wait_scale` carries a share of a fitted message
-latency's wait for a core to another process count, `crowd_wait_s` adds the probe's
-crowded wait per message where processes outnumber cores, and `untraced_s` replaces
+latency's wait for a core to another process count, `crowd_wait_s` adds `dtgen calibrate`'s
+crowded run's wait per message where processes outnumber cores, and `untraced_s` replaces
 the calibrated untraced time per step (transfer.py). Must not import torch.
 """
 
@@ -82,7 +82,7 @@ class Costs:
         self.ratios = [float(r) for r in noise.get("compute_ratios", []) if r > 0]
         self.overheads = [1e6 * float(v) for v in noise.get("overhead_s", []) if v >= 0]
         self.exchange_ratios = [float(r) for r in noise.get("exchange_ratios", []) if r > 0]
-        if untraced_s is not None:  # one untraced time per step, carried from another strategy (transfer.py)
+        if untraced_s is not None:  # its floor alone: another strategy, or a core per rank (transfer.py)
             self.overhead_us, self.overheads = untraced_s * 1e6, []
         self.upper = None  # Costs whose simulation is the interval's upper end (predict.py, interval.py)
         self.draw = None
