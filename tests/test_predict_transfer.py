@@ -214,7 +214,7 @@ def test_another_strategy_carries_the_floor_of_the_untraced_time_and_bounds_the_
 @pytest.mark.parametrize("cores, ranks, workers", [
     (2, 2, 4), (2, 3, 4),   # fewer processes than 2 x cores: a ring of 2 x cores
     (2, 4, None),           # the calibration's own run crowds the cores as much
-    (1, 2, None),           # one core: no uncrowded run to tell the wait from
+    (1, 1, None),           # one core: no uncrowded run to tell the wait from
     (8, 2, 16), (16, 2, None),   # 32 processes: past the bound
 ])
 def test_the_crowded_run_is_made_where_the_calibration_does_not_crowd_as_much(cores, ranks, workers):

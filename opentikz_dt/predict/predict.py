@@ -124,16 +124,16 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
         check_device(cal, DEVICES[preset.device], f"--link {preset.name} (a link inside {preset.device} nodes)")
     rate = preset.bytes_per_s if preset is not None else (parse_link(link) if link else None)
     latency = latency_ms / 1e3 if latency_ms is not None else (preset.latency_s if preset is not None else None)
-    scale = wait_scale(cal, spec, dedicated)
-    crowded, floor = crowd_wait(cal, spec, dedicated), untraced_floor(cal, spec, dedicated)
-    if crowded is not None and scale is not None:
-        scale = 0.0  # the crowded run's wait replaces the calibration run's own (transfer.crowd_wait)
-    costs = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
-                  crowd_wait_s=crowded, untraced_s=floor)
+    scale, crowded = wait_scale(cal, spec, dedicated), crowd_wait(cal, spec, dedicated)
+    floor = untraced_floor(cal, spec, dedicated)
+
+    def costs_with(untraced_s):
+        return Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
+                     crowd_wait_s=crowded, untraced_s=untraced_s)
+
+    costs = costs_with(floor)
     if floor is not None and not dedicated:
-        # the interval's upper end: the calibrated strategy's waits between spans carried whole
-        costs.upper = Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
-                            crowd_wait_s=crowded)
+        costs.upper = costs_with(None)  # the interval's upper end: the calibrated untraced time whole
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
                "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,

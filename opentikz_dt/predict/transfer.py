@@ -83,8 +83,8 @@ def wait_scale(cal, spec, dedicated: bool) -> float | None:
     made, p2p = cal.data.get("made_for"), cal.data["comm"]["p2p"]
     if not isinstance(made, dict) or "alpha_floor_s" not in p2p or "core_wait_s" not in p2p:
         return None
-    if dedicated:
-        return 0.0
+    if dedicated or crowd_wait(cal, spec, dedicated) is not None:
+        return 0.0  # a core per rank waits for none; the crowded run's wait replaces this run's own
     theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
     k, measured, c = len(roles(spec)), made.get("ranks") or 0, cal.cores
     if k == measured and all(theirs.get(w) == ours.get(w) for w in STRATEGY_WORDS):
