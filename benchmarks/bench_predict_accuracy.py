@@ -26,6 +26,7 @@ script prints the load average before and after.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -189,16 +190,23 @@ def transfer_row(label: str, spec: Path, cal: Path, tmp: Path, steps: int, worke
     tag = label.replace(" ", "_")
     dtgen("run", spec, "--out", tmp / f"{tag}-run", "--steps", steps)
     dtgen("run", spec, "--out", tmp / f"{tag}-repeat", "--steps", steps)
-    out = tmp / f"{tag}-pred"
-    dtgen("predict", spec, "--calibration", cal, "--steps", steps, "-o", out,
-          *(("--workers", workers) if workers else ()))
-    measured, repeat, predicted = (mean_step_ms(tmp / f"{tag}-{k}") for k in ("run", "repeat", "pred"))
+    return scored({"strategy": label, "run": str(tmp / f"{tag}-run"), "repeat": str(tmp / f"{tag}-repeat"),
+                   "spec": str(spec), "calibration": str(cal),
+                   "predict_args": [str(a) for a in ("--steps", steps, *(("--workers", workers) if workers else ()))]},
+                  tmp / f"{tag}-pred")
+
+
+def scored(row: dict, out: Path) -> dict:
+    """The row with its prediction (made into `out`) set against its run and repeat: what
+    `--rescore` makes again from kept runs after the predictor changed."""
+    dtgen("predict", row["spec"], "--calibration", row["calibration"], *row["predict_args"], "-o", out)
+    run, measured, repeat, predicted = (Path(row["run"]), mean_step_ms(Path(row["run"])),
+                                        mean_step_ms(Path(row["repeat"])), mean_step_ms(out))
     low, high = (v * 1000 for v in json.loads((out / "metrics.json").read_text())["step_time_interval_s"])
-    return {"strategy": label, "ranks": json.loads((tmp / f"{tag}-run" / "run.json").read_text())["world_size"],
-            "measured_ms": measured, "repeat_err": (repeat - measured) / measured, "predicted_ms": predicted,
-            "err": (predicted - measured) / measured, "low_ms": low, "high_ms": high,
-            "inside": low <= measured <= high, "half_width": (high - low) / 2 / predicted,
-            "load": os.getloadavg()[0]}
+    return dict(row, ranks=json.loads((run / "run.json").read_text())["world_size"], measured_ms=measured,
+                repeat_err=(repeat - measured) / measured, predicted_ms=predicted,
+                err=(predicted - measured) / measured, low_ms=low, high_ms=high, inside=low <= measured <= high,
+                half_width=(high - low) / 2 / predicted, load=os.getloadavg()[0])
 
 
 def transfer(names: list, tmp: Path, steps: int) -> list:
@@ -254,15 +262,9 @@ def transfer_multihost(tmp: Path, steps: int, link: str) -> list:
         with NetCluster(2, link=link) as cluster:
             run = multihost_run(cluster, big, tmp / f"mh-{name}-8w-run", steps)
             repeat = multihost_run(cluster, big, tmp / f"mh-{name}-8w-repeat", steps)
-        out = tmp / f"mh-{name}-8w-pred"
-        dtgen("predict", big, "--calibration", cal, "--steps", steps, "--link", link, "-o", out)
-        measured, again, predicted = (mean_step_ms(d) for d in (run, repeat, out))
-        low, high = (v * 1000 for v in json.loads((out / "metrics.json").read_text())["step_time_interval_s"])
-        rows.append({"strategy": f"{name} 2->2 hosts x 4 ({link})", "ranks": 8, "measured_ms": measured,
-                     "repeat_err": (again - measured) / measured, "predicted_ms": predicted,
-                     "err": (predicted - measured) / measured, "low_ms": low, "high_ms": high,
-                     "inside": low <= measured <= high, "half_width": (high - low) / 2 / predicted,
-                     "load": os.getloadavg()[0]})
+        rows.append(scored({"strategy": f"{name} 2->2 hosts x 4 ({link})", "run": str(run), "repeat": str(repeat),
+                            "spec": str(big), "calibration": str(cal),
+                            "predict_args": ["--steps", str(steps), "--link", link]}, tmp / f"mh-{name}-8w-pred"))
         print(transfer_line(rows[-1]), flush=True)
     return rows
 
@@ -306,13 +308,28 @@ def main() -> None:
                         help="also 2 emulated hosts with each link shaped to LINK (e.g. 200mbit; root, ip netns, tc)")
     parser.add_argument("--transfer", action="store_true",
                         help="leave-one-out (one reference calibration per model) and size (2 -> 4, 8 workers)")
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="with --transfer: keep the runs, calibrations and rows (DIR/rows.json) in DIR")
+    parser.add_argument("--rescore", default=None, metavar="DIR",
+                        help="predict a --keep DIR's rows again with this code, against the same runs")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} (cores: {os.cpu_count()})", flush=True)
+    if args.rescore:  # the kept runs and calibrations, predicted again by this code
+        kept = Path(args.rescore)
+        rows = [scored(r, kept / (r["strategy"].replace(" ", "_").replace("/", "_") + "-rescore"))
+                for r in json.loads((kept / "rows.json").read_text())]
+        transfer_summary(rows)
+        return
     if args.transfer:
-        with tempfile.TemporaryDirectory(prefix="dtgen-bench-transfer-") as tmp:
-            rows = transfer([n for n in args.only.split(",") if n], Path(tmp), args.steps)
+        with contextlib.ExitStack() as stack:
+            tmp = Path(args.keep) if args.keep else Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="dtgen-bench-transfer-")))
+            tmp.mkdir(parents=True, exist_ok=True)
+            rows = transfer([n for n in args.only.split(",") if n], tmp, args.steps)
             if args.multihost:
-                rows += transfer_multihost(Path(tmp), args.steps, args.multihost)
+                rows += transfer_multihost(tmp, args.steps, args.multihost)
+            if args.keep:
+                (tmp / "rows.json").write_text(json.dumps(rows, indent=1))
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         transfer_summary(rows)
         if args.json:
