@@ -308,12 +308,14 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     comm["p2p"] = {"alpha_s": alpha, "beta_s_per_byte": beta}
     n = world
     a, b = _fit(coll["allreduce"])
+    # "measured": "probe": called back to back with nothing computing between, so no call
+    # waits for its process to get a core back, as a run's do (predict/transfer.py collective_wait)
     comm["allreduce"] = {"alpha_s": a / (2 * (n - 1)) if n > 1 else a,
-                         "beta_s_per_byte": b * n / (2 * (n - 1)) if n > 1 else b}
+                         "beta_s_per_byte": b * n / (2 * (n - 1)) if n > 1 else b, "measured": "probe"}
     levels = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     for name in ("broadcast", "reduce"):
         a, b = _fit(coll[name])
-        comm[name] = {"alpha_s": a / levels, "beta_s_per_byte": b / levels}
+        comm[name] = {"alpha_s": a / levels, "beta_s_per_byte": b / levels, "measured": "probe"}
     # how single steps spread around the mean when every rank computes at once
     ratios = sorted(t / g["together"] for g in gathered for t in g["calls"] if g["together"] > 0)
     if len(ratios) > 400:

@@ -110,6 +110,82 @@ def test_a_malformed_message_split_names_the_file_and_key(tmp_path):
         load_calibration(path)
 
 
+def _cal_with_probed_collectives(tmp_path, measured="probe"):
+    """_cal_with_split (4 processes on 2 cores, 900 µs wait per message) whose collectives
+    (300 µs a step) say where they were measured."""
+    path = _cal_with_split(tmp_path)
+    data = json.loads(path.read_text())
+    for kind in ("allreduce", "broadcast", "reduce"):
+        data["comm"][kind]["measured"] = measured
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("measured, workers, dedicated, active, step_us", [
+    ("probe", 4, False, None, 300 + 900),                                   # the run's own process count
+    ("probe", 8, False, None, 300 + 900 * (1 - 2 / 8) / (1 - 2 / 4)),       # more runnable: more waiting
+    ("probe", 4, False, 2, 300.0),                                          # 2 runnable on 2 cores: none
+    ("probe", 4, True, None, 300.0),                                        # a core per rank
+    ("run", 4, False, None, 300.0),                                         # fitted in a run: waits held
+])
+def test_a_probed_collective_carries_the_runs_wait_for_a_core(tmp_path, measured, workers, dedicated, active,
+                                                               step_us):
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data("allreduce-native", workers=workers, steps=10))
+    costs, assumed, notes = costs_for(spec, _cal_with_probed_collectives(tmp_path, measured), dedicated=dedicated)
+    for kind in ("allreduce", "broadcast", "reduce"):
+        assert costs.step_alpha(kind, active) == pytest.approx(step_us)
+    beta = costs.comm["allreduce"][1]
+    assert costs.allreduce(4000, 4, active) == pytest.approx(6 * step_us + 1.5 * 4000 * beta)
+    carried = measured == "probe" and not dedicated
+    assert ("collective_wait_for_core_s" in assumed) == carried
+    assert any("collectives measured by the probe" in n for n in notes) == carried
+
+
+def test_the_hierarchical_step_between_hosts_waits_for_no_core(tmp_path):
+    """Its leaders alone take part (2 on 2 cores): the probe's collective as measured; the
+    steps inside a host carry the wait."""
+    from opentikz_dt.predict.costs import Costs
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.spec import spec_from_data
+
+    data = spec_data("allreduce-ring", workers=4, steps=4)
+    data["strategy"]["algorithm"], data["topology"]["hosts"] = "hierarchical", 2
+    spec = spec_from_data(data)
+    costs, _, _ = costs_for(spec, _cal_with_probed_collectives(tmp_path), dedicated=False)
+    plain = Costs(costs.cal, spec)
+    inter = [e for e in simulate(spec, costs).events[0] if e["args"].get("phase") == "inter"]
+    plain_inter = [e for e in simulate(spec, plain).events[0] if e["args"].get("phase") == "inter"]
+    intra = [e for e in simulate(spec, costs).events[1] if e["args"].get("phase") == "intra"]
+    plain_intra = [e for e in simulate(spec, plain).events[1] if e["args"].get("phase") == "intra"]
+    assert inter and [e["dur"] for e in inter] == [e["dur"] for e in plain_inter]
+    assert all(a["dur"] > b["dur"] + 800 for a, b in zip(intra[1:], plain_intra[1:]))
+
+
+def test_a_malformed_collective_source_names_the_file_and_key(tmp_path):
+    from opentikz_dt.predict.calibration import CalibrationError, load_calibration
+
+    path = _cal_with_probed_collectives(tmp_path, measured="bench")
+    with pytest.raises(CalibrationError, match=r"split.json: comm.allreduce.measured: 'bench' must be probe or run"):
+        load_calibration(path)
+
+
+def test_a_fit_says_which_collectives_its_run_measured(tmp_path):
+    """A native all-reduce run sets the all-reduce's latency; broadcast and reduce stay the probe's."""
+    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.calibration import Calibration
+
+    run_dir = write_synthetic_run(tmp_path / "run", "allreduce-native", workers=3, steps=12)
+    base = json.loads(json.dumps(illustrative_calibration(load_run(run_dir).spec).data))
+    for kind in ("allreduce", "broadcast", "reduce"):
+        base["comm"][kind]["measured"] = "probe"
+    fitted = fit_from_run(run_dir, base=Calibration(base, "probe.json")).data["comm"]
+    assert [fitted[k]["measured"] for k in ("allreduce", "broadcast", "reduce")] == ["run", "probe", "probe"]
+
+
 def _cal_with_crowding(tmp_path, ranks=2, wait_s=1e-3):
     """A calibration made with `ranks` processes on 2 cores whose crowded run (runner/crowding.py)
     measured `wait_s` per message with 4 processes."""
@@ -236,3 +312,29 @@ def test_the_crowded_run_keeps_the_specs_model_and_training_under_a_ring():
     assert crowded.topology.workers.count == 4 and not crowded.topology.workers.slowdown
     assert crowded.training.model == spec.training.model and crowded.training.precision == "bf16"
     assert crowded.training.steps == STEPS and crowded.runtime.device == "cpu"
+
+
+def test_a_gossip_exchange_pays_a_wait_for_a_core_per_message_it_receives(tmp_path):
+    """With 2 peers a rank waits on 2 receives, one after the other (runner/strategies/gossip.py):
+    one latency (the messages travel at once) and a second wait for a core, and its 2 sends'
+    bytes one after the other on its link."""
+    from opentikz_dt.predict.blocks import model_blocks
+    from opentikz_dt.predict.costs import Costs
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.spec import spec_from_data
+
+    data = spec_data("gossip", workers=4, steps=3)
+    data["strategy"]["peers"] = 2
+    spec = spec_from_data(data)
+    costs, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=False)  # 900 us of 1 ms a wait
+    params = sum(b.params for b in model_blocks(spec))
+    alpha, beta = costs.comm["p2p"]
+    assert costs.p2p_wait == pytest.approx(900.0) and alpha == pytest.approx(1000.0)
+    expected = alpha + 900.0 + 2 * 4 * params * beta + 1e6 * costs.add_s * params * 2
+    spans = [e for e in simulate(spec, costs).events[0] if e["name"] == "gossip"]
+    assert spans and all(e["dur"] == pytest.approx(expected, rel=1e-6) for e in spans)
+    alone = Costs(costs.cal, spec, dedicated=True, wait_scale=0.0)  # a core per rank: no second wait
+    spans = [e for e in simulate(spec, alone).events[0] if e["name"] == "gossip"]
+    assert alone.p2p_wait == 0.0 and spans[0]["dur"] == pytest.approx(
+        alone.comm["p2p"][0] + 2 * 4 * params * beta + 1e6 * alone.add_s * params * 2, rel=1e-6)

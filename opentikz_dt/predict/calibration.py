@@ -168,7 +168,13 @@ def check_calibration(data, where: str) -> None:
     for kind in COMM_KINDS:
         _number(data, f"comm.{kind}.alpha_s", where)
         _number(data, f"comm.{kind}.beta_s_per_byte", where)
-    for key in ("alpha_floor_s", "core_wait_s"):  # optional: a fitted latency's two mechanisms (fit.py)
+    for kind in COMM_KINDS:  # optional: where a collective's cost was measured (transfer.collective_wait)
+        measured = data["comm"][kind].get("measured", "run")
+        if measured not in ("probe", "run"):
+            raise CalibrationError(f"{where}: comm.{kind}.measured: {measured!r} must be probe or run")
+    # optional: a fitted latency's two mechanisms (fit.py); the latency a trace showed directly
+    # where the fitted one was solved from the step time (predict/strategies/pipeline.py)
+    for key in ("alpha_floor_s", "core_wait_s", "alpha_traced_s"):
         if key in data["comm"]["p2p"]:
             _number(data, f"comm.p2p.{key}", where)
     if "crowding" in data["comm"]["p2p"]:  # optional: the crowded run (runner/crowding.py)

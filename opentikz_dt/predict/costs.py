@@ -7,8 +7,10 @@ bandwidth, `latency_s` the calibrated latency, and `dedicated` gives every rank 
 core (no CPU sharing), as on a cluster. `jitter` (a random.Random) makes synthetic runs
 noisy; predictions are deterministic. `wait_scale` carries a share of a fitted message
 latency's wait for a core to another process count, `crowd_wait_s` adds `dtgen calibrate`'s
-crowded run's wait per message where processes outnumber cores, and `untraced_s` replaces
-the calibrated untraced time per step (transfer.py). Must not import torch.
+crowded run's wait per message where processes outnumber cores, `collective_wait` the
+calibration run's wait per message to each step of a collective the probe measured,
+`p2p_alpha_s` replaces a message latency solved from a step time by the traced one, and
+`untraced_s` replaces the calibrated untraced time per step (transfer.py). Must not import torch.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
 class Costs:
     def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
                  dedicated: bool = False, jitter=None, wait_scale: float | None = None,
-                 crowd_wait_s: float | None = None, untraced_s: float | None = None):
+                 crowd_wait_s: float | None = None, untraced_s: float | None = None, collective_wait=None,
+                 p2p_alpha_s: float | None = None):
         self.cal, self.spec = cal, spec
         d = cal.data
         self.blocks = model_blocks(spec)
@@ -60,9 +63,18 @@ class Costs:
         # after an update an async server packs and sends the weights, untraced (optional key)
         self.server_us = float(d["compute"].get("server_overhead_s", 0.0)) * 1e6
         self.cores = 1e9 if dedicated else cal.cores
+        self.duty, self.settled = 1.0, False  # the share of the time a rank computes (share, simulate.py)
         self.comm = {}
+        # what a message's latency holds of a wait for its receiver to get a core back (µs): a
+        # receive that wakes its process again pays it again (gossip.py's several receives)
+        p2p_fit = d["comm"]["p2p"]
+        self.p2p_wait = 0.0 if latency_s is not None else 1e6 * (
+            (1.0 if wait_scale is None else wait_scale) * float(p2p_fit.get("core_wait_s", 0.0))
+            + (crowd_wait_s or 0.0))
         for kind in ("p2p", "allreduce", "broadcast", "reduce"):
             alpha, beta = cal.comm(kind)
+            if kind == "p2p" and p2p_alpha_s is not None:  # the traced latency (transfer.carried_latency)
+                alpha = p2p_alpha_s
             if kind == "p2p" and wait_scale is not None:
                 # a message alone plus the share of the calibrated wait for a core it carries (transfer.py)
                 p2p = d["comm"]["p2p"]
@@ -76,6 +88,9 @@ class Costs:
             if latency_s is not None:
                 alpha = latency_s
             self.comm[kind] = (alpha * 1e6, beta * 1e6)
+        # a probed collective's steps wait for a core as a run's messages do (transfer.collective_wait)
+        self.probed = {k for k in ("allreduce", "broadcast", "reduce") if d["comm"][k].get("measured") == "probe"}
+        self.collective_wait = None if latency_s is not None else collective_wait
         self.rng = jitter
         self._cache: dict = {}
         noise = d.get("noise") or {}
@@ -85,6 +100,7 @@ class Costs:
         if untraced_s is not None:  # its floor alone: another strategy, or a core per rank (transfer.py)
             self.overhead_us, self.overheads = untraced_s * 1e6, []
         self.upper = None  # Costs whose simulation is the interval's upper end (predict.py, interval.py)
+        self.upper_holds = ""  # what the upper end carries that this prediction does not
         self.draw = None
         if self.rng is None and (self.ratios or self.overheads or self.exchange_ratios):
             import random
@@ -129,9 +145,19 @@ class Costs:
         return self.noisy(self.overhead_us, step) if self.rng is not None else self.overhead_us
 
     # ------------------------------------------------------------ compute
-    def share(self, active: int) -> float:
-        """How much slower compute runs when `active` processes compute at once."""
-        return max(1.0, active / self.cores)
+    def share(self, active: float) -> float:
+        """How much slower compute runs with `active` processes that compute, on the cores:
+        a computing process finds 1 + (active - 1) x duty of them computing with it, where
+        `duty` is the share of the time each computes (simulate.settle_duty; 1 until settled:
+        all at once). Measured on the 2-core box, a computing rank's company: 1.7 in a ring of
+        4 and of 8, 1.8 for 8 parameter-server workers, 3.7 for 4 transformer ranks, which
+        all compute (mean-field 1 + (k - 1) x duty: 1.3, 1.4, 1.9, 3.7)."""
+        company = 1 + (active - 1) * self.duty if active > 1 else active
+        return max(1.0, company / self.cores)
+
+    def set_duty(self, duty: float) -> None:
+        self.duty = duty
+        self._cache.clear()
 
     def forward(self, samples: float, lo: int = 0, hi: int | None = None, active: int = 1) -> float:
         return self._blocks(self.fwd_fit, samples, lo, hi, active)
@@ -164,11 +190,19 @@ class Costs:
         """The bandwidth part alone (a message queued behind others on one link)."""
         return nbytes * self.comm["p2p"][1]
 
-    def allreduce(self, nbytes: float, n: int) -> float:
+    def step_alpha(self, kind: str, active: int | None) -> float:
+        """A collective step's latency (µs), with its wait for a core where the probe measured
+        it and `active` processes (default: every rank) are runnable meanwhile."""
+        alpha = self.comm[kind][0]
+        if self.collective_wait is not None and kind in self.probed:
+            alpha += 1e6 * self.collective_wait(active)
+        return alpha
+
+    def allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:
         if n <= 1:
             return 0.0
-        alpha, beta = self.comm["allreduce"]
-        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
+        beta = self.comm["allreduce"][1]
+        return 2 * (n - 1) * self.step_alpha("allreduce", active) + 2 * (n - 1) / n * nbytes * beta
 
     def ring_hop(self, nbytes: float, n: int) -> float:
         """One hop of dtgen's ring all-reduce over n ranks: a 1/n segment sent and added."""
@@ -189,13 +223,13 @@ class Costs:
         per = self.p2p(nbytes / chunks) + (children - 1) * self.p2p_bytes(nbytes / chunks)
         return (levels + chunks - 1) * per if n > 1 else 0.0
 
-    def broadcast(self, nbytes: float, n: int) -> float:
-        alpha, beta = self.comm["broadcast"]
-        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (alpha + nbytes * beta)
+    def broadcast(self, nbytes: float, n: int, active: int | None = None) -> float:
+        beta = self.comm["broadcast"][1]
+        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (self.step_alpha("broadcast", active) + nbytes * beta)
 
-    def reduce(self, nbytes: float, n: int) -> float:
-        alpha, beta = self.comm["reduce"]
-        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (alpha + nbytes * beta)
+    def reduce(self, nbytes: float, n: int, active: int | None = None) -> float:
+        beta = self.comm["reduce"][1]
+        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (self.step_alpha("reduce", active) + nbytes * beta)
 
 
 def illustrative_calibration(spec, flops_per_s: float = 2e9, bytes_per_s: float = 1e8, latency_s: float = 3e-4,

@@ -22,6 +22,7 @@ class Result:
     staleness: list = field(default_factory=list)
     bytes: dict = field(default_factory=dict)        # rank -> [sent, recv]
     phases: dict = field(default_factory=dict)       # span name -> total µs over all ranks (every span)
+    busy: dict = field(default_factory=dict)         # rank -> µs of compute (tid 0; sweeps too)
 
 
 class Recorder:
@@ -30,9 +31,13 @@ class Recorder:
         self.record = record
         self.ids = ids
 
-    def span(self, rank: int, name: str, tid: int, t0: float, t1: float, step: int, **args) -> float:
+    def span(self, rank: int, name: str, tid: int, t0: float, t1: float, step: int, busy: float | None = None,
+             **args) -> float:
+        """A span; `busy`: of a compute span, the µs it computes (DDP's backward also waits)."""
         if t1 <= t0:
             return t0
+        if tid == 0 and name != "slowdown":  # a straggler's slowdown sleeps: it holds no core
+            self.result.busy[rank] = self.result.busy.get(rank, 0.0) + (t1 - t0 if busy is None else busy)
         if not self.record:  # sweeps: only the step times matter
             return t1
         phases = self.result.phases
@@ -66,6 +71,12 @@ class Recorder:
         b = self.result.bytes[rank]
         b[0] += int(sent)
         b[1] += int(recv)
+
+    def duty(self) -> float:
+        """The share of the run's time a computing rank computes (busy over the last step's end)."""
+        r = self.result
+        end = max(r.step_end.values(), default=0.0)
+        return min(1.0, sum(r.busy.values()) / (len(r.busy) * end)) if r.busy and end > 0 else 1.0
 
     def step(self, worker: str, step: int, t0: float, t1: float) -> None:
         """A worker (or stage) finished `step`, which it started at t0."""

@@ -25,7 +25,7 @@ from ..workload import model_section
 from .blocks import learn_model, model_blocks, model_signature
 from .calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
 from .costs import illustrative_calibration
-from .phases import compute_ratios, phase_times, roles_of, server_gaps, untraced
+from .phases import compute_ratios, duty, phase_times, roles_of, server_gaps, untraced
 from .strategies import REGISTRY
 
 DEFAULT_BETA = 1 / 2.4e9  # s/byte: gloo over loopback on this kind of machine (RUNNER_NOTES: 10 MB at 2.4 GB/s)
@@ -113,8 +113,9 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     blocks = model_blocks(spec)
     cores = float(os.cpu_count() or 1)
     role = plugin.COMPUTE_ROLE
-    # as the simulator: the ranks computing at once share the cores
-    share = max(1.0, plugin.active_ranks(spec) / cores)
+    # as the simulator (Costs.share): the ranks computing at once share the cores
+    active, busy = plugin.active_ranks(spec), duty(run)
+    share = max(1.0, (1 + (active - 1) * busy if active > 1 else active) / cores)
     cal = base or illustrative_calibration(spec)
     comm = {k: dict(v) for k, v in cal.data["comm"].items()}
     beta = comm["p2p"]["beta_s_per_byte"] if base else DEFAULT_BETA
@@ -126,12 +127,16 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     fit = RunFit(run, role, blocks, flops, phase_times(run), beta)
     fwd_us, bwd_us = plugin.fit_compute(fit)
     params = fit.params
+    probed = {k: v["alpha_s"] for k, v in comm.items()}
     seen_alpha = plugin.fit_message_latency(fit, comm)
     if seen_alpha is not None:
         comm["p2p"]["alpha_s"] = seen_alpha
         if not base:
             for k in ("allreduce", "broadcast", "reduce"):
                 comm[k]["alpha_s"] = seen_alpha
+    for k, v in comm.items():  # a collective this run showed is no longer the probe's
+        if k != "p2p" and v["alpha_s"] != probed[k]:
+            v["measured"] = "run"
     split = message_split(plugin.message_samples(fit), beta, comm["p2p"]["alpha_s"])
     if split:
         comm["p2p"].update(split)

@@ -52,7 +52,7 @@ def interval(spec, costs, steps: int, metrics: dict, seeds: int = SEEDS) -> dict
         m = metrics_of(simulate(spec, upper, steps, record=False), spec, steps)
         steps_s.append(mean_step_s(m))
         rates.append(m["samples_per_s"])
-        sources.append("the calibrated strategy's waits between spans carried whole (upper end)")
+        sources.append(f"{costs.upper_holds} (upper end)")
     blocks = [float(r) for r in (costs.cal.data.get("noise") or {}).get("block_ratios", []) if r > 0]
     low, high = (min(1.0, min(blocks)), max(1.0, max(blocks))) if blocks else (1.0, 1.0)
     if blocks:

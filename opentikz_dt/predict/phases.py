@@ -112,3 +112,36 @@ def server_gaps(run) -> list:
             if name == "update":
                 out.append(max(0.0, n0 - t1))
     return out
+
+
+def duty(run) -> float:
+    """The share of the run's time a computing rank computes: its compute spans (tid 0, a
+    straggler's slowdown left out: it sleeps), less what its communication spans overlap
+    of them (DDP's backward holds its wait for the last bucket's all-reduce), over the
+    steady steps' traced time (the first step's warm-up left out), averaged over the ranks
+    that compute (engine.Recorder.duty, which the simulator settles on: simulate.py)."""
+    spans: dict = defaultdict(lambda: ([], []))
+    start, end = float("inf"), 0.0
+    first = run.trace.steps[0] if run.trace.steps else None
+    for e in run.trace.events:
+        if e["args"]["step"] == first:
+            continue
+        start, end = min(start, e["ts"]), max(end, e["ts"] + e["dur"])
+        if e.get("tid") in (0, 1) and e["name"] != "slowdown":
+            spans[e["pid"]][e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+    busy = {rank: _covered(compute) - _overlap(compute, comm) for rank, (compute, comm) in spans.items() if compute}
+    return min(1.0, sum(busy.values()) / (len(busy) * (end - start))) if busy and end > start else 1.0
+
+
+def _covered(intervals: list) -> float:
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
+def _overlap(xs: list, ys: list) -> float:
+    """Time under both a span of xs and a span of ys."""
+    return _covered(xs) + _covered(ys) - _covered(xs + ys)

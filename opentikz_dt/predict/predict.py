@@ -23,7 +23,7 @@ from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
 from ..strategies import strategy as described
-from .transfer import caveats, crowd_wait, short, untraced_floor, wait_scale
+from .transfer import carried_latency, caveats, collective_wait, crowd_wait, short, untraced_floor, wait_scale
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -125,15 +125,20 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     rate = preset.bytes_per_s if preset is not None else (parse_link(link) if link else None)
     latency = latency_ms / 1e3 if latency_ms is not None else (preset.latency_s if preset is not None else None)
     scale, crowded = wait_scale(cal, spec, dedicated), crowd_wait(cal, spec, dedicated)
-    floor = untraced_floor(cal, spec, dedicated)
+    floor, waits = untraced_floor(cal, spec, dedicated), collective_wait(cal, spec, dedicated)
+    traced = carried_latency(cal, spec)
 
-    def costs_with(untraced_s):
+    def costs_with(untraced_s, p2p_alpha_s):
         return Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
-                     crowd_wait_s=crowded, untraced_s=untraced_s)
+                     crowd_wait_s=crowded, untraced_s=untraced_s, collective_wait=waits, p2p_alpha_s=p2p_alpha_s)
 
-    costs = costs_with(floor)
-    if floor is not None and not dedicated:
-        costs.upper = costs_with(None)  # the interval's upper end: the calibrated untraced time whole
+    costs = costs_with(floor, traced)
+    if (floor is not None and not dedicated) or traced is not None:
+        # the interval's upper end: the calibrated untraced time whole, the fitted latency
+        costs.upper = costs_with(None if not dedicated else floor, None)
+        holds = [] if dedicated or floor is None else ["waits between spans"]
+        holds += [] if traced is None else ["message latency fitted to its step time"]
+        costs.upper_holds = "the calibrated strategy's " + " and ".join(holds) + " carried whole"
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
                "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,
@@ -144,6 +149,10 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
         assumed["message_wait_for_core_s"] = round(crowded, 7)
     if floor is not None:
         assumed["untraced_per_step_s"] = round(floor, 7)
+    if traced is not None:
+        assumed["message_latency_traced_s"] = round(traced, 7)
+    if waits is not None and latency is None:
+        assumed["collective_wait_for_core_s"] = round(waits(), 7)
     if preset is not None:  # only then: predictions without presets stay byte-identical
         assumed["link_preset"] = {"name": preset.name, "source": preset.source,
                                   "compute": describe_device(cal.data.get("device") or OLD_DEVICE)

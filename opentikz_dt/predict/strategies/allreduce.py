@@ -110,7 +110,7 @@ def _native(sim, steps: int) -> None:
         moved = sum(b for _, b in buckets) * 2 * (n - 1) // max(n, 1)
         for k in range(n):
             done = max(comm_free, ready[k][buckets[-1][0]])
-            t = rec.span(k, "backward", 0, fwd_end[k], done, step)
+            t = rec.span(k, "backward", 0, fwd_end[k], done, step, busy=ready[k][buckets[-1][0]] - fwd_end[k])
             if sim.slow[k] > 1:
                 t = rec.span(k, "slowdown", 0, t, t + (sim.slow[k] - 1) * (t - starts[k]), step, factor=sim.slow[k])
             end = sim.optimizer(k, step, t)
@@ -165,7 +165,7 @@ def _hierarchical(sim, step: int, ready: list, ranks: list) -> list:
     per_host = len(ranks) // hosts
     t0 = max(ready)
     intra = c.noisy(c.reduce(sim.nbytes, per_host), step)
-    inter = c.noisy(c.allreduce(sim.nbytes, hosts), step)
+    inter = c.noisy(c.allreduce(sim.nbytes, hosts, active=hosts), step)  # the leaders alone: the rest wait
     bcast = c.noisy(c.broadcast(sim.nbytes, per_host), step)
     ends = []
     for i, k in enumerate(ranks):

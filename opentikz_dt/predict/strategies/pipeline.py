@@ -35,9 +35,8 @@ def role_of(spec, ident: str) -> str:
 
 
 def active_ranks(spec) -> float:
-    """Stages compute at once only outside the bubble: that many share the cores."""
-    p, m = spec.topology.workers.count, spec.strategy.microbatches
-    return max(1.0, p * m / (m + p - 1))
+    """Every stage computes; how much at once (outside the bubble) the duty says (Costs.share)."""
+    return spec.topology.workers.count
 
 
 def model_parts(spec) -> int:
@@ -149,7 +148,11 @@ def fit_compute(fit) -> tuple[list, list]:
 def finish_fit(cal: Calibration, run) -> Calibration:
     """A stage's `recv` span mixes the message with the wait for the peer's compute, so the
     message latency is the one value that makes the simulated step time equal the run's
-    mean (bisection; the step time grows with the latency)."""
+    mean (bisection; the step time grows with the latency). That value also holds what the
+    schedule did on its critical path between spans (torch.distributed.pipelining's own work,
+    which differs between schedules: 2.6 ms a step in a 3-stage GPipe run here, 0.8 ms in
+    1F1B), so the latency the trace shows directly is kept beside it (`alpha_traced_s`,
+    _traced_latency): what another schedule is predicted with (transfer.py)."""
     target = statistics.fmean(run.metrics["step_time_s"].values()) if run.metrics["step_time_s"] else None
     if not target:
         return cal
@@ -171,4 +174,28 @@ def finish_fit(cal: Calibration, run) -> Calibration:
         alpha = (lo + hi) / 2
     data = copy.deepcopy(cal.data)
     data["comm"]["p2p"]["alpha_s"] = alpha
+    traced = _traced_latency(run, cal.data["comm"]["p2p"]["beta_s_per_byte"])
+    if traced is not None:
+        data["comm"]["p2p"]["alpha_traced_s"] = traced
     return Calibration(data, cal.path)
+
+
+def _traced_latency(run, beta: float) -> float | None:
+    """A message's mean latency (s) where the trace shows it whole: a receive posted before
+    its sender's send began, from that send's start to the receive's end, less its bytes at
+    `beta`. None with fewer than 5 such messages."""
+    first, p = run.trace.steps[0], run.spec.topology.workers.count
+    rows = run.spec.training.batch_size / run.spec.strategy.microbatches
+    out_bytes = [4 * rows * v for v in boundary_values(run.spec, p)]
+    sends = {(e["pid"], e["args"]["step"], e["args"].get("mb"), e["args"].get("direction")): e["ts"]
+             for e in run.trace.events if e["name"] == "send"}
+    seen = []
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] != "recv" or a["step"] == first:
+            continue
+        peer = e["pid"] - 1 if a.get("direction") == "fwd" else e["pid"] + 1
+        sent = sends.get((peer, a["step"], a.get("mb"), a.get("direction")))
+        if sent is not None and e["ts"] < sent and 0 <= min(peer, e["pid"]) < len(out_bytes):
+            seen.append((e["ts"] + e["dur"] - sent) / 1e6 - out_bytes[min(peer, e["pid"])] * beta)
+    return max(0.0, statistics.fmean(seen)) if len(seen) >= 5 else None
