@@ -338,3 +338,93 @@ def test_a_gossip_exchange_pays_a_wait_for_a_core_per_message_it_receives(tmp_pa
     spans = [e for e in simulate(spec, alone).events[0] if e["name"] == "gossip"]
     assert alone.p2p_wait == 0.0 and spans[0]["dur"] == pytest.approx(
         alone.comm["p2p"][0] + 2 * 4 * params * beta + 1e6 * alone.add_s * params * 2, rel=1e-6)
+
+
+def _ring_on_two_cores(latency_s: float, workers: int = 8):
+    from opentikz_dt.predict.calibration import Calibration
+    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data("allreduce-ring", workers=workers, steps=10))
+    data = json.loads(json.dumps(illustrative_calibration(spec, latency_s=latency_s).data))
+    data["cores_effective"] = 2.0
+    return spec, Costs(Calibration(data, "two-cores.json"), spec)
+
+
+@pytest.mark.parametrize("latency_s, duty_range", [(2e-2, (0.0, 0.2)), (1e-7, (0.9, 1.0))])
+def test_compute_is_shared_by_the_ranks_computing_at_once(latency_s, duty_range):
+    """8 ranks on 2 cores: where messages take most of a step a rank computes a small share of
+    it and compute runs nearly as alone; where compute is all there is, 4 times slower."""
+    from opentikz_dt.predict.simulate import simulate
+
+    spec, costs = _ring_on_two_cores(latency_s)
+    alone = costs.forward(64)  # before settling: every rank computing at once
+    assert alone == pytest.approx(costs.share(8) * costs.forward(64) / costs.share(8))
+    simulate(spec, costs)
+    lo, hi = duty_range
+    assert lo <= costs.duty <= hi
+    assert costs.share(8) == pytest.approx(max(1.0, (1 + 7 * costs.duty) / 2))
+    assert costs.forward(64, active=8) == pytest.approx(costs.share(8) * costs.forward(64, active=1))
+
+
+def test_a_runs_duty_leaves_out_the_waits_its_compute_spans_hold():
+    """A DDP backward holding the last bucket's all-reduce computes only until the bucket
+    is ready; a straggler's slowdown sleeps."""
+    from types import SimpleNamespace
+
+    from opentikz_dt.predict.phases import duty
+
+    def span(pid, tid, name, ts, dur, step=1):
+        return {"pid": pid, "tid": tid, "name": name, "ts": ts, "dur": dur, "args": {"step": step}}
+
+    events = [span(0, 0, "forward", 0, 10, step=0),                      # the first step: left out
+              span(0, 0, "forward", 100, 20), span(0, 0, "backward", 120, 60),
+              span(0, 1, "allreduce", 150, 30),                          # inside the backward: a wait
+              span(0, 0, "slowdown", 180, 20),
+              span(1, 0, "forward", 100, 20), span(1, 0, "backward", 120, 30), span(1, 1, "allreduce", 150, 50)]
+    run = SimpleNamespace(trace=SimpleNamespace(events=events, steps=[0, 1]))
+    # rank 0 computes 20 + 30, rank 1 20 + 30, over 100 us (100 to 200)
+    assert duty(run) == pytest.approx(0.5)
+
+
+def test_a_pipeline_fit_keeps_the_latency_its_trace_shows_for_another_schedule(tmp_path):
+    """A synthetic GPipe run's messages take the synthetic latency and bytes (x its jitter of
+    0.85-1.25; the messages a receiver waited for lean long). 1F1B from its fit is predicted
+    with the traced latency, the interval's upper end and GPipe itself with the solved one."""
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    run_dir = write_synthetic_run(tmp_path / "run", "pipeline-gpipe", workers=3, steps=20)
+    fitted = fit_from_run(run_dir)
+    p2p = fitted.data["comm"]["p2p"]
+    assert 2.5e-4 * 0.85 <= p2p["alpha_traced_s"] <= 2.5e-4 * 1.4  # synthetic_calibration's latency, jittered
+    path = fitted.save(tmp_path / "gpipe.json")
+    other = spec_from_data(spec_data("pipeline-1f1b", workers=3, steps=20))
+    costs, assumed, notes = costs_for(other, path, dedicated=False)
+    assert costs.comm["p2p"][0] == pytest.approx(p2p["alpha_traced_s"] * 1e6)
+    assert costs.upper.comm["p2p"][0] == pytest.approx(p2p["alpha_s"] * 1e6)
+    assert assumed["message_latency_traced_s"] == pytest.approx(p2p["alpha_traced_s"], abs=1e-7)
+    assert any("its message latency as its trace showed it" in n for n in notes)
+    same, assumed, _ = costs_for(load_run(run_dir).spec, path, dedicated=False)  # GPipe itself: the solved one
+    assert same.comm["p2p"][0] == pytest.approx(p2p["alpha_s"] * 1e6) and "message_latency_traced_s" not in assumed
+
+
+def test_a_fit_of_a_run_on_shared_cores_predicts_it_back(tmp_path):
+    from opentikz_dt.predict.costs import Costs
+
+    """A ring simulated on 2 cores (its compute shared by the ranks computing at once), written
+    as a run and fitted: the fit takes its compute alone as the simulator shares it."""
+    from opentikz_dt.predict.rundir import metrics_of, write_run_dir
+    from opentikz_dt.predict.simulate import simulate
+
+    spec, costs = _ring_on_two_cores(3e-3, workers=4)
+    made = simulate(spec, costs, steps=12)
+    assert 0.2 < costs.duty < 0.8  # compute and messages both matter
+    run_dir = write_run_dir(tmp_path / "run", spec, made, 12, predicted={"calibration": "two-cores.json"})
+    fitted = fit_from_run(run_dir, base=costs.cal)
+    assert fitted.data["compute"]["blocks"][0]["forward"][1] == pytest.approx(
+        costs.cal.data["compute"]["blocks"][0]["forward"][1], rel=0.1)
+    predicted = metrics_of(simulate(spec, Costs(fitted, spec), steps=12), spec, 12)["step_time_s"]
+    measured = load_run(run_dir).metrics["step_time_s"]
+    for w in measured:
+        assert predicted[w] == pytest.approx(measured[w], rel=0.1), w
