@@ -3,15 +3,19 @@
 A calibration's costs are costs of mechanisms the simulator composes: compute per block
 and sample, an optimizer step per tensor and parameter, a message (latency + bytes x
 beta), a collective, the untraced time of a step, the spread of a rank's compute, and
-compute slowing down as max(1, k / cores) when k processes share the cores. A prediction
-of another strategy or worker count composes the same mechanisms in another schedule.
+compute slowing down by the processes computing at once on the cores (Costs.share, its
+duty settled by the simulator). A prediction of another strategy or worker count composes
+the same mechanisms in another schedule.
 
 Some of what a short run measures is tied to the run it came from: its message latency
 holds what a blocking receive waits for its process to be scheduled again at that
 process count (`wait_scale` carries it to another count; beyond the calibration's own
 count, `crowd_wait` carries the wait measured by `dtgen calibrate`'s crowded run
-instead), and its per-step untraced time holds that strategy's waits for a core between
-spans (`untraced_floor`: another strategy gets its floor, the interval its whole).
+instead; `collective_wait` adds it to the steps of collectives the probe measured back to
+back), its per-step untraced time holds that strategy's waits for a core between spans
+(`untraced_floor`: another strategy gets its floor, the interval its whole), and a
+latency solved from a pipeline's step time holds that schedule's own work
+(`carried_latency`: another schedule gets the traced one, the interval the solved one).
 `caveats` names what is carried, for the prediction's run.json and its figures' notes.
 Must not import torch.
 """
