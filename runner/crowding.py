@@ -21,7 +21,7 @@ import copy
 from pathlib import Path
 
 MAX_PROCESSES = 16  # 2 x cores above this: a machine nobody oversubscribes, nothing to measure
-STEPS = 20
+STEPS = 60  # its wait is a mean of rare multi-ms preemptions: 20 steps gave 258-510 µs in three passes
 
 
 def crowded_workers(cores: int, ranks: int) -> int | None:

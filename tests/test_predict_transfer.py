@@ -428,3 +428,22 @@ def test_a_fit_of_a_run_on_shared_cores_predicts_it_back(tmp_path):
     measured = load_run(run_dir).metrics["step_time_s"]
     for w in measured:
         assert predicted[w] == pytest.approx(measured[w], rel=0.1), w
+
+
+def test_a_tree_hop_waits_for_a_core_as_the_ranks_runnable_then(tmp_path):
+    """4 ranks on 2 cores, 900 us of a message's 1 ms a wait: going up, the last level runs
+    with the 2 leaves blocked (2 runnable on 2 cores: no wait); coming down, the first hop
+    with 1 rank still blocked (3 runnable: a third of the wait left)."""
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    data = spec_data("allreduce-ring", workers=4, steps=4)
+    data["strategy"]["algorithm"] = "tree"
+    spec = spec_from_data(data)
+    costs, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=False)
+    per = costs.p2p(4000) + costs.p2p_bytes(4000)  # a parent's link shared by its 2 children
+    assert costs.p2p_wait == pytest.approx(900.0)
+    assert costs.tree_pass(4000, 4) == pytest.approx(2 * per - 900.0)
+    assert costs.tree_pass(4000, 4, down=True) == pytest.approx(2 * per - 900.0 * (1 - (1 - 2 / 3) / (1 - 2 / 4)))
+    alone, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=True)  # no wait to take off
+    assert alone.tree_pass(4000, 4) == pytest.approx(2 * (alone.p2p(4000) + alone.p2p_bytes(4000)))

@@ -64,6 +64,9 @@ class Costs:
         self.server_us = float(d["compute"].get("server_overhead_s", 0.0)) * 1e6
         self.cores = 1e9 if dedicated else cal.cores
         self.duty, self.settled = 1.0, False  # the share of the time a rank computes (share, simulate.py)
+        from .simulate import roles  # here: simulate imports the plugins, which import this module
+
+        self.processes = len(roles(spec))
         self.comm = {}
         # what a message's latency holds of a wait for its receiver to get a core back (µs): a
         # receive that wakes its process again pays it again (gossip.py's several receives)
@@ -213,15 +216,33 @@ class Costs:
         """dtgen's ring all-reduce over n ranks, all ranks ready at once: 2(n - 1) hops."""
         return 2 * (n - 1) * self.ring_hop(nbytes, n) if n > 1 else 0.0
 
-    def tree_pass(self, nbytes: float, n: int) -> float:
-        """One pass (the reduce up, or the broadcast down) of dtgen's pipelined binary tree
+    def tree_pass(self, nbytes: float, n: int, down: bool = False) -> float:
+        """One pass (the reduce up, or the broadcast `down`) of dtgen's pipelined binary tree
         over n ranks: levels + chunks - 1 chunk hops, a parent's link shared by its children
-        (2, or the root's 1 of a 2-rank tree), chunk by chunk."""
+        (2, or the root's 1 of a 2-rank tree), chunk by chunk. A hop's wait for a core counts
+        the ranks runnable then (waiting_share): going up, the leaves that sent their last
+        chunk block until the broadcast, so the last levels run with half, a quarter, ...
+        of the ranks; coming down, the ranks below the broadcast's front are blocked."""
+        if n <= 1:
+            return 0.0
         chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
-        levels = math.ceil(math.log2(n)) if n > 1 else 0
+        levels = math.ceil(math.log2(n))
         children = min(2, n - 1)
+        if down:
+            shares = [min(n, 2 ** (j + 2) - 1) / n for j in range(levels)] + [1.0] * (chunks - 1)
+        else:
+            shares = [1.0] * chunks + [max(1.0, n / 2 ** j) / n for j in range(1, levels)]
         per = self.p2p(nbytes / chunks) + (children - 1) * self.p2p_bytes(nbytes / chunks)
-        return (levels + chunks - 1) * per if n > 1 else 0.0
+        return sum(per - self.p2p_wait * (1 - self.waiting_share(share)) for share in shares)
+
+    def waiting_share(self, runnable: float) -> float:
+        """How much of a message's wait for a core (p2p_wait, at every process runnable) is left
+        when only a `runnable` share of the processes can run: (1 - c/(share x k)) / (1 - c/k)
+        for k processes on c cores, as transfer.wait_scale scales it between process counts."""
+        k, c = self.processes, self.cores
+        if runnable >= 1.0 or not k or k <= c:
+            return 1.0
+        return max(0.0, 1 - c / (runnable * k)) / (1 - c / k)
 
     def broadcast(self, nbytes: float, n: int, active: int | None = None) -> float:
         beta = self.comm["broadcast"][1]

@@ -151,7 +151,7 @@ def _tree(sim, step: int, ready: list, ranks: list) -> list:
     c, rec = sim.costs, sim.rec
     t0 = max(ready)
     up = c.noisy_comm(c.tree_pass(sim.nbytes, len(ranks)), step)
-    down = c.noisy_comm(c.tree_pass(sim.nbytes, len(ranks)), step)
+    down = c.noisy_comm(c.tree_pass(sim.nbytes, len(ranks), down=True), step)
     for i, k in enumerate(ranks):
         rec.span(k, "allreduce", 1, ready[i], t0 + up, step, algorithm="tree", phase="reduce", chunk=0)
         rec.span(k, "allreduce", 1, t0 + up, t0 + up + down, step, algorithm="tree", phase="broadcast", chunk=0)

@@ -230,7 +230,7 @@ def _data_allreduce(c, method: str, nbytes: float, n: int) -> float:
     if method == "ring":
         return c.ring_allreduce(nbytes, n)
     if method == "tree":
-        return 2 * c.tree_pass(nbytes, n)
+        return c.tree_pass(nbytes, n) + c.tree_pass(nbytes, n, down=True)
     return c.allreduce(nbytes, n)
 
 
