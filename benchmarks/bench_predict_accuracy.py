@@ -18,6 +18,12 @@ Step time is the mean over workers, first step left out (metrics.json).
         host predicting 2 emulated hosts x 4 workers (MULTIHOST, `dtgen predict --link LINK`).
         Each row: measured, a repeat run (the noise floor), predicted, error, the predicted
         interval and whether the run is in it.
+    python benchmarks/bench_predict_accuracy.py --transfer --keep DIR [...]
+        keeps the runs, calibrations and rows (DIR/rows.json) in DIR; then
+    python benchmarks/bench_predict_accuracy.py --rescore DIR
+        predicts DIR's rows again with the code as it is now, against the same runs: a change
+        to the predictor is compared with the one before on the same runs and calibrations,
+        without the noise of new ones (each pass's runs differ by 5-10% here).
 
 Takes about a minute per strategy here. Timings on a shared machine are noisy: the
 script prints the load average before and after.
