@@ -447,24 +447,3 @@ def test_a_tree_hop_waits_for_a_core_as_the_ranks_runnable_then(tmp_path):
     assert costs.tree_pass(4000, 4, down=True) == pytest.approx(2 * per - 900.0 * (1 - (1 - 2 / 3) / (1 - 2 / 4)))
     alone, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=True)  # no wait to take off
     assert alone.tree_pass(4000, 4) == pytest.approx(2 * (alone.p2p(4000) + alone.p2p_bytes(4000)))
-
-
-@pytest.mark.parametrize("nbytes", [1_000, 100_000])
-def test_over_a_link_the_wait_for_a_core_overlaps_the_bytes_on_the_wire(tmp_path, nbytes):
-    """6 processes on 2 cores wait 2 ms a message for a core (the crowded run's 1 ms at 4,
-    scaled); over 200 Mbit/s 1 kB crosses in 40 us (hidden under the wait), 100 kB in 4 ms
-    (the wait hidden under it). On loopback the two add up, as a core copies the bytes."""
-    from opentikz_dt.predict.predict import costs_for
-    from opentikz_dt.spec import spec_from_data
-
-    spec = spec_from_data(spec_data("allreduce-native", workers=6, steps=10))
-    cal = _cal_with_crowding(tmp_path)
-    linked, assumed, _ = costs_for(spec, cal, "200mbit", None, dedicated=False)
-    assert assumed["link_overlaps_wait_for_core"] is True
-    wire = nbytes * 8 / 200e6 * 1e6
-    assert linked.p2p_wait == pytest.approx(2000.0) and linked.crowd_us == pytest.approx(2000.0)
-    assert linked.p2p(nbytes) == pytest.approx(100.0 + max(2000.0, wire))
-    step = linked.step_alpha("allreduce", None)
-    assert linked.allreduce(6 * nbytes, 6) == pytest.approx(10 * (step - 2000.0 + max(2000.0, wire)))
-    loopback, _, _ = costs_for(spec, cal, dedicated=False)
-    assert loopback.p2p(nbytes) == pytest.approx(100.0 + 2000.0 + nbytes * loopback.comm["p2p"][1])

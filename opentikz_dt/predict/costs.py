@@ -91,8 +91,6 @@ class Costs:
             if latency_s is not None:
                 alpha = latency_s
             self.comm[kind] = (alpha * 1e6, beta * 1e6)
-        self.crowd_us = 0.0 if latency_s is not None else 1e6 * (crowd_wait_s or 0.0)
-        self.link_overlaps = link is not None and latency_s is None  # Costs.message
         # a probed collective's steps wait for a core as a run's messages do (transfer.collective_wait)
         self.probed = {k for k in ("allreduce", "broadcast", "reduce") if d["comm"][k].get("measured") == "probe"}
         self.collective_wait = None if latency_s is not None else collective_wait
@@ -187,45 +185,27 @@ class Costs:
         return 1e6 * self.add_s * params * grads + self.optimizer(params, tensors)
 
     # ------------------------------------------------------------ communication
-    def message(self, alpha: float, wait: float, bytes_us: float) -> float:
-        """A message (or a collective's step) of latency `alpha` (µs), of which `wait` is its
-        receiver's wait for a core, and `bytes_us` of transfer. Over a given link (`link`) the
-        two overlap: while the bytes cross the wire the receiver is off its core, and the
-        processes blocked on the link leave the cores to the others. Measured (2 emulated hosts
-        x 4 over 200 Mbit/s, 8 processes on 2 cores): the ring's and the native all-reduce's
-        steps took what they take on one host (23.9 against 24.9 ms, 29.2 against 29.3), where
-        the link alone would add 5 ms; the sum predicted the native +40% and +58%."""
-        if self.link_overlaps:
-            return alpha - wait + max(wait, bytes_us)
-        return alpha + bytes_us
-
     def p2p(self, nbytes: float) -> float:
         alpha, beta = self.comm["p2p"]
-        return self.message(alpha, self.p2p_wait, nbytes * beta)
+        return alpha + nbytes * beta
 
     def p2p_bytes(self, nbytes: float) -> float:
         """The bandwidth part alone (a message queued behind others on one link)."""
         return nbytes * self.comm["p2p"][1]
 
-    def step_wait(self, kind: str, active: int | None) -> float:
-        """Of a collective step's latency, its wait for a core (µs): the crowded run's, and
-        where the probe measured it the calibration run's with `active` processes (default:
-        every rank) runnable meanwhile."""
-        wait = self.crowd_us
-        if self.collective_wait is not None and kind in self.probed:
-            wait += 1e6 * self.collective_wait(active)
-        return wait
-
     def step_alpha(self, kind: str, active: int | None) -> float:
-        """A collective step's latency (µs), its waits for a core included (step_wait)."""
-        return self.comm[kind][0] + self.step_wait(kind, active) - self.crowd_us
-
-    def _steps(self, kind: str, steps: int, nbytes: float, active: int | None) -> float:
-        return steps * self.message(self.step_alpha(kind, active), self.step_wait(kind, active),
-                                    nbytes * self.comm[kind][1])
+        """A collective step's latency (µs), with its wait for a core where the probe measured
+        it and `active` processes (default: every rank) are runnable meanwhile."""
+        alpha = self.comm[kind][0]
+        if self.collective_wait is not None and kind in self.probed:
+            alpha += 1e6 * self.collective_wait(active)
+        return alpha
 
     def allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:
-        return 0.0 if n <= 1 else self._steps("allreduce", 2 * (n - 1), nbytes / n, active)
+        if n <= 1:
+            return 0.0
+        beta = self.comm["allreduce"][1]
+        return 2 * (n - 1) * self.step_alpha("allreduce", active) + 2 * (n - 1) / n * nbytes * beta
 
     def ring_hop(self, nbytes: float, n: int) -> float:
         """One hop of dtgen's ring all-reduce over n ranks: a 1/n segment sent and added."""
@@ -252,10 +232,8 @@ class Costs:
             shares = [min(n, 2 ** (j + 2) - 1) / n for j in range(levels)] + [1.0] * (chunks - 1)
         else:
             shares = [1.0] * chunks + [max(1.0, n / 2 ** j) / n for j in range(1, levels)]
-        alpha, chunk = self.comm["p2p"][0], nbytes / chunks
-        return sum(self.message(alpha - self.p2p_wait * (1 - self.waiting_share(share)),
-                                self.p2p_wait * self.waiting_share(share), self.p2p_bytes(chunk))
-                   + (children - 1) * self.p2p_bytes(chunk) for share in shares)
+        per = self.p2p(nbytes / chunks) + (children - 1) * self.p2p_bytes(nbytes / chunks)
+        return sum(per - self.p2p_wait * (1 - self.waiting_share(share)) for share in shares)
 
     def waiting_share(self, runnable: float) -> float:
         """How much of a message's wait for a core (p2p_wait, at every process runnable) is left
@@ -267,10 +245,12 @@ class Costs:
         return max(0.0, 1 - c / (runnable * k)) / (1 - c / k)
 
     def broadcast(self, nbytes: float, n: int, active: int | None = None) -> float:
-        return 0.0 if n <= 1 else self._steps("broadcast", math.ceil(math.log2(n)), nbytes, active)
+        beta = self.comm["broadcast"][1]
+        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (self.step_alpha("broadcast", active) + nbytes * beta)
 
     def reduce(self, nbytes: float, n: int, active: int | None = None) -> float:
-        return 0.0 if n <= 1 else self._steps("reduce", math.ceil(math.log2(n)), nbytes, active)
+        beta = self.comm["reduce"][1]
+        return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (self.step_alpha("reduce", active) + nbytes * beta)
 
 
 def illustrative_calibration(spec, flops_per_s: float = 2e9, bytes_per_s: float = 1e8, latency_s: float = 3e-4,

@@ -151,8 +151,6 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
         assumed["untraced_per_step_s"] = round(floor, 7)
     if traced is not None:
         assumed["message_latency_traced_s"] = round(traced, 7)
-    if costs.link_overlaps and costs.p2p_wait > 0:  # Costs.message: the larger of the two counts
-        assumed["link_overlaps_wait_for_core"] = True
     if waits is not None and latency is None:
         assumed["collective_wait_for_core_s"] = round(waits(), 7)
     if preset is not None:  # only then: predictions without presets stay byte-identical
