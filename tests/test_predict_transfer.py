@@ -144,6 +144,17 @@ def test_a_probed_collective_carries_the_runs_wait_for_a_core(tmp_path, measured
     assert any("collectives measured by the probe" in n for n in notes) == carried
 
 
+def test_the_calibrated_spec_itself_adds_no_wait_to_a_collective(tmp_path):
+    """Its run measured the collectives it uses; its prediction and run.json stay as they were."""
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data("allreduce-ring", workers=4, steps=10))
+    costs, assumed, notes = costs_for(spec, _cal_with_probed_collectives(tmp_path), dedicated=False)
+    assert costs.step_alpha("allreduce", None) == pytest.approx(300.0)
+    assert "collective_wait_for_core_s" not in assumed and not notes
+
+
 def test_the_hierarchical_step_between_hosts_waits_for_no_core(tmp_path):
     """Its leaders alone take part (2 on 2 cores): the probe's collective as measured; the
     steps inside a host carry the wait."""

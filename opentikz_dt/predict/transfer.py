@@ -171,7 +171,8 @@ def collective_wait(cal, spec, dedicated: bool):
     function of the processes runnable during it (default: every rank of the spec) that
     gives seconds, or None where nothing is added (a core per rank; the crowded run's wait,
     which crowd_wait adds to every collective step already; a calibration without a fitted
-    message wait, or whose collectives do not say where they were measured).
+    message wait, or whose collectives do not say where they were measured; the calibrated
+    strategy at its own process count, whose run measured the collectives it uses).
 
     The probe calls a collective back to back with nothing computing between, so no call
     finds a process off its core; in a run each of its steps is a message that wakes a
@@ -188,6 +189,9 @@ def collective_wait(cal, spec, dedicated: bool):
     if crowd_wait(cal, spec, dedicated) is not None:
         return None
     wait, measured, c, k = float(p2p["core_wait_s"]), int(made.get("ranks") or 0), cal.cores, len(roles(spec))
+    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
+    if k == measured and all(theirs.get(w) == ours.get(w) for w in STRATEGY_WORDS):
+        return None  # the calibrated spec: a collective it runs, its run measured (fit.py)
 
     def per_step(active: int | None = None) -> float:
         if measured <= c:  # the run had a core per process: its (small) wait is carried as it is
