@@ -458,3 +458,20 @@ def test_a_tree_hop_waits_for_a_core_as_the_ranks_runnable_then(tmp_path):
     assert costs.tree_pass(4000, 4, down=True) == pytest.approx(2 * per - 900.0 * (1 - (1 - 2 / 3) / (1 - 2 / 4)))
     alone, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=True)  # no wait to take off
     assert alone.tree_pass(4000, 4) == pytest.approx(2 * (alone.p2p(4000) + alone.p2p_bytes(4000)))
+
+
+@pytest.mark.parametrize("kind, says", [("allreduce-native", True), ("ps-sync", False)])
+def test_the_probed_collectives_wait_is_said_only_where_the_strategy_runs_one(tmp_path, kind, says):
+    """A parameter server sends messages only: its prediction from a ring calibration does not
+    speak of collectives; the native all-reduce's does, in run.json and the figures' note."""
+    from opentikz_dt.predict.predict import predict
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(spec_data(kind, workers=3, steps=6)))
+    out, warnings = predict(spec, tmp_path / "pred", calibration=_cal_with_probed_collectives(tmp_path))
+    predicted = json.loads((out / "run.json").read_text())["predicted"]
+    assert ("collective_wait_for_core_s" in predicted) == says
+    assert any(n.startswith("collectives measured by the probe") for n in predicted["transfer"]) == says
+    assert ("collectives measured by the probe" in predicted["transfer_note"]) == says
+    assert any(w.startswith("collectives measured by the probe") for w in warnings) == says
+    assert predicted["transfer"][0].startswith("calibrated on allreduce ring")  # the strategy's caveat stays

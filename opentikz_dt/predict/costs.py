@@ -94,6 +94,7 @@ class Costs:
         # a probed collective's steps wait for a core as a run's messages do (transfer.collective_wait)
         self.probed = {k for k in ("allreduce", "broadcast", "reduce") if d["comm"][k].get("measured") == "probe"}
         self.collective_wait = None if latency_s is not None else collective_wait
+        self.probed_wait_used = False
         self.rng = jitter
         self._cache: dict = {}
         noise = d.get("noise") or {}
@@ -199,6 +200,7 @@ class Costs:
         alpha = self.comm[kind][0]
         if self.collective_wait is not None and kind in self.probed:
             alpha += 1e6 * self.collective_wait(active)
+            self.probed_wait_used = True  # the prediction says so only then (predict.py)
         return alpha
 
     def allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:

@@ -23,7 +23,8 @@ from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
 from ..strategies import strategy as described
-from .transfer import carried_latency, caveats, collective_wait, crowd_wait, short, untraced_floor, wait_scale
+from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wait, crowd_wait, short,
+                       untraced_floor, wait_scale)
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -202,6 +203,8 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
                              f"{MAX_EVENTS:,}; {PROBE_STEPS} simulated steps wrote "
                              f"{sum(len(v) for v in sample.events.values()):,}): use fewer --steps or workers")
     result = simulate(spec, costs, steps)
+    if "collective_wait_for_core_s" in assumed and not costs.probed_wait_used:
+        assumed, warnings = without_collective_note(assumed, warnings)  # a strategy that runs none
     events = sum(len(v) for v in result.events.values())
     if events > MAX_EVENTS:
         raise DtgenError(f"the prediction would write {events:,} trace events (at most {MAX_EVENTS:,}): "
@@ -210,6 +213,17 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     spread = interval(spec, costs, steps, metrics_of(result, spec, steps))
     path = write_run_dir(out, spec, result, steps, predicted=assumed, extra_metrics=spread)
     return path, warnings
+
+
+def without_collective_note(assumed: dict, warnings: list) -> tuple[dict, list]:
+    """What a prediction says, less the probed collectives' wait where its strategy ran no
+    collective (transfer.collective_wait: the caveat is made before the simulation)."""
+    assumed = {k: v for k, v in assumed.items() if k != "collective_wait_for_core_s"}
+    keep = [n for n in assumed.get("transfer", []) if not n.startswith(COLLECTIVE_NOTE)]
+    assumed.pop("transfer", None), assumed.pop("transfer_note", None)
+    if keep:
+        assumed["transfer"], assumed["transfer_note"] = keep, short(keep)
+    return assumed, [w for w in warnings if not w.startswith(COLLECTIVE_NOTE)]
 
 
 def is_prediction(run_dir: str | Path) -> bool:
