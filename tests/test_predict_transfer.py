@@ -141,7 +141,7 @@ def test_a_probed_collective_carries_the_runs_wait_for_a_core(tmp_path, measured
     assert costs.allreduce(4000, 4, active) == pytest.approx(6 * step_us + 1.5 * 4000 * beta)
     carried = measured == "probe" and not dedicated
     assert ("collective_wait_for_core_s" in assumed) == carried
-    assert any("collectives measured by the probe" in n for n in notes) == carried
+    assert any("probed collectives wait for a core as the run's messages do" in n for n in notes) == carried
 
 
 def test_the_calibrated_spec_itself_adds_no_wait_to_a_collective(tmp_path):
@@ -471,7 +471,7 @@ def test_the_probed_collectives_wait_is_said_only_where_the_strategy_runs_one(tm
     out, warnings = predict(spec, tmp_path / "pred", calibration=_cal_with_probed_collectives(tmp_path))
     predicted = json.loads((out / "run.json").read_text())["predicted"]
     assert ("collective_wait_for_core_s" in predicted) == says
-    assert any(n.startswith("collectives measured by the probe") for n in predicted["transfer"]) == says
-    assert ("collectives measured by the probe" in predicted["transfer_note"]) == says
-    assert any(w.startswith("collectives measured by the probe") for w in warnings) == says
+    assert any(n.startswith("probed collectives wait for a core as the run's messages do") for n in predicted["transfer"]) == says
+    assert ("probed collectives wait for a core as the run's messages do" in predicted["transfer_note"]) == says
+    assert any(w.startswith("probed collectives wait for a core as the run's messages do") for w in warnings) == says
     assert predicted["transfer"][0].startswith("calibrated on allreduce ring")  # the strategy's caveat stays

@@ -27,7 +27,7 @@ from .fit import FLOOR_QUANTILE
 from .simulate import roles
 
 STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
-COLLECTIVE_NOTE = "collectives measured by the probe"  # collective_wait's caveat (predict.py drops it if unused)
+COLLECTIVE_NOTE = "probed collectives wait for a core as the run's messages do"  # collective_wait's caveat (predict.py drops it if unused)
 
 
 def describe_strategy(block: dict) -> str:
@@ -66,9 +66,9 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
                    f"{describe_strategy(ours)} as a cost per message, {untraced}")
     waits = collective_wait(cal, spec, dedicated)
     if waits is not None and waits() > 0:
-        out.append(f"{COLLECTIVE_NOTE} (called back to back): each step carries the "
-                   f"calibration run's wait for a core per message ({waits() * 1e6:.0f} us with every rank "
-                   f"runnable)")
+        out.append(f"{COLLECTIVE_NOTE}: the probe called each collective back to back, so each of its "
+                   f"steps carries the calibration run's wait for a core per message ({waits() * 1e6:.0f} us "
+                   f"with every rank runnable)")
     ranks, here = made.get("ranks"), len(roles(spec))
     if ranks and here and ranks != here and not dedicated:
         c = f"{cal.cores:g}"
