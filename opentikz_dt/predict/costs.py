@@ -42,6 +42,14 @@ def parse_link(text: str) -> float:
     return rate
 
 
+def wait_ratio(cores: float, now: float, then: float) -> float:
+    """A wait for a core measured with `then` processes runnable on `cores` (more than the
+    cores), carried to `now`: a message finds its receiver off a core with a chance of about
+    1 - cores/k, so the wait scales by (1 - c/now) / (1 - c/then), and is none at or below
+    the cores (transfer.py's wait_scale and collective_wait, Costs.waiting_share)."""
+    return max(0.0, 1 - cores / now) / (1 - cores / then)
+
+
 # dtgen's pipelined tree all-reduce: chunks of 1 MiB of float32, at most 64
 # (runner/strategies/collectives.py CHUNK_ELEMS, MAX_CHUNKS)
 TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
@@ -244,7 +252,7 @@ class Costs:
         k, c = self.processes, self.cores
         if runnable >= 1.0 or not k or k <= c:
             return 1.0
-        return max(0.0, 1 - c / (runnable * k)) / (1 - c / k)
+        return wait_ratio(c, runnable * k, k)
 
     def broadcast(self, nbytes: float, n: int, active: int | None = None) -> float:
         beta = self.comm["broadcast"][1]

@@ -23,11 +23,19 @@ Must not import torch.
 from __future__ import annotations
 
 from ..strategies import kinds, strategy
+from .costs import wait_ratio
 from .fit import FLOOR_QUANTILE
 from .simulate import roles
 
 STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
 COLLECTIVE_NOTE = "probed collectives wait for a core as the run's messages do"  # collective_wait's caveat (predict.py drops it if unused)
+
+
+def same_strategy(made: dict, spec) -> bool:
+    """The spec runs the strategy the calibration was made on (`made_for`): the same words of
+    its strategy block (kind, algorithm, sync, schedule)."""
+    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
+    return all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS)
 
 
 def describe_strategy(block: dict) -> str:
@@ -51,7 +59,7 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
         return []
     out = []
     theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
-    if any(theirs.get(k) != ours.get(k) for k in STRATEGY_WORDS):
+    if not same_strategy(made, spec):
         floor, mean = untraced_floor(cal, spec, dedicated), float(cal.data["compute"]["step_overhead_s"])
         rest = "none with a core per rank" if dedicated else "only in the interval's upper end"
         untraced = ("its untraced time per step as a cost per step" if floor is None else
@@ -100,13 +108,12 @@ def wait_scale(cal, spec, dedicated: bool) -> float | None:
         return None
     if dedicated or crowd_wait(cal, spec, dedicated) is not None:
         return 0.0  # a core per rank waits for none; the crowded run's wait replaces this run's own
-    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
     k, measured, c = len(roles(spec)), made.get("ranks") or 0, cal.cores
-    if k == measured and all(theirs.get(w) == ours.get(w) for w in STRATEGY_WORDS):
+    if k == measured and same_strategy(made, spec):
         return None
     if measured <= c:
         return 1.0  # measured without waiting for a core: nothing to scale
-    return max(0.0, 1 - c / k) / (1 - c / measured)
+    return wait_ratio(c, k, measured)
 
 
 def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
@@ -122,10 +129,8 @@ def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
     made = cal.data.get("made_for")
     if not isinstance(made, dict):
         return None
-    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
     gaps = sorted(float(g) for g in (cal.data.get("noise") or {}).get("overhead_s", []) if g >= 0)
-    same = all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS)
-    if (same and not dedicated) or len(gaps) < 5:
+    if (same_strategy(made, spec) and not dedicated) or len(gaps) < 5:
         return None
     return gaps[int(FLOOR_QUANTILE * (len(gaps) - 1))]
 
@@ -155,14 +160,11 @@ def carried_latency(cal, spec) -> float | None:
     """The message latency (s) carried to another strategy where the calibrated one was
     solved from its step time (comm.p2p.alpha_traced_s, a pipeline's fit): the latency its
     trace showed directly. The solved one also holds that schedule's own work on its
-    critical path (a GPipe calibration here: 588 us solved, 204 us traced; its 1F1B
-    prediction +42% with the solved one), so it is kept for the calibrated strategy and the
-    interval's upper end. None: carry the fitted latency."""
+    critical path (GPipe calibrations here: 502-673 us solved, 151-182 us traced; their 1F1B
+    predictions +29..+45% with the solved one), so it is kept for the calibrated strategy and
+    the interval's upper end. None: carry the fitted latency."""
     made, p2p = cal.data.get("made_for"), cal.data["comm"]["p2p"]
-    if not isinstance(made, dict) or "alpha_traced_s" not in p2p:
-        return None
-    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
-    if all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS):
+    if not isinstance(made, dict) or "alpha_traced_s" not in p2p or same_strategy(made, spec):
         return None
     return float(p2p["alpha_traced_s"])
 
@@ -190,14 +192,13 @@ def collective_wait(cal, spec, dedicated: bool):
     if crowd_wait(cal, spec, dedicated) is not None:
         return None
     wait, measured, c, k = float(p2p["core_wait_s"]), int(made.get("ranks") or 0), cal.cores, len(roles(spec))
-    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
-    if k == measured and all(theirs.get(w) == ours.get(w) for w in STRATEGY_WORDS):
+    if k == measured and same_strategy(made, spec):
         return None  # the calibrated spec: a collective it runs, its run measured (fit.py)
 
     def per_step(active: int | None = None) -> float:
         if measured <= c:  # the run had a core per process: its (small) wait is carried as it is
             return wait
-        return wait * max(0.0, 1 - c / (k if active is None else active)) / (1 - c / measured)
+        return wait * wait_ratio(c, k if active is None else active, measured)
 
     return per_step
 
