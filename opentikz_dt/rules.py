@@ -40,6 +40,11 @@ def _options_rule(spec: Spec):
         if key not in _own_keys(s.kind):
             owners = ", ".join(k for k in kinds() if key in _own_keys(k)) or "none"
             yield ("strategy", key), f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it)"
+    # stages resolves to the worker count for every kind (spec.resolve), so a run's resolved
+    # spec.yaml carries it; another value is one a user wrote for a kind that never reads it
+    if "stages" not in _own_keys(s.kind) and s.stages != spec.topology.workers.count:
+        owners = ", ".join(k for k in kinds() if "stages" in _own_keys(k))
+        yield ("strategy", "stages"), f"stages applies to kind: {owners} only, not '{s.kind}' (remove it)"
 
 
 def _own_keys(kind: str) -> set:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from opentikz_dt.errors import SpecError
 from opentikz_dt.figures.names import BOX_KINDS
@@ -243,3 +244,16 @@ def test_an_outside_kind_is_a_kind_of_the_schema_rules_and_contract(outside_kind
     assert tuple(kinds) == KINDS + (outside_kind,)
     assert parse_words("set-strategy", ["--kind", outside_kind]) == {"kind": outside_kind}
 
+
+
+@pytest.mark.parametrize("s", [pytest.param(s, id=s.kind) for s in STRATEGIES if "stages" not in s.options])
+def test_stages_in_a_kind_that_does_not_read_them_is_refused(s, tmp_path):
+    """strategy.stages resolves to the worker count for every kind (a run's spec.yaml carries
+    it, and loads); another value, in a kind without stages, would be ignored: refused."""
+    workers = spec_from_data({"strategy": {"kind": s.kind}}).topology.workers.count
+    assert spec_from_data({"strategy": {"kind": s.kind, "stages": workers}}).strategy.stages == workers
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"strategy": {"kind": s.kind, "stages": workers + 1}}, sort_keys=False))
+    with pytest.raises(SpecError, match=rf"spec\.yaml:3:11: strategy\.stages: stages applies to kind: pipeline only, "
+                                        rf"not '{s.kind}'"):
+        load_spec(path)

@@ -4,9 +4,11 @@ schedules them.
 Worker step: finish the fetch posted during the last push (`wait` until the shard sent,
 then `fetch`), forward, backward, straggler sleep, `push` to every shard. A shard sends
 its weights to N workers and receives N gradients over its one link, so transfers queue
-there. Sync shards update once all N pushes landed; async shards apply each push alone in
-arrival order, and the first hands the pushing worker the next update of the budget
-(steps x N updates in all). Must not import torch.
+there; a sync shard posts its N sends one after another, each taking its CPU a while
+(`_send_us`: untraced on the server, in the later workers' fetch). Sync shards update once
+all N pushes landed; async shards apply each push alone in arrival order, and the first
+hands the pushing worker the next update of the budget (steps x N updates in all). Must
+not import torch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import statistics
 
 from ...shards import shard_assignment
 from ..blocks import tensor_sizes
+from ..costs import wait_ratio
 from ..fit import latency, mean_durations
+from ..phases import server_gaps
 
 KIND = "parameter-server"
 SYNTHETIC_RUNS = ("ps-sync", "ps-async")
@@ -36,13 +40,16 @@ def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
 
 
 def fit_message_latency(fit, comm: dict) -> float | None:
-    """From the workers' fetch and push spans: one message of a mean shard's bytes."""
+    """From the workers' fetch and push spans: one message of a mean shard's bytes. A sync
+    shard's k-th send waits for the k sends it posted before (their bytes on its link, or its
+    CPU posting them: `_send_us`): a fetch's mean holds (N - 1) / 2 of them, not the message's."""
     spec = fit.spec
     sizes = tensor_sizes(spec)
     shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names)
                                    for names in shard_assignment(spec, sizes).values())
-    return latency(mean_durations(fit.run, "worker", "fetch") + mean_durations(fit.run, "worker", "push"),
-                   shard_bytes, fit.beta)
+    queued = (fit.workers - 1) / 2 * max(1e6 * shard_bytes * fit.beta, _fitted_send_us(fit.run))
+    return latency([d - queued for d in mean_durations(fit.run, "worker", "fetch")]
+                   + mean_durations(fit.run, "worker", "push"), shard_bytes, fit.beta)
 
 
 def message_samples(fit) -> list:
@@ -73,7 +80,9 @@ def _sync(sim, steps: int) -> None:
     shards = _shards(spec, sim.blocks)
     names = [sid for sid, *_ in shards]
     msg = [c.p2p(nbytes) for *_, nbytes in shards]          # one message to or from a shard
-    queued = [c.p2p_bytes(nbytes) for *_, nbytes in shards]  # one more message ahead on the shard's link
+    # each send a shard posted before, ahead on its link (its bytes) and its CPU (posting it)
+    send = _send_us(c)
+    queued = [max(c.p2p_bytes(nbytes), send) for *_, nbytes in shards]
     total = sum(nbytes for *_, nbytes in shards)
     batch = spec.training.batch_size
     sent = [0.0] * len(shards)          # when each shard sent the weights of this step
@@ -116,7 +125,37 @@ def _sync(sim, steps: int) -> None:
             if rec.record:
                 for k in range(n):
                     rec.flow(ps, "f", rec.flow_id(k, step, ps), 0, start + 1)
-            server_free[j] = sent[j] = start + u
+            sent[j] = start + u
+            server_free[j] = sent[j] + n * send  # posting the sends, untraced
+
+
+def _fitted_send_us(run) -> float:
+    """A sync server's CPU per send (µs) in a run: its untraced time after each update (it
+    posts one send to each worker there, one after another) over the workers."""
+    spec = run.spec
+    gaps = server_gaps(run)
+    if spec.strategy.sync != "sync" or not gaps:
+        return 0.0
+    return statistics.fmean(gaps) / spec.topology.workers.count
+
+
+def _send_us(costs) -> float:
+    """A sync shard's CPU per send (µs), from a calibration made on a sync parameter server
+    (its `server_overhead_s` over its workers; none from another strategy: nothing shows it).
+    Measured on the 2-core box with 88 kB shards: 136 us a send at 2 workers, 370 at 4, 650
+    at 8, growing as the sends wait for the CPU the processes share; carried to another
+    process count as a message's wait for a core is (costs.wait_ratio: 1.8x at 4 workers,
+    2.3x at 8, short of the 4.8x measured; growing as the crowded wait, (k - c) / (k0 - c),
+    7x, overshot it: +46% at 8 workers in one pass). A core per rank: none."""
+    made = costs.cal.data.get("made_for")
+    strategy = (made.get("strategy") or {}) if isinstance(made, dict) else {}
+    if strategy.get("kind") != KIND or strategy.get("sync") != "sync" or not made.get("workers"):
+        return 0.0
+    per_send = costs.server_us / int(made["workers"])
+    measured = int(made.get("ranks") or 0)
+    if measured <= costs.cores or costs.processes == measured:
+        return per_send if costs.cores < 1e6 else 0.0
+    return per_send * wait_ratio(costs.cores, costs.processes, measured)
 
 
 def _async(sim, steps: int) -> None:
