@@ -5,7 +5,7 @@ Worker step: finish the fetch posted during the last push (`wait` until the shar
 then `fetch`), forward, backward, straggler sleep, `push` to every shard. A shard sends
 its weights to N workers and receives N gradients over its one link, so transfers queue
 there; a sync shard posts its N sends one after another, each taking its CPU a while
-(`_send_us`: untraced on the server, in the later workers' fetch). Sync shards update once
+(`_send_us`: untraced on the server, in the later workers' fetch: `_fetch_us`). Sync shards update once
 all N pushes landed; async shards apply each push alone in arrival order, and the first
 hands the pushing worker the next update of the budget (steps x N updates in all). Must
 not import torch.
@@ -40,16 +40,15 @@ def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
 
 
 def fit_message_latency(fit, comm: dict) -> float | None:
-    """From the workers' fetch and push spans: one message of a mean shard's bytes. A sync
-    shard's k-th send waits for the k sends it posted before (their bytes on its link, or its
-    CPU posting them: `_send_us`): a fetch's mean holds (N - 1) / 2 of them, not the message's."""
+    """From the workers' fetch and push spans: one message of a mean shard's bytes. Where a
+    sync shard's CPU posts its sends one after another (`_fitted_send_us`), a fetch holds
+    those posted before it (`_fetch_us`), so the pushes alone say what a message takes."""
     spec = fit.spec
     sizes = tensor_sizes(spec)
     shard_bytes = statistics.fmean(4 * sum(sizes[t] for t in names)
                                    for names in shard_assignment(spec, sizes).values())
-    queued = (fit.workers - 1) / 2 * max(1e6 * shard_bytes * fit.beta, _fitted_send_us(fit.run))
-    return latency([d - queued for d in mean_durations(fit.run, "worker", "fetch")]
-                   + mean_durations(fit.run, "worker", "push"), shard_bytes, fit.beta)
+    fetches = [] if _fitted_send_us(fit.run) > 0 else mean_durations(fit.run, "worker", "fetch")
+    return latency(fetches + mean_durations(fit.run, "worker", "push"), shard_bytes, fit.beta)
 
 
 def message_samples(fit) -> list:
@@ -80,9 +79,8 @@ def _sync(sim, steps: int) -> None:
     shards = _shards(spec, sim.blocks)
     names = [sid for sid, *_ in shards]
     msg = [c.p2p(nbytes) for *_, nbytes in shards]          # one message to or from a shard
-    # each send a shard posted before, ahead on its link (its bytes) and its CPU (posting it)
-    send = _send_us(c)
-    queued = [max(c.p2p_bytes(nbytes), send) for *_, nbytes in shards]
+    queued = [c.p2p_bytes(nbytes) for *_, nbytes in shards]  # one more message ahead on the shard's link
+    send = _send_us(c)  # the shard's CPU posting one send (its receives it posts at once)
     total = sum(nbytes for *_, nbytes in shards)
     batch = spec.training.batch_size
     sent = [0.0] * len(shards)          # when each shard sent the weights of this step
@@ -94,7 +92,7 @@ def _sync(sim, steps: int) -> None:
         for k in range(n):
             t0 = arrive = push_end[k]
             for j in range(len(shards)):
-                arrive = max(arrive, sent[j] + c.noisy(msg[j] + k * queued[j], step))
+                arrive = max(arrive, sent[j] + c.noisy(_fetch_us(msg[j], queued[j], send, k), step))
             s = max(min(last_sent, arrive), t0)
             if s > t0:
                 rec.span(k, "wait", 1, t0, s, step)
@@ -129,6 +127,15 @@ def _sync(sim, steps: int) -> None:
             server_free[j] = sent[j] + n * send  # posting the sends, untraced
 
 
+def _fetch_us(msg: float, queued: float, send: float, k: int) -> float:
+    """From a sync shard's update to the k-th worker's weights landing: its message, behind
+    the k before it on the shard's link; where the shard's CPU posts them (`send`), the k-th
+    leaves once k + 1 were posted, and a message's wait for its receiver to get a core runs
+    while the later ones are posted (measured at 8 workers on 2 cores: the first worker's
+    fetch 1.0-2.7 ms, the eighth's 3.9-4.1 ms with 410-480 us a send, not 2 ms + 7 sends)."""
+    return max(msg + k * queued, (k + 1) * send)
+
+
 def _fitted_send_us(run) -> float:
     """A sync server's CPU per send (µs) in a run: its untraced time after each update (it
     posts one send to each worker there, one after another) over the workers."""
@@ -142,11 +149,10 @@ def _fitted_send_us(run) -> float:
 def _send_us(costs) -> float:
     """A sync shard's CPU per send (µs), from a calibration made on a sync parameter server
     (its `server_overhead_s` over its workers; none from another strategy: nothing shows it).
-    Measured on the 2-core box with 88 kB shards: 136 us a send at 2 workers, 370 at 4, 650
-    at 8, growing as the sends wait for the CPU the processes share; carried to another
-    process count as a message's wait for a core is (costs.wait_ratio: 1.8x at 4 workers,
-    2.3x at 8, short of the 4.8x measured; growing as the crowded wait, (k - c) / (k0 - c),
-    7x, overshot it: +46% at 8 workers in one pass). A core per rank: none."""
+    Measured on the 2-core box with 88 kB shards: 120-210 us a send at 2 workers, 370 at 4,
+    410-690 at 8, growing as the sends wait for the CPU the processes share; carried to
+    another process count as a message's wait for a core is (costs.wait_ratio: 1.8x at 4
+    workers, 2.3x at 8). A core per rank: none."""
     made = costs.cal.data.get("made_for")
     strategy = (made.get("strategy") or {}) if isinstance(made, dict) else {}
     if strategy.get("kind") != KIND or strategy.get("sync") != "sync" or not made.get("workers"):
