@@ -24,8 +24,9 @@ from ..errors import ToolMissingError
               help="With --from: a measured calibration for what the run cannot show (message sizes, collectives).")
 @click.option("--ranks", type=click.IntRange(min=2, max=64),
               help="Processes to measure with (default: the spec's ranks); implies --probe-only.")
-@click.option("--run-steps", type=click.IntRange(min=4, max=1000), default=30, show_default=True,
-              help="Steps of the short real run of SPEC that follows the probe.")
+@click.option("--run-steps", type=click.IntRange(min=4, max=1000), default=100, show_default=True,
+              help="Steps of the short real run of SPEC that follows the probe (its untraced time per step is "
+                   "heavy-tailed on shared cores: fewer steps, a noisier mean).")
 @click.option("--probe-only", is_flag=True,
               help="Micro-benchmarks only, no run of SPEC (misses the runner's own per-step work).")
 def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
