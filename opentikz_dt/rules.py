@@ -36,15 +36,14 @@ def _options_rule(spec: Spec):
     """A strategy key only other kinds read (strategy.units in an allreduce spec) would be
     ignored without a word: refuse it, naming the kinds that read it."""
     s = spec.strategy
-    for key in s.options:
-        if key not in _own_keys(s.kind):
-            owners = ", ".join(k for k in kinds() if key in _own_keys(k)) or "none"
-            yield ("strategy", key), f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it)"
+    ignored = [key for key in s.options if key not in _own_keys(s.kind)]
     # stages resolves to the worker count for every kind (spec.resolve), so a run's resolved
     # spec.yaml carries it; another value is one a user wrote for a kind that never reads it
     if "stages" not in _own_keys(s.kind) and s.stages != spec.topology.workers.count:
-        owners = ", ".join(k for k in kinds() if "stages" in _own_keys(k))
-        yield ("strategy", "stages"), f"stages applies to kind: {owners} only, not '{s.kind}' (remove it)"
+        ignored.append("stages")
+    for key in ignored:
+        owners = ", ".join(k for k in kinds() if key in _own_keys(k)) or "none"
+        yield ("strategy", key), f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it)"
 
 
 def _own_keys(kind: str) -> set:

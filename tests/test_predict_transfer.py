@@ -471,9 +471,10 @@ def test_the_probed_collectives_wait_is_said_only_where_the_strategy_runs_one(tm
     out, warnings = predict(spec, tmp_path / "pred", calibration=_cal_with_probed_collectives(tmp_path))
     predicted = json.loads((out / "run.json").read_text())["predicted"]
     assert ("collective_wait_for_core_s" in predicted) == says
-    assert any(n.startswith("probed collectives wait for a core as the run's messages do") for n in predicted["transfer"]) == says
-    assert ("probed collectives wait for a core as the run's messages do" in predicted["transfer_note"]) == says
-    assert any(w.startswith("probed collectives wait for a core as the run's messages do") for w in warnings) == says
+    note = "probed collectives wait for a core as the run's messages do"
+    assert any(n.startswith(note) for n in predicted["transfer"]) == says
+    assert (note in predicted["transfer_note"]) == says
+    assert any(w.startswith(note) for w in warnings) == says
     assert predicted["transfer"][0].startswith("calibrated on allreduce ring")  # the strategy's caveat stays
 
 

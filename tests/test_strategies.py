@@ -245,7 +245,6 @@ def test_an_outside_kind_is_a_kind_of_the_schema_rules_and_contract(outside_kind
     assert parse_words("set-strategy", ["--kind", outside_kind]) == {"kind": outside_kind}
 
 
-
 @pytest.mark.parametrize("s", [pytest.param(s, id=s.kind) for s in STRATEGIES if "stages" not in s.options])
 def test_stages_in_a_kind_that_does_not_read_them_is_refused(s, tmp_path):
     """strategy.stages resolves to the worker count for every kind (a run's spec.yaml carries

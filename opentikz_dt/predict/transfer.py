@@ -28,7 +28,8 @@ from .fit import FLOOR_QUANTILE
 from .simulate import roles
 
 STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
-COLLECTIVE_NOTE = "probed collectives wait for a core as the run's messages do"  # collective_wait's caveat (predict.py drops it if unused)
+# collective_wait's caveat, which predict.py drops where the strategy ran no collective
+COLLECTIVE_NOTE = "probed collectives wait for a core as the run's messages do"
 
 
 def same_strategy(made: dict, spec) -> bool:

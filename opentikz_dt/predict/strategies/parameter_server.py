@@ -5,10 +5,10 @@ Worker step: finish the fetch posted during the last push (`wait` until the shar
 then `fetch`), forward, backward, straggler sleep, `push` to every shard. A shard sends
 its weights to N workers and receives N gradients over its one link, so transfers queue
 there; a sync shard posts its N sends one after another, each taking its CPU a while
-(`_send_us`: untraced on the server, in the later workers' fetch: `_fetch_us`). Sync shards update once
-all N pushes landed; async shards apply each push alone in arrival order, and the first
-hands the pushing worker the next update of the budget (steps x N updates in all). Must
-not import torch.
+(`_send_us`: untraced on the server, in the later workers' fetch: `_fetch_us`). Sync
+shards update once all N pushes landed; async shards apply each push alone in arrival
+order, and the first hands the pushing worker the next update of the budget (steps x N
+updates in all). Must not import torch.
 """
 
 from __future__ import annotations
@@ -159,8 +159,10 @@ def _send_us(costs) -> float:
         return 0.0
     per_send = costs.server_us / int(made["workers"])
     measured = int(made.get("ranks") or 0)
+    if costs.cores >= 1e6:  # a core per rank (Costs' cores, as simulate.settle_duty reads them)
+        return 0.0
     if measured <= costs.cores or costs.processes == measured:
-        return per_send if costs.cores < 1e6 else 0.0
+        return per_send
     return per_send * wait_ratio(costs.cores, costs.processes, measured)
 
 
