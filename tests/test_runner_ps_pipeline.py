@@ -225,9 +225,14 @@ def test_pipeline_1f1b_microbatch_spans(tmp_path_factory):
         assert seen == {(rank, rank + 1, mb): 6 for rank in range(3) for mb in range(4)}
     recvs = Counter((e["pid"], e["args"]["direction"]) for e in _spans(events, "recv"))
     assert recvs == {(1, "fwd"): 24, (2, "fwd"): 24, (0, "bwd"): 24, (1, "bwd"): 24}
-    # 1F1B: the first stage starts backward of mb 0 before it runs forward of mb 3
-    stage0 = sorted((e["ts"], e["name"], e["args"]["mb"]) for e in _spans(events) if e["pid"] == 0
-                    and e["args"]["step"] == 1 and e["name"] in ("forward", "backward"))
-    order = [(name, mb) for _, name, mb in stage0]
-    assert order.index(("backward", 0)) < order.index(("forward", 3))
+    # 1F1B: each stage runs its ops in the order the expected timeline and the simulator
+    # schedule by (strategies/pipeline.stage_ops); the first stage starts backward of mb 0
+    # before it runs forward of mb 3
+    from opentikz_dt.strategies.pipeline import stage_ops
+
+    for rank in range(3):
+        spans = sorted((e["ts"], e["name"][0].upper(), e["args"]["mb"]) for e in _spans(events)
+                       if e["pid"] == rank and e["args"]["step"] == 1 and e["name"] in ("forward", "backward"))
+        assert [(op, mb) for _, op, mb in spans] == stage_ops("1f1b", rank, 3, 4), rank
+    assert stage_ops("1f1b", 0, 3, 4).index(("B", 0)) < stage_ops("1f1b", 0, 3, 4).index(("F", 3))
     _assert_lanes_nest(events)

@@ -8,6 +8,20 @@ STRATEGY = Strategy(KIND, "Pipeline-parallel training", ("send", "recv", "optimi
                     options=("microbatches", "schedule", "stages"), workers=(2, None), data_parallel=False, order=60)
 
 
+def stage_ops(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
+    """The op order of one stage (0-based), as torch's schedules run it: GPipe all forwards
+    then all backwards; 1F1B min(stages - stage - 1, micro) forwards to warm up, then one
+    forward and one backward in turn, then the backwards left. ("F" | "B", microbatch).
+    The expected timeline (figures) and the simulator (predict) both schedule by it."""
+    if schedule == "gpipe":
+        return [("F", m) for m in range(micro)] + [("B", m) for m in range(micro)]
+    warmup = min(stages - stage - 1, micro)
+    ops = [("F", m) for m in range(warmup)]
+    for i in range(micro - warmup):
+        ops += [("F", warmup + i), ("B", i)]
+    return ops + [("B", m) for m in range(micro - warmup, micro)]
+
+
 def rules(spec, model_blocks):
     s, t, workers = spec.strategy, spec.training, spec.topology.workers.count
     if s.stages != workers:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from ...errors import DtgenError
 from ...strategies.mesh import coordinates, data_method, degrees
+from ...strategies.pipeline import stage_ops
 from ..model import elide
 from ..schedule import STEPS, Sim, one_panel
 from ..texts import label_tex, label_text, lane_text
 from ..timeline import Lane, Panel, Timeline
-from .pipeline import _pipeline_ops
 from ..topology_mesh import bytes_per_dimension, measured_legend, mesh_layout
 
 KIND = "mesh"
@@ -127,7 +127,7 @@ def _pipelined_schedule(spec, cost, d) -> tuple[Sim, float, dict]:
         if _fsdp(spec):
             free = [sim.add(f"s{k + 1}", t, t + reduce_dp / 2, "allreduce", "dp AG", phase="data all-gather")
                     for k in range(stages)]
-        ops = [_pipeline_ops(schedule, k, stages, micro) for k in range(stages)]
+        ops = [stage_ops(schedule, k, stages, micro) for k in range(stages)]
         arrived: dict[tuple, float] = {}
         nxt = [0] * stages
         remaining = sum(len(o) for o in ops)

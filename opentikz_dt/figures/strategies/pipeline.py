@@ -4,6 +4,7 @@ schedule with its bubble, and lanes named after the stages. Must not import torc
 from __future__ import annotations
 
 from ...errors import DtgenError
+from ...strategies.pipeline import stage_ops
 from ..schedule import Sim, one_panel
 from ..spacing import pipeline_needs
 from ..texts import label_text
@@ -53,18 +54,6 @@ def expected_timeline(spec, cost):
     return one_panel(spec, sim, end, _title(spec, drawn_bubble(sim, spec.strategy.stages, sim.flush_ms)))
 
 
-def _pipeline_ops(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
-    """The op order of one stage (0-based): GPipe all forwards then all backwards, or 1F1B."""
-    if schedule == "gpipe":
-        return [("F", m) for m in range(micro)] + [("B", m) for m in range(micro)]
-    warmup = min(stages - stage - 1, micro)
-    ops = [("F", m) for m in range(warmup)]
-    for i in range(micro - warmup):
-        ops += [("F", warmup + i), ("B", i)]
-    ops += [("B", m) for m in range(micro - warmup, micro)]
-    return ops
-
-
 def _schedule(spec, cost) -> tuple[Sim, float]:
     sim = Sim(spec, cost)
     s, workers = spec.strategy, spec.topology.workers
@@ -76,7 +65,7 @@ def _schedule(spec, cost) -> tuple[Sim, float]:
     even = samples * sim.flops / stages / cost.flops_per_ms
     fwd = [even * workers.slowdown_of(f"w{k + 1}") for k in range(stages)]
     comm = [0.0] * stages
-    ops = [_pipeline_ops(s.schedule, k, stages, micro) for k in range(stages)]
+    ops = [stage_ops(s.schedule, k, stages, micro) for k in range(stages)]
     done: dict[tuple, float] = {}
     free = [0.0] * stages
     nxt = [0] * stages

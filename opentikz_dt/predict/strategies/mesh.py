@@ -39,9 +39,10 @@ import statistics
 from ...errors import DtgenError
 from ...memory import model_sizes
 from ...strategies.mesh import data_method, degrees, stage_slices
+from ...strategies.pipeline import stage_ops
 from ...workload import model_section, tensor_plan
 from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
-from .pipeline import SEND_US, _schedule
+from .pipeline import SEND_US
 
 KIND = "mesh"
 COMM_TID = 1  # the runner's comm thread (runner/trace.py TIDS["comm"])
@@ -258,7 +259,7 @@ def simulate_steps(sim, steps: int) -> None:
         raise DtgenError(f"{pp} pipeline stages for a model of {len(sim.blocks)} units: a stage would be empty")
     active = active_ranks(spec)
     programs = [_programs(spec, c, bounds[s], bounds[s + 1], rows, active, tp) for s in range(pp)]
-    orders = [_schedule(spec.strategy.schedule, s, pp, m) for s in range(pp)]
+    orders = [stage_ops(spec.strategy.schedule, s, pp, m) for s in range(pp)]
     out_bytes = [4 * rows * v for v in boundary_values(spec, pp)] + [0.0]
     slices, stage_tensors = _stage_sizes(sim, spec, bounds)
     updated = [-(-v // dp) for v in slices] if sharded else slices

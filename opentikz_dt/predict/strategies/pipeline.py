@@ -14,6 +14,7 @@ import copy
 import statistics
 
 from ...errors import DtgenError
+from ...strategies.pipeline import stage_ops
 from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
 from ..calibration import Calibration
 from ..costs import Costs
@@ -51,23 +52,12 @@ def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
     return {"kind": KIND, "microbatches": microbatches, "schedule": name[9:]}
 
 
-def _schedule(name: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
-    """The op order of one stage (0-based): GPipe all forwards then all backwards, or 1F1B."""
-    if name == "gpipe":
-        return [("F", m) for m in range(micro)] + [("B", m) for m in range(micro)]
-    warm = min(stages - stage - 1, micro)
-    ops = [("F", m) for m in range(warm)]
-    for i in range(micro - warm):
-        ops += [("F", warm + i), ("B", i)]
-    return ops + [("B", m) for m in range(micro - warm, micro)]
-
-
 def simulate_steps(sim, steps: int) -> None:
     spec, c, rec = sim.spec, sim.costs, sim.rec
     p, m = sim.n_workers, spec.strategy.microbatches
     bounds = stage_units(spec, p)
     rows = spec.training.batch_size / m
-    orders = [_schedule(spec.strategy.schedule, s, p, m) for s in range(p)]
+    orders = [stage_ops(spec.strategy.schedule, s, p, m) for s in range(p)]
     out_bytes = [4 * rows * v for v in boundary_values(spec, p)] + [0.0]
     stage_params = [sum(b.params for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
     stage_tensors = [sum(b.tensors for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
