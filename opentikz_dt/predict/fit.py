@@ -69,6 +69,18 @@ def mean_durations(run, role: str, name: str, **match) -> list:
     return out
 
 
+def solve_increasing(f, target: float, lo: float, hi: float, rounds: int) -> float:
+    """The x in [lo, hi] where the increasing `f` reaches `target` (bisection, `rounds`
+    halvings): `lo` where f(lo) already does. A fit solves a cost from what a run shows
+    this way where the simulator, or its schedule, gives only the forward direction."""
+    if f(lo) >= target:
+        return lo
+    for _ in range(rounds):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
 def latency(durations_us: list, nbytes: float, beta: float) -> float | None:
     """A message's latency (s) from its mean time (µs) less its bytes' transfer time."""
     if not durations_us:

@@ -150,6 +150,7 @@ def finish_fit(cal, run):
 
     from ..calibration import Calibration
     from ..costs import Costs
+    from ..fit import solve_increasing
     from ..rundir import metrics_of
     from ..simulate import simulate
 
@@ -172,9 +173,4 @@ def finish_fit(cal, run):
     lo, hi = 0.0, 1.0
     while step_time(hi) < target and hi < 64:
         lo, hi = hi, 2 * hi
-    if step_time(lo) >= target:
-        return scaled(lo)
-    for _ in range(25):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if step_time(mid) < target else (lo, mid)
-    return scaled((lo + hi) / 2)
+    return scaled(solve_increasing(step_time, target, lo, hi, 25))

@@ -19,7 +19,7 @@ import statistics
 from ...shards import shard_assignment
 from ..blocks import tensor_sizes
 from ..costs import wait_ratio
-from ..fit import latency, mean_durations
+from ..fit import latency, mean_durations, solve_increasing
 from ..phases import server_gaps
 
 KIND = "parameter-server"
@@ -68,11 +68,8 @@ def _message_behind_sends(mean_fetch: float, queued: float, send: float, n: int)
 
     if mean_of(0.0) >= mean_fetch * (1 - 1e-9):  # (1 - 1e-9): the sends' fit, rounded
         return None
-    low, high = 0.0, mean_fetch  # mean_of(mean_fetch) >= mean_fetch: _fetch_us(m, ., ., 0) >= m
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if mean_of(mid) < mean_fetch else (low, mid)
-    return (low + high) / 2
+    # up to mean_fetch: mean_of(mean_fetch) >= mean_fetch, as _fetch_us(m, ., ., 0) >= m
+    return solve_increasing(mean_of, mean_fetch, 0.0, mean_fetch, 60)
 
 
 def message_samples(fit) -> list:
@@ -181,10 +178,10 @@ def _send_us(costs) -> float:
     strategy = (made.get("strategy") or {}) if isinstance(made, dict) else {}
     if strategy.get("kind") != KIND or strategy.get("sync") != "sync" or not made.get("workers"):
         return 0.0
-    per_send = costs.server_us / int(made["workers"])
-    measured = int(made.get("ranks") or 0)
     if costs.cores >= 1e6:  # a core per rank (Costs' cores, as simulate.settle_duty reads them)
         return 0.0
+    per_send = costs.server_us / int(made["workers"])
+    measured = int(made.get("ranks") or 0)
     if measured <= costs.cores or costs.processes == measured:
         return per_send
     return per_send * wait_ratio(costs.cores, costs.processes, measured)

@@ -18,6 +18,7 @@ from ...strategies.pipeline import stage_ops
 from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
 from ..calibration import Calibration
 from ..costs import Costs
+from ..fit import solve_increasing
 from ..rundir import metrics_of
 from ..simulate import simulate
 
@@ -154,14 +155,7 @@ def finish_fit(cal: Calibration, run) -> Calibration:
         result = simulate(run.spec, Costs(Calibration(data), run.spec), steps, record=False)
         return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
 
-    lo, hi = 0.0, max(target, 1e-3)
-    if step_time(lo) >= target:
-        alpha = lo
-    else:
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if step_time(mid) < target else (lo, mid)
-        alpha = (lo + hi) / 2
+    alpha = solve_increasing(step_time, target, 0.0, max(target, 1e-3), 30)
     data = copy.deepcopy(cal.data)
     data["comm"]["p2p"]["alpha_s"] = alpha
     traced = _traced_latency(run, cal.data["comm"]["p2p"]["beta_s_per_byte"])
