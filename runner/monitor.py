@@ -159,6 +159,27 @@ def _common_step_loss(reporting) -> float | None:
     return sum(r[step] for r in recent) / len(recent)
 
 
+_NATIVE_CRASHES = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+
+
+def _native_crash(code: int) -> bool:
+    """Killed by a signal that a crash in native code raises (not the launcher's stop)."""
+    return code < 0 and any(-code == getattr(signal, name) for name in _NATIVE_CRASHES)
+
+
+def _exit_detail(code: int) -> str:
+    """A rank's exit code in words: a negative one is the signal that killed it; a crash in
+    native code has each thread's Python stack in the rank's log (worker.py's faulthandler)."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"was killed by signal {-code}"
+    return f"was killed by {name}" + (" (a crash in native code; its log holds the Python stack)"
+                                      if _native_crash(code) else "")
+
+
 def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | None) -> dict:
     """Which rank brought the run down, and a one-paragraph message naming it and its log."""
     run_dir = Path(run_dir)
@@ -180,6 +201,10 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
         what = {"crash": "crashed", "diverged": "diverged", "oom": "ran out of GPU memory"}.get(d["kind"], "failed")
         error = d["error"].split(": ", 1)[1] if d["kind"] == "diverged" else d["error"]  # no exception class name
         detail = f"{what} at step {d['step']}: {error}"
+    elif crashed := sorted(r for r, code in exit_codes.items() if r not in reports and _native_crash(code)):
+        # before its peers' reports: theirs say only that the connection to it closed
+        rank = crashed[0]
+        detail = _exit_detail(exit_codes[rank])
     elif monitor is not None and monitor.stalled is not None:
         rank = min(range(len(roles)), key=lambda r: (started(r), r))
         detail = (f"hung: no rank made progress for {monitor.stalled['seconds']:.0f} s "
@@ -193,7 +218,7 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
                   f"runtime.timeout_s = {spec_timeout:g} s ({first})")
     elif exit_codes:
         rank = min(exit_codes)
-        detail = f"exited with code {exit_codes[rank]}"
+        detail = _exit_detail(exit_codes[rank])
     else:
         rank, detail = 0, "failed"
     role, ident = roles[rank] if rank is not None and rank < len(roles) else (None, None)

@@ -7,6 +7,7 @@ metrics, and re-raises so the elastic agent tears the run down.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -24,6 +25,9 @@ def _redirect_output(run_dir: Path, rank: int) -> None:
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
+    # A crash in native code (a segfault in a backend) kills the rank with no Python
+    # traceback; this writes every thread's Python stack to the log first.
+    faulthandler.enable(file=log, all_threads=True)
 
 
 def rank_main(run_dir: str, launch: dict) -> None:

@@ -119,6 +119,46 @@ def test_crash_names_the_rank_and_keeps_the_partial_trace(tmp_path):
     _assert_no_process_left(run)
 
 
+# A model whose forward crashes rank 1's process in native code at its third call (the
+# launcher's trial forward pass runs with no RANK), as a backend's bug would.
+SEGFAULTING_MODEL = """
+import ctypes, os
+import torch.nn as nn
+
+class Segfaulting(nn.Sequential):
+    calls = 0
+
+    def forward(self, x):
+        Segfaulting.calls += 1
+        if os.environ.get("RANK") == "1" and Segfaulting.calls == 3:
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+        return super().forward(x)
+
+def build():
+    return Segfaulting(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+"""
+
+
+@pytest.mark.dist
+def test_a_crash_in_native_code_names_the_signal_and_logs_the_python_stack(tmp_path):
+    from opentikz_dt.runner.launch import launch_run
+    from opentikz_dt.runner.testing import write_spec
+
+    (tmp_path / "model.py").write_text(SEGFAULTING_MODEL, encoding="utf-8")
+    data = small_spec_data("allreduce", topology={"workers": {"count": 2}},
+                           training={"steps": 6, "dataset": {"shape": [16], "classes": 4}})
+    data["training"]["model"] = {"kind": "python", "entry": "model:build"}  # the spec's folder's model.py
+    out = tmp_path / "run"
+    with pytest.raises(RunError) as err:
+        launch_run(write_spec(data, tmp_path), out=out, progress=False, echo=lambda line: None)
+    assert str(err.value).startswith("rank 1 (worker w2) was killed by SIGSEGV (a crash in native code; its log "
+                                     "holds the Python stack)\n")
+    log = (out / "logs" / "rank1.log").read_text()
+    assert "Fatal Python error: Segmentation fault" in log
+    assert 'model.py", line 11 in forward' in log  # the line that crashed, from faulthandler
+    _assert_no_process_left(json.loads((out / "run.json").read_text()))
+
+
 @pytest.mark.dist
 def test_hang_is_stopped_after_the_timeout(tmp_path):
     data = small_spec_data("allreduce", topology={"workers": {"count": 3}}, strategy={"algorithm": "tree"},
