@@ -112,7 +112,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     spec_dir = str(Path(spec_path).resolve().parent)
     dataset_path = dataset_file(spec, spec_dir)
     placement = placement_for(spec, world // nnodes)
-    check_strategy(placement, spec.strategy.kind)
+    check_strategy(placement, spec)
     check_precision(spec, placement)
     check_compile(spec, placement)
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).

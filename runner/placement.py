@@ -73,10 +73,10 @@ def choose_placement(device: str, backend: str, ranks: int, gpus: int) -> Placem
         f"tensors staged through host memory: nccl needs one GPU per rank ({why_device})"))
 
 
-def check_strategy(placement: Placement, kind: str) -> None:
-    """InputError if strategy `kind` cannot run on `placement` (its runner plugin's
+def check_strategy(placement: Placement, spec) -> None:
+    """InputError if `spec`'s strategy cannot run on `placement` (its runner plugin's
     check_placement: pipeline's schedules cannot share GPUs over gloo). Imports the
     plugin, and so torch, only when called."""
     from .strategies import load_strategy
 
-    load_strategy(kind).check_placement(placement)
+    load_strategy(spec.strategy.kind).check_placement(placement, spec)

@@ -6,6 +6,8 @@ import pytest
 
 from opentikz_dt.errors import RunError
 from opentikz_dt.runner.placement import check_strategy, choose_placement
+from opentikz_dt.runner.testing import TINY_TRANSFORMER, small_spec_data
+from opentikz_dt.spec import spec_from_data
 
 
 def test_cpu_when_no_gpu_or_asked():
@@ -55,8 +57,35 @@ def test_impossible_requests_are_one_clear_line(device, backend, ranks, gpus, me
     assert str(caught.value) == message
 
 
-def test_pipeline_refuses_shared_gpus_but_not_its_own():
-    check_strategy(choose_placement("cuda", "auto", 2, 2), "pipeline")  # nccl: fine
-    check_strategy(choose_placement("cuda", "auto", 2, 1), "allreduce")  # dtgen's own messages are staged
+def _spec(kind: str, workers: int, **strategy):
+    data = small_spec_data(kind, topology={"workers": {"count": workers}}, strategy=strategy)
+    if kind == "tensor" or strategy.get("parallelism", {}).get("tensor", 1) > 1:
+        data["training"]["model"] = dict(TINY_TRANSFORMER)
+    return spec_from_data(data)
+
+
+def test_pipelines_refuse_shared_gpus_but_not_their_own():
+    def shared(spec):  # every rank on one GPU
+        return choose_placement("cuda", "auto", spec.topology.workers.count, 1)
+
+    def own(spec):  # a GPU per rank
+        return choose_placement("cuda", "auto", spec.topology.workers.count, spec.topology.workers.count)
+
+    pipeline = _spec("pipeline", 3)
+    check_strategy(own(pipeline), pipeline)  # nccl: fine
+    allreduce = _spec("allreduce", 4)
+    check_strategy(shared(allreduce), allreduce)  # dtgen's own messages are staged through host memory
     with pytest.raises(RunError, match="strategy pipeline cannot share GPUs over gloo"):
-        check_strategy(choose_placement("cuda", "auto", 2, 1), "pipeline")
+        check_strategy(shared(pipeline), pipeline)
+    # DTensor.full_tensor's all-gather of GPU tensors over gloo crashed (one H100, torch 2.11)
+    mesh_2d = _spec("mesh", 4, parallelism={"data": 2, "tensor": 2}, data_parallel="fsdp")
+    for spec in (_spec("fsdp", 4), _spec("tensor", 2), mesh_2d):
+        check_strategy(own(spec), spec)
+        with pytest.raises(RunError, match=f"^strategy {spec.strategy.kind} cannot share GPUs over gloo: on one "
+                                           "H100 .* crashed"):
+            check_strategy(shared(spec), spec)
+    mesh_3d = _spec("mesh", 4, parallelism={"pipeline": 2, "data": 2}, microbatches=2)
+    check_strategy(own(mesh_3d), mesh_3d)
+    with pytest.raises(RunError, match=r"strategy\.parallelism\.pipeline.*: strategy mesh with pipeline stages "
+                                       "cannot share GPUs over gloo"):
+        check_strategy(shared(mesh_3d), mesh_3d)

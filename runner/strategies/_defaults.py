@@ -14,8 +14,8 @@ def check_nodes(spec, spec_path, nnodes: int) -> None:
     """Raise InputError if this strategy cannot spread over `nnodes` machines (> 1)."""
 
 
-def check_placement(placement) -> None:
-    """Raise InputError if this strategy cannot run on `placement` (runner/placement.py)."""
+def check_placement(placement, spec) -> None:
+    """Raise InputError if `spec`'s strategy cannot run on `placement` (runner/placement.py)."""
 
 
 def data_parallel_width(spec, roles) -> int:

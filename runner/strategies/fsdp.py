@@ -94,13 +94,15 @@ def check_model(spec, model, names, where) -> None:
     _check_units(spec, model)
 
 
-def check_placement(placement) -> None:
+def check_placement(placement, spec) -> None:
+    """Ranks sharing a GPU talk over gloo. Measured on one H100, torch 2.11 (BENCHMARKS.md,
+    GPU box): the run's steps ran, then rank 0 died of SIGSEGV in _full_state_dict,
+    DTensor.full_tensor's functional all-gather of GPU tensors over gloo. Refused until
+    that gather goes through host memory and the GPU numerics test passes there."""
     if placement.stage_through_host:
-        # gloo does take FSDP2's all-gather and reduce-scatter of GPU tensors (two processes
-        # sharing one H200, torch 2.11: fully_shard forward and backward ran); dtgen's fsdp
-        # run itself has not run there, so it is refused rather than claimed.
-        raise InputError("strategy fsdp has not been run on GPUs shared over gloo (torch's FSDP2 collectives work "
-                         "there; dtgen's fsdp run is untested): give each worker its own GPU (nccl) or set "
+        raise InputError("strategy fsdp cannot share GPUs over gloo: on one H100 (torch 2.11) its run "
+                         "trained, then crashed (SIGSEGV) gathering the final model (DTensor.full_tensor, an "
+                         "all-gather of GPU tensors over gloo); give each worker its own GPU (nccl) or set "
                          "runtime.device: cpu")
 
 

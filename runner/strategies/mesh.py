@@ -68,6 +68,7 @@ import torch.distributed as dist
 
 from ...errors import InputError
 from ...strategies.mesh import data_method, degrees, groups, rank_of
+from ..entry import spec_location
 from ..trace import TIDS
 from . import collectives, fsdp, pipeline, tensor
 
@@ -372,10 +373,20 @@ def check_model(spec, model, names: list[str], where: str) -> None:
         fsdp._check_units(spec, model)
 
 
-def check_placement(placement) -> None:
-    if placement.stage_through_host:
-        raise InputError("strategy mesh has not been run on GPUs shared over gloo (its tensor and fsdp parts are "
-                         "untested there): give each worker its own GPU (nccl) or set runtime.device: cpu")
+def check_placement(placement, spec) -> None:
+    """A pipeline dimension cannot share GPUs over gloo, for kind pipeline's reason; the
+    data and tensor dimensions gather the final model as kinds fsdp and tensor do, which
+    crashed there (their check_placement)."""
+    if not placement.stage_through_host:
+        return
+    if degrees(spec)["pipeline"] > 1:
+        raise InputError(f"{spec_location(spec, ('strategy', 'parallelism', 'pipeline'))}: strategy mesh with "
+                         "pipeline stages cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
+                         "point to point, which gloo does not support; give each rank its own GPU (nccl) or set "
+                         "runtime.device: cpu")
+    raise InputError("strategy mesh cannot share GPUs over gloo: on one H100 (torch 2.11) the final model's gather "
+                     "(DTensor.full_tensor, an all-gather of GPU tensors over gloo) crashed kinds fsdp and tensor "
+                     "with SIGSEGV; give each rank its own GPU (nccl) or set runtime.device: cpu")
 
 
 def sent(spec) -> str:

@@ -238,7 +238,7 @@ def check_model(spec, model, names: list[str], where: str) -> None:
     check_splittable(model, spec.strategy.stages, where)
 
 
-def check_placement(placement) -> None:
+def check_placement(placement, spec) -> None:
     """torch's pipeline schedules send GPU tensors point to point themselves, which gloo
     cannot (it all-reduces and broadcasts GPU tensors, nothing else); dtgen's own
     messages go through host copies, the schedules' do not."""

@@ -526,14 +526,15 @@ def check_model(spec, model, names: list[str], where: str) -> None:
     check_plan(plan, model, spec.topology.workers.count, source)
 
 
-def check_placement(placement) -> None:
-    """Ranks sharing a GPU talk over gloo through host copies (runner/comm.py); DTensor's
-    functional collectives bypass those copies. gloo takes them on GPU tensors (two
-    processes sharing one H200, torch 2.11: parallelize_module forward and backward ran),
-    but dtgen's tensor run has not run there, so it is refused rather than claimed."""
+def check_placement(placement, spec) -> None:
+    """Ranks sharing a GPU talk over gloo. Measured on one H100, torch 2.11 (BENCHMARKS.md,
+    GPU box): the run's steps ran, then rank 0 died of SIGSEGV in full_state_dict,
+    DTensor.full_tensor's functional all-gather of GPU tensors over gloo. Refused until
+    that gather goes through host memory and the GPU numerics test passes there."""
     if placement.stage_through_host:
-        raise InputError("strategy tensor has not been run on GPUs shared over gloo (DTensor's collectives work "
-                         "there; dtgen's tensor run is untested): give each worker its own GPU (nccl) or set "
+        raise InputError("strategy tensor cannot share GPUs over gloo: on one H100 (torch 2.11) its run "
+                         "trained, then crashed (SIGSEGV) gathering the final model (DTensor.full_tensor, an "
+                         "all-gather of GPU tensors over gloo); give each worker its own GPU (nccl) or set "
                          "runtime.device: cpu")
 
 
