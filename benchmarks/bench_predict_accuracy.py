@@ -18,6 +18,7 @@ Step time is the mean over workers, first step left out (metrics.json).
         host predicting 2 emulated hosts x 4 workers (MULTIHOST, `dtgen predict --link LINK`).
         Each row: measured, a repeat run (the noise floor), predicted, error, the predicted
         interval and whether the run is in it.
+        --size ring,... and --size-workers 4,8 choose the size rows (a GPU box's short lease).
     python benchmarks/bench_predict_accuracy.py --transfer --keep DIR [...]
         keeps the runs, calibrations and rows (DIR/rows.json) in DIR; then
     python benchmarks/bench_predict_accuracy.py --rescore DIR
@@ -215,7 +216,7 @@ def scored(row: dict, out: Path) -> dict:
                 half_width=(high - low) / 2 / predicted, load=os.getloadavg()[0])
 
 
-def transfer(names: list, tmp: Path, steps: int) -> list:
+def transfer(names: list, tmp: Path, steps: int, size_names=SIZE, size_workers=(4, 8)) -> list:
     rows = []
     cals = {}
     for name in [n for n in names if n in FAMILY]:
@@ -227,10 +228,10 @@ def transfer(names: list, tmp: Path, steps: int) -> list:
         label = f"{name} (from {ref})" + (" [self]" if name == ref else "")
         rows.append(transfer_row(label, example(name), cals[ref], tmp, steps))
         print(transfer_line(rows[-1]), flush=True)
-    for name in [n for n in names if n in SIZE]:
+    for name in [n for n in size_names if n in SIZE]:
         cal = tmp / f"size-{name}.json"
         dtgen("calibrate", at_workers(example(name), 2, tmp), "-o", cal)
-        for workers in (4, 8):
+        for workers in size_workers:
             rows.append(transfer_row(f"{name} 2->{workers}", at_workers(example(name), workers, tmp), cal, tmp,
                                      steps, workers))
             print(transfer_line(rows[-1]), flush=True)
@@ -275,6 +276,20 @@ def transfer_multihost(tmp: Path, steps: int, link: str) -> list:
     return rows
 
 
+def relocated(row: dict, kept: Path) -> dict:
+    """A kept row's paths where this machine has them: a DIR made elsewhere (a GPU box) and
+    copied here holds its runs and calibrations under their own names; its examples are
+    this checkout's."""
+    def here(path: str) -> str:
+        p = Path(path)
+        if p.exists():
+            return path
+        if "examples" in p.parts:
+            return str(ROOT.joinpath(*p.parts[len(p.parts) - p.parts[::-1].index("examples") - 1:]))
+        return str(kept / p.name)
+    return dict(row, **{k: here(row[k]) for k in ("run", "repeat", "spec", "calibration")})
+
+
 def transfer_line(r: dict) -> str:
     return (f"{r['strategy']:44} {r['ranks']:>5} {r['measured_ms']:9.2f} {r['repeat_err']:+7.0%} "
             f"{r['predicted_ms']:9.2f} {r['err']:+7.0%} {r['low_ms']:8.2f}-{r['high_ms']:<8.2f} "
@@ -316,13 +331,15 @@ def main() -> None:
                         help="leave-one-out (one reference calibration per model) and size (2 -> 4, 8 workers)")
     parser.add_argument("--keep", default=None, metavar="DIR",
                         help="with --transfer: keep the runs, calibrations and rows (DIR/rows.json) in DIR")
+    parser.add_argument("--size", default=",".join(SIZE), help="with --transfer: the examples of the size rows")
+    parser.add_argument("--size-workers", default="4,8", help="with --transfer: the sizes predicted from 2 workers")
     parser.add_argument("--rescore", default=None, metavar="DIR",
                         help="predict a --keep DIR's rows again with this code, against the same runs")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} (cores: {os.cpu_count()})", flush=True)
     if args.rescore:  # the kept runs and calibrations, predicted again by this code
         kept = Path(args.rescore)
-        rows = [scored(r, kept / (r["strategy"].replace(" ", "_").replace("/", "_") + "-rescore"))
+        rows = [scored(relocated(r, kept), kept / (r["strategy"].replace(" ", "_").replace("/", "_") + "-rescore"))
                 for r in json.loads((kept / "rows.json").read_text())]
         transfer_summary(rows)
         return
@@ -331,7 +348,8 @@ def main() -> None:
             tmp = Path(args.keep) if args.keep else Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="dtgen-bench-transfer-")))
             tmp.mkdir(parents=True, exist_ok=True)
-            rows = transfer([n for n in args.only.split(",") if n], tmp, args.steps)
+            rows = transfer([n for n in args.only.split(",") if n], tmp, args.steps,
+                            [n for n in args.size.split(",") if n], [int(w) for w in args.size_workers.split(",") if w])
             if args.multihost:
                 rows += transfer_multihost(tmp, args.steps, args.multihost)
             if args.keep:

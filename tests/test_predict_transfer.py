@@ -569,3 +569,36 @@ def test_a_sync_server_fit_takes_its_sends_out_of_the_message_latency(tmp_path):
     measured = load_run(run_dir).metrics["step_time_s"]
     for w in measured:
         assert predicted[w] == pytest.approx(measured[w], rel=0.05), w
+
+
+def _gpu_cal(tmp_path, ranks=2, gpus=1):
+    """A fit of a ring run, as if made with `ranks` ranks sharing `gpus` GPUs of one node."""
+    path = tmp_path / "gpu.json"
+    fit_from_run(write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=ranks, steps=10)).save(path)
+    data = json.loads(path.read_text())
+    data["device"] = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "count": gpus}
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("kind, workers, gpus, said", [
+    ("allreduce-ring", 4, 1, "calibrated with 2 ranks per GPU, predicted with 4: "),
+    ("ps-sync", 2, 1, "calibrated with 2 ranks per GPU, predicted with 3: "),  # + its server
+    ("allreduce-ring", 2, 1, None),     # the calibrated sharing itself
+    ("allreduce-ring", 4, 4, None),     # a GPU per rank both ways: nothing shared
+    ("allreduce-ring", 8, 4, "calibrated with 1 rank per GPU, predicted with 2: "),
+])
+def test_another_number_of_ranks_per_gpu_is_said_not_scaled(tmp_path, kind, workers, gpus, said):
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    data = spec_data(kind, workers=workers, steps=10)
+    made_with = 2 if gpus == 1 else gpus  # 2 ranks on 1 GPU, or a GPU each
+    _, assumed, warnings = costs_for(spec_from_data(data), _gpu_cal(tmp_path, made_with, gpus))
+    shared = [n for n in assumed.get("transfer", []) if "per GPU" in n]
+    if said is None:
+        assert shared == []
+    else:
+        assert len(shared) == 1 and shared[0].startswith(said) and shared[0] in warnings
+        assert "not scaled" in shared[0]
+        assert said.split(":")[0] in assumed["transfer_note"]  # the figures' note names it

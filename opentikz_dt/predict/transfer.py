@@ -78,6 +78,9 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
         out.append(f"{COLLECTIVE_NOTE}: the probe called each collective back to back, so each of its "
                    f"steps carries the calibration run's wait for a core per message ({waits() * 1e6:.0f} us "
                    f"with every rank runnable)")
+    shared = gpu_sharing(cal, spec)
+    if shared is not None:
+        out.append(shared)
     ranks, here = made.get("ranks"), len(roles(spec))
     if ranks and here and ranks != here and not dedicated:
         c = f"{cal.cores:g}"
@@ -94,6 +97,38 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
         out.append(f"calibrated with {ranks} processes on {c} cores, predicted with {here}: compute "
                    f"sharing is scaled (max(1, k/{c})), {waits}")
     return out
+
+
+def ranks_per_gpu(ranks: int, hosts: int, gpus: int) -> int:
+    """The most ranks on one GPU: each host's ranks round-robin on its GPUs (runner/placement.py)."""
+    per_host = -(-ranks // max(1, hosts))  # ceiling divisions
+    return -(-per_host // max(1, gpus))
+
+
+def gpu_sharing(cal, spec) -> str | None:
+    """The caveat of a prediction with another number of ranks per GPU than its GPU
+    calibration had, where either shares a GPU; None otherwise.
+
+    Ranks sharing a GPU wait for it: their kernels and their messages' copies through host
+    memory queue behind the other processes' work. A calibration holds that wait as it was
+    at its own ranks per GPU, and nothing scales it: measured on one H100 (BENCHMARKS.md),
+    calibrations at 2 ranks predicted 4 ranks sharing the GPU 22% (native all-reduce) and
+    39% (ring) low, the ring's hops taking twice as long (0.70 ms against 0.35 predicted),
+    its compute as predicted. One pair of sizes is too little to model it from, so it is
+    said instead."""
+    device, made = cal.data.get("device") or {}, cal.data.get("made_for")
+    # (a spec that asks for the CPU is refused a GPU calibration: calibration.py)
+    if device.get("kind") != "cuda" or not isinstance(made, dict) or not made.get("ranks"):
+        return None
+    gpus = int(device.get("count") or 1)
+    theirs = ranks_per_gpu(int(made["ranks"]), int(made.get("hosts") or 1), gpus)
+    ours = ranks_per_gpu(len(roles(spec)), spec.topology.hosts, gpus)
+    if theirs == ours:
+        return None
+    return (f"calibrated with {theirs} rank{'s' if theirs > 1 else ''} per GPU, predicted with {ours}: what a rank "
+            f"waits for a shared GPU (its kernels, its messages' copies through host memory) is carried as "
+            f"measured with {theirs}, not scaled (on one H100, 2 to 4 ranks per GPU ran 22-39% slower than "
+            f"predicted)")
 
 
 def wait_scale(cal, spec, dedicated: bool) -> float | None:
