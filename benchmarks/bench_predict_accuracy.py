@@ -284,8 +284,9 @@ def relocated(row: dict, kept: Path) -> dict:
         p = Path(path)
         if p.exists():
             return path
-        if "examples" in p.parts:
-            return str(ROOT.joinpath(*p.parts[len(p.parts) - p.parts[::-1].index("examples") - 1:]))
+        if "examples" in p.parts:  # from the last "examples" on, under this checkout
+            last = max(i for i, part in enumerate(p.parts) if part == "examples")
+            return str(ROOT.joinpath(*p.parts[last:]))
         return str(kept / p.name)
     return dict(row, **{k: here(row[k]) for k in ("run", "repeat", "spec", "calibration")})
 

@@ -69,6 +69,7 @@ import torch.distributed as dist
 from ...errors import InputError
 from ...strategies.mesh import data_method, degrees, groups, rank_of
 from ..entry import spec_location
+from ..placement import GATHER_CRASHED, SENDS_GPU_TENSORS
 from ..trace import TIDS
 from . import collectives, fsdp, pipeline, tensor
 
@@ -375,18 +376,16 @@ def check_model(spec, model, names: list[str], where: str) -> None:
 
 def check_placement(placement, spec) -> None:
     """A pipeline dimension cannot share GPUs over gloo, for kind pipeline's reason; the
-    data and tensor dimensions gather the final model as kinds fsdp and tensor do, which
-    crashed there (their check_placement)."""
+    data and tensor dimensions gather the final model as kinds fsdp and tensor do
+    (placement.py: the reasons)."""
     if not placement.stage_through_host:
         return
     if degrees(spec)["pipeline"] > 1:
         raise InputError(f"{spec_location(spec, ('strategy', 'parallelism', 'pipeline'))}: strategy mesh with "
-                         "pipeline stages cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
-                         "point to point, which gloo does not support; give each rank its own GPU (nccl) or set "
-                         "runtime.device: cpu")
-    raise InputError("strategy mesh cannot share GPUs over gloo: on one H100 (torch 2.11) the final model's gather "
-                     "(DTensor.full_tensor, an all-gather of GPU tensors over gloo) crashed kinds fsdp and tensor "
-                     "with SIGSEGV; give each rank its own GPU (nccl) or set runtime.device: cpu")
+                         f"pipeline stages cannot share GPUs over gloo: {SENDS_GPU_TENSORS}; give each rank its own "
+                         "GPU (nccl) or set runtime.device: cpu")
+    raise InputError(f"strategy mesh cannot share GPUs over gloo: {GATHER_CRASHED}; give each rank its own GPU "
+                     "(nccl) or set runtime.device: cpu")
 
 
 def sent(spec) -> str:

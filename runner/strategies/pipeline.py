@@ -239,15 +239,14 @@ def check_model(spec, model, names: list[str], where: str) -> None:
 
 
 def check_placement(placement, spec) -> None:
-    """torch's pipeline schedules send GPU tensors point to point themselves, which gloo
-    cannot (it all-reduces and broadcasts GPU tensors, nothing else); dtgen's own
-    messages go through host copies, the schedules' do not."""
+    """dtgen's own messages go through host copies, the schedules' do not
+    (placement.SENDS_GPU_TENSORS)."""
     from ...errors import InputError
+    from ..placement import SENDS_GPU_TENSORS
 
     if placement.stage_through_host:
-        raise InputError("strategy pipeline cannot share GPUs over gloo: torch's pipeline schedules send GPU tensors "
-                         "point to point, which gloo does not support; give each stage its own GPU (nccl) "
-                         "or set runtime.device: cpu")
+        raise InputError(f"strategy pipeline cannot share GPUs over gloo: {SENDS_GPU_TENSORS}; give each stage its "
+                         "own GPU (nccl) or set runtime.device: cpu")
 
 
 def sent(spec) -> str:

@@ -61,6 +61,7 @@ from time import perf_counter_ns
 import torch
 
 from ...errors import InputError
+from ..placement import GATHER_CRASHED
 
 KIND = "tensor"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -527,15 +528,11 @@ def check_model(spec, model, names: list[str], where: str) -> None:
 
 
 def check_placement(placement, spec) -> None:
-    """Ranks sharing a GPU talk over gloo. Measured on one H100, torch 2.11 (BENCHMARKS.md,
-    GPU box): the run's steps ran, then rank 0 died of SIGSEGV in full_state_dict,
-    DTensor.full_tensor's functional all-gather of GPU tensors over gloo. Refused until
+    """Refused on GPUs shared over gloo (placement.GATHER_CRASHED: full_state_dict) until
     that gather goes through host memory and the GPU numerics test passes there."""
     if placement.stage_through_host:
-        raise InputError("strategy tensor cannot share GPUs over gloo: on one H100 (torch 2.11) its run "
-                         "trained, then crashed (SIGSEGV) gathering the final model (DTensor.full_tensor, an "
-                         "all-gather of GPU tensors over gloo); give each worker its own GPU (nccl) or set "
-                         "runtime.device: cpu")
+        raise InputError(f"strategy tensor cannot share GPUs over gloo: {GATHER_CRASHED}; give each worker its own "
+                         "GPU (nccl) or set runtime.device: cpu")
 
 
 def sent(spec) -> str:
