@@ -50,6 +50,12 @@ def finish(procs, timeout=120):
     return outs
 
 
+def said(outs) -> str:
+    """Each launcher's exit status and whole output, for an assertion's message (pytest
+    shortens a long list's repr in the middle, where a launcher's last lines are)."""
+    return "\n".join(f"--- host {h} exited {rc}:\n{out}" for h, (rc, out) in enumerate(outs, 1))
+
+
 def wait_for_step(progress: Path, step: int, timeout=90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -131,7 +137,7 @@ def test_two_hosts_separate_folders_gather_to_node0(tmp_path, netcluster):
     cluster = netcluster(2)
     spec = write(tmp_path, ring_spec())
     outs = finish(launch_all(cluster, spec, tmp_path))
-    assert [rc for rc, _ in outs] == [0, 0], outs
+    assert [rc for rc, _ in outs] == [0, 0], said(outs)
     assert "node 1 done" in outs[1][1]
     h1, h2 = tmp_path / "h1", tmp_path / "h2"
     # Node 1's folder has only its own ranks; node 0's has everyone's, gathered.
@@ -249,7 +255,7 @@ def test_replacement_launcher_resumes_from_the_checkpoint(tmp_path, netcluster):
     procs[1].wait()
     replacement = launch(cluster, 2, spec, tmp_path / "h2")  # the same command, the same folder
     outs = finish([procs[0], replacement], timeout=150)
-    assert [rc for rc, _ in outs] == [0, 0], outs
+    assert [rc for rc, _ in outs] == [0, 0], said(outs)
     run = json.loads((tmp_path / "h1" / "run.json").read_text())
     assert run["status"] == "ok" and run["attempts"] == 2
     assert len(json.loads((tmp_path / "h1" / "metrics.json").read_text())["loss"]) == 60
@@ -344,7 +350,7 @@ def test_four_hosts_hierarchical(tmp_path, netcluster):
                            strategy={"algorithm": "hierarchical"}, training={"steps": 3})
     spec = write(tmp_path, data)
     outs = finish(launch_all(cluster, spec, tmp_path), timeout=180)
-    assert [rc for rc, _ in outs] == [0, 0, 0, 0], outs
+    assert [rc for rc, _ in outs] == [0, 0, 0, 0], said(outs)
     run = json.loads((tmp_path / "h1" / "run.json").read_text())
     assert [r["addr"] for r in run["ranks"]] == [cluster.addr(h) for h in range(1, 5)]
     trace = json.loads((tmp_path / "h1" / "trace.json").read_text())
@@ -373,7 +379,7 @@ def test_a_mesh_keeps_tensor_groups_inside_hosts_and_data_groups_across(tmp_path
                            training={"steps": 3, "model": {"layers": [16, 512, 512, 4]}})
     spec = write(tmp_path, data)
     outs = finish(launch_all(cluster, spec, tmp_path), timeout=180)
-    assert [rc for rc, _ in outs] == [0, 0], outs
+    assert [rc for rc, _ in outs] == [0, 0], said(outs)
     run = json.loads((tmp_path / "h1" / "run.json").read_text())
     hosts = {r["rank"]: r["addr"] for r in run["ranks"]}
     assert hosts[0] == hosts[1] != hosts[2] == hosts[3]  # a tensor group per host
