@@ -185,3 +185,31 @@ def test_idle_is_filled_inside_a_workers_step_but_not_between_an_async_servers_u
     assert idle["w1"] == [(0.05, 0.08)] and idle["ps"] == []
     assert [(b.kind, b.start_ms, b.end_ms) for b in lanes["w1"].boxes if b.start_ms >= 0.1] == [
         ("push", 0.1, 0.11), ("wait", 0.11, 0.4)]  # received at 110 µs: the rest of the send call is a wait
+
+
+def test_a_push_cut_to_end_before_the_window_is_not_drawn_backwards(tmp_path):
+    """w1's step-2 push overlaps the step-3 window as traced (40-150 µs), but the server had
+    it at 50 µs: cut there, it ends before the window, so only its wait is drawn (it was a
+    box from the window's edge back to 50 µs, once in a real run: clocks of two ranks)."""
+    import json
+
+    from opentikz_dt.measured.trace import load_trace
+    from opentikz_dt.spec import spec_from_data
+
+    def x(pid, ident, name, ts, dur, step, tid=0, **args):
+        return {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+                "args": {"step": step, "id": ident, **args}}
+
+    events = [x(0, "w1", "forward", 0.0, 40.0, 2), x(0, "w1", "push", 40.0, 110.0, 2, 1),
+              x(1, "w2", "forward", 0.0, 30.0, 2), x(1, "w2", "push", 30.0, 10.0, 2, 1),
+              x(2, "ps", "update", 60.0, 30.0, 2, worker="w1", received_us={"w1": 50.0}),
+              x(0, "w1", "forward", 130.0, 40.0, 3), x(1, "w2", "forward", 100.0, 40.0, 3),
+              x(2, "ps", "update", 140.0, 20.0, 3, worker="w2", received_us={"w2": 135.0})]
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    spec = spec_from_data({"strategy": {"kind": "parameter-server", "sync": "async"},
+                           "topology": {"workers": {"count": 2}}})
+    m = measured_timeline(spec, load_trace(tmp_path / "trace.json"), (3, 3))
+    assert (m.window.t0, m.window.t1) == (130.0, 170.0)
+    lanes = {lane.id: lane for lane in m.timeline.panels[0].lanes}
+    assert [(b.kind, b.start_ms, b.end_ms) for b in lanes["w1-comm"].boxes] == [("wait", 0.13, 0.15)]
+    assert all(b.end_ms >= b.start_ms for lane in lanes.values() for b in lane.boxes)

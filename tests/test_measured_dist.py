@@ -45,7 +45,7 @@ def test_real_run_timeline_draws_every_span_of_every_rank(kind):
             expected = [e for e in expected if e[0] in ("fetch", "push", "allreduce", "gossip", "send", "recv", "wait")]
         drawn = sorted((b.kind, b.start_ms, b.end_ms) for b in lane.boxes if b.label not in ("bubble", "idle"))
         if not m.aggregated:
-            assert len(drawn) == len(expected), lane.id
+            assert len(drawn) == len(expected), (lane.id, sorted(drawn, key=lambda b: (b[1], b[2])), expected)
             for got, want in zip(sorted(drawn, key=lambda b: (b[1], b[2])), expected):
                 assert got[0] == want[0] and got[1] == pytest.approx(want[1], abs=1e-6) \
                     and got[2] == pytest.approx(want[2], abs=1e-6), (lane.id, got, want)

@@ -272,7 +272,10 @@ def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -
     """Lanes from typed spans: every span a box while the lane is under its budget."""
     by_rank: dict = {}
     for span in received_pushes(trace.spans_between(window.t0, window.t1), trace.ids, trace.events):
-        by_rank.setdefault(span.rank, []).append(span)
+        # a push cut where the server had it can end before the window it overlapped
+        # (drawn, it was a box from the window's edge back to that end)
+        if span.end >= window.t0:
+            by_rank.setdefault(span.rank, []).append(span)
     lanes_spans = []  # (row, its spans; None for the gap, whether they are all its rank's)
     for row in rows:
         if row.rank is None:
