@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 REPS = 25
+REPEAT_STEPS = 40  # a run repeated for the interval (_repeat): its mean, not its trace, is used
 
 
 def _median_time(fn, reps: int = REPS) -> float:
@@ -395,8 +396,31 @@ def _crowd(spec, spec_path, tmp: Path, part: str, echo) -> None:
     cal = load_calibration(part)
     crowding = crowded_wait(spec, spec_path, tmp, cal, echo)
     if crowding is not None:
+        ratio = _repeat(tmp / "crowded.yaml", tmp / "crowded", tmp / "crowded-repeat", echo)
+        if ratio is not None:
+            crowding["repeat_ratio"] = ratio
         cal.data["comm"]["p2p"]["crowding"] = crowding
         Calibration(cal.data).save(part)
+
+
+def _repeat(spec_path, run_dir: Path, out: Path, echo) -> float | None:
+    """Run a spec again (REPEAT_STEPS steps) and return its mean step over that of the run in
+    `run_dir` (fit.repeat_ratio), or None where either is too short to tell.
+
+    The same spec run twice here lands up to 43% apart (BENCHMARKS.md, the repeat column):
+    the processes' placement on the cores and the machine's load persist through a run and
+    change between runs, so the steps of one run (noise.block_ratios) do not show it. A
+    prediction's interval carries the calibration's own repeats (interval.py)."""
+    import json
+
+    from ..predict.fit import repeat_ratio
+    from .launch import launch_run
+
+    if echo:
+        echo(f"dtgen calibrate: the same run again ({REPEAT_STEPS} steps), for how far runs of it land apart")
+    launch_run(spec_path, out=out, steps=REPEAT_STEPS, echo=lambda line: None, progress=False, measure_only=True)
+    walls = [json.loads((d / "metrics.json").read_text(encoding="utf-8")).get("wall_s") or [] for d in (run_dir, out)]
+    return repeat_ratio(*walls)
 
 
 def _refine_with_run(spec, spec_path, tmp: Path, part: str, steps: int, echo) -> None:
@@ -416,4 +440,14 @@ def _refine_with_run(spec, spec_path, tmp: Path, part: str, steps: int, echo) ->
     launch_run(spec_path, out=tmp / "run", steps=steps, echo=lambda line: None, progress=False, measure_only=True)
     fitted = fit_from_run(tmp / "run", load_calibration(part))
     fitted.data["source"] = f"probe and a {steps}-step run"
+    ranks = fitted.data["made_for"]["ranks"]
+    repeats = [{"run": f"{spec.name}, {ranks} processes", "processes": ranks,
+                "ratio": _repeat(spec_path, tmp / "run", tmp / "repeat", echo)}]
+    crowding = fitted.data["comm"]["p2p"].get("crowding") or {}
+    if "repeat_ratio" in crowding:
+        repeats.append({"run": crowding["source"], "processes": crowding["processes"],
+                        "ratio": crowding["repeat_ratio"]})
+    repeats = [r for r in repeats if r["ratio"] is not None]
+    if repeats:
+        fitted.data["noise"]["repeats"] = repeats
     Calibration(fitted.data).save(part)

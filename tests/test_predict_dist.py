@@ -112,6 +112,11 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
         assert crowding is None
     else:  # the crowded run's wait per message, fitted from its ring hops (runner/crowding.py)
         assert crowding["processes"] == crowded and crowding["wait_s"] >= 0 and crowding["alone_s"] > 0
+        assert crowding["repeat_ratio"] > 0  # the crowded run repeated (runner/calibrate.py _repeat)
+    # the spec run again, and the crowded run's repeat carried beside it, for the interval
+    repeats = cal.data["noise"]["repeats"]
+    assert [r["processes"] for r in repeats] == [2] + ([crowded] if crowding else [])
+    assert all(r["ratio"] > 0 for r in repeats)
     assert not any(p.name.startswith("dtgen-") for p in tmp_path.iterdir())  # the run went to a temporary folder
     misses = []
     for attempt in range(2):  # a second run separates machine noise from a regression

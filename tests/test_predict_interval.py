@@ -12,20 +12,23 @@ from opentikz_dt.cli import main
 from opentikz_dt.measured.run import load_run
 from opentikz_dt.predict.compare import Row, format_rows, phase_rows
 from opentikz_dt.predict.costs import illustrative_calibration
-from opentikz_dt.predict.fit import block_ratios, fit_from_run
+from opentikz_dt.predict.fit import block_ratios, fit_from_run, repeat_ratio
 from opentikz_dt.predict.synthetic import write_synthetic_run
 from opentikz_dt.spec import load_spec
 
 SPEC = "examples/allreduce-ring.yaml"
 
 
-def noisy_cal(tmp_path, blocks=None):
-    """The illustrative costs with a measured-looking spread (and, given, a calibration run's drift)."""
+def noisy_cal(tmp_path, blocks=None, repeats=None):
+    """The illustrative costs with a measured-looking spread (and, given, a calibration run's
+    drift and its repeated runs' ratios)."""
     data = json.loads(json.dumps(illustrative_calibration(load_spec(SPEC)).data))
     data["source"] = "probe"
     data["noise"] = {"compute_ratios": [0.8, 0.9, 1.0, 1.1, 1.6], "overhead_s": [0.0, 1e-4, 2e-3]}
     if blocks:
         data["noise"]["block_ratios"] = blocks
+    if repeats:
+        data["noise"]["repeats"] = [{"run": f"r{i}", "processes": 4, "ratio": r} for i, r in enumerate(repeats)]
     path = tmp_path / "cal.json"
     path.write_text(json.dumps(data))
     return path
@@ -50,6 +53,44 @@ def test_a_prediction_writes_its_interval_around_its_value(tmp_path):
     w = predicted_metrics(tmp_path, noisy_cal(tmp_path, [0.9, 1.0, 1.2]), "q")
     assert w["step_time_interval_s"] == pytest.approx([low * 0.9, high * 1.2], abs=2e-6)
     assert "10% below to 20% above" in w["interval_sources"][1]
+
+
+def test_the_calibrations_repeated_runs_widen_it_on_both_sides(tmp_path):
+    m = predicted_metrics(tmp_path, noisy_cal(tmp_path, [0.95, 1.0, 1.05]))
+    low, high = m["step_time_interval_s"]
+    # a repeat 20% slower than its run: the next run may land 20% either way; the larger
+    # ratio of two repeats (0.8 -> 1.25 apart) is the one carried, past the drift's 5%
+    w = predicted_metrics(tmp_path, noisy_cal(tmp_path, [0.95, 1.0, 1.05], [1.2]), "q")
+    assert w["step_time_interval_s"] == pytest.approx([low / 0.95 / 1.2, high / 1.05 * 1.2], abs=2e-6)
+    assert w["interval_sources"][-1] == "the calibration's repeated run, up to 20% apart"
+    v = predicted_metrics(tmp_path, noisy_cal(tmp_path, [0.95, 1.0, 1.05], [1.1, 0.8]), "r")
+    assert v["step_time_interval_s"] == pytest.approx([low / 0.95 * 0.8, high / 1.05 * 1.25], abs=2e-6)
+    assert v["interval_sources"][-1] == "the calibration's repeated runs, up to 25% apart"
+    # a drift wider than the repeats stays
+    u = predicted_metrics(tmp_path, noisy_cal(tmp_path, [0.7, 1.0, 1.05], [1.1]), "s")
+    assert u["step_time_interval_s"] == pytest.approx([low / 0.95 * 0.7, high / 1.05 * 1.1], abs=2e-6)
+
+
+@pytest.mark.parametrize("repeats, key", [("x", "noise.repeats: expected a list"),
+                                          ([1.1], "noise.repeats.0: expected"),
+                                          ([{"run": "r", "processes": 2}], "noise.repeats.0.ratio: missing"),
+                                          ([{"run": "r", "processes": 2, "ratio": 0}], "noise.repeats.0.ratio: 0")])
+def test_a_bad_repeat_in_a_calibration_is_named(tmp_path, repeats, key):
+    path = noisy_cal(tmp_path)
+    data = json.loads(path.read_text())
+    data["noise"]["repeats"] = repeats
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["predict", SPEC, "--calibration", str(path), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 1 and key in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_repeat_ratio_is_the_repeats_mean_step_over_the_runs():
+    # wall_s: seconds at each step's end; the first step (start-up) is left out
+    run = [1.0] + [1.0 + 0.01 * i for i in range(1, 6)]       # 1 s, then 5 steps of 10 ms
+    repeat = [2.0] + [2.0 + 0.012 * i for i in range(1, 4)]   # 2 s, then 3 steps of 12 ms
+    assert repeat_ratio(run, repeat) == pytest.approx(1.2, abs=1e-4)
+    assert repeat_ratio(run, repeat[:3]) is None              # 2 steady steps: too short to tell
 
 
 def test_without_a_spread_the_interval_is_the_point_and_says_so(tmp_path):

@@ -351,6 +351,58 @@ def test_a_gossip_exchange_pays_a_wait_for_a_core_per_message_it_receives(tmp_pa
         alone.comm["p2p"][0] + 2 * 4 * params * beta + 1e6 * alone.add_s * params * 2, rel=1e-6)
 
 
+def test_a_gossip_exchange_from_a_ring_calibration_draws_each_receive_from_its_messages_spread(tmp_path):
+    """A ring calibration holds its hops' spread (message_ratios); a gossip exchange carried
+    from it draws one ratio per receive and pays their mean, so a long message delays the
+    exchange, and the neighbours after it, as in a run."""
+    from opentikz_dt.predict.blocks import model_blocks
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.spec import spec_from_data
+
+    data = spec_data("gossip", workers=4, steps=40)
+    data["strategy"]["peers"] = 2
+    spec = spec_from_data(data)
+    plain, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=False)
+    params = sum(b.params for b in model_blocks(spec))
+    alpha, beta = plain.comm["p2p"]
+    constant = alpha + 900.0 + 2 * 4 * params * beta + 1e6 * plain.add_s * params * 2
+    cal = json.loads((tmp_path / "split.json").read_text())
+    cal["noise"] = {"message_ratios": [0.5, 1.5]}
+    (tmp_path / "spread.json").write_text(json.dumps(cal))
+    costs, _, _ = costs_for(spec, tmp_path / "spread.json", dedicated=False)
+    assert exchanges(simulate(spec, costs), spec, constant) == {0.5, 1.0, 1.5}  # (0.5+0.5)/2, (0.5+1.5)/2, (1.5+1.5)/2
+    assert exchanges(simulate(spec, plain), spec, constant) == {1.0}
+    # its own exchanges' spread, where the calibration has one, is drawn whole instead
+    cal["noise"]["exchange_ratios"] = [2.0]
+    (tmp_path / "own.json").write_text(json.dumps(cal))
+    own, _, _ = costs_for(spec, tmp_path / "own.json", dedicated=False)
+    assert exchanges(simulate(spec, own), spec, constant) == {2.0}
+
+
+def exchanges(result, spec, unit) -> set:
+    """Each simulated gossip exchange from the moment its rank and every neighbour were
+    ready (their spans' starts) to its end, over `unit`."""
+    from opentikz_dt.strategies.gossip import neighbours
+
+    spans = {(rank, e["args"]["step"]): e for rank, events in result.events.items() for e in events
+             if e["name"] == "gossip"}
+    out = set()
+    for (rank, step), e in spans.items():
+        to, frm = neighbours(rank, spec.topology.workers.count, spec.strategy.peers)
+        begin = max(spans[(p, step)]["ts"] for p in [rank] + to + frm)
+        out.add(round((e["ts"] + e["dur"] - begin) / unit, 6))
+    return out
+
+
+def test_a_ring_fit_records_its_messages_spread(tmp_path):
+    ring = fit_from_run(write_synthetic_run(tmp_path / "ring", "allreduce-ring", workers=3, steps=12))
+    ratios = ring.data["noise"]["message_ratios"]
+    assert len(ratios) >= 5 and sum(ratios) / len(ratios) == pytest.approx(1.0, abs=0.02) and min(ratios) > 0
+    native = fit_from_run(write_synthetic_run(tmp_path / "native", "allreduce-native", workers=3, steps=12))
+    assert "message_ratios" not in native.data["noise"]  # no message shows alone
+
+
 def _ring_on_two_cores(latency_s: float, workers: int = 8):
     from opentikz_dt.predict.calibration import Calibration
     from opentikz_dt.predict.costs import Costs, illustrative_calibration

@@ -181,9 +181,20 @@ def check_calibration(data, where: str) -> None:
         for key, low in (("cores", 1), ("processes", 2), ("wait_s", 0.0)):
             _number(data, f"comm.p2p.crowding.{key}", where, low)
         crowd = data["comm"]["p2p"]["crowding"]
+        if "repeat_ratio" in crowd:
+            _number(data, "comm.p2p.crowding.repeat_ratio", where, 1e-6)
         if crowd["processes"] <= crowd["cores"]:
             raise CalibrationError(f"{where}: comm.p2p.crowding.processes: {crowd['processes']!r} must be more "
                                    f"than comm.p2p.crowding.cores ({crowd['cores']!r})")
+    noise = data.get("noise") or {}
+    repeats = noise.get("repeats", []) if isinstance(noise, dict) else []
+    if not isinstance(repeats, list):  # optional: the calibration's runs repeated (runner/calibrate.py)
+        raise CalibrationError(f"{where}: noise.repeats: expected a list of {{run, processes, ratio}}")
+    for i, repeat in enumerate(repeats):
+        if not isinstance(repeat, dict):
+            raise CalibrationError(f"{where}: noise.repeats.{i}: expected {{run, processes, ratio}}")
+        _number(data, f"noise.repeats.{i}.ratio", where, 1e-6)
+        _number(data, f"noise.repeats.{i}.processes", where, 1)
     if not isinstance(data.get("model"), dict) or not isinstance(data["model"].get("model"), dict):
         raise CalibrationError(f"{where}: model.model: missing (the training.model the calibration was made for)")
     device = data.get("device", OLD_DEVICE)

@@ -189,12 +189,26 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     return plugin.finish_fit(Calibration(data, f"{run.path}"), run)
 
 
+def steady_steps(wall_s: list) -> list:
+    """A run's step times (s) from its wall clock, the first step (start-up) left out."""
+    return [b - a for a, b in zip(wall_s, wall_s[1:]) if b > a]
+
+
+def repeat_ratio(run_wall_s: list, repeat_wall_s: list) -> float | None:
+    """A repeat run's mean steady step over the run's (runner/calibrate.py's repeats), or None
+    where either has fewer than 3 steady steps."""
+    run, repeat = steady_steps(run_wall_s), steady_steps(repeat_wall_s)
+    if len(run) < 3 or len(repeat) < 3:
+        return None
+    return round(statistics.fmean(repeat) / statistics.fmean(run), 4)
+
+
 def block_ratios(wall_s: list, blocks: int = 3) -> list:
-    """The run's own repeat: its steady steps (first left out) cut into `blocks` consecutive
+    """The run's own drift: its steady steps (first left out) cut into `blocks` consecutive
     blocks, each block's mean step time over the whole mean. A machine whose load changes
     during the run shows here how far a run of the same spec may land from another; the
     prediction's interval carries it (interval.py). [] for runs too short to cut."""
-    steps = [b - a for a, b in zip(wall_s, wall_s[1:]) if b > a]
+    steps = steady_steps(wall_s)
     size = len(steps) // blocks
     if size < 3:
         return []

@@ -1,15 +1,20 @@
 """A prediction's interval: how far the run it predicts may land, from what was measured.
 
-Two sources, both measured, neither invented (and a third where a calibration is
+Three sources, all measured, none invented (and a fourth where a calibration is
 carried to another strategy: the simulation with that strategy's untraced waits whole):
 - the simulator's sampling: the calibrated spread (each rank's compute over its step's
   mean, untraced stalls, exchanges) is drawn with a seed; the same prediction with other
   seeds gives other step times. SEEDS simulations (no trace kept) give their range.
-- the calibration run's own repeat (`noise.block_ratios`, fit.py): its steady steps cut
+- the calibration run's own drift (`noise.block_ratios`, fit.py): its steady steps cut
   into consecutive blocks, each block's mean over the whole. On a machine whose load
   changes, a run of the same spec lands that far from another.
-The interval is the sampling range widened by the block ratios' range. A calibration that
-holds no spread (the illustrative cost model) gives a point: the interval says so
+- the calibration's repeated runs (`noise.repeats`, runner/calibrate.py): the calibrated
+  spec (and the crowded run, where it is made) run again. What persists through one run
+  and changes between runs (the processes' placement on the cores, the machine's load)
+  shows only there: two runs of one spec here land up to 43% apart, while the blocks of
+  one run stay within 10%. A run may land as far on either side.
+The interval is the sampling range widened by the block ratios' and the repeats' range. A
+calibration that holds no spread (the illustrative cost model) gives a point: it says so
 (`sources` is empty). Must not import torch.
 """
 
@@ -53,11 +58,19 @@ def interval(spec, costs, steps: int, metrics: dict, seeds: int = SEEDS) -> dict
         steps_s.append(mean_step_s(m))
         rates.append(m["samples_per_s"])
         sources.append(f"{costs.upper_holds} (upper end)")
-    blocks = [float(r) for r in (costs.cal.data.get("noise") or {}).get("block_ratios", []) if r > 0]
+    noise = costs.cal.data.get("noise") or {}
+    blocks = [float(r) for r in noise.get("block_ratios", []) if r > 0]
     low, high = (min(1.0, min(blocks)), max(1.0, max(blocks))) if blocks else (1.0, 1.0)
     if blocks:
         sources.append("the calibration run's drift, " + (f"{1 - low:.0%} below to {high - 1:.0%} above"
                                                           if max(1 - low, high - 1) >= 0.005 else "under 1%"))
+    repeats = [float(r["ratio"]) for r in noise.get("repeats", []) if float(r["ratio"]) > 0]
+    if repeats:
+        # which of two runs is the usual one is not known: the run may land as far on either side
+        apart = max(max(r, 1 / r) for r in repeats)
+        low, high = min(low, 1 / apart), max(high, apart)
+        sources.append(f"the calibration's repeated run{'s' if len(repeats) > 1 else ''}, "
+                       f"up to {apart - 1:.0%} apart")
     return {"step_time_interval_s": [round(min(steps_s) * low, 6), round(max(steps_s) * high, 6)],
             "samples_per_s_interval": [round(min(rates) / high, 2), round(max(rates) / low, 2)],
             "interval_sources": sources}

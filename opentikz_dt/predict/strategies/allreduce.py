@@ -17,7 +17,7 @@ import math
 import statistics
 
 from ..costs import TREE_CHUNK, TREE_MAX
-from ..fit import after_last_join, latency, mean_durations, per_row
+from ..fit import after_last_join, latency, mean_durations, per_row, thin
 
 KIND = "allreduce"
 SYNTHETIC_RUNS = ("allreduce-ring", "allreduce-tree", "allreduce-native")
@@ -223,18 +223,30 @@ def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
     return max(0.0, (t - beta * b) / a) if a else None
 
 
-def _ring_hops(run) -> list:
-    """One ring hop's time (µs) per rank and step: the hops after the first, which alone
-    absorbs the wait for the predecessor to be ready (the simulator adds that wait itself)."""
+def fit_noise(fit) -> dict:
+    """Ring: each hop's time over the hops' mean (`message_ratios`), the spread of one
+    message on these cores. The ring's own prediction does not draw from it (its hop cost is
+    the typical hop, the neighbours' stalls drawn apart: Costs.overhead); a gossip prediction
+    carried from this calibration draws each of its receives from it (Costs.noisy_exchange)."""
+    if fit.spec.strategy.algorithm != "ring":
+        return {}
+    hops = [d for spans in _hop_spans(fit.run) for d in spans]
+    mean = statistics.fmean(hops) if len(hops) >= 5 else 0.0
+    return {"message_ratios": thin([round(d / mean, 4) for d in hops])} if mean > 0 else {}
+
+
+def _hop_spans(run) -> list:
+    """Per rank and steady step, the durations (µs) of its ring hops after the first, which
+    alone absorbs the wait for the predecessor to be ready (the simulator adds that wait)."""
     first = run.trace.steps[0]
     hops: dict = {}
     for e in run.trace.events:
         a = e["args"]
         if e["name"] == "allreduce" and a["step"] != first:
             hops.setdefault((e["pid"], a["step"]), []).append((e["ts"], e["dur"]))
-    out = []
-    for spans in hops.values():
-        spans.sort()
-        if len(spans) > 1:
-            out.append(sum(d for _, d in spans[1:]) / (len(spans) - 1))
-    return out
+    return [[d for _, d in sorted(spans)[1:]] for spans in hops.values() if len(spans) > 1]
+
+
+def _ring_hops(run) -> list:
+    """One ring hop's time (µs) per rank and step: the mean of its hops after the first."""
+    return [sum(spans) / len(spans) for spans in _hop_spans(run)]

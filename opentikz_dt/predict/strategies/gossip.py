@@ -48,7 +48,7 @@ def simulate_steps(sim, steps: int) -> None:
             # processes outnumber cores (Costs.p2p_wait); the sends share the rank's link
             exchange = (c.p2p(sim.nbytes) + (len(frm) - 1) * c.p2p_wait
                         + (len(to) - 1) * c.p2p_bytes(sim.nbytes))
-            end = begin + c.noisy_exchange(exchange + 1e6 * c.add_s * sim.params * len(frm), step)
+            end = begin + c.noisy_exchange(exchange + 1e6 * c.add_s * sim.params * len(frm), step, len(frm))
             rec.span(k, "gossip", 1, ready[k], end, step, peers=[sim.ids[p] for p in frm])
             rec.moved(k, len(to) * sim.nbytes, len(frm) * sim.nbytes)
             rec.step(sim.ids[k], step, free[k], end)
