@@ -230,6 +230,28 @@ def test_the_probes_crowded_wait_is_carried_to_more_processes_than_cores(tmp_pat
                "processes on 2 cores" in " ".join(notes)
 
 
+@pytest.mark.parametrize("link, wire_us", [("1gbit", 8.0 * 1000 / 1e9 * 1e6),     # 1 kB on 1 Gbit/s: 8 us
+                                            ("1mbit", 8.0 * 1000 / 1e6 * 1e6)])    # 8000 us
+def test_on_a_link_a_messages_wait_for_a_core_and_its_time_on_the_wire_overlap(tmp_path, link, wire_us):
+    """8 processes on 2 cores wait 3000 us a message for a core (the crowded run's 1000 us at
+    4, scaled). Through loopback the bytes add to it; on a given link only the longer of the
+    wait and the wire counts, for a message and for each step of a collective."""
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(spec_data("allreduce-ring", workers=8, steps=10))
+    loopback, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), dedicated=False)
+    costs, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), link=link, dedicated=False)
+    alpha = costs.comm["p2p"][0]
+    assert alpha == pytest.approx(100.0 + 3000.0) and costs.p2p_wait == pytest.approx(3000.0)
+    assert costs.p2p(1000) == pytest.approx(alpha + max(0.0, wire_us - 3000.0))
+    assert loopback.p2p(1000) == pytest.approx(alpha + 1000 * loopback.comm["p2p"][1])  # added, not overlapped
+    step = costs.comm["allreduce"][0]
+    assert costs.allreduce(8000, 8) == pytest.approx(14 * (step + max(0.0, wire_us - 3000.0)))
+    alone, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), link=link, dedicated=True)  # a core per rank
+    assert alone.p2p(1000) == pytest.approx(alone.comm["p2p"][0] + wire_us)
+
+
 def test_the_crowded_wait_replaces_the_calibration_runs_own_beyond_its_process_count(tmp_path):
     """A calibration run with 3 processes on 2 cores (a parameter server and 2 workers)
     measured its own wait per message; up to 3 processes that wait is carried as before,

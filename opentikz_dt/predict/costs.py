@@ -76,6 +76,10 @@ class Costs:
 
         self.processes = len(roles(spec))
         self.comm = {}
+        # a given link's bytes travel on a wire, not through a core: on shared cores a message's
+        # wait for its receiver's core and its time on the wire overlap (on_wire)
+        self.wire = link is not None
+        self.crowd_wait_us = 1e6 * (crowd_wait_s or 0.0) if latency_s is None else 0.0
         # what a message's latency holds of a wait for its receiver to get a core back (µs): a
         # receive that wakes its process again pays it again (gossip.py's several receives)
         p2p_fit = d["comm"]["p2p"]
@@ -204,9 +208,20 @@ class Costs:
         return 1e6 * self.add_s * params * grads + self.optimizer(params, tensors)
 
     # ------------------------------------------------------------ communication
+    def on_wire(self, wire_us: float, wait_us: float) -> float:
+        """A message's bytes' time beyond its latency, which holds `wait_us` of waiting for
+        its receiver to get a core back. Through loopback the bytes are copied by a core and
+        add to that wait; on a given link (--link) they travel while the processes holding
+        the cores run on, so the receiver's wait for a core starts as they arrive and only
+        the longer of the two counts. Measured on the emulated 2 hosts x 4 ranks at 200 mbit
+        (8 processes on 2 cores, BENCHMARKS.md): the link made the ring's step no slower than
+        on one host (25.9 against 26.3 ms), native's 3% slower; adding wire and wait
+        predicted them +20% and +45%."""
+        return max(0.0, wire_us - wait_us) if self.wire else wire_us
+
     def p2p(self, nbytes: float) -> float:
         alpha, beta = self.comm["p2p"]
-        return alpha + nbytes * beta
+        return alpha + self.on_wire(nbytes * beta, self.p2p_wait)
 
     def p2p_bytes(self, nbytes: float) -> float:
         """The bandwidth part alone (a message queued behind others on one link)."""
@@ -215,16 +230,26 @@ class Costs:
     def step_alpha(self, kind: str, active: int | None) -> float:
         """A collective step's latency (µs), with its wait for a core where the probe measured
         it and `active` processes (default: every rank) are runnable meanwhile."""
-        alpha = self.comm[kind][0]
-        if self.collective_wait is not None and kind in self.probed:
-            alpha += 1e6 * self.collective_wait(active)
-            self.probed_wait_used = True  # the prediction says so only then (predict.py)
-        return alpha
+        return self.comm[kind][0] + self._probed_wait(kind, active)
+
+    def _probed_wait(self, kind: str, active: int | None) -> float:
+        if self.collective_wait is None or kind not in self.probed:
+            return 0.0
+        self.probed_wait_used = True  # the prediction says so only then (predict.py)
+        return 1e6 * self.collective_wait(active)
+
+    def step_wait(self, kind: str, active: int | None) -> float:
+        """What a collective step's latency holds of a wait for a core (µs): the crowded run's,
+        or the probed collective's (step_alpha)."""
+        return self.crowd_wait_us + (self._probed_wait(kind, active) if self.wire else 0.0)
 
     def allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:
         if n <= 1:
             return 0.0
         beta = self.comm["allreduce"][1]
+        if self.wire:  # each of its 2(n - 1) steps moves a 1/n segment
+            per_step = self.on_wire(nbytes / n * beta, self.step_wait("allreduce", active))
+            return 2 * (n - 1) * (self.step_alpha("allreduce", active) + per_step)
         return 2 * (n - 1) * self.step_alpha("allreduce", active) + 2 * (n - 1) / n * nbytes * beta
 
     def ring_hop(self, nbytes: float, n: int) -> float:
