@@ -394,11 +394,8 @@ def _crowd(spec, spec_path, tmp: Path, part: str, echo) -> None:
     from .crowding import crowded_wait
 
     cal = load_calibration(part)
-    crowding = crowded_wait(spec, spec_path, tmp, cal, echo)
+    crowding = crowded_wait(spec, spec_path, tmp, cal, echo, repeat_steps=REPEAT_STEPS)
     if crowding is not None:
-        ratio = _repeat(tmp / "crowded.yaml", tmp / "crowded", tmp / "crowded-repeat", echo)
-        if ratio is not None:
-            crowding["repeat_ratio"] = ratio
         cal.data["comm"]["p2p"]["crowding"] = crowding
         Calibration(cal.data).save(part)
 

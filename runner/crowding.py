@@ -49,14 +49,20 @@ def crowded_spec_data(spec, workers: int) -> dict:
     return data
 
 
-def crowded_wait(spec, spec_path, tmp: Path, base, echo=None) -> dict | None:
+def crowded_wait(spec, spec_path, tmp: Path, base, echo=None, repeat_steps: int = 0) -> dict | None:
     """Make the crowded run in `tmp` and return what goes into comm.p2p.crowding, or None
-    where it is not made (crowded_workers) or its trace holds too few hops to split."""
+    where it is not made (crowded_workers) or its trace holds too few hops to split.
+
+    With `repeat_steps`, the run is repeated that long: the wait is the mean of both runs'
+    (weighted by their steps; one run's is the noisiest number of a calibration: 282 and
+    508 µs from two calibrations of one spec here), and the repeat's mean step over the
+    run's widens predictions' intervals (`repeat_ratio`, predict/interval.py)."""
+    import json
     import os
 
     import yaml
 
-    from ..predict.fit import fit_from_run
+    from ..predict.fit import fit_from_run, repeat_ratio
     from ..predict.simulate import roles
     from ..spec import spec_from_data
     from .launch import launch_run
@@ -78,9 +84,28 @@ def crowded_wait(spec, spec_path, tmp: Path, base, echo=None) -> dict | None:
         echo(f"dtgen calibrate: a {STEPS}-step ring run with {workers} workers on {cores} cores, for what a "
              "message waits for a core when processes outnumber cores")
     launch_run(path, out=tmp / "crowded", echo=lambda line: None, progress=False, measure_only=True)
-    p2p = fit_from_run(tmp / "crowded", base).data["comm"]["p2p"]
-    if "core_wait_s" not in p2p:
+    runs = [(tmp / "crowded", STEPS)]
+    if repeat_steps:
+        if echo:
+            echo(f"dtgen calibrate: that run again ({repeat_steps} steps)")
+        launch_run(path, out=tmp / "crowded-repeat", steps=repeat_steps, echo=lambda line: None, progress=False,
+                   measure_only=True)
+        runs.append((tmp / "crowded-repeat", repeat_steps))
+    fits = [(fit_from_run(d, base).data["comm"]["p2p"], n) for d, n in runs]
+    fits = [(p2p, n) for p2p, n in fits if "core_wait_s" in p2p]
+    if not fits:
         return None
-    return {"cores": cores, "processes": workers, "wait_s": round(float(p2p["core_wait_s"]), 9),
-            "alone_s": round(float(p2p["alpha_floor_s"]), 9),
-            "source": f"a {STEPS}-step allreduce ring run of the model with {workers} workers"}
+    total = sum(n for _, n in fits)
+    crowding = {"cores": cores, "processes": workers,
+                "wait_s": round(sum(float(p2p["core_wait_s"]) * n for p2p, n in fits) / total, 9),
+                "alone_s": round(sum(float(p2p["alpha_floor_s"]) * n for p2p, n in fits) / total, 9),
+                "source": f"a {STEPS}-step allreduce ring run of the model with {workers} workers"}
+    if len(runs) > 1:
+        walls = [json.loads((d / "metrics.json").read_text(encoding="utf-8")).get("wall_s") or [] for d, _ in runs]
+        ratio = repeat_ratio(*walls)
+        crowding["source"] += f" and its {repeat_steps}-step repeat"
+        if len(fits) > 1:
+            crowding["waits_s"] = [round(float(p2p["core_wait_s"]), 9) for p2p, _ in fits]
+        if ratio is not None:
+            crowding["repeat_ratio"] = ratio
+    return crowding

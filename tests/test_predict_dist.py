@@ -112,7 +112,10 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
         assert crowding is None
     else:  # the crowded run's wait per message, fitted from its ring hops (runner/crowding.py)
         assert crowding["processes"] == crowded and crowding["wait_s"] >= 0 and crowding["alone_s"] > 0
-        assert crowding["repeat_ratio"] > 0  # the crowded run repeated (runner/calibrate.py _repeat)
+        assert crowding["repeat_ratio"] > 0  # the crowded run repeated (runner/crowding.py)
+        if "waits_s" in crowding:  # both runs' hops split: the wait is their mean, by steps (60 and 40)
+            first, second = crowding["waits_s"]
+            assert crowding["wait_s"] == pytest.approx((60 * first + 40 * second) / 100, abs=2e-9)
     # the spec run again, and the crowded run's repeat carried beside it, for the interval
     repeats = cal.data["noise"]["repeats"]
     assert [r["processes"] for r in repeats] == [2] + ([crowded] if crowding else [])
