@@ -309,7 +309,8 @@ def transfer_summary(rows: list) -> None:
             errs = [abs(r["err"]) for r in mine]
             print(f"{what}: median |error| {statistics.median(errs):.0%}, max {max(errs):.0%}, over 25%: "
                   f"{sum(e > 0.25 for e in errs)} of {len(errs)}; in the interval: "
-                  f"{sum(r['inside'] for r in mine)} of {len(mine)}; median repeat "
+                  f"{sum(r['inside'] for r in mine)} of {len(mine)} (with a half-width of 25% or less: "
+                  f"{sum(r['inside'] and r['half_width'] <= 0.25 for r in mine)}); median repeat "
                   f"{statistics.median(abs(r['repeat_err']) for r in mine):.0%}")
 
 
