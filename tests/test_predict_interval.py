@@ -129,7 +129,8 @@ def test_compare_says_whether_the_measured_value_is_in_the_interval(tmp_path):
     result = CliRunner().invoke(main, ["compare", str(measured), str(pred), "-o", str(tmp_path / "c")])
     assert result.exit_code == 0, result.output
     table = (tmp_path / "c" / "compare-phases.tex").read_text()
-    assert "Interval (measured in?)" in table and "interval from 5 simulator seeds" in table
+    assert "Interval (measured in?)" in table and "Interval from 5 simulator seeds" in table
+    assert "p{\\wd0}" in table  # the notes wrap at the table's width, however many sources there are
     assert (" in " in table) or ("textbf{out}" in table)
 
 
@@ -140,7 +141,9 @@ def test_a_sweep_draws_the_band_only_where_there_is_one(tmp_path):
     assert result.exit_code == 0, result.output
     tex = (tmp_path / "a" / "predicted-scaling.tex").read_text()
     assert tex.count("-- cycle") == 2 and "fill=otblue, fill opacity" in tex
-    assert "predicted interval (3 simulator seeds and the calibration run" in tex
+    assert "predicted interval" in tex  # the legend entry; what it holds, in the notes (wrapped)
+    assert "band: the predicted interval, from 3 simulator seeds; the calibration run" in tex
+    assert "10\\% below" in tex and "textbackslash" not in tex  # escaped once
     result = CliRunner().invoke(main, args + ["-o", str(tmp_path / "b")])  # illustrative: no spread, no band
     tex = (tmp_path / "b" / "predicted-scaling.tex").read_text()
     assert "-- cycle" not in tex and "predicted interval" not in tex

@@ -109,14 +109,15 @@ def render_phase_table(rows: list[Row], measured, predicted, body_only: bool = F
         body.append(Tex(" & ".join(cells)))
     source = f"{measured.path} vs {predicted.path}"[:300]
     context = base_context(measured.spec, "measured vs predicted", body_only, [], source=source)
-    text = f"{measured.name}: measured run vs prediction; ms per rank and step, first step left out"
+    notes = [f"{measured.name}: measured run vs prediction; ms per rank and step, first step left out"]
     if spans:
         sources = predicted.metrics.get("interval_sources")
-        text += ("; interval from " + " and ".join(sources) if sources else
-                 "; interval: a point (the calibration holds no spread)")
-    note = escape_text(text)
-    context.update(colspec=Tex("lrrr" + ("r" if spans else "")), header=Tex(" & ".join(header)), rows=body, footnote=Tex(note),
-                   ncols=len(header))
+        notes.append("Interval from " + "; ".join(sources) + "." if sources else
+                     "Interval: a point (the calibration holds no spread).")
+    # a list: set under the table at its own width, wrapped (table-summary.tex.j2); the
+    # interval's sources on one line made the table as wide as they were long
+    context.update(colspec=Tex("lrrr" + ("r" if spans else "")), header=Tex(" & ".join(header)), rows=body,
+                   footnote=[Tex(escape_text(n)) for n in notes], ncols=len(header))
     return environment().get_template("table-summary.tex.j2").render(context)
 
 

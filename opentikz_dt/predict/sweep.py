@@ -198,9 +198,11 @@ def _band(points: list, key: str) -> Tex:
     return Tex(" ".join(f"({x},{max(y, 1e-9):.6g})" for x, y in upper + lower))
 
 
-def _band_label(assumed: dict) -> str:
+def _band_note(assumed: dict) -> str:
+    """What the band holds, for the notes under the plots: in the legend, four sources made
+    one line wider than the plots."""
     sources = assumed.get("interval_sources") or []
-    return "predicted interval" + (f" ({' and '.join(sources)})" if sources else "")
+    return "band: the predicted interval" + (f", from {'; '.join(sources)}" if sources else "")
 
 
 def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: bool = False) -> str:
@@ -226,13 +228,14 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
     context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
     context.update(series=series, legend=len(labels) > 1 or bands,
                    legend_columns=min(len(labels) + bands, 4),
-                   band_label=Tex(escape_text(_band_label(assumed))) if bands else None,
+                   band_label=Tex("predicted interval") if bands else None,
                    xmin=counts[0] / 1.3, xmax=counts[-1] * 1.3, xticks=Tex(",".join(map(str, counts))),
                    xticklabels=Tex(",".join(f"{c:,}".replace(",", "{,}") for c in counts)),
                    yticks_rate=log_ticks([max(p.samples_per_s, 1e-9) for p in points]),
                    yticks_step=log_ticks([max(p.step_ms, 1e-9) for p in points]),
                    memory=memory, yticks_memory=log_ticks(memory) if memory else None,
-                   notes=caption(assumed, skipped, spec.training.steps) + ([escape_text(
+                   notes=caption(assumed, skipped, spec.training.steps)
+                   + ([Tex(escape_text(_band_note(assumed)))] if bands else []) + ([escape_text(
                        "memory per worker: the fullest rank's parameters, gradients and optimizer state as the "
                        "strategy places them, from the spec (float32 values; activations not predicted)")]
                        if memory else []))
