@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 REPS = 25
-REPEAT_STEPS = 40  # a run repeated for the interval (_repeat): its mean, not its trace, is used
+REPEAT_STEPS = 40  # the spec and the crowded run repeated (repeat.run_again): for the interval
 
 
 def _median_time(fn, reps: int = REPS) -> float:
@@ -401,23 +401,12 @@ def _crowd(spec, spec_path, tmp: Path, part: str, echo) -> None:
 
 
 def _repeat(spec_path, run_dir: Path, out: Path, echo) -> float | None:
-    """Run a spec again (REPEAT_STEPS steps) and return its mean step over that of the run in
-    `run_dir` (fit.repeat_ratio), or None where either is too short to tell.
-
-    The same spec run twice here lands up to 43% apart (BENCHMARKS.md, the repeat column):
-    the processes' placement on the cores and the machine's load persist through a run and
-    change between runs, so the steps of one run (noise.block_ratios) do not show it. A
-    prediction's interval carries the calibration's own repeats (interval.py)."""
-    import json
-
-    from ..predict.fit import repeat_ratio
-    from .launch import launch_run
+    """The spec run again, for how far its runs land apart (repeat.run_again)."""
+    from .repeat import run_again
 
     if echo:
         echo(f"dtgen calibrate: the same run again ({REPEAT_STEPS} steps), for how far runs of it land apart")
-    launch_run(spec_path, out=out, steps=REPEAT_STEPS, echo=lambda line: None, progress=False, measure_only=True)
-    walls = [json.loads((d / "metrics.json").read_text(encoding="utf-8")).get("wall_s") or [] for d in (run_dir, out)]
-    return repeat_ratio(*walls)
+    return run_again(spec_path, run_dir, out, REPEAT_STEPS)
 
 
 def _refine_with_run(spec, spec_path, tmp: Path, part: str, steps: int, echo) -> None:

@@ -57,16 +57,16 @@ def crowded_wait(spec, spec_path, tmp: Path, base, echo=None, repeat_steps: int 
     (weighted by their steps; one run's is the noisiest number of a calibration: 282 and
     508 µs from two calibrations of one spec here), and the repeat's mean step over the
     run's widens predictions' intervals (`repeat_ratio`, predict/interval.py)."""
-    import json
     import os
 
     import yaml
 
-    from ..predict.fit import fit_from_run, repeat_ratio
+    from ..predict.fit import fit_from_run
     from ..predict.simulate import roles
     from ..spec import spec_from_data
     from .launch import launch_run
     from .provenance import dataset_file
+    from .repeat import run_again
 
     cores = os.cpu_count() or 1
     workers = crowded_workers(cores, len(roles(spec)))
@@ -84,12 +84,11 @@ def crowded_wait(spec, spec_path, tmp: Path, base, echo=None, repeat_steps: int 
         echo(f"dtgen calibrate: a {STEPS}-step ring run with {workers} workers on {cores} cores, for what a "
              "message waits for a core when processes outnumber cores")
     launch_run(path, out=tmp / "crowded", echo=lambda line: None, progress=False, measure_only=True)
-    runs = [(tmp / "crowded", STEPS)]
+    runs, ratio = [(tmp / "crowded", STEPS)], None
     if repeat_steps:
         if echo:
             echo(f"dtgen calibrate: that run again ({repeat_steps} steps)")
-        launch_run(path, out=tmp / "crowded-repeat", steps=repeat_steps, echo=lambda line: None, progress=False,
-                   measure_only=True)
+        ratio = run_again(path, tmp / "crowded", tmp / "crowded-repeat", repeat_steps)
         runs.append((tmp / "crowded-repeat", repeat_steps))
     fits = [(fit_from_run(d, base).data["comm"]["p2p"], n) for d, n in runs]
     fits = [(p2p, n) for p2p, n in fits if "core_wait_s" in p2p]
@@ -101,8 +100,6 @@ def crowded_wait(spec, spec_path, tmp: Path, base, echo=None, repeat_steps: int 
                 "alone_s": round(sum(float(p2p["alpha_floor_s"]) * n for p2p, n in fits) / total, 9),
                 "source": f"a {STEPS}-step allreduce ring run of the model with {workers} workers"}
     if len(runs) > 1:
-        walls = [json.loads((d / "metrics.json").read_text(encoding="utf-8")).get("wall_s") or [] for d, _ in runs]
-        ratio = repeat_ratio(*walls)
         crowding["source"] += f" and its {repeat_steps}-step repeat"
         if len(fits) > 1:
             crowding["waits_s"] = [round(float(p2p["core_wait_s"]), 9) for p2p, _ in fits]

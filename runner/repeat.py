@@ -52,3 +52,22 @@ def spread_line(results: list, base: Path) -> str:
     if finals:
         text += f"; final loss mean {sum(finals) / len(finals):.4f} (min {min(finals):.4f}, max {max(finals):.4f})"
     return text + f"\nrepeat folder: {base} (dtgen compare {base} draws them as one series with error bars)"
+
+
+def run_again(spec_path, run_dir: Path, out: Path, steps: int) -> float | None:
+    """Run a spec again for `steps` steps into `out` (as `dtgen calibrate` makes its runs:
+    every step traced, no fault) and return its mean step over that of the run in `run_dir`
+    (predict/fit.repeat_ratio), or None where either is too short to tell.
+
+    `dtgen calibrate` repeats its runs this way: the same spec run twice here lands up to
+    43% apart (BENCHMARKS.md, the repeat column), because the processes' placement on the
+    cores and the machine's load persist through a run and change between runs, so the
+    steps of one run (noise.block_ratios) do not show it (predict/interval.py)."""
+    import json
+
+    from ..predict.fit import repeat_ratio
+    from .launch import launch_run
+
+    launch_run(spec_path, out=out, steps=steps, echo=lambda line: None, progress=False, measure_only=True)
+    walls = [json.loads((d / "metrics.json").read_text(encoding="utf-8")).get("wall_s") or [] for d in (run_dir, out)]
+    return repeat_ratio(*walls)

@@ -241,7 +241,7 @@ class Costs:
     def step_wait(self, kind: str, active: int | None) -> float:
         """What a collective step's latency holds of a wait for a core (µs): the crowded run's,
         or the probed collective's (step_alpha)."""
-        return self.crowd_wait_us + (self._probed_wait(kind, active) if self.wire else 0.0)
+        return self.crowd_wait_us + self._probed_wait(kind, active)
 
     def allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:
         if n <= 1:
