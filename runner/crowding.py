@@ -77,7 +77,7 @@ def crowded_wait(spec, spec_path, tmp: Path, base, echo=None, repeat_steps: int 
     dataset = data["training"]["dataset"]
     if dataset.get("path"):  # read beside the spec, as `dtgen run` does
         dataset["path"] = dataset_file(spec, Path(spec_path).resolve().parent if spec_path else Path.cwd())
-    spec_from_data(data)  # the spec's own model and data: valid if the spec was
+    crowded = spec_from_data(data)  # the spec's own model and data: valid if the spec was
     path = tmp / "crowded.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     if echo:
@@ -90,19 +90,27 @@ def crowded_wait(spec, spec_path, tmp: Path, base, echo=None, repeat_steps: int 
             echo(f"dtgen calibrate: that run again ({repeat_steps} steps)")
         ratio = run_again(path, tmp / "crowded", tmp / "crowded-repeat", repeat_steps)
         runs.append((tmp / "crowded-repeat", repeat_steps))
-    fits = [(fit_from_run(d, base).data["comm"]["p2p"], n) for d, n in runs]
-    fits = [(p2p, n) for p2p, n in fits if "core_wait_s" in p2p]
+    fits = [(fit_from_run(d, base).data, n) for d, n in runs]
+    fits = [(fitted, n) for fitted, n in fits if "core_wait_s" in fitted["comm"]["p2p"]]
     if not fits:
         return None
     total = sum(n for _, n in fits)
+
+    def mean(value) -> float:  # over both runs, weighted by their steps
+        return round(sum(value(fitted) * n for fitted, n in fits) / total, 9)
+
     crowding = {"cores": cores, "processes": workers,
-                "wait_s": round(sum(float(p2p["core_wait_s"]) * n for p2p, n in fits) / total, 9),
-                "alone_s": round(sum(float(p2p["alpha_floor_s"]) * n for p2p, n in fits) / total, 9),
+                "wait_s": mean(lambda d: float(d["comm"]["p2p"]["core_wait_s"])),
+                "alone_s": mean(lambda d: float(d["comm"]["p2p"]["alpha_floor_s"])),
+                # the ring's untraced time per step at 2c processes: a ring calibration's
+                # prediction at more processes grows its own with it (transfer.crowd_untraced)
+                "strategy": dict(crowded.data["strategy"]),  # with its defaults, as made_for (fit.py)
+                "untraced_s": mean(lambda d: float(d["compute"]["step_overhead_s"])),
                 "source": f"a {STEPS}-step allreduce ring run of the model with {workers} workers"}
     if len(runs) > 1:
         crowding["source"] += f" and its {repeat_steps}-step repeat"
         if len(fits) > 1:
-            crowding["waits_s"] = [round(float(p2p["core_wait_s"]), 9) for p2p, _ in fits]
+            crowding["waits_s"] = [round(float(d["comm"]["p2p"]["core_wait_s"]), 9) for d, _ in fits]
         if ratio is not None:
             crowding["repeat_ratio"] = ratio
     return crowding

@@ -113,6 +113,13 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
     else:  # the crowded run's wait per message, fitted from its ring hops (runner/crowding.py)
         assert crowding["processes"] == crowded and crowding["wait_s"] >= 0 and crowding["alone_s"] > 0
         assert crowding["repeat_ratio"] > 0  # the crowded run repeated (runner/crowding.py)
+        # its untraced time, and the strategy it ran with its defaults as made_for holds them: this
+        # ring calibration's predictions at more processes grow their untraced time with it
+        from opentikz_dt.predict.transfer import crowd_untraced, same_strategy
+
+        assert crowding["untraced_s"] > 0 and same_strategy({"strategy": crowding["strategy"]}, spec)
+
+        assert crowd_untraced(cal, spec_from_data(dict(data, topology={"workers": {"count": 8}})), False) >= 1.0
         if "waits_s" in crowding:  # both runs' hops split: the wait is their mean, by steps (60 and 40)
             first, second = crowding["waits_s"]
             assert crowding["wait_s"] == pytest.approx((60 * first + 40 * second) / 100, abs=2e-9)

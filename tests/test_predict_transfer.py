@@ -272,6 +272,55 @@ def test_the_crowded_wait_replaces_the_calibration_runs_own_beyond_its_process_c
     assert costs.comm["p2p"][0] == pytest.approx(100.0 + 2000.0)           # the floor + the crowded wait
 
 
+@pytest.mark.parametrize("kind, workers, dedicated, crowded_s, growth", [
+    ("allreduce-ring", 4, False, 2.5e-3, 2.5),           # the crowded run's own process count
+    ("allreduce-ring", 8, False, 2.5e-3, 1 + 1.5 * 3),   # 6 processes beyond 2 cores: 3x the growth at 4
+    ("allreduce-ring", 8, False, 0.5e-3, 1.0),           # a crowded run that measured less: noise, not shrunk
+    ("allreduce-ring", 2, False, 2.5e-3, None),          # no more processes than cores
+    ("allreduce-ring", 8, True, 2.5e-3, None),           # a core per rank
+    ("ps-sync", 4, False, 2.5e-3, None),                 # the crowded ring says nothing of a server's gaps
+])
+def test_a_rings_untraced_time_grows_as_its_crowded_run_did(tmp_path, kind, workers, dedicated, crowded_s, growth):
+    """A ring calibration made with 2 processes on 2 cores (1 ms untraced per step) whose
+    crowded ring run (4 processes) measured `crowded_s`: a prediction of the ring at more
+    processes scales each untraced gap by the line through both; another strategy, or a
+    core per rank, keeps the calibration's own."""
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    path = _cal_with_crowding(tmp_path)
+    data = json.loads(path.read_text())
+    data["compute"]["step_overhead_s"] = 1e-3
+    data["noise"] = {"overhead_s": [0.5e-3, 1.5e-3]}
+    data["comm"]["p2p"]["crowding"].update(untraced_s=crowded_s, strategy=dict(data["made_for"]["strategy"]))
+    path.write_text(json.dumps(data))
+    spec = spec_from_data(spec_data(kind, workers=workers, steps=10))
+    costs, assumed, notes = costs_for(spec, path, dedicated=dedicated)
+    assert assumed.get("untraced_growth") == (None if growth is None else pytest.approx(growth))
+    if kind == "allreduce-ring" and not dedicated:
+        assert costs.overhead_us == pytest.approx(1000.0 * (growth or 1.0))
+        assert costs.overheads == pytest.approx([500.0 * (growth or 1.0), 1500.0 * (growth or 1.0)])
+    said = "its untraced time per step grows as the crowded run's did (1.00 ms with 2 processes"
+    assert (said in " ".join(notes)) == (growth is not None)
+
+
+def test_the_crowded_runs_untraced_time_is_carried_only_to_its_own_strategy(tmp_path):
+    """A crowded run of another strategy than the calibration's (a tree calibration, a ring
+    crowded run) grows nothing."""
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    path = _cal_with_crowding(tmp_path)
+    data = json.loads(path.read_text())
+    ring = dict(data["made_for"]["strategy"])
+    data["made_for"]["strategy"] = dict(ring, algorithm="tree")
+    data["comm"]["p2p"]["crowding"].update(untraced_s=5e-3, strategy=ring)
+    path.write_text(json.dumps(data))
+    for kind in ("allreduce-tree", "allreduce-ring"):
+        _, assumed, _ = costs_for(spec_from_data(spec_data(kind, workers=8, steps=10)), path, dedicated=False)
+        assert "untraced_growth" not in assumed
+
+
 def test_a_malformed_crowding_names_the_file_and_key(tmp_path):
     from opentikz_dt.predict.calibration import CalibrationError, load_calibration
 
@@ -285,6 +334,14 @@ def test_a_malformed_crowding_names_the_file_and_key(tmp_path):
     data["comm"]["p2p"]["crowding"]["wait_s"] = "long"
     path.write_text(json.dumps(data))
     with pytest.raises(CalibrationError, match=r"comm.p2p.crowding.wait_s: 'long' is not a number"):
+        load_calibration(path)
+    data["comm"]["p2p"]["crowding"].update(wait_s=1e-3, processes=4, untraced_s=[1])
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=r"comm.p2p.crowding.untraced_s: \[1\] is not a number"):
+        load_calibration(path)
+    data["comm"]["p2p"]["crowding"]["untraced_s"] = 1e-3  # without the strategy it was measured on
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=r"comm.p2p.crowding.strategy: expected the crowded run's"):
         load_calibration(path)
 
 

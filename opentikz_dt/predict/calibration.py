@@ -183,6 +183,11 @@ def check_calibration(data, where: str) -> None:
         crowd = data["comm"]["p2p"]["crowding"]
         if "repeat_ratio" in crowd:
             _number(data, "comm.p2p.crowding.repeat_ratio", where, 1e-6)
+        if "untraced_s" in crowd:  # optional: the crowded run's untraced time per step (transfer.crowd_untraced)
+            _number(data, "comm.p2p.crowding.untraced_s", where)
+            if not isinstance(crowd.get("strategy"), dict):
+                raise CalibrationError(f"{where}: comm.p2p.crowding.strategy: expected the crowded run's "
+                                       "strategy block beside untraced_s, e.g. {kind: allreduce, algorithm: ring}")
         if crowd["processes"] <= crowd["cores"]:
             raise CalibrationError(f"{where}: comm.p2p.crowding.processes: {crowd['processes']!r} must be more "
                                    f"than comm.p2p.crowding.cores ({crowd['cores']!r})")

@@ -10,7 +10,8 @@ latency's wait for a core to another process count, `crowd_wait_s` adds `dtgen c
 crowded run's wait per message where processes outnumber cores, `collective_wait` the
 calibration run's wait per message to each step of a collective the probe measured,
 `p2p_alpha_s` replaces a message latency solved from a step time by the traced one, and
-`untraced_s` replaces the calibrated untraced time per step (transfer.py). Must not import torch.
+`untraced_s` replaces the calibrated untraced time per step and `untraced_scale` grows it
+(transfer.py). Must not import torch.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Costs:
     def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
                  dedicated: bool = False, jitter=None, wait_scale: float | None = None,
                  crowd_wait_s: float | None = None, untraced_s: float | None = None, collective_wait=None,
-                 p2p_alpha_s: float | None = None):
+                 p2p_alpha_s: float | None = None, untraced_scale: float | None = None):
         self.cal, self.spec = cal, spec
         d = cal.data
         self.blocks = model_blocks(spec)
@@ -118,6 +119,9 @@ class Costs:
         self.message_ratios = [float(r) for r in noise.get("message_ratios", []) if r > 0]
         if untraced_s is not None:  # its floor alone: another strategy, or a core per rank (transfer.py)
             self.overhead_us, self.overheads = untraced_s * 1e6, []
+        if untraced_scale is not None:  # grown with the processes crowding the cores (transfer.crowd_untraced)
+            self.overhead_us *= untraced_scale
+            self.overheads = [g * untraced_scale for g in self.overheads]
         self.upper = None  # Costs whose simulation is the interval's upper end (predict.py, interval.py)
         self.upper_holds = ""  # what the upper end carries that this prediction does not
         self.draw = None

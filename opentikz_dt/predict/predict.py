@@ -23,7 +23,7 @@ from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
 from ..strategies import strategy as described
-from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wait, crowd_wait, short,
+from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wait, crowd_untraced, crowd_wait, short,
                        untraced_floor, wait_scale)
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
@@ -127,11 +127,12 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     latency = latency_ms / 1e3 if latency_ms is not None else (preset.latency_s if preset is not None else None)
     scale, crowded = wait_scale(cal, spec, dedicated), crowd_wait(cal, spec, dedicated)
     floor, waits = untraced_floor(cal, spec, dedicated), collective_wait(cal, spec, dedicated)
-    traced = carried_latency(cal, spec)
+    traced, grown = carried_latency(cal, spec), crowd_untraced(cal, spec, dedicated)
 
     def costs_with(untraced_s, p2p_alpha_s):
         return Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
-                     crowd_wait_s=crowded, untraced_s=untraced_s, collective_wait=waits, p2p_alpha_s=p2p_alpha_s)
+                     crowd_wait_s=crowded, untraced_s=untraced_s, collective_wait=waits, p2p_alpha_s=p2p_alpha_s,
+                     untraced_scale=grown)
 
     costs = costs_with(floor, traced)
     if (floor is not None and not dedicated) or traced is not None:
@@ -150,6 +151,8 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
         assumed["message_wait_for_core_s"] = round(crowded, 7)
     if floor is not None:
         assumed["untraced_per_step_s"] = round(floor, 7)
+    if grown is not None:
+        assumed["untraced_growth"] = round(grown, 4)
     if traced is not None:
         assumed["message_latency_traced_s"] = round(traced, 7)
     if waits is not None and latency is None:
