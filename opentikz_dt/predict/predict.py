@@ -24,7 +24,7 @@ from .simulate import roles, simulate
 from .strategies import REGISTRY
 from ..strategies import strategy as described
 from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wait, crowd_untraced, crowd_wait, short,
-                       untraced_floor, wait_scale)
+                       untraced_floor, untraced_typical, wait_scale)
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -136,11 +136,12 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
 
     costs = costs_with(floor, traced)
     if (floor is not None and not dedicated) or traced is not None:
-        # the interval's upper end: the calibrated untraced time whole, the fitted latency
-        costs.upper = costs_with(None if not dedicated else floor, None)
-        holds = [] if dedicated or floor is None else ["waits between spans"]
+        # the interval's upper end: the calibrated strategy's median untraced time, the fitted latency
+        typical = None if dedicated or floor is None else untraced_typical(cal)
+        costs.upper = costs_with(floor if dedicated else typical, None)
+        holds = [] if typical is None else [f"median untraced time per step ({typical * 1e3:.2f} ms)"]
         holds += [] if traced is None else ["message latency fitted to its step time"]
-        costs.upper_holds = "the calibrated strategy's " + " and ".join(holds) + " carried whole"
+        costs.upper_holds = "the calibrated strategy's " + " and ".join(holds) + " carried"
     assumed = {"calibration": str(calibration) if calibration else "illustrative (no calibration)",
                "source": cal.data.get("source", "?"), "cores_effective": None if dedicated else cal.cores,
                "link_bytes_per_s": rate, "latency_s": latency, "dedicated_cores": dedicated,

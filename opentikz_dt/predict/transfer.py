@@ -13,7 +13,7 @@ process count (`wait_scale` carries it to another count; beyond the calibration'
 count, `crowd_wait` carries the wait measured by `dtgen calibrate`'s crowded run
 instead; `collective_wait` adds it to the steps of collectives the probe measured back to
 back), its per-step untraced time holds that strategy's waits for a core between spans
-(`untraced_floor`: another strategy gets its floor, the interval its whole), and a
+(`untraced_floor`: another strategy gets its floor, the interval's upper end its median), and a
 latency solved from a pipeline's step time holds that schedule's own work
 (`carried_latency`: another schedule gets the traced one, the interval the solved one).
 `caveats` names what is carried, for the prediction's run.json and its figures' notes.
@@ -21,6 +21,8 @@ Must not import torch.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from ..strategies import kinds, strategy
 from .costs import wait_ratio
@@ -62,7 +64,9 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
     theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
     if not same_strategy(made, spec):
         floor, mean = untraced_floor(cal, spec, dedicated), float(cal.data["compute"]["step_overhead_s"])
-        rest = "none with a core per rank" if dedicated else "only in the interval's upper end"
+        typical = untraced_typical(cal)
+        rest = ("none with a core per rank" if dedicated or typical is None else
+                f"up to its median ({typical * 1e3:.2f} ms) only in the interval's upper end")
         untraced = ("its untraced time per step as a cost per step" if floor is None else
                     f"of its untraced time per step only the floor ({floor * 1e3:.2f} ms of {mean * 1e3:.2f} ms; "
                     f"the rest, that run's waits for a core between spans, {rest})")
@@ -166,7 +170,7 @@ def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
     for a core between spans, which depends on how that strategy's ranks block and wake
     (measured on the 2-core box, 4 processes: allreduce ring 1.75 ms a step, of which
     0.35 ms the floor; tree 0.68 ms; parameter server 0.13 ms), so it is not carried to
-    another strategy (the interval's upper end carries it whole: predict.py), and a core
+    another strategy (the interval's upper end carries the median: untraced_typical), and a core
     per rank has none. None: carry it whole (the calibrated strategy on shared cores, or
     no gaps recorded)."""
     made = cal.data.get("made_for")
@@ -176,6 +180,22 @@ def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
     if (same_strategy(made, spec) and not dedicated) or len(gaps) < 5:
         return None
     return gaps[int(FLOOR_QUANTILE * (len(gaps) - 1))]
+
+
+def untraced_typical(cal) -> float | None:
+    """The calibration run's median untraced time per step (s), which the interval's upper
+    end carries to another strategy (predict.py), or None where it recorded no gaps.
+
+    Not its mean: the mean holds that strategy's long waits for a core, which come from how
+    often its ranks block and wake (the ring: 10.7 untraced stretches a step, the others
+    3 to 6, measured here), and a ring calibration's mean put the upper end of a parameter
+    server's prediction 2.5x its step time. Measured on the 2-core box (4 processes),
+    every other strategy's mean untraced time per step was at or below the ring's median
+    (ring: floor 0.68-0.73 ms, median 1.0-1.16 ms, mean 2.2-2.6 ms; tree 0.88-1.09, central
+    storage 0.55-0.72, hierarchical 0.49-0.51, parameter servers 0.27-0.44, native
+    0.24-0.34, gossip 0.27-0.28; BENCHMARKS.md, ninth session)."""
+    gaps = sorted(float(g) for g in (cal.data.get("noise") or {}).get("overhead_s", []) if g >= 0)
+    return statistics.median(gaps) if len(gaps) >= 5 else None
 
 
 def crowd_wait(cal, spec, dedicated: bool) -> float | None:
