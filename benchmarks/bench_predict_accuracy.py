@@ -344,6 +344,8 @@ def main() -> None:
         rows = [scored(relocated(r, kept), kept / (r["strategy"].replace(" ", "_").replace("/", "_") + "-rescore"))
                 for r in json.loads((kept / "rows.json").read_text())]
         transfer_summary(rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
         return
     if args.transfer:
         with contextlib.ExitStack() as stack:
