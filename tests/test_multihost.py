@@ -184,6 +184,10 @@ def test_two_hosts_every_strategy(tmp_path, netcluster):
         data = small_spec_data(over["strategy"]["kind"], name=f"mh-{case}", training={"steps": 3})
         data["strategy"] = over["strategy"]
         data["topology"] = dict(over["topology"], hosts=2)
+        # six runs start side by side on the cores: a rank's first receive may wait for a peer
+        # still starting behind the others (a sync server's first weights took over small_spec_data's
+        # 10 s once, on a slower 2-core machine); a hang is still stopped by finish's 180 s
+        data["runtime"]["timeout_s"] = 60
         (tmp_path / case).mkdir()
         spec = write(tmp_path / case, data)
         runs[case] = launch_all(cluster, spec, tmp_path / case, port=PORT + i)
