@@ -10,7 +10,8 @@ where the run does things at once:
   - SGD optimizer step (per tensor and per element) and gradient summation;
   - point-to-point messages at several sizes (pairs ping-pong at once) and
     all-reduce / broadcast / reduce over all ranks at several sizes, fitted to
-    latency + bytes / bandwidth;
+    latency + bytes / bandwidth; the collectives in rounds spread over the probe
+    (COLLECTIVE_ROUNDS: their median fitted, each round kept for the interval);
   - the per-step work the trace does not cover (batch gathering, loss.item()).
 Rank 0 writes the calibration JSON (opentikz_dt/predict/calibration.py documents it).
 """
@@ -28,6 +29,12 @@ from pathlib import Path
 import torch
 
 REPS = 25
+# The probe's collectives are timed in this many rounds spread over the probe, ROUND_REPS
+# calls each: their median is the fit, the fastest and slowest rounds the interval's ends
+# (predict.py). One block of 25 calls measured a ring calibration's all-reduce latency at
+# 751, 980 and 1353 us in three calibrations on one machine, and a strategy whose
+# collectives only the probe measured carried that whole (BENCHMARKS.md, ninth session).
+COLLECTIVE_ROUNDS, ROUND_REPS = 3, 12
 REPEAT_STEPS = 40  # the spec and the crowded run repeated (repeat.run_again): for the interval
 
 
@@ -199,7 +206,8 @@ def _p2p(rank: int, world: int, sizes) -> list:
     return out
 
 
-def _collectives(world: int, sizes) -> dict:
+def _collectives(world: int, sizes, reps: int) -> dict:
+    """Seconds per call of each collective at each size: {name: [(bytes, seconds), ...]}."""
     import torch.distributed as dist
 
     ops = {"allreduce": lambda t: dist.all_reduce(t), "broadcast": lambda t: dist.broadcast(t, 0),
@@ -210,9 +218,15 @@ def _collectives(world: int, sizes) -> dict:
         for nbytes in sizes:
             buf = torch.zeros(max(1, nbytes // 4))
             dist.barrier()
-            points.append((nbytes, _median_time(lambda: op(buf))))
+            points.append((nbytes, _median_time(lambda: op(buf), reps)))
         out[name] = points
     return out
+
+
+def _middle_round(rounds: list[dict]) -> dict:
+    """Each collective and size's median over the probe's rounds (_rank_main)."""
+    return {name: [(nbytes, statistics.median(r[name][i][1] for r in rounds))
+                   for i, (nbytes, _) in enumerate(rounds[0][name])] for name in rounds[0]}
 
 
 def _overhead(spec, where: dict) -> float:
@@ -244,25 +258,28 @@ def _rank_main(rank: int, world: int, spec_data: dict, store_path: str, out_path
         sizes = sorted({max(1, batch // max(1, spec.strategy.microbatches)), batch})
         if len(sizes) == 1:
             sizes = [max(1, batch // 4), batch] if batch > 1 else [1, 2]
+        from ..predict.blocks import model_blocks
+
+        workload = _describe(spec, where)  # a python model: what it is (every rank sizes messages by it)
+        model_bytes = 4 * sum(b.params for b in model_blocks(spec))
+        coll_sizes = sorted({1024, max(4096, model_bytes), 4 << 20})
+        rounds = [_collectives(world, coll_sizes, ROUND_REPS)]  # the first round, before any compute
         solo = _block_times(spec, sizes, where) if rank == 0 else None
         step = _step_loop(spec, where)
         solo_step = _rate(step)[0] if rank == 0 else None
         dist.barrier()
         together, calls = _rate(step)  # every rank at once, as workers compute in a run
+        rounds += [_collectives(world, coll_sizes, ROUND_REPS) for _ in range(COLLECTIVE_ROUNDS - 2)]
         optimizer, add = _optimizer_times(spec, where) if rank == 0 else (None, None)
         dist.barrier()
         overhead = _overhead(spec, where)
-        from ..predict.blocks import model_blocks
-
-        workload = _describe(spec, where)  # a python model: what it is (every rank sizes messages by it)
-        model_bytes = 4 * sum(b.params for b in model_blocks(spec))
         msg_sizes = sorted({256, 16 << 10, max(1024, model_bytes // 4), max(4096, model_bytes), 4 << 20})
         p2p = _p2p(rank, world, msg_sizes)
-        coll = _collectives(world, sorted({1024, max(4096, model_bytes), 4 << 20}))
+        rounds.append(_collectives(world, coll_sizes, ROUND_REPS))  # the last, after everything else
         gathered = [None] * world
         dist.all_gather_object(gathered, {"together": together, "calls": calls, "overhead": overhead, "p2p": p2p})
         if rank == 0:
-            _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path, workload)
+            _write(spec, world, solo, solo_step, gathered, optimizer, add, rounds, out_path, workload)
         dist.barrier()  # nobody tears down while a peer may still talk to it (as runner/worker.py)
     finally:
         dist.destroy_process_group()
@@ -290,7 +307,7 @@ def _describe(spec, where: dict) -> dict | None:
     return description
 
 
-def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_path, workload=None) -> None:
+def _write(spec, world, solo, solo_step, gathered, optimizer, add, rounds, out_path, workload=None) -> None:
     from ..predict.blocks import model_signature
     from ..predict.calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
 
@@ -308,15 +325,26 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
     alpha, beta = _fit(pairs) if pairs else (0.0, 0.0)
     comm["p2p"] = {"alpha_s": alpha, "beta_s_per_byte": beta}
     n = world
-    a, b = _fit(coll["allreduce"])
-    # "measured": "probe": called back to back with nothing computing between, so no call
-    # waits for its process to get a core back, as a run's do (predict/transfer.py collective_wait)
-    comm["allreduce"] = {"alpha_s": a / (2 * (n - 1)) if n > 1 else a,
-                         "beta_s_per_byte": b * n / (2 * (n - 1)) if n > 1 else b, "measured": "probe"}
+    coll = _middle_round(rounds)
     levels = max(1, math.ceil(math.log2(n))) if n > 1 else 1
-    for name in ("broadcast", "reduce"):
-        a, b = _fit(coll[name])
-        comm[name] = {"alpha_s": a / levels, "beta_s_per_byte": b / levels, "measured": "probe"}
+
+    # a collective's fit as the cost of one of its steps (the simulator's unit): (steps, the
+    # per-byte cost's factor). The all-reduce: 2(n - 1) steps, each moving 1/n of the bytes;
+    # broadcast and reduce: a binomial tree's levels, each moving them all.
+    shapes = {"allreduce": (2 * (n - 1), n / (2 * (n - 1))) if n > 1 else (1, 1.0),
+              "broadcast": (levels, 1 / levels), "reduce": (levels, 1 / levels)}
+
+    def per_step(name, points):
+        a, b = _fit(points)
+        steps, moved = shapes[name]
+        return a / steps, b * moved
+
+    for name in shapes:
+        a, b = per_step(name, coll[name])
+        # "measured": "probe": called back to back with nothing computing between, so no call
+        # waits for its process to get a core back, as a run's do (predict/transfer.py collective_wait)
+        comm[name] = {"alpha_s": a, "beta_s_per_byte": b, "measured": "probe",
+                      "rounds": [list(per_step(name, r[name])) for r in rounds]}
     # how single steps spread around the mean when every rank computes at once
     ratios = sorted(t / g["together"] for g in gathered for t in g["calls"] if g["together"] > 0)
     if len(ratios) > 400:
@@ -335,7 +363,7 @@ def _write(spec, world, solo, solo_step, gathered, optimizer, add, coll, out_pat
             "comm": comm,
             "noise": {"compute_ratios": [round(r, 4) for r in ratios]},
             "measured": {"batch": batch, "solo_step_s": solo_step, "shared_step_s": shared,
-                         "p2p": pairs, "collectives": coll}}
+                         "p2p": pairs, "collectives": coll, "collective_rounds": rounds}}
     Calibration(data).save(out_path)
 
 

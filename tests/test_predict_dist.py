@@ -99,6 +99,12 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
     assert probe.data["device"] == cpu_device() and probe.data["training"] == {"precision": "fp32", "optimizer": "sgd"}
     assert all(b["forward"][1] > 0 or b["forward"][0] > 0 for b in probe.blocks)
     assert probe.comm("p2p")[0] > 0 and probe.comm("allreduce")[0] > 0
+    from opentikz_dt.runner.calibrate import COLLECTIVE_ROUNDS
+
+    for kind in ("allreduce", "broadcast", "reduce"):  # timed in rounds; the fit lies within them
+        block = probe.data["comm"][kind]
+        assert block["measured"] == "probe" and len(block["rounds"]) == COLLECTIVE_ROUNDS
+        assert len(probe.data["measured"]["collective_rounds"]) == COLLECTIVE_ROUNDS
     cal = load_calibration(calibrate(spec, tmp_path / "cal.json", run_steps=8, spec_path=spec_path), spec)
     assert cal.data["source"] == "probe and a 8-step run"
     assert cal.data["device"] == cpu_device()  # the run's, from its run.json

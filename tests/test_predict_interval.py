@@ -34,8 +34,9 @@ def noisy_cal(tmp_path, blocks=None, repeats=None):
     return path
 
 
-def predicted_metrics(tmp_path, cal, name="p"):
-    args = ["predict", SPEC, "--steps", "20", "-o", str(tmp_path / name)] + (["--calibration", str(cal)] if cal else [])
+def predicted_metrics(tmp_path, cal, name="p", extra=()):
+    args = ["predict", SPEC, "--steps", "20", "-o", str(tmp_path / name), *extra] + (
+        ["--calibration", str(cal)] if cal else [])
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     return json.loads((tmp_path / name / "metrics.json").read_text())
@@ -80,6 +81,45 @@ def test_a_bad_repeat_in_a_calibration_is_named(tmp_path, repeats, key):
     data = json.loads(path.read_text())
     data["noise"]["repeats"] = repeats
     path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["predict", SPEC, "--calibration", str(path), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 1 and key in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "p").exists()
+
+
+def probed_cal(tmp_path, rounds):
+    """noisy_cal whose collectives the probe measured, in `rounds` ([alpha_s, beta_s_per_byte])."""
+    path = noisy_cal(tmp_path)
+    data = json.loads(path.read_text())
+    for kind in ("allreduce", "broadcast", "reduce"):
+        data["comm"][kind].update({"measured": "probe", "rounds": rounds})
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_probes_fastest_and_slowest_rounds_widen_a_strategy_that_uses_its_collectives(tmp_path):
+    # the illustrative costs' collectives: 300 us a step; the rounds 50 (fastest) to 900 us
+    rounds = [[3e-4, 1e-8], [0.5e-4, 1e-8], [9e-4, 1e-8]]
+    native = ["--set", "strategy.algorithm=native"]
+    plain = predicted_metrics(tmp_path, noisy_cal(tmp_path), "plain", native)
+    m = predicted_metrics(tmp_path, probed_cal(tmp_path, rounds), "rounds", native)
+    assert m["step_time_s"] == plain["step_time_s"]  # the point: the fit, not a round
+    (low, high), (plow, phigh) = m["step_time_interval_s"], plain["step_time_interval_s"]
+    point = sum(plain["step_time_s"].values()) / 4
+    # 4 ranks: 6 steps of the all-reduce a step, each 250 us faster and 600 us slower
+    assert low < plow and low == pytest.approx(point - 6 * 250e-6, rel=0.01)
+    assert high > phigh and high == pytest.approx(point + 6 * 600e-6, rel=0.01)
+    assert m["interval_sources"][-1] == "the probe's collectives, its fastest and slowest of 3 rounds"
+    # dtgen's ring uses no collective the probe measured: no wider, and not said
+    ring = predicted_metrics(tmp_path, probed_cal(tmp_path, rounds), "ring")
+    assert ring["step_time_interval_s"] == predicted_metrics(tmp_path, noisy_cal(tmp_path), "ring0")["step_time_interval_s"]
+    assert not any("probe" in s for s in ring["interval_sources"])
+
+
+@pytest.mark.parametrize("rounds, key", [("x", "comm.allreduce.rounds: expected a list"),
+                                         ([[1e-4]], "comm.allreduce.rounds: expected a list"),
+                                         ([[1e-4, -1.0]], "comm.allreduce.rounds.0.1: -1.0 is less than 0")])
+def test_a_bad_probe_round_in_a_calibration_is_named(tmp_path, rounds, key):
+    path = probed_cal(tmp_path, rounds)
     result = CliRunner().invoke(main, ["predict", SPEC, "--calibration", str(path), "-o", str(tmp_path / "p")])
     assert result.exit_code == 1 and key in result.output and "Traceback" not in result.output, result.output
     assert not (tmp_path / "p").exists()

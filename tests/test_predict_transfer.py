@@ -192,9 +192,11 @@ def test_a_fit_says_which_collectives_its_run_measured(tmp_path):
     run_dir = write_synthetic_run(tmp_path / "run", "allreduce-native", workers=3, steps=12)
     base = json.loads(json.dumps(illustrative_calibration(load_run(run_dir).spec).data))
     for kind in ("allreduce", "broadcast", "reduce"):
-        base["comm"][kind]["measured"] = "probe"
+        base["comm"][kind].update(measured="probe", rounds=[[1e-4, 1e-9], [2e-4, 1e-9]])
     fitted = fit_from_run(run_dir, base=Calibration(base, "probe.json")).data["comm"]
     assert [fitted[k]["measured"] for k in ("allreduce", "broadcast", "reduce")] == ["run", "probe", "probe"]
+    # the probe's rounds go with the probe's fit: the run's all-reduce has none, the others keep theirs
+    assert ["rounds" in fitted[k] for k in ("allreduce", "broadcast", "reduce")] == [False, True, True]
 
 
 def _cal_with_crowding(tmp_path, ranks=2, wait_s=1e-3):

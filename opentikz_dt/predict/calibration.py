@@ -172,6 +172,13 @@ def check_calibration(data, where: str) -> None:
         measured = data["comm"][kind].get("measured", "run")
         if measured not in ("probe", "run"):
             raise CalibrationError(f"{where}: comm.{kind}.measured: {measured!r} must be probe or run")
+        rounds = data["comm"][kind].get("rounds", [])  # optional: the probe's rounds (runner/calibrate.py)
+        if not isinstance(rounds, list) or any(not isinstance(r, list) or len(r) != 2 for r in rounds):
+            raise CalibrationError(f"{where}: comm.{kind}.rounds: expected a list of [alpha_s, beta_s_per_byte] "
+                                   "pairs, one per round of the probe")
+        for i in range(len(rounds)):
+            for j in (0, 1):
+                _number(data, f"comm.{kind}.rounds.{i}.{j}", where)
     # optional: a fitted latency's two mechanisms (fit.py); the latency a trace showed directly
     # where the fitted one was solved from the step time (predict/strategies/pipeline.py)
     for key in ("alpha_floor_s", "core_wait_s", "alpha_traced_s"):

@@ -108,6 +108,7 @@ class Costs:
         self.probed = {k for k in ("allreduce", "broadcast", "reduce") if d["comm"][k].get("measured") == "probe"}
         self.collective_wait = None if latency_s is not None else collective_wait
         self.probed_wait_used = False
+        self.probed_used = False  # a probed collective's cost was asked for (the interval's probe_ends)
         self.rng = jitter
         self._cache: dict = {}
         noise = d.get("noise") or {}
@@ -124,6 +125,9 @@ class Costs:
             self.overheads = [g * untraced_scale for g in self.overheads]
         self.upper = None  # Costs whose simulation is the interval's upper end (predict.py, interval.py)
         self.upper_holds = ""  # what the upper end carries that this prediction does not
+        # Costs with each probed collective's fastest and slowest round of the probe (predict.py):
+        # the interval holds their simulations where the prediction used a probed collective
+        self.probe_ends: list = []
         self.draw = None
         if self.rng is None and (self.ratios or self.overheads or self.exchange_ratios or self.message_ratios):
             import random
@@ -234,6 +238,8 @@ class Costs:
     def step_alpha(self, kind: str, active: int | None) -> float:
         """A collective step's latency (µs), with its wait for a core where the probe measured
         it and `active` processes (default: every rank) are runnable meanwhile."""
+        if kind in self.probed:
+            self.probed_used = True
         return self.comm[kind][0] + self._probed_wait(kind, active)
 
     def _probed_wait(self, kind: str, active: int | None) -> float:

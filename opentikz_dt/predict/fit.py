@@ -149,6 +149,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     for k, v in comm.items():  # a collective this run showed is no longer the probe's
         if k != "p2p" and v["alpha_s"] != probed[k]:
             v["measured"] = "run"
+            v.pop("rounds", None)  # the probe's rounds (the interval's ends) no longer apply
     split = message_split(plugin.message_samples(fit), beta, comm["p2p"]["alpha_s"])
     if split:
         comm["p2p"].update(split)

@@ -129,12 +129,14 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     floor, waits = untraced_floor(cal, spec, dedicated), collective_wait(cal, spec, dedicated)
     traced, grown = carried_latency(cal, spec), crowd_untraced(cal, spec, dedicated)
 
-    def costs_with(untraced_s, p2p_alpha_s):
-        return Costs(cal, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
+    def costs_with(untraced_s, p2p_alpha_s, calibrated=cal):
+        return Costs(calibrated, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
                      crowd_wait_s=crowded, untraced_s=untraced_s, collective_wait=waits, p2p_alpha_s=p2p_alpha_s,
                      untraced_scale=grown)
 
     costs = costs_with(floor, traced)
+    if rate is None or latency is None:  # (a given link and latency replace every probed cost)
+        costs.probe_ends = [costs_with(floor, traced, end) for end in probe_round_ends(cal)]
     if (floor is not None and not dedicated) or traced is not None:
         # the interval's upper end: the calibrated strategy's median untraced time, the fitted latency
         typical = None if dedicated or floor is None else untraced_typical(cal)
@@ -172,6 +174,27 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     if target is not None:
         assumed["device_preset"] = {"name": target.name, "source": target.source}
     return costs, assumed, warnings
+
+
+def probe_round_ends(cal: Calibration) -> list[Calibration]:
+    """The calibration with each probed collective's fastest round of the probe, and with its
+    slowest (runner/calibrate.py times them in rounds spread over the probe), or [] where it
+    recorded no rounds. A round's speed: its fit's time summed over the sizes it measured."""
+    sizes = sorted({n for points in ((cal.data.get("measured") or {}).get("collectives") or {}).values()
+                    for n, _ in points}) or [1024, 4 << 20]
+    ends = []
+    for pick in (min, max):
+        data = copy.deepcopy(cal.data)
+        changed = False
+        for kind, block in data["comm"].items():
+            rounds = block.get("rounds") or []
+            if block.get("measured") != "probe" or len(rounds) < 2:
+                continue
+            a, b = pick(rounds, key=lambda r: sum(r[0] + r[1] * n for n in sizes))
+            block["alpha_s"], block["beta_s_per_byte"], changed = a, b, True
+        if changed:
+            ends.append(Calibration(data, cal.path, cal.warnings))
+    return ends
 
 
 def check_device(cal: Calibration, preset, what: str) -> None:
