@@ -1,8 +1,8 @@
 """Shared fixtures, the skip rules for markers (gpu skips without CUDA; latex without
 pdflatex), and the check that the suite leaves nothing in the temporary directory.
 
-The session gets a private TMPDIR (before collection, so torch and every subprocess see
-it); at the end anything left in it fails the session, and new files in the shared
+The session gets a private TMPDIR (before collection, so torch, every subprocess and
+pytest-xdist's workers see it); at the end anything left in it fails the session, and new files in the shared
 temporary directory that look like ours are reported. pytest's own tmp_path folders stay
 where pytest keeps them.
 """
@@ -26,6 +26,10 @@ _session: dict = {}
 
 
 def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # a pytest-xdist worker (`make test` runs the tests without processes so) inherits the
+        # controller's private TMPDIR; the controller checks it once every worker has finished
+        return
     shared = tempfile.gettempdir()
     private = tempfile.mkdtemp(prefix="dtgen-pytest-tmp-")
     _session.update(shared=Path(shared), private=Path(private), saved=os.environ.get("TMPDIR"),
@@ -36,6 +40,8 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if "private" not in _session:  # an xdist worker: its controller checks
+        return
     private, shared = _session["private"], _session["shared"]
     left = sorted(str(p.relative_to(private)) for p in private.iterdir()
                   if not (p.is_dir() and not any(p.iterdir()) and any(p.match(g) for g in IGNORED_IF_EMPTY)))
