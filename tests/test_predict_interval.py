@@ -108,7 +108,7 @@ def test_the_probes_fastest_and_slowest_rounds_widen_a_strategy_that_uses_its_co
     # 4 ranks: 6 steps of the all-reduce a step, each 250 us faster and 600 us slower
     assert low < plow and low == pytest.approx(point - 6 * 250e-6, rel=0.01)
     assert high > phigh and high == pytest.approx(point + 6 * 600e-6, rel=0.01)
-    assert m["interval_sources"][-1] == "the probe's collectives, its fastest and slowest of 3 rounds"
+    assert m["interval_sources"][-1] == "the probe's collectives at their fastest and slowest of 3 rounds"
     # dtgen's ring uses no collective the probe measured: no wider, and not said
     ring = predicted_metrics(tmp_path, probed_cal(tmp_path, rounds), "ring")
     assert ring["step_time_interval_s"] == predicted_metrics(tmp_path, noisy_cal(tmp_path), "ring0")["step_time_interval_s"]

@@ -73,7 +73,7 @@ def interval(spec, costs, steps: int, metrics: dict, seeds: int = SEEDS) -> dict
             m = metrics_of(simulate(spec, end, steps, record=False), spec, steps)
             steps_s.append(mean_step_s(m))
             rates.append(m["samples_per_s"])
-        sources.append(f"the probe's collectives, its fastest and slowest of {probe_rounds(costs.cal)} rounds")
+        sources.append(f"the probe's collectives at their fastest and slowest of {probe_rounds(costs.cal)} rounds")
     noise = costs.cal.data.get("noise") or {}
     blocks = [float(r) for r in noise.get("block_ratios", []) if r > 0]
     low, high = (min(1.0, min(blocks)), max(1.0, max(blocks))) if blocks else (1.0, 1.0)
