@@ -199,3 +199,16 @@ def test_a_sweep_beyond_ten_seconds_of_simulation_is_refused_before_it_starts(tm
     assert result.exit_code == 1 and len(error) == 1, result.output
     assert "2,867,200 simulated rank-steps" in result.output and "about 10 s of simulation" in result.output
     assert time.perf_counter() - started < 10 and not (tmp_path / "s").exists()
+
+
+def test_a_sweeps_bound_counts_the_probes_rounds(tmp_path):
+    # 1,024 and 2,048 workers x 150 steps: 460,800 rank-steps for one simulation of each, x3 with the
+    # spread's seeds (1,382,400, within the bound); with the probe's two ends, x5: refused
+    args = ["predict", SPEC, "--sweep", "workers=1024,2048", "--steps", "150", "-o"]
+    rounds = [[3e-4, 1e-8], [1.5e-4, 1e-8], [9e-4, 1e-8]]
+    refused = CliRunner().invoke(main, args + [str(tmp_path / "r"), "--calibration", str(probed_cal(tmp_path, rounds))])
+    assert refused.exit_code == 1 and "2,304,000 simulated rank-steps" in refused.output, refused.output
+    assert not (tmp_path / "r").exists()
+    from opentikz_dt.predict.sweep import MAX_SWEEP_RANK_STEPS
+
+    assert 3 * 460_800 <= MAX_SWEEP_RANK_STEPS < 5 * 460_800  # what the case above stands on

@@ -137,14 +137,16 @@ def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: 
 
 def check_sweep_size(planned: list) -> None:
     """Refuse a sweep the simulator cannot do in about 10 s: every point is a simulation of
-    ranks x steps (and its interval's seeds, where the calibration has a spread, and its
-    upper end, where it is carried from another strategy: interval.py)."""
+    ranks x steps (and its interval's seeds, where the calibration has a spread, its upper
+    end, where it is carried from another strategy, and its probed collectives' fastest and
+    slowest rounds, counted whether or not the strategy turns out to use them: interval.py)."""
     total = sum(len(roles(spec)) * spec.training.steps
-                * (1 + (SWEEP_SEEDS if costs.draw is not None else 0) + (costs.upper is not None))
+                * (1 + (SWEEP_SEEDS if costs.draw is not None else 0) + (costs.upper is not None)
+                   + len(costs.probe_ends))
                 * REGISTRY.get(spec.strategy.kind).simulation_weight(spec) for _, _, spec, costs in planned)
     if total > MAX_SWEEP_RANK_STEPS:
         raise DtgenError(f"--sweep: {total:,.0f} simulated rank-steps (ranks x steps per point, weighed by the "
-                         f"strategy's cost of a rank-step, x{1 + SWEEP_SEEDS} "
+                         f"strategy's cost of a rank-step, x{1 + SWEEP_SEEDS} or more "
                          f"for the interval where the calibration has a spread): at most "
                          f"{MAX_SWEEP_RANK_STEPS:,}, about {SWEEP_SECONDS} s of simulation at ~5 us per rank-step "
                          "(benchmarks/bench_predict_scale.py); use fewer worker counts or lines, or --steps")
