@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ import yaml
 from .. import __version__
 from ..errors import InputError, RunError, UsageError
 from ..spec import load_spec, spec_from_data
+from . import forkserver
 from .capacity import check_capacity
 from .compat import accepted, check_torch
 from .devices import device_record
@@ -156,9 +158,13 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
         env.update(gloo_env(nodes.addr))
     with launch_helpers_reaped():  # nothing outlives `dtgen run`, however it ends
         try:
+            method = forkserver.start_method(placement.device)
+            socket_base = tempfile.gettempdir()  # the fork server's socket is no file of the run's
             with _env(**env), temp_dir_in(run_dir):
+                if method == "forkserver":  # a server started here imports torch in the run's logs/tmp
+                    forkserver.ensure_running(socket_base)
                 _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
-                         rdzv_timeout)
+                         rdzv_timeout, method)
         except _Failed as exc:
             failure = describe_failure(run_dir, roles, exc.failures, monitor)
         except KeyboardInterrupt:
@@ -218,7 +224,8 @@ class _Failed(Exception):
         self.failures = failures  # global rank -> exit code
 
 
-def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor, rdzv_timeout=120.0) -> None:
+def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor, rdzv_timeout=120.0,
+             method="spawn") -> None:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -230,7 +237,7 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
         min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
         run_id=f"dtgen-{spec.name}-{launch['epoch_ns']}" if nnodes == 1 else f"dtgen-{spec.name}",
         rdzv_backend="c10d", rdzv_endpoint=endpoint or "localhost:0",
-        max_restarts=spec.runtime.restarts, monitor_interval=0.2, start_method="spawn",
+        max_restarts=spec.runtime.restarts, monitor_interval=0.2, start_method=method,
         local_addr=launch["node_addr"] if nnodes > 1 else None,
         # is_host given, so torch does not resolve this host's name (small clusters often cannot)
         rdzv_configs={"join_timeout": int(rdzv_timeout), "is_host": launch["rdzv_host"]} if nnodes > 1 else {},
@@ -245,7 +252,7 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
     level = logging.root.manager.disable
     logging.disable(logging.ERROR)
     try:
-        elastic_launch(config, rank_main)(str(run_dir.resolve()), launch)
+        elastic_launch(config, rank_main)(str(run_dir.resolve()), launch, dict(os.environ))
     except ChildFailedError as exc:
         raise _Failed({int(r): f.exitcode for r, f in exc.failures.items()}) from None
     except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped the ranks

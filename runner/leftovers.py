@@ -1,12 +1,13 @@
 """Leave no process and no temporary file behind when `dtgen run` returns.
 
-Processes: the elastic launcher starts the ranks with multiprocessing's `spawn`, which
-first starts multiprocessing's resource tracker, a helper that lives until its parent
-exits and only then exits itself. Nobody is left to reap it, so after every run a
-`python3` zombie hung on, adopted by PID 1. `launch_helpers_reaped` stops the ranks the
-launcher may have left and then the tracker, and reaps each while dtgen is still
-their parent, on success, failure and Ctrl-C alike. What was running before the launch
-(a caller's own children or tracker) is left alone.
+Processes: the elastic launcher starts the ranks with multiprocessing (from a fork
+server on the CPU, runner/forkserver.py; spawned on GPUs), which first starts
+multiprocessing's resource tracker, a helper that lives until its parent exits and only
+then exits itself. Nobody is left to reap it, so after every run a `python3` zombie hung
+on, adopted by PID 1. `launch_helpers_reaped` stops the ranks the launcher may have left,
+then the fork server, then the tracker, and reaps each while dtgen is still their parent,
+on success, failure and Ctrl-C alike. What was running before the launch (a caller's own
+children, fork server or tracker) is left alone.
 
 Files: torch.multiprocessing writes one `pytorch-errorfile-*.pickle` per failed rank and
 the elastic agent may make `torchelastic_*` folders and torch a `torchinductor_<user>`
@@ -28,6 +29,8 @@ import time
 from multiprocessing import resource_tracker
 from pathlib import Path
 
+from . import forkserver
+
 GRACE_S = 5.0  # a rank or the tracker gets this long to exit on its own before SIGKILL
 
 
@@ -36,11 +39,14 @@ def launch_helpers_reaped(grace_s: float = GRACE_S):
     """On leaving, stop and reap the processes started inside: stray ranks, then the tracker."""
     children_before = set(multiprocessing.active_children())
     tracker_before = _tracker_pid()
+    server_before = forkserver.running()
     try:
         yield
     finally:
         _stop_ranks(children_before, grace_s)
-        if tracker_before is None:
+        if not server_before:  # after the ranks: a rank still running holds the server open
+            forkserver.stop(grace_s)
+        if tracker_before is None:  # after the server, which holds the tracker open
             _stop_resource_tracker(grace_s)
 
 
@@ -95,7 +101,7 @@ def temp_dir_in(run_dir: Path):
     folder = Path(run_dir).resolve() / "logs" / "tmp"
     folder.mkdir(parents=True, exist_ok=True)
     saved_env, saved_module = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"] = str(folder)  # the ranks (spawned) read it
+    os.environ["TMPDIR"] = str(folder)  # the ranks read it (runner/forkserver.py: also from a running server)
     tempfile.tempdir = str(folder)  # this process has cached its choice already
     try:
         yield folder

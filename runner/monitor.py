@@ -180,6 +180,30 @@ def _exit_detail(code: int) -> str:
                                       if _native_crash(code) else "")
 
 
+# What faulthandler (enabled in every rank, runner/worker.py) writes for each fatal signal
+# before it raises the signal again, so that the rank dies of it.
+_FAULTHANDLER_LINES = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL",
+                       "Floating point exception": "SIGFPE",
+                       "Aborted": "SIGABRT"}
+
+
+def _fatal_signals_in_logs(run_dir: Path, world: int) -> dict:
+    """rank -> minus the signal, for each rank whose log ends in faulthandler's fatal error:
+    a rank that crashed in native code writes no report of its own."""
+    found = {}
+    for rank in range(world):
+        try:
+            text = (run_dir / "logs" / f"rank{rank}.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        at = text.rfind("Fatal Python error: ")
+        if at >= 0:
+            line = text[at + len("Fatal Python error: "):].splitlines()[0].strip()
+            if line in _FAULTHANDLER_LINES:
+                found[rank] = -getattr(signal, _FAULTHANDLER_LINES[line])
+    return found
+
+
 def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | None) -> dict:
     """Which rank brought the run down, and a one-paragraph message naming it and its log."""
     run_dir = Path(run_dir)
@@ -194,6 +218,11 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
         d = prog.get(rank) or {}
         return d.get("started", d.get("step", -1))
 
+    # The launcher gives the exit code of the first rank it saw exit; a rank that failed on its
+    # own recorded its own (runner/worker.py), so every rank that did is known
+    exit_codes = {**_fatal_signals_in_logs(run_dir, len(roles)),
+                  **{r: d["exit_code"] for r, d in reports.items() if isinstance(d.get("exit_code"), int)},
+                  **exit_codes}
     own = sorted((d["wall"], r) for r, d in reports.items() if d["kind"] in ("crash", "error", "diverged", "oom"))
     if own:
         rank = own[0][1]

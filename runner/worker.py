@@ -30,16 +30,18 @@ def _redirect_output(run_dir: Path, rank: int) -> None:
     faulthandler.enable(file=log, all_threads=True)
 
 
-def rank_main(run_dir: str, launch: dict) -> None:
+def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> None:
+    from . import forkserver, multinode
+
+    forkserver.adopt_launch_environment(launch_env)  # before anything reads the environment
     run_dir = Path(run_dir)
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     _redirect_output(run_dir, rank)
-    from . import multinode
-
     multinode.die_with_parent()
+    forkserver.release_server()
     (run_dir / "failure" / f"rank{rank}.json").unlink(missing_ok=True)  # from an earlier attempt
     print(f"dtgen: rank {rank} attempt {attempt} pid {os.getpid()} host {socket.gethostname()}", flush=True)
 
@@ -67,7 +69,7 @@ def rank_main(run_dir: str, launch: dict) -> None:
         ctx = _build_context(spec, run_dir, launch, rank, world, local_rank, roles, backend, device, control, attempt)
         hosts = multinode.exchange_hosts(run_dir, rank, world, local_rank, launch, control, ctx.tracer.clock)
         tracer, metrics = ctx.tracer, ctx.metrics
-        _flush_on_sigterm(tracer, metrics)
+        _flush_on_sigterm(tracer, metrics, run_dir / "failure" / f"rank{rank}.json")
         if ctx.start_step:
             ctx.log(f"dtgen: resuming from the checkpoint after step {ctx.start_step - 1}")
         strategy.train(ctx)
@@ -82,7 +84,10 @@ def rank_main(run_dir: str, launch: dict) -> None:
 
         kind = classify(exc)
         error = _out_of_memory_line(exc, spec, local_rank) if kind == "oom" else None
-        _write_failure(run_dir, rank, role, ident, kind, exc, metrics, error)
+        # torch's process wrapper exits 1 on an exception: the launcher reports only the first
+        # rank it sees exit, which need not be this one (runner/monitor.py, describe_failure)
+        _write_failure(run_dir, rank, role, ident, kind, exc, metrics, error,
+                       exit_code=1 if isinstance(exc, Exception) else None)
         print(f"dtgen: rank {rank} ({role} {ident}) failed ({kind}): {error or exc}", flush=True)
         traceback.print_exc()
         for component in (tracer, metrics):
@@ -98,8 +103,9 @@ def rank_main(run_dir: str, launch: dict) -> None:
     teardown()
 
 
-def _flush_on_sigterm(tracer, metrics) -> None:
-    """When the launcher stops this rank because a peer failed, keep what it recorded.
+def _flush_on_sigterm(tracer, metrics, report: Path) -> None:
+    """When the launcher stops this rank because a peer failed, keep what it recorded (and,
+    where this rank had failed too and was on its way out, the exit code it ends with).
 
     The handler runs once the main thread is back in Python (a rank blocked inside a
     collective gets there when the collective fails); the launcher's SIGKILL after its
@@ -107,7 +113,7 @@ def _flush_on_sigterm(tracer, metrics) -> None:
 
     def handler(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        for flush in (tracer.flush, metrics.write):
+        for flush in (tracer.flush, metrics.write, lambda: _record_exit_code(report, 128 + signum)):
             try:
                 flush()
             except Exception:
@@ -241,12 +247,20 @@ def _out_of_memory_line(exc, spec, local_rank) -> str:
     return describe_out_of_memory(exc, device, name)
 
 
-def _write_failure(run_dir, rank, role, ident, kind, exc, metrics, error=None) -> None:
-    """`error`: the one line to show instead of the exception's text (a GPU out of memory)."""
+def _write_failure(run_dir, rank, role, ident, kind, exc, metrics, error=None, exit_code=None) -> None:
+    """`error`: the one line to show instead of the exception's text (a GPU out of memory);
+    `exit_code`: what this rank's process will exit with."""
     try:
         step = metrics.started_step if metrics is not None else -1
         (run_dir / "failure" / f"rank{rank}.json").write_text(json.dumps({
             "rank": rank, "role": role, "id": ident, "kind": kind, "step": step,
-            "error": (error or f"{type(exc).__name__}: {exc}")[:2000], "wall": time.time()}), encoding="utf-8")
+            "error": (error or f"{type(exc).__name__}: {exc}")[:2000], "wall": time.time(),
+            **({"exit_code": exit_code} if exit_code is not None else {})}), encoding="utf-8")
     except OSError:
         pass
+
+
+def _record_exit_code(report: Path, code: int) -> None:
+    if report.exists():  # this rank had failed and written its report
+        report.write_text(json.dumps({**json.loads(report.read_text(encoding="utf-8")), "exit_code": code}),
+                          encoding="utf-8")

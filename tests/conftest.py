@@ -84,6 +84,31 @@ def _cached_runs_in_tmp_path(tmp_path_factory):
     testing.DEFAULT_ROOT = None
 
 
+@pytest.fixture(scope="session")
+def _rank_server():
+    """One fork server for every run the tests launch in this process, so their ranks import
+    torch once (runner/forkserver.py); `dtgen run` subprocesses start their own, as users' do."""
+    import multiprocessing.util
+
+    from opentikz_dt.runner import forkserver
+
+    # multiprocessing keeps the server's socket in a folder of its own that it removes when this
+    # process exits, after the private TMPDIR has been checked and removed: so in the shared one
+    saved, tempfile.tempdir = tempfile.tempdir, str(_session.get("shared") or tempfile.gettempdir())
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
+    with forkserver.kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _dist_tests_share_a_rank_server(request):
+    if request.node.get_closest_marker("dist"):
+        request.getfixturevalue("_rank_server")
+
+
 def pytest_collection_modifyitems(config, items):
     no_tex = shutil.which("pdflatex") is None
     for item in items:

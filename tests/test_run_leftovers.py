@@ -119,3 +119,27 @@ def test_launch_helpers_reaped_stops_and_reaps_the_resource_tracker():
         pid = tracker._pid
         assert pid is not None
     assert tracker._pid is None and not Path(f"/proc/{pid}").exists()  # exited and reaped, no zombie
+
+
+@pytest.mark.dist
+def test_a_killed_launcher_takes_its_ranks_and_its_fork_server_with_it(tmp_path):
+    """SIGKILL gives dtgen no chance to stop anything: the kernel must. Each rank asks for
+    SIGKILL when its parent dies (multinode.die_with_parent); on the CPU that parent is the
+    fork server, which exits once the launcher's end of its pipe closes (runner/forkserver.py)."""
+    data = small_spec_data("allreduce", name="killed", topology={"workers": {"count": 2}},
+                           training={"steps": 100_000})
+    proc, out, tmp = _start(tmp_path, data)
+    try:
+        deadline = time.monotonic() + 180
+        while not _every_rank_stepped(out, 2):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)  # the launcher alone, not its process group
+        proc.wait()  # not communicate(): ranks left alive would hold its pipes open
+        deadline = time.monotonic() + 30
+        while (alive := [p for p in _group(proc.pid) if p.split()[1] != "Z"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert alive == []  # zombies aside: nobody is left to reap what the launcher started
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if _group(proc.pid) else None

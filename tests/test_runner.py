@@ -216,9 +216,10 @@ def _assert_no_process_left(run):
                 os.kill(r["pid"], 0)
             except ProcessLookupError:
                 continue
-            # a reused pid would not be a python rank of ours
+            # a reused pid would not be a python rank of ours (spawned, or forked from the fork server)
             cmd = open(f"/proc/{r['pid']}/cmdline", "rb").read()
-            assert b"spawn_main" not in cmd, f"rank {r['rank']} (pid {r['pid']}) is still running"
+            assert b"spawn_main" not in cmd and b"forkserver" not in cmd, (
+                f"rank {r['rank']} (pid {r['pid']}) is still running")
 
 
 # --- without processes ------------------------------------------------------------------

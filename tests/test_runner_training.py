@@ -247,3 +247,28 @@ def test_compile_on_a_cpu_without_a_compiler_is_refused_naming_the_key(tmp_path,
                               "compile: false")
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}" if name == "g++" else None)
     prec.check_compile(load_spec(path), cpu)
+
+
+def test_every_rank_that_failed_on_its_own_keeps_its_exit_code_whichever_the_launcher_saw_first(tmp_path):
+    """The launcher reports one exit code: the first rank it sees exit. A peer that failed a
+    few milliseconds after the rank at fault can be that one; the rank at fault is still named
+    with its own code, from its report or from faulthandler's line in its log."""
+    from opentikz_dt.runner.monitor import describe_failure
+    from opentikz_dt.runner.worker import _write_failure
+
+    roles = [("worker", "w1"), ("worker", "w2"), ("worker", "w3")]
+    (tmp_path / "failure").mkdir()
+    (tmp_path / "logs").mkdir()
+    crash = RuntimeError("injected crash at step 3")
+    _write_failure(tmp_path, 2, "worker", "w3", classify(crash), crash, SimpleNamespace(started_step=3), exit_code=1)
+    failure = describe_failure(tmp_path, roles, {0: 1}, None)  # rank 0 exited first, after its peer closed
+    assert failure["rank"] == 2 and failure["exit_code"] == 1
+    assert failure["exit_codes"] == {0: 1, 2: 1}
+
+    (tmp_path / "failure" / "rank2.json").unlink()  # a crash in native code writes no report
+    (tmp_path / "logs" / "rank1.log").write_text(
+        "dtgen: rank 1 attempt 0\nFatal Python error: Segmentation fault\n\nThread 0x01 (most recent call first):\n")
+    failure = describe_failure(tmp_path, roles, {0: 1}, None)
+    assert failure["message"].splitlines()[0] == (
+        "rank 1 (worker w2) was killed by SIGSEGV (a crash in native code; its log holds the Python stack)")
+    assert failure["exit_codes"] == {0: 1, 1: -11}

@@ -1,0 +1,152 @@
+"""Ranks on the CPU start as forks of one process that has imported torch once.
+
+Why: multiprocessing's `spawn` starts every rank as a fresh interpreter, which imports
+torch (about 1.8 CPU-seconds here) and, at its first optimizer step, torch._dynamo (torch.optim
+imports it: about 1.8 s more). Where the ranks outnumber the cores that was most of a short
+run: 8 ranks of a 6-step ring on 2 cores took 17 s, nearly all of it imports. Python's
+`forkserver` start method, which torch's elastic launcher accepts, starts one fresh
+single-threaded server that imports them once (runner/rank_imports.py) and forks each rank
+from it: the same run took under 2 s once the server was up.
+
+Ranks on GPUs are still spawned: there every rank has cores of its own, so the imports run
+side by side, and the spawn path is the one checked on a GPU box.
+
+The server belongs to whoever started it. A launch that starts one stops and reaps it
+before `dtgen run` returns (runner/leftovers.py), so nothing outlives the run. One that was
+already running (`kept()`: the test session's, or a caller's that launches many runs) is
+reused and left running. Its environment is then older than the launch's, so each rank
+takes the launcher's environment (`adopt_launch_environment`), keeping what the elastic
+launcher set for it.
+
+Uses multiprocessing.forkserver's server record (`_forkserver`), which has kept these
+attributes since Python 3.8, to see whether a server runs and to stop one that a rank
+still holds open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.process
+import multiprocessing.util
+import os
+import signal
+import sys
+import tempfile
+import time
+from multiprocessing import forkserver
+
+PRELOAD = "opentikz_dt.runner.rank_imports"
+GRACE_S = 5.0  # the server gets this long to exit on its own before SIGKILL
+AF_UNIX_PATH_MAX = 107  # bytes of a socket's path on Linux
+
+
+def start_method(device: str) -> str:
+    return "forkserver" if device == "cpu" else "spawn"
+
+
+def running() -> bool:
+    pid = forkserver._forkserver._forkserver_pid
+    if pid is None:
+        return False
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:  # not ours to wait for: another process started it
+        return False
+
+
+def ensure_running(socket_base: str | None = None) -> None:
+    """Start the server (if none runs) with one thread per math library: the ranks are forks of
+    it, and a fork copies no thread but the caller's, so the server must have no others.
+    `socket_base`: where multiprocessing's folder for the server's socket goes (default TMPDIR)."""
+    forkserver.set_forkserver_preload([PRELOAD])
+    _make_socket_folder(socket_base or tempfile.gettempdir())
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # the ranks run one thread each anyway (worker.rank_main)
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+
+
+def _make_socket_folder(base: str) -> None:
+    """The server listens on a socket in multiprocessing's own temporary folder, which it makes
+    in TMPDIR on first use and removes when this process exits. It goes in `base`, or in /tmp
+    where that is too deep: Linux refuses a socket path over 107 bytes, which a deep TMPDIR (a
+    test's, a batch job's) passes."""
+    if multiprocessing.process.current_process()._config.get("tempdir"):
+        return  # made already
+    if len(os.path.join(base, "pymp-12345678", "listener-12345678")) > AF_UNIX_PATH_MAX:
+        base = "/tmp"
+    saved, tempfile.tempdir = tempfile.tempdir, base
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
+
+
+def stop(grace_s: float = GRACE_S) -> None:
+    """Stop and reap the server: closing our end of its "alive" pipe lets it exit once no rank
+    holds the pipe either; one still held after `grace_s` is killed."""
+    server = forkserver._forkserver
+    with server._lock:
+        pid = server._forkserver_pid
+        if pid is None:
+            return
+        os.close(server._forkserver_alive_fd)
+        deadline = time.monotonic() + grace_s
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.02)
+        address = server._forkserver_address
+        if isinstance(address, str) and not address.startswith("\0"):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+        server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
+
+
+@contextlib.contextmanager
+def kept():
+    """A server for everything launched inside (the ranks of many runs share its imports),
+    stopped on leaving if it was started here."""
+    started = not running()
+    ensure_running()
+    try:
+        yield
+    finally:
+        if started:
+            stop()
+
+
+# --- in a rank -------------------------------------------------------------------------------
+
+def forked_from_server() -> bool:
+    return forkserver._forkserver.get_inherited_fds() is not None
+
+
+def adopt_launch_environment(launch_env: dict | None) -> None:
+    """Take the launcher's environment at this launch instead of the server's, older one;
+    what differs from the server's is what the elastic launcher set for this rank, and stays."""
+    if launch_env is None or not forked_from_server():
+        return
+    server_env = sys.modules[PRELOAD].SERVER_ENV  # imported by the server before it forked this rank
+    for_this_rank = {k: v for k, v in os.environ.items() if server_env.get(k) != v}
+    os.environ.clear()
+    os.environ.update(launch_env)
+    os.environ.update(for_this_rank)
+    tempfile.tempdir = None  # the server chose its temporary directory from its own TMPDIR
+
+
+def release_server() -> None:
+    """Close this rank's copy of the server's "alive" pipe, so the server exits when the
+    launcher dies (and this rank with it: worker.rank_main asked for SIGKILL then)."""
+    server = forkserver._forkserver
+    if forked_from_server() and server._forkserver_alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None

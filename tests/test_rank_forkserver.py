@@ -1,0 +1,61 @@
+"""Ranks on the CPU are forks of one server that imported torch once (runner/forkserver.py):
+they still see the launch's environment, and the server runs no thread a fork would lose."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from opentikz_dt.runner import forkserver  # noqa: E402
+from opentikz_dt.runner.launch import launch_run  # noqa: E402
+from opentikz_dt.runner.testing import small_spec_data, write_spec  # noqa: E402
+
+pytestmark = pytest.mark.dist
+
+# A model that writes, from each rank, what the rank's environment holds (the launcher's
+# trial forward pass builds it too, with no RANK).
+ENV_REPORTING_MODEL = """
+import json, os, tempfile
+import torch.nn as nn
+
+def build():
+    rank = os.environ.get("RANK", "launcher")
+    seen = {k: os.environ.get(k) for k in ("DTGEN_TEST_MARK", "RANK", "TMPDIR")}
+    seen["tempdir"] = tempfile.gettempdir()
+    with open(os.path.join(os.path.dirname(__file__), f"env-{rank}.json"), "w") as f:
+        json.dump(seen, f)
+    return nn.Sequential(nn.Linear(16, 4))
+"""
+
+
+def test_ranks_forked_from_a_running_server_take_the_launchs_environment(tmp_path, monkeypatch):
+    assert forkserver.running()  # the session's (tests/conftest.py): started before this test set anything
+    monkeypatch.setenv("DTGEN_TEST_MARK", "set after the server started")
+    (tmp_path / "model.py").write_text(ENV_REPORTING_MODEL, encoding="utf-8")
+    data = small_spec_data("allreduce", topology={"workers": {"count": 2}},
+                           training={"steps": 2, "dataset": {"shape": [16], "classes": 4}})
+    data["training"]["model"] = {"kind": "python", "entry": "model:build"}
+    out = tmp_path / "run"
+    launch_run(write_spec(data, tmp_path), out=out, progress=False, echo=lambda line: None)
+    logs_tmp = str((out / "logs" / "tmp").resolve())
+    for rank in ("0", "1"):
+        seen = json.loads((tmp_path / f"env-{rank}.json").read_text())
+        assert seen == {"DTGEN_TEST_MARK": "set after the server started", "RANK": rank,  # the elastic launcher's
+                        "TMPDIR": logs_tmp, "tempdir": logs_tmp}  # runner/leftovers.py, temp_dir_in
+
+
+def test_the_server_runs_one_thread():
+    assert forkserver.running()
+    child = multiprocessing.get_context("forkserver").Process(target=os.getpid)
+    child.start()  # served once the server has imported what it preloads
+    child.join()
+    assert child.exitcode == 0
+    pid = forkserver.forkserver._forkserver._forkserver_pid
+    assert os.listdir(f"/proc/{pid}/task") == [str(pid)]
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().count(b"forkserver") == 1
