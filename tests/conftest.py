@@ -3,12 +3,14 @@ pdflatex), and the check that the suite leaves nothing in the temporary director
 
 The session gets a private TMPDIR (before collection, so torch, every subprocess and
 pytest-xdist's workers see it); at the end anything left in it fails the session, and new files in the shared
-temporary directory that look like ours are reported. pytest's own tmp_path folders stay
-where pytest keeps them.
+temporary directory that look like ours are reported. pytest's own tmp_path folders are
+made in the shared one and removed at the end, pass or fail (pyproject.toml:
+tmp_path_retention_policy; `--basetemp DIR` keeps them in DIR).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -33,7 +35,8 @@ def pytest_configure(config):
     shared = tempfile.gettempdir()
     private = tempfile.mkdtemp(prefix="dtgen-pytest-tmp-")
     _session.update(shared=Path(shared), private=Path(private), saved=os.environ.get("TMPDIR"),
-                    before=_ours_in(Path(shared)), set_temproot="PYTEST_DEBUG_TEMPROOT" not in os.environ)
+                    before=_ours_in(Path(shared)), set_temproot="PYTEST_DEBUG_TEMPROOT" not in os.environ,
+                    pytest_roots=set(Path(shared).glob("pytest-of-*")))
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", shared)  # tmp_path stays where pytest keeps it
     os.environ["TMPDIR"] = private
     tempfile.tempdir = private
@@ -68,6 +71,10 @@ def pytest_unconfigure(config):
     else:
         os.environ["TMPDIR"] = _session["saved"]
     shutil.rmtree(_session["private"], ignore_errors=True)  # ours; reported above
+    # pytest removes every tmp_path (pyproject: tmp_path_retention_policy) but not its own folder
+    for root in set(_session["shared"].glob("pytest-of-*")) - _session["pytest_roots"]:
+        with contextlib.suppress(OSError):
+            root.rmdir()  # only if empty: another session's may be in it
 
 
 def _ours_in(folder: Path) -> set:
