@@ -40,8 +40,15 @@ GRACE_S = 5.0  # the server gets this long to exit on its own before SIGKILL
 AF_UNIX_PATH_MAX = 107  # bytes of a socket's path on Linux
 
 
+_STARTED: set = set()  # pids of the servers started here, which preload PRELOAD
+
+
 def start_method(device: str) -> str:
-    return "forkserver" if device == "cpu" else "spawn"
+    """"forkserver" on the CPU, unless this process already runs a server that somebody else
+    started: its ranks would lack torch and the environment record (PRELOAD), so spawn."""
+    if device != "cpu" or (running() and forkserver._forkserver._forkserver_pid not in _STARTED):
+        return "spawn"
+    return "forkserver"
 
 
 def running() -> bool:
@@ -63,7 +70,10 @@ def ensure_running(socket_base: str | None = None) -> None:
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # the ranks run one thread each anyway (worker.rank_main)
     try:
+        started = not running()
         forkserver.ensure_running()
+        if started:
+            _STARTED.add(forkserver._forkserver._forkserver_pid)
     finally:
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
@@ -108,6 +118,7 @@ def stop(grace_s: float = GRACE_S) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(address)
         server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
+        _STARTED.discard(pid)
 
 
 @contextlib.contextmanager

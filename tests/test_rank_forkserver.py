@@ -59,3 +59,10 @@ def test_the_server_runs_one_thread():
     pid = forkserver.forkserver._forkserver._forkserver_pid
     assert os.listdir(f"/proc/{pid}/task") == [str(pid)]
     assert Path(f"/proc/{pid}/cmdline").read_bytes().count(b"forkserver") == 1
+
+
+def test_ranks_are_spawned_on_gpus_and_beside_a_server_somebody_else_started(monkeypatch):
+    assert forkserver.start_method("cpu") == "forkserver"  # the session's server: started by dtgen
+    assert forkserver.start_method("cuda") == "spawn"
+    monkeypatch.setattr(forkserver, "_STARTED", set())  # as if the caller's own code had started it
+    assert forkserver.start_method("cpu") == "spawn"  # its ranks would lack torch and PRELOAD's record
