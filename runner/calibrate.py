@@ -18,6 +18,7 @@ Rank 0 writes the calibration JSON (opentikz_dt/predict/calibration.py documents
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -401,11 +402,11 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: i
     where = _where(spec, spec_path)
     # as `dtgen run`: a model or dataset that cannot train fails here in one line, before any process
     preflight(spec, where["spec_dir"], where["dataset_path"], load_strategy(spec.strategy.kind).roles(spec))
-    with tempfile.TemporaryDirectory(prefix="dtgen-calibrate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dtgen-calibrate-") as tmp, _rank_server(spec, world, tmp) as method:
         store = os.path.join(tmp, "store")
         part = os.path.join(tmp, "calibration.json")
         mp.start_processes(_rank_main, args=(world, spec.data, store, part, where),
-                           nprocs=world, join=True, start_method="spawn")
+                           nprocs=world, join=True, start_method=method)
         if run_steps:
             _crowd(spec, spec_path, Path(tmp), part, echo)
             _refine_with_run(spec, spec_path, Path(tmp), part, run_steps, echo)
@@ -413,6 +414,28 @@ def calibrate(spec, out_path: str | Path, ranks: int | None = None, run_steps: i
         os.replace(part, out_path) if Path(part).stat().st_dev == out_path.parent.stat().st_dev else \
             out_path.write_bytes(Path(part).read_bytes())
     return out_path
+
+
+@contextlib.contextmanager
+def _rank_server(spec, world: int, tmp: str):
+    """On the CPU the probe's ranks and those of the calibration's runs all fork from one
+    server (runner/forkserver.py), which imports torch once for all of them; it does so with
+    TMPDIR in the calibration's temporary folder, where torch's cache folder then goes too."""
+    from . import forkserver
+    from .dist import placement_for
+
+    method = forkserver.start_method(placement_for(spec, world).device)
+    if method != "forkserver":
+        yield method
+        return
+    socket_base, saved = tempfile.gettempdir(), os.environ.get("TMPDIR")
+    with contextlib.ExitStack() as server:
+        os.environ["TMPDIR"] = tmp  # what the server starts with
+        try:
+            server.enter_context(forkserver.kept(socket_base))
+        finally:
+            os.environ.pop("TMPDIR") if saved is None else os.environ.update(TMPDIR=saved)
+        yield method
 
 
 def _crowd(spec, spec_path, tmp: Path, part: str, echo) -> None:

@@ -122,11 +122,11 @@ def stop(grace_s: float = GRACE_S) -> None:
 
 
 @contextlib.contextmanager
-def kept():
+def kept(socket_base: str | None = None):
     """A server for everything launched inside (the ranks of many runs share its imports),
     stopped on leaving if it was started here."""
     started = not running()
-    ensure_running()
+    ensure_running(socket_base)
     try:
         yield
     finally:
