@@ -12,7 +12,10 @@ Ranks on GPUs are still spawned: there every rank has cores of its own, so the i
 side by side, and the spawn path is the one checked on a GPU box.
 
 The server belongs to whoever started it. A launch that starts one stops and reaps it
-before `dtgen run` returns (runner/leftovers.py), so nothing outlives the run. One that was
+before `dtgen run` returns (runner/leftovers.py), so nothing outlives the run. A launcher
+killed with SIGKILL cannot: its ranks and the server die with it, but multiprocessing's
+folder for the server's socket stays (`pymp-*`, in TMPDIR, or in /tmp where TMPDIR is too
+deep for a socket's path). One that was
 already running (`kept()`: the test session's, or a caller's that launches many runs) is
 reused and left running. Its environment is then older than the launch's, so each rank
 takes the launcher's environment (`adopt_launch_environment`), keeping what the elastic

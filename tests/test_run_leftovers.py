@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -128,6 +130,7 @@ def test_a_killed_launcher_takes_its_ranks_and_its_fork_server_with_it(tmp_path)
     fork server, which exits once the launcher's end of its pipe closes (runner/forkserver.py)."""
     data = small_spec_data("allreduce", name="killed", topology={"workers": {"count": 2}},
                            training={"steps": 100_000})
+    folders_before = set(Path("/tmp").glob("pymp-*"))
     proc, out, tmp = _start(tmp_path, data)
     try:
         deadline = time.monotonic() + 180
@@ -143,3 +146,17 @@ def test_a_killed_launcher_takes_its_ranks_and_its_fork_server_with_it(tmp_path)
         assert alive == []  # zombies aside: nobody is left to reap what the launcher started
     finally:
         os.killpg(proc.pid, signal.SIGKILL) if _group(proc.pid) else None
+        # nor could it remove multiprocessing's folder for the server's socket: in its TMPDIR
+        # (tmp_path), or in /tmp where that is too deep for a socket's path (runner/forkserver.py)
+        for folder in set(Path("/tmp").glob("pymp-*")) - folders_before:
+            if all(p.name.startswith("listener-") and not _answers(p) for p in folder.iterdir()):
+                shutil.rmtree(folder)
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as client:
+        try:
+            client.connect(str(path))
+        except OSError:
+            return False
+    return True
