@@ -428,13 +428,7 @@ def _rank_server(spec, world: int, tmp: str):
     if method != "forkserver":
         yield method
         return
-    socket_base, saved = tempfile.gettempdir(), os.environ.get("TMPDIR")
-    with contextlib.ExitStack() as server:
-        os.environ["TMPDIR"] = tmp  # what the server starts with
-        try:
-            server.enter_context(forkserver.kept(socket_base))
-        finally:
-            os.environ.pop("TMPDIR") if saved is None else os.environ.update(TMPDIR=saved)
+    with forkserver.kept(tempfile.gettempdir(), tmpdir=tmp):
         yield method
 
 

@@ -3,10 +3,10 @@
 Why: multiprocessing's `spawn` starts every rank as a fresh interpreter, which imports
 torch (about 1.8 CPU-seconds here) and, at its first optimizer step, torch._dynamo (torch.optim
 imports it: about 1.8 s more). Where the ranks outnumber the cores that was most of a short
-run: 8 ranks of a 6-step ring on 2 cores took 17 s, nearly all of it imports. Python's
+run: 8 ranks of a 6-step ring on 2 cores took 15 s, nearly all of it imports. Python's
 `forkserver` start method, which torch's elastic launcher accepts, starts one fresh
 single-threaded server that imports them once (runner/rank_imports.py) and forks each rank
-from it: the same run took under 2 s once the server was up.
+from it: the same run took under 2 s once the server was up (BENCHMARKS.md).
 
 Ranks on GPUs are still spawned: there every rank has cores of its own, so the imports run
 side by side, and the spawn path is the one checked on a GPU box.
@@ -15,11 +15,11 @@ The server belongs to whoever started it. A launch that starts one stops and rea
 before `dtgen run` returns (runner/leftovers.py), so nothing outlives the run. A launcher
 killed with SIGKILL cannot: its ranks and the server die with it, but multiprocessing's
 folder for the server's socket stays (`pymp-*`, in TMPDIR, or in /tmp where TMPDIR is too
-deep for a socket's path). One that was
-already running (`kept()`: the test session's, or a caller's that launches many runs) is
-reused and left running. Its environment is then older than the launch's, so each rank
-takes the launcher's environment (`adopt_launch_environment`), keeping what the elastic
-launcher set for it.
+deep for a socket's path). A server that was already running (`kept()`: the test
+session's, `dtgen calibrate`'s, or a caller's that launches many runs) is reused and left
+running. Its environment is then older than the launch's, so each rank takes the
+launcher's environment (`adopt_launch_environment`), keeping what the elastic launcher set
+for it.
 
 Uses multiprocessing.forkserver's server record (`_forkserver`), which has kept these
 attributes since Python 3.8, to see whether a server runs and to stop one that a rank
@@ -41,8 +41,6 @@ from multiprocessing import forkserver
 PRELOAD = "opentikz_dt.runner.rank_imports"
 GRACE_S = 5.0  # the server gets this long to exit on its own before SIGKILL
 AF_UNIX_PATH_MAX = 107  # bytes of a socket's path on Linux
-
-
 _STARTED: set = set()  # pids of the servers started here, which preload PRELOAD
 
 
@@ -64,24 +62,28 @@ def running() -> bool:
         return False
 
 
-def ensure_running(socket_base: str | None = None) -> None:
+def ensure_running(socket_base: str | None = None, tmpdir: str | None = None) -> None:
     """Start the server (if none runs) with one thread per math library: the ranks are forks of
     it, and a fork copies no thread but the caller's, so the server must have no others.
-    `socket_base`: where multiprocessing's folder for the server's socket goes (default TMPDIR)."""
+    `socket_base`: where multiprocessing's folder for the server's socket goes (default TMPDIR);
+    `tmpdir`: the server's TMPDIR, where torch makes its cache folder on import (default TMPDIR)."""
     forkserver.set_forkserver_preload([PRELOAD])
     _make_socket_folder(socket_base or tempfile.gettempdir())
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"  # the ranks run one thread each anyway (worker.rank_main)
+    # the ranks run one thread each anyway (worker.rank_main)
+    values = {"OMP_NUM_THREADS": "1", **({"TMPDIR": tmpdir} if tmpdir else {})}
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         started = not running()
         forkserver.ensure_running()
         if started:
             _STARTED.add(forkserver._forkserver._forkserver_pid)
     finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _make_socket_folder(base: str) -> None:
@@ -125,11 +127,11 @@ def stop(grace_s: float = GRACE_S) -> None:
 
 
 @contextlib.contextmanager
-def kept(socket_base: str | None = None):
+def kept(socket_base: str | None = None, tmpdir: str | None = None):
     """A server for everything launched inside (the ranks of many runs share its imports),
     stopped on leaving if it was started here."""
     started = not running()
-    ensure_running(socket_base)
+    ensure_running(socket_base, tmpdir)
     try:
         yield
     finally:

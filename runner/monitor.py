@@ -183,8 +183,7 @@ def _exit_detail(code: int) -> str:
 # What faulthandler (enabled in every rank, runner/worker.py) writes for each fatal signal
 # before it raises the signal again, so that the rank dies of it.
 _FAULTHANDLER_LINES = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL",
-                       "Floating point exception": "SIGFPE",
-                       "Aborted": "SIGABRT"}
+                       "Floating point exception": "SIGFPE", "Aborted": "SIGABRT"}
 
 
 def _fatal_signals_in_logs(run_dir: Path, world: int) -> dict:

@@ -95,18 +95,11 @@ def _cached_runs_in_tmp_path(tmp_path_factory):
 def _rank_server():
     """One fork server for every run the tests launch in this process, so their ranks import
     torch once (runner/forkserver.py); `dtgen run` subprocesses start their own, as users' do."""
-    import multiprocessing.util
-
     from opentikz_dt.runner import forkserver
 
     # multiprocessing keeps the server's socket in a folder of its own that it removes when this
     # process exits, after the private TMPDIR has been checked and removed: so in the shared one
-    saved, tempfile.tempdir = tempfile.tempdir, str(_session.get("shared") or tempfile.gettempdir())
-    try:
-        multiprocessing.util.get_temp_dir()
-    finally:
-        tempfile.tempdir = saved
-    with forkserver.kept():
+    with forkserver.kept(socket_base=str(_session.get("shared") or tempfile.gettempdir())):
         yield
 
 
