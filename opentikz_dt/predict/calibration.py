@@ -54,6 +54,16 @@ class Calibration:
         c = self.data["comm"][kind]
         return float(c["alpha_s"]), float(c["beta_s_per_byte"])
 
+    @property
+    def probed(self) -> set:
+        """The collectives that only the probe measured (the calibration's run did not run them)."""
+        return {k for k in ("allreduce", "broadcast", "reduce") if self.data["comm"][k].get("measured") == "probe"}
+
+    @property
+    def untraced_gaps(self) -> list:
+        """The calibration run's untraced time per step (s, `noise.overhead_s`), sorted."""
+        return sorted(float(g) for g in (self.data.get("noise") or {}).get("overhead_s", []) if g >= 0)
+
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

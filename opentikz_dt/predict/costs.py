@@ -105,7 +105,7 @@ class Costs:
                 alpha = latency_s
             self.comm[kind] = (alpha * 1e6, beta * 1e6)
         # a probed collective's steps wait for a core as a run's messages do (transfer.collective_wait)
-        self.probed = {k for k in ("allreduce", "broadcast", "reduce") if d["comm"][k].get("measured") == "probe"}
+        self.probed = cal.probed
         self.collective_wait = None if latency_s is not None else collective_wait
         self.probed_wait_used = False
         self.probed_used = False  # a probed collective's cost was asked for (the interval's probe_ends)

@@ -29,6 +29,7 @@ import copy
 import random
 import statistics
 
+from .calibration import Calibration
 from .rundir import metrics_of
 from .simulate import simulate
 
@@ -48,8 +49,29 @@ def reseeded(costs, seed: int):
 
 
 def probe_rounds(cal) -> int:
-    return max((len(b.get("rounds") or []) for b in cal.data["comm"].values() if b.get("measured") == "probe"),
-               default=0)
+    return max((len(cal.data["comm"][k].get("rounds") or []) for k in cal.probed), default=0)
+
+
+def probe_round_ends(cal: Calibration) -> list[Calibration]:
+    """The calibration with each probed collective's fastest round of the probe, and with its
+    slowest (runner/calibrate.py times them in rounds spread over the probe), or [] where it
+    recorded no rounds. A round's speed: its fit's time summed over the sizes it measured."""
+    sizes = sorted({n for points in ((cal.data.get("measured") or {}).get("collectives") or {}).values()
+                    for n, _ in points}) or [1024, 4 << 20]
+    ends = []
+    for pick in (min, max):
+        data = copy.deepcopy(cal.data)
+        changed = False
+        for kind in cal.probed:
+            block = data["comm"][kind]
+            rounds = block.get("rounds") or []
+            if len(rounds) < 2:
+                continue
+            a, b = pick(rounds, key=lambda r: sum(r[0] + r[1] * n for n in sizes))
+            block["alpha_s"], block["beta_s_per_byte"], changed = a, b, True
+        if changed:
+            ends.append(Calibration(data, cal.path, cal.warnings))
+    return ends
 
 
 def interval(spec, costs, steps: int, metrics: dict, seeds: int = SEEDS) -> dict:

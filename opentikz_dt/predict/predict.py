@@ -17,7 +17,7 @@ from ..errors import DtgenError, SpecError, UsageError
 from ..spec import load_spec, spec_from_data
 from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibration
 from .costs import Costs, illustrative_calibration, parse_link
-from .interval import interval
+from .interval import interval, probe_round_ends
 from .presets import DEVICES, device_preset, link_preset, matches
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
@@ -174,27 +174,6 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     if target is not None:
         assumed["device_preset"] = {"name": target.name, "source": target.source}
     return costs, assumed, warnings
-
-
-def probe_round_ends(cal: Calibration) -> list[Calibration]:
-    """The calibration with each probed collective's fastest round of the probe, and with its
-    slowest (runner/calibrate.py times them in rounds spread over the probe), or [] where it
-    recorded no rounds. A round's speed: its fit's time summed over the sizes it measured."""
-    sizes = sorted({n for points in ((cal.data.get("measured") or {}).get("collectives") or {}).values()
-                    for n, _ in points}) or [1024, 4 << 20]
-    ends = []
-    for pick in (min, max):
-        data = copy.deepcopy(cal.data)
-        changed = False
-        for kind, block in data["comm"].items():
-            rounds = block.get("rounds") or []
-            if block.get("measured") != "probe" or len(rounds) < 2:
-                continue
-            a, b = pick(rounds, key=lambda r: sum(r[0] + r[1] * n for n in sizes))
-            block["alpha_s"], block["beta_s_per_byte"], changed = a, b, True
-        if changed:
-            ends.append(Calibration(data, cal.path, cal.warnings))
-    return ends
 
 
 def check_device(cal: Calibration, preset, what: str) -> None:

@@ -176,7 +176,7 @@ def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
     made = cal.data.get("made_for")
     if not isinstance(made, dict):
         return None
-    gaps = sorted(float(g) for g in (cal.data.get("noise") or {}).get("overhead_s", []) if g >= 0)
+    gaps = cal.untraced_gaps
     if (same_strategy(made, spec) and not dedicated) or len(gaps) < 5:
         return None
     return gaps[int(FLOOR_QUANTILE * (len(gaps) - 1))]
@@ -194,7 +194,7 @@ def untraced_typical(cal) -> float | None:
     (ring: floor 0.68-0.73 ms, median 1.0-1.16 ms, mean 2.2-2.6 ms; tree 0.88-1.09, central
     storage 0.55-0.72, hierarchical 0.49-0.51, parameter servers 0.27-0.44, native
     0.24-0.34, gossip 0.27-0.28; BENCHMARKS.md, ninth session)."""
-    gaps = sorted(float(g) for g in (cal.data.get("noise") or {}).get("overhead_s", []) if g >= 0)
+    gaps = cal.untraced_gaps
     return statistics.median(gaps) if len(gaps) >= 5 else None
 
 
@@ -280,8 +280,7 @@ def collective_wait(cal, spec, dedicated: bool):
     4 processes on 2 cores): the native all-reduce -32% and central storage -30% without it;
     the hierarchical all-reduce's step between hosts runs 2 leaders alone, so none waits."""
     made, p2p = cal.data.get("made_for"), cal.data["comm"]["p2p"]
-    probed = any(cal.data["comm"][k].get("measured") == "probe" for k in ("allreduce", "broadcast", "reduce"))
-    if dedicated or not isinstance(made, dict) or "core_wait_s" not in p2p or not probed:
+    if dedicated or not isinstance(made, dict) or "core_wait_s" not in p2p or not cal.probed:
         return None
     if crowd_wait(cal, spec, dedicated) is not None:
         return None
