@@ -1,7 +1,7 @@
 """Prediction accuracy: predict, then run, every example strategy at 2-5 ranks on this machine.
 
 For each example, predictions of one target run (`dtgen run --steps 60`) from:
-  calibrate   `dtgen calibrate SPEC`: the probe and a 30-step run of the spec (the default);
+  calibrate   `dtgen calibrate SPEC`: the probe and three 100-step runs of the spec (the default);
   probe       `dtgen calibrate SPEC --probe-only`: micro-benchmarks alone;
   fit         `dtgen calibrate --from RUN` of another 40-step run of the spec;
   half        `dtgen calibrate` of the same spec at half the workers, predicting the full

@@ -36,7 +36,8 @@ REPS = 25
 # 751, 980 and 1353 us in three calibrations on one machine, and a strategy whose
 # collectives only the probe measured carried that whole (BENCHMARKS.md, ninth session).
 COLLECTIVE_ROUNDS, ROUND_REPS = 3, 12
-REPEAT_STEPS = 40  # the spec and the crowded run repeated (repeat.run_again): for the interval
+REPEAT_STEPS = 40  # the crowded run repeated (crowding.py, repeat.run_again): for the interval
+RUNS = 3  # runs of the spec: the fit is the median one's, the others' spread the interval's (_refine_with_run)
 
 
 def _median_time(fn, reps: int = REPS) -> float:
@@ -445,40 +446,49 @@ def _crowd(spec, spec_path, tmp: Path, part: str, echo) -> None:
         Calibration(cal.data).save(part)
 
 
-def _repeat(spec_path, run_dir: Path, out: Path, echo) -> float | None:
-    """The spec run again, for how far its runs land apart (repeat.run_again)."""
-    from .repeat import run_again
-
-    if echo:
-        echo(f"dtgen calibrate: the same run again ({REPEAT_STEPS} steps), for how far runs of it land apart")
-    return run_again(spec_path, run_dir, out, REPEAT_STEPS)
-
-
 def _refine_with_run(spec, spec_path, tmp: Path, part: str, steps: int, echo) -> None:
-    """Run the spec for `steps` steps in `tmp` and overwrite the probe at `part` with the fit
-    of that run's trace, the probe as its base."""
+    """Run the spec RUNS times for `steps` steps in `tmp` and overwrite the probe at `part`
+    with the fit of the run whose mean step is the median of them, the probe as its base;
+    the others' means over its go into `noise.repeats` (predict/interval.py).
+
+    Why the median of three: runs of one spec here land up to 45% apart while the steps of
+    one run stay within 10% (the processes' placement on the cores and the machine's load
+    persist through a run), so a fit of one run carries that run's luck into every
+    prediction made from it; and one repeat shows that spread in one pair alone
+    (BENCHMARKS.md, eleventh session)."""
     import yaml
 
     from ..predict.calibration import Calibration, load_calibration
-    from ..predict.fit import fit_from_run
+    from ..predict.fit import fit_from_run, mean_steady_step
     from .launch import launch_run
 
     if spec_path is None:  # the built-in default spec
         spec_path = tmp / "spec.yaml"
         spec_path.write_text(yaml.safe_dump(spec.data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    if echo:
-        echo(f"dtgen calibrate: a {steps}-step run of {spec.name} for what the probe cannot see")
-    launch_run(spec_path, out=tmp / "run", steps=steps, echo=lambda line: None, progress=False, measure_only=True)
-    fitted = fit_from_run(tmp / "run", load_calibration(part))
-    fitted.data["source"] = f"probe and a {steps}-step run"
+    runs = [tmp / f"run{i + 1}" for i in range(RUNS)]
+    for i, run in enumerate(runs):
+        if echo:
+            echo(f"dtgen calibrate: a {steps}-step run of {spec.name} ({i + 1} of {RUNS}) for what the probe "
+                 "cannot see" + (", and how far its runs land apart" if i else ""))
+        launch_run(spec_path, out=run, steps=steps, echo=lambda line: None, progress=False, measure_only=True)
+    means = {run: mean_steady_step(_wall_s(run)) for run in runs}
+    timed = sorted((run for run in runs if means[run] is not None), key=lambda run: means[run])
+    median = timed[len(timed) // 2] if timed else runs[0]
+    fitted = fit_from_run(median, load_calibration(part))
+    fitted.data["source"] = f"probe and a {steps}-step run" + (f" (the median of {RUNS})" if len(timed) > 1 else "")
     ranks = fitted.data["made_for"]["ranks"]
     repeats = [{"run": f"{spec.name}, {ranks} processes", "processes": ranks,
-                "ratio": _repeat(spec_path, tmp / "run", tmp / "repeat", echo)}]
+                "ratio": round(means[run] / means[median], 4)} for run in timed if run != median]
     crowding = fitted.data["comm"]["p2p"].get("crowding") or {}
     if "repeat_ratio" in crowding:
         repeats.append({"run": crowding["source"], "processes": crowding["processes"],
                         "ratio": crowding["repeat_ratio"]})
-    repeats = [r for r in repeats if r["ratio"] is not None]
     if repeats:
         fitted.data["noise"]["repeats"] = repeats
     Calibration(fitted.data).save(part)
+
+
+def _wall_s(run: Path) -> list:
+    import json
+
+    return json.loads((run / "metrics.json").read_text(encoding="utf-8")).get("wall_s") or []

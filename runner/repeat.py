@@ -59,7 +59,8 @@ def run_again(spec_path, run_dir: Path, out: Path, steps: int) -> float | None:
     every step traced, no fault) and return its mean step over that of the run in `run_dir`
     (predict/fit.repeat_ratio), or None where either is too short to tell.
 
-    `dtgen calibrate` repeats its runs this way: the same spec run twice here lands up to
+    `dtgen calibrate` repeats its crowded run this way (and runs the spec itself three
+    times, runner/calibrate.py): the same spec run twice here lands up to
     43% apart (BENCHMARKS.md, the repeat column), because the processes' placement on the
     cores and the machine's load persist through a run and change between runs, so the
     steps of one run (noise.block_ratios) do not show it (predict/interval.py)."""

@@ -106,7 +106,7 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
         assert block["measured"] == "probe" and len(block["rounds"]) == COLLECTIVE_ROUNDS
         assert len(probe.data["measured"]["collective_rounds"]) == COLLECTIVE_ROUNDS
     cal = load_calibration(calibrate(spec, tmp_path / "cal.json", run_steps=8, spec_path=spec_path), spec)
-    assert cal.data["source"] == "probe and a 8-step run"
+    assert cal.data["source"] == "probe and a 8-step run (the median of 3)"
     assert cal.data["device"] == cpu_device()  # the run's, from its run.json
     import os
 
@@ -129,10 +129,12 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
         if "waits_s" in crowding:  # both runs' hops split: the wait is their mean, by steps (60 and 40)
             first, second = crowding["waits_s"]
             assert crowding["wait_s"] == pytest.approx((60 * first + 40 * second) / 100, abs=2e-9)
-    # the spec run again, and the crowded run's repeat carried beside it, for the interval
+    # the spec run three times, fitted from the median run: the other two each a ratio to it, one
+    # at or under 1 and one at or over (the median's), and the crowded run's repeat beside them
     repeats = cal.data["noise"]["repeats"]
-    assert [r["processes"] for r in repeats] == [2] + ([crowded] if crowding else [])
+    assert [r["processes"] for r in repeats] == [2, 2] + ([crowded] if crowding else [])
     assert all(r["ratio"] > 0 for r in repeats)
+    assert repeats[0]["ratio"] <= 1 <= repeats[1]["ratio"]
     assert not any(p.name.startswith("dtgen-") for p in tmp_path.iterdir())  # the run went to a temporary folder
     misses = []
     for attempt in range(2):  # a second run separates machine noise from a regression

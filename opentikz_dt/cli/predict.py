@@ -34,8 +34,9 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
     messages and collectives at several sizes, cores), then a short real run of SPEC for what
     they cannot see (the runner's untraced work, per-message framework costs, the spread),
     and, where SPEC has fewer processes than twice the cores, a short ring run with that
-    many for what a message waits for a core once processes outnumber cores. Both runs are
-    repeated for 40 steps: how far a repeat lands from its run widens predictions' intervals."""
+    many for what a message waits for a core once processes outnumber cores. SPEC runs three
+    times and the median run is fitted; the crowded run is repeated for 40 steps: how far the
+    runs land apart widens predictions' intervals."""
     if from_run is not None:
         from ..predict.calibration import load_calibration
         from ..predict.fit import fit_from_run

@@ -195,13 +195,19 @@ def steady_steps(wall_s: list) -> list:
     return [b - a for a, b in zip(wall_s, wall_s[1:]) if b > a]
 
 
+def mean_steady_step(wall_s: list) -> float | None:
+    """A run's mean steady step (s), or None where it has fewer than 3 steady steps."""
+    steps = steady_steps(wall_s)
+    return statistics.fmean(steps) if len(steps) >= 3 else None
+
+
 def repeat_ratio(run_wall_s: list, repeat_wall_s: list) -> float | None:
-    """A repeat run's mean steady step over the run's (runner/calibrate.py's repeats), or None
-    where either has fewer than 3 steady steps."""
-    run, repeat = steady_steps(run_wall_s), steady_steps(repeat_wall_s)
-    if len(run) < 3 or len(repeat) < 3:
+    """A repeat run's mean steady step over the run's (the crowded run's repeat,
+    runner/crowding.py), or None where either has fewer than 3 steady steps."""
+    run, repeat = mean_steady_step(run_wall_s), mean_steady_step(repeat_wall_s)
+    if run is None or repeat is None:
         return None
-    return round(statistics.fmean(repeat) / statistics.fmean(run), 4)
+    return round(repeat / run, 4)
 
 
 def block_ratios(wall_s: list, blocks: int = 3) -> list:

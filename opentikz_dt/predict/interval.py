@@ -9,7 +9,8 @@ another strategy: the simulation with that strategy's median untraced time):
   into consecutive blocks, each block's mean over the whole. On a machine whose load
   changes, a run of the same spec lands that far from another.
 - the calibration's repeated runs (`noise.repeats`, runner/calibrate.py): the calibrated
-  spec (and the crowded run, where it is made) run again. What persists through one run
+  spec runs three times, fitted from the median run, the other two each a ratio to it (and
+  the crowded run, where it is made, runs again). What persists through one run
   and changes between runs (the processes' placement on the cores, the machine's load)
   shows only there: two runs of one spec here land up to 43% apart, while the blocks of
   one run stay within 10%. A run may land as far on either side.
