@@ -69,6 +69,23 @@ def mean_durations(run, role: str, name: str, **match) -> list:
     return out
 
 
+def run_step_s(run) -> float | None:
+    """A run's mean step time (s) over its workers (metrics.json), what a fit solves a cost
+    against where the trace cannot split it (finish_fit), or None where it recorded none."""
+    times = list(run.metrics["step_time_s"].values())
+    return statistics.fmean(times) if times else None
+
+
+def simulated_step_s(cal: Calibration, run, steps: int) -> float:
+    """The mean step time (s) of `run`'s spec simulated with `cal` for `steps` steps."""
+    from .costs import Costs
+    from .rundir import metrics_of
+    from .simulate import simulate
+
+    result = simulate(run.spec, Costs(cal, run.spec), steps, record=False)
+    return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+
+
 def solve_increasing(f, target: float, lo: float, hi: float, rounds: int) -> float:
     """The x in [lo, hi] where the increasing `f` reaches `target` (bisection, `rounds`
     halvings): `lo` where f(lo) already does. A fit solves a cost from what a run shows

@@ -149,12 +149,9 @@ def finish_fit(cal, run):
     import copy
 
     from ..calibration import Calibration
-    from ..costs import Costs
-    from ..fit import solve_increasing
-    from ..rundir import metrics_of
-    from ..simulate import simulate
+    from ..fit import run_step_s, simulated_step_s, solve_increasing
 
-    target = statistics.fmean(run.metrics["step_time_s"].values()) if run.metrics["step_time_s"] else None
+    target = run_step_s(run)
     if not target:
         return cal
     steps = min(run.spec.training.steps, 20)
@@ -167,8 +164,7 @@ def finish_fit(cal, run):
         return Calibration(data, cal.path)
 
     def step_time(factor: float) -> float:
-        result = simulate(run.spec, Costs(scaled(factor), run.spec), steps, record=False)
-        return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+        return simulated_step_s(scaled(factor), run, steps)
 
     lo, hi = 0.0, 1.0
     while step_time(hi) < target and hi < 64:

@@ -17,10 +17,7 @@ from ...errors import DtgenError
 from ...strategies.pipeline import stage_ops
 from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
 from ..calibration import Calibration
-from ..costs import Costs
-from ..fit import solve_increasing
-from ..rundir import metrics_of
-from ..simulate import simulate
+from ..fit import run_step_s, simulated_step_s, solve_increasing
 
 KIND = "pipeline"
 COMPUTE_ROLE = "stage"
@@ -144,7 +141,7 @@ def finish_fit(cal: Calibration, run) -> Calibration:
     which differs between schedules: 2.6 ms a step in a 3-stage GPipe run here, 0.8 ms in
     1F1B), so the latency the trace shows directly is kept beside it (`alpha_traced_s`,
     _traced_latency): what another schedule is predicted with (transfer.py)."""
-    target = statistics.fmean(run.metrics["step_time_s"].values()) if run.metrics["step_time_s"] else None
+    target = run_step_s(run)
     if not target:
         return cal
     steps = min(run.spec.training.steps, 40)
@@ -152,8 +149,7 @@ def finish_fit(cal: Calibration, run) -> Calibration:
     def step_time(alpha: float) -> float:
         data = copy.deepcopy(cal.data)
         data["comm"]["p2p"]["alpha_s"] = alpha
-        result = simulate(run.spec, Costs(Calibration(data), run.spec), steps, record=False)
-        return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+        return simulated_step_s(Calibration(data), run, steps)
 
     alpha = solve_increasing(step_time, target, 0.0, max(target, 1e-3), 30)
     data = copy.deepcopy(cal.data)
