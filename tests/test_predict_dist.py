@@ -118,6 +118,7 @@ def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
         assert crowding is None
     else:  # the crowded run's wait per message, fitted from its ring hops (runner/crowding.py)
         assert crowding["processes"] == crowded and crowding["wait_s"] >= 0 and crowding["alone_s"] > 0
+        assert crowding["hop_s"] >= crowding["alone_s"]  # solved from its step time, no lower than a message alone
         assert crowding["repeat_ratio"] > 0  # the crowded run repeated (runner/crowding.py)
         # its untraced time, and the strategy it ran with its defaults as made_for holds them: this
         # ring calibration's predictions at more processes grow their untraced time with it

@@ -306,6 +306,38 @@ def test_on_a_link_a_messages_wait_for_a_core_and_its_time_on_the_wire_overlap(t
     assert alone.p2p(1000) == pytest.approx(alone.comm["p2p"][0] + wire_us)
 
 
+@pytest.mark.parametrize("kind, workers, solved_s, hop_us", [
+    ("allreduce-ring", 4, None, 1500.0),                       # the crowded run's own hop: alone + wait
+    ("allreduce-ring", 8, None, 100.0 + 1400.0 * 0.75 / 0.5),  # its excess over the floor, x (1 - 2/8) / (1 - 2/4)
+    ("allreduce-ring", 3, None, 100.0 + 1400.0 * (1 / 3) / 0.5),
+    ("allreduce-ring", 4, 1.2e-3, 1200.0),                     # its hop as its fit solved it, where recorded
+    ("allreduce-ring", 8, 1.2e-3, 100.0 + 1100.0 * 0.75 / 0.5),
+    ("ps-sync", 7, 1.2e-3, 100.0 + 1000.0 * 6 / 2),            # another strategy: the wait alone, (k - 2) / 2
+])
+def test_a_ring_carries_its_crowded_runs_whole_hop(tmp_path, kind, workers, solved_s, hop_us):
+    """The crowded ring run (4 processes on 2 cores) took 1.5 ms a hop: 0.5 ms its fastest
+    hops ("alone", each waiting on a predecessor that waited for a core), 1 ms the wait
+    beyond; its fit solved the hop from its step time at 1.2 ms. The ring calibrated with 2
+    processes (a message alone 0.1 ms) is predicted with that whole hop at 4 and growing
+    as (1 - c/k) beyond; another strategy with the wait."""
+    from opentikz_dt.predict.predict import costs_for
+    from opentikz_dt.spec import spec_from_data
+
+    path = _cal_with_crowding(tmp_path, ranks=2)
+    data = json.loads(path.read_text())
+    data["comm"]["p2p"].update(alpha_s=1e-4, alpha_floor_s=1e-4, core_wait_s=0.0)
+    data["comm"]["p2p"]["crowding"].update(alone_s=5e-4, strategy=dict(data["made_for"]["strategy"]))
+    if solved_s is not None:
+        data["comm"]["p2p"]["crowding"]["hop_s"] = solved_s
+    path.write_text(json.dumps(data))
+    spec = spec_from_data(spec_data(kind, workers=workers, steps=10))
+    costs, assumed, notes = costs_for(spec, path, dedicated=False)
+    assert costs.comm["p2p"][0] == pytest.approx(hop_us)
+    assert assumed["message_wait_for_core_s"] == pytest.approx((hop_us - 100.0) / 1e6, abs=1e-7)
+    said = "a ring hop waits" if kind == "allreduce-ring" else "a message waits"
+    assert said in " ".join(notes)
+
+
 def test_the_crowded_wait_replaces_the_calibration_runs_own_beyond_its_process_count(tmp_path):
     """A calibration run with 3 processes on 2 cores (a parameter server and 2 workers)
     measured its own wait per message; up to 3 processes that wait is carried as before,
@@ -328,7 +360,7 @@ def test_the_crowded_wait_replaces_the_calibration_runs_own_beyond_its_process_c
 
 @pytest.mark.parametrize("kind, workers, dedicated, crowded_s, growth", [
     ("allreduce-ring", 4, False, 2.5e-3, 2.5),           # the crowded run's own process count
-    ("allreduce-ring", 8, False, 2.5e-3, 1 + 1.5 * 3),   # 6 processes beyond 2 cores: 3x the growth at 4
+    ("allreduce-ring", 8, False, 2.5e-3, 1 + 1.5 * 1.5),  # (1 - 2/8) / (1 - 2/4): 1.5x the growth at 4
     ("allreduce-ring", 8, False, 0.5e-3, 1.0),           # a crowded run that measured less: noise, not shrunk
     ("allreduce-ring", 2, False, 2.5e-3, None),          # no more processes than cores
     ("allreduce-ring", 8, True, 2.5e-3, None),           # a core per rank
@@ -337,8 +369,8 @@ def test_the_crowded_wait_replaces_the_calibration_runs_own_beyond_its_process_c
 def test_a_rings_untraced_time_grows_as_its_crowded_run_did(tmp_path, kind, workers, dedicated, crowded_s, growth):
     """A ring calibration made with 2 processes on 2 cores (1 ms untraced per step) whose
     crowded ring run (4 processes) measured `crowded_s`: a prediction of the ring at more
-    processes scales each untraced gap by the line through both; another strategy, or a
-    core per rank, keeps the calibration's own."""
+    processes scales each untraced gap as the chance of finding a core taken grows from 2
+    processes to 4 (1 - c/k); another strategy, or a core per rank, keeps the calibration's own."""
     from opentikz_dt.predict.predict import costs_for
     from opentikz_dt.spec import spec_from_data
 

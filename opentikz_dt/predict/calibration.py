@@ -200,6 +200,9 @@ def check_calibration(data, where: str) -> None:
         crowd = data["comm"]["p2p"]["crowding"]
         if "repeat_ratio" in crowd:
             _number(data, "comm.p2p.crowding.repeat_ratio", where, 1e-6)
+        for key in ("alone_s", "hop_s"):  # optional: the crowded ring's hop (transfer.ring_chain_hop)
+            if key in crowd:
+                _number(data, f"comm.p2p.crowding.{key}", where)
         if "untraced_s" in crowd:  # optional: the crowded run's untraced time per step (transfer.crowd_untraced)
             _number(data, "comm.p2p.crowding.untraced_s", where)
             if not isinstance(crowd.get("strategy"), dict):
