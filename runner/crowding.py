@@ -11,8 +11,10 @@ So the calibration makes one more short real run where it did not crowd the core
 spec's model, data and training with dtgen's ring all-reduce over 2c workers (c = this
 machine's cores), on the CPU. Its traced ring hops, fitted as any ring run's
 (predict/fit.py), give a message alone (their low quantile) and the rest, the wait for a
-core at 2c processes (`comm.p2p.crowding` in the calibration). predict/transfer.py
-scales that wait to another process count; a spec with a core per rank pays none.
+core at 2c processes, and the hop as the ring's fit solves it from the run's step time
+(`comm.p2p.crowding` in the calibration: `alone_s`, `wait_s`, `hop_s`). predict/transfer.py
+carries the wait to another strategy's process count, and the whole hop to a ring's; a
+spec with a core per rank pays none.
 """
 
 from __future__ import annotations

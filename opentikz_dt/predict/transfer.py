@@ -255,9 +255,9 @@ def ring_chain_hop(cal, spec) -> bool:
     (a hop "alone" 0.54 ms there, 25 us with 2 processes on 2 cores): carrying only the
     wait put a ring's hop at 4 processes at half the crowded run's own. The hop carried is
     the one the crowded run's fit solved from its step time (crowded_hop), as the
-    calibrated ring's own is (allreduce.finish_fit). A hop of the
-    ring's chain then grows more slowly than a lone message's wait: fitted from real runs
-    of examples/allreduce-ring.yaml on 2 cores in three benchmark passes, a hop took
+    calibrated ring's own is (allreduce.finish_fit). A hop of the ring's chain then grows
+    more slowly than a lone message's wait: fitted from real runs of
+    examples/allreduce-ring.yaml on 2 cores in three benchmark passes, a hop took
     0.96-1.19 ms at 4 processes and 1.49-1.58 ms at 8 (x1.3-1.6; off_core says x1.5,
     (k - c) / c x3, BENCHMARKS.md, eleventh session). The other strategies' waits, lone
     messages and collective steps, keep (k - c) / c: with off_core the 8-worker gossip
