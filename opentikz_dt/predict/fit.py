@@ -15,6 +15,7 @@ Must not import torch.
 
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 from dataclasses import dataclass
@@ -84,6 +85,27 @@ def simulated_step_s(cal: Calibration, run, steps: int) -> float:
 
     result = simulate(run.spec, Costs(cal, run.spec), steps, record=False)
     return statistics.fmean(metrics_of(result, run.spec, steps)["step_time_s"].values())
+
+
+def with_message_latency(cal: Calibration, alpha: float) -> Calibration:
+    """The calibration with its point-to-point message latency (comm.p2p.alpha_s) set to `alpha`."""
+    data = copy.deepcopy(cal.data)
+    data["comm"]["p2p"]["alpha_s"] = alpha
+    return Calibration(data, cal.path)
+
+
+def solved_message_latency(cal: Calibration, run, lo: float, hi_at_least: float) -> float | None:
+    """The message latency (s), at least `lo`, that makes `run`'s spec simulated with `cal`
+    take the run's mean step time (bisection up to the larger of that step time and
+    `hi_at_least`; the step time grows with the latency), or None where the run recorded
+    none: what a fit takes where a message's span mixes it with waits the simulator adds
+    itself (the pipeline's and the ring's finish_fit)."""
+    target = run_step_s(run)
+    if not target:
+        return None
+    steps = min(run.spec.training.steps, 40)
+    return solve_increasing(lambda alpha: simulated_step_s(with_message_latency(cal, alpha), run, steps),
+                            target, lo, max(target, hi_at_least), 30)
 
 
 def solve_increasing(f, target: float, lo: float, hi: float, rounds: int) -> float:

@@ -76,25 +76,14 @@ def finish_fit(cal, run):
     core_wait_s, kept as fitted): every other strategy and process count carries the split
     instead of alpha_s (transfer.wait_scale), so the solved latency is the calibrated ring's
     alone."""
-    import copy
-
-    from ..calibration import Calibration
-    from ..fit import run_step_s, simulated_step_s, solve_increasing
+    from ..fit import solved_message_latency, with_message_latency
 
     p2p = cal.data["comm"]["p2p"]
-    target = run_step_s(run)
-    if run.spec.strategy.algorithm != "ring" or "alpha_floor_s" not in p2p or "core_wait_s" not in p2p or not target:
+    if run.spec.strategy.algorithm != "ring" or "alpha_floor_s" not in p2p or "core_wait_s" not in p2p:
         return cal
-    steps = min(run.spec.training.steps, 40)
-
-    def with_alpha(alpha: float) -> Calibration:
-        data = copy.deepcopy(cal.data)
-        data["comm"]["p2p"]["alpha_s"] = alpha
-        return Calibration(data, cal.path)
-
     floor = float(p2p["alpha_floor_s"])
-    hi = max(2 * float(p2p["alpha_s"]), floor, target)
-    return with_alpha(solve_increasing(lambda a: simulated_step_s(with_alpha(a), run, steps), target, floor, hi, 30))
+    alpha = solved_message_latency(cal, run, floor, max(2 * float(p2p["alpha_s"]), floor))
+    return cal if alpha is None else with_message_latency(cal, alpha)
 
 
 def message_samples(fit) -> list:

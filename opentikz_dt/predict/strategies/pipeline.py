@@ -10,14 +10,13 @@ Must not import torch.
 
 from __future__ import annotations
 
-import copy
 import statistics
 
 from ...errors import DtgenError
 from ...strategies.pipeline import stage_ops
 from ..blocks import boundary_values, stage_units, tensor_sizes, tied_names
 from ..calibration import Calibration
-from ..fit import run_step_s, simulated_step_s, solve_increasing
+from ..fit import solved_message_latency, with_message_latency
 
 KIND = "pipeline"
 COMPUTE_ROLE = "stage"
@@ -141,23 +140,14 @@ def finish_fit(cal: Calibration, run) -> Calibration:
     which differs between schedules: 2.6 ms a step in a 3-stage GPipe run here, 0.8 ms in
     1F1B), so the latency the trace shows directly is kept beside it (`alpha_traced_s`,
     _traced_latency): what another schedule is predicted with (transfer.py)."""
-    target = run_step_s(run)
-    if not target:
+    alpha = solved_message_latency(cal, run, 0.0, 1e-3)
+    if alpha is None:
         return cal
-    steps = min(run.spec.training.steps, 40)
-
-    def step_time(alpha: float) -> float:
-        data = copy.deepcopy(cal.data)
-        data["comm"]["p2p"]["alpha_s"] = alpha
-        return simulated_step_s(Calibration(data), run, steps)
-
-    alpha = solve_increasing(step_time, target, 0.0, max(target, 1e-3), 30)
-    data = copy.deepcopy(cal.data)
-    data["comm"]["p2p"]["alpha_s"] = alpha
+    solved = with_message_latency(cal, alpha)
     traced = _traced_latency(run, cal.data["comm"]["p2p"]["beta_s_per_byte"])
     if traced is not None:
-        data["comm"]["p2p"]["alpha_traced_s"] = traced
-    return Calibration(data, cal.path)
+        solved.data["comm"]["p2p"]["alpha_traced_s"] = traced
+    return solved
 
 
 def _traced_latency(run, beta: float) -> float | None:
