@@ -38,6 +38,8 @@ import tempfile
 import time
 from multiprocessing import forkserver
 
+from .environ import environment
+
 PRELOAD = "opentikz_dt.runner.rank_imports"
 GRACE_S = 5.0  # the server gets this long to exit on its own before SIGKILL
 AF_UNIX_PATH_MAX = 107  # bytes of a socket's path on Linux
@@ -71,19 +73,11 @@ def ensure_running(socket_base: str | None = None, tmpdir: str | None = None) ->
     _make_socket_folder(socket_base or tempfile.gettempdir())
     # the ranks run one thread each anyway (worker.rank_main)
     values = {"OMP_NUM_THREADS": "1", **({"TMPDIR": tmpdir} if tmpdir else {})}
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    with environment(**values):
         started = not running()
         forkserver.ensure_running()
         if started:
             _STARTED.add(forkserver._forkserver._forkserver_pid)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _make_socket_folder(base: str) -> None:

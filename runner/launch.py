@@ -28,6 +28,7 @@ from . import forkserver
 from .capacity import check_capacity
 from .compat import accepted, check_torch
 from .devices import device_record
+from .environ import environment
 from .dist import placement_for
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
@@ -160,7 +161,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
         try:
             method = forkserver.start_method(placement.device)
             socket_base = tempfile.gettempdir()  # the fork server's socket is no file of the run's
-            with _env(**env), temp_dir_in(run_dir):
+            with environment(**env), temp_dir_in(run_dir):
                 if method == "forkserver":  # a server started here imports torch in the run's logs/tmp
                     forkserver.ensure_running(socket_base)
                 _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
@@ -259,25 +260,6 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
         raise KeyboardInterrupt(str(exc)) from None
     finally:
         logging.disable(level)
-
-
-class _env:
-    """Set environment variables for the launch and restore them afterwards."""
-
-    def __init__(self, **values):
-        self.values, self.saved = values, {}
-
-    def __enter__(self):
-        for k, v in self.values.items():
-            self.saved[k] = os.environ.get(k)
-            os.environ[k] = v
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info=None) -> RunResult:

@@ -30,6 +30,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 from . import forkserver
+from .environ import environment
 
 GRACE_S = 5.0  # a rank or the tracker gets this long to exit on its own before SIGKILL
 
@@ -100,17 +101,15 @@ def temp_dir_in(run_dir: Path):
     """Send this process's and the ranks' temporary files to `run_dir/logs/tmp` meanwhile."""
     folder = Path(run_dir).resolve() / "logs" / "tmp"
     folder.mkdir(parents=True, exist_ok=True)
-    saved_env, saved_module = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"] = str(folder)  # the ranks read it (runner/forkserver.py: also from a running server)
-    tempfile.tempdir = str(folder)  # this process has cached its choice already
+    saved_module = tempfile.tempdir
+    # the ranks read TMPDIR (runner/forkserver.py: also from a running server); this process
+    # has cached its choice already
+    tempfile.tempdir = str(folder)
     try:
-        yield folder
+        with environment(TMPDIR=str(folder)):
+            yield folder
     finally:
         tempfile.tempdir = saved_module
-        if saved_env is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved_env
         _remove_empty_dirs(folder)  # what has files stays: error files explain a failed rank
 
 
