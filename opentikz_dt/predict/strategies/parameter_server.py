@@ -18,7 +18,6 @@ import statistics
 
 from ...shards import shard_assignment
 from ..blocks import tensor_sizes
-from ..costs import wait_ratio
 from ..fit import latency, mean_durations, solve_increasing
 from ..phases import server_gaps
 
@@ -169,22 +168,23 @@ def _fitted_send_us(run) -> float:
 
 def _send_us(costs) -> float:
     """A sync shard's CPU per send (µs), from a calibration made on a sync parameter server
-    (its `server_overhead_s` over its workers; none from another strategy: nothing shows it).
-    Measured on the 2-core box with 88 kB shards: 120-210 us a send at 2 workers, 370 at 4,
-    410-690 at 8, growing as the sends wait for the CPU the processes share; carried to
-    another process count as a message's wait for a core is (costs.wait_ratio: 1.8x at 4
-    workers, 2.3x at 8). A core per rank: none."""
+    (its `server_overhead_s` over its workers; none from another strategy: nothing shows it),
+    carried to any worker count as measured. A core per rank: none.
+
+    Not scaled as a message's wait for a core is (costs.wait_ratio, 2.3x from 2 workers to
+    8 on 2 cores): in two benchmark passes here (88 kB shards) a send took 476-620 us at 2
+    workers, 444-630 at 3, 464-738 at 4 and 560-752 at 8, and the scaled sends predicted
+    8 workers +17% and +92%, 4 workers +37% and +30% (carried as measured: -29% and +12%,
+    +2% and -5%; BENCHMARKS.md, twelfth session). An earlier session measured 120-210 us at
+    2 workers and 410-690 at 8: what a send costs moves with the machine's state more than
+    with the worker count."""
     made = costs.cal.data.get("made_for")
     strategy = (made.get("strategy") or {}) if isinstance(made, dict) else {}
     if strategy.get("kind") != KIND or strategy.get("sync") != "sync" or not made.get("workers"):
         return 0.0
     if costs.cores >= 1e6:  # a core per rank (Costs' cores, as simulate.settle_duty reads them)
         return 0.0
-    per_send = costs.server_us / int(made["workers"])
-    measured = int(made.get("ranks") or 0)
-    if measured <= costs.cores or costs.processes == measured:
-        return per_send
-    return per_send * wait_ratio(costs.cores, costs.processes, measured)
+    return costs.server_us / int(made["workers"])
 
 
 def _async(sim, steps: int) -> None:
