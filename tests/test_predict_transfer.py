@@ -264,8 +264,9 @@ def _cal_with_crowding(tmp_path, ranks=2, wait_s=1e-3):
 @pytest.mark.parametrize("kind, workers, dedicated, wait_us", [
     ("allreduce-ring", 2, False, None),        # as many processes as cores: no wait
     ("allreduce-ring", 4, False, 1000.0),      # the probe's own crowding
-    ("allreduce-ring", 8, False, 3000.0),      # 6 processes beyond 2 cores: 3x the 2 beyond at 4
+    ("allreduce-ring", 8, False, 1500.0),      # a ring's hops: x (1 - 2/8) / (1 - 2/4)
     ("ps-sync", 2, False, 500.0),              # 2 workers + 1 server: 1 beyond the cores
+    ("ps-sync", 5, False, 2000.0),             # lone messages: 4 beyond 2 cores, 2x the 2 beyond at 4
     ("allreduce-ring", 8, True, None),         # a core per rank
     ("allreduce-native", 8, False, 1500.0),    # gloo's ring: as a ring's hop, x (1 - 2/8) / (1 - 2/4)
 ])
@@ -280,8 +281,8 @@ def test_the_probes_crowded_wait_is_carried_to_more_processes_than_cores(tmp_pat
     assert costs.comm["p2p"][0] == pytest.approx(100.0 + extra)      # every message waits
     assert costs.comm["allreduce"][0] == pytest.approx(300.0 + extra)  # a collective's steps too
     assert assumed.get("message_wait_for_core_s") == (pytest.approx(wait_us / 1e6) if wait_us else None)
-    if wait_us and kind != "ps-sync":
-        law = "(1 - 2/k), as a ring's hop" if kind == "allreduce-native" else "(k - 2)/2"
+    if wait_us:
+        law = "(k - 2)/2" if kind == "ps-sync" else "(1 - 2/k), as a ring's hop"
         assert f"a message waits {wait_us:.0f} us for a core (the crowded run: 1000 us with 4 " \
                f"processes on 2 cores, scaled by {law})" in " ".join(notes)
 
@@ -289,8 +290,8 @@ def test_the_probes_crowded_wait_is_carried_to_more_processes_than_cores(tmp_pat
 @pytest.mark.parametrize("link, wire_us", [("1gbit", 8.0 * 1000 / 1e9 * 1e6),     # 1 kB on 1 Gbit/s: 8 us
                                             ("1mbit", 8.0 * 1000 / 1e6 * 1e6)])    # 8000 us
 def test_on_a_link_a_messages_wait_for_a_core_and_its_time_on_the_wire_overlap(tmp_path, link, wire_us):
-    """8 processes on 2 cores wait 3000 us a message for a core (the crowded run's 1000 us at
-    4, scaled). Through loopback the bytes add to it; on a given link only the longer of the
+    """8 processes of a ring on 2 cores wait 1500 us a message for a core (the crowded run's
+    1000 us at 4, scaled by (1 - 2/8) / (1 - 2/4)). Through loopback the bytes add to it; on a given link only the longer of the
     wait and the wire counts, for a message and for each step of a collective."""
     from opentikz_dt.predict.predict import costs_for
     from opentikz_dt.spec import spec_from_data
@@ -299,11 +300,11 @@ def test_on_a_link_a_messages_wait_for_a_core_and_its_time_on_the_wire_overlap(t
     loopback, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), dedicated=False)
     costs, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), link=link, dedicated=False)
     alpha = costs.comm["p2p"][0]
-    assert alpha == pytest.approx(100.0 + 3000.0) and costs.p2p_wait == pytest.approx(3000.0)
-    assert costs.p2p(1000) == pytest.approx(alpha + max(0.0, wire_us - 3000.0))
+    assert alpha == pytest.approx(100.0 + 1500.0) and costs.p2p_wait == pytest.approx(1500.0)
+    assert costs.p2p(1000) == pytest.approx(alpha + max(0.0, wire_us - 1500.0))
     assert loopback.p2p(1000) == pytest.approx(alpha + 1000 * loopback.comm["p2p"][1])  # added, not overlapped
     step = costs.comm["allreduce"][0]
-    assert costs.allreduce(8000, 8) == pytest.approx(14 * (step + max(0.0, wire_us - 3000.0)))
+    assert costs.allreduce(8000, 8) == pytest.approx(14 * (step + max(0.0, wire_us - 1500.0)))
     alone, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), link=link, dedicated=True)  # a core per rank
     assert alone.p2p(1000) == pytest.approx(alone.comm["p2p"][0] + wire_us)
 
@@ -356,8 +357,9 @@ def test_the_crowded_wait_replaces_the_calibration_runs_own_beyond_its_process_c
     assert "message_wait_for_core_s" not in assumed and costs.comm["p2p"][0] == pytest.approx(500.0)
     more = spec_from_data(spec_data("allreduce-ring", workers=6, steps=10))
     costs, assumed, _ = costs_for(more, path, dedicated=False)
-    assert assumed["message_wait_for_core_s"] == pytest.approx(2e-3)       # 1 ms x (6 - 2) / (4 - 2)
-    assert costs.comm["p2p"][0] == pytest.approx(100.0 + 2000.0)           # the floor + the crowded wait
+    wait = 1e-3 * (1 - 2 / 6) / (1 - 2 / 4)  # a ring's hops: (1 - c/k) / (1 - c/2c)
+    assert assumed["message_wait_for_core_s"] == pytest.approx(wait, rel=1e-4)  # run.json rounds it
+    assert costs.comm["p2p"][0] == pytest.approx(100.0 + 1e6 * wait)     # the floor + the crowded wait
 
 
 @pytest.mark.parametrize("kind, workers, dedicated, crowded_s, growth", [

@@ -28,6 +28,7 @@ from ..strategies import kinds, strategy
 from .costs import wait_ratio
 from .fit import FLOOR_QUANTILE
 from .simulate import roles
+from .strategies import REGISTRY
 
 STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
 # collective_wait's caveat, which predict.py drops where the strategy ran no collective
@@ -96,7 +97,7 @@ def caveats(cal, spec, dedicated: bool) -> list[str]:
                          f"{crowded_hop(run) * 1e6:.0f} us with {run['processes']:g} processes on {run['cores']:g} "
                          f"cores, beyond a message alone, scaled by (1 - {run['cores']:g}/k))")
             else:
-                law = (f"(1 - {run['cores']:g}/k), as a ring's hop" if gloo_ring(spec)
+                law = (f"(1 - {run['cores']:g}/k), as a ring's hop" if waits_as_ring_hops(spec)
                        else f"(k - {run['cores']:g})/{run['cores']:g}")
                 waits = (f"a message waits {crowded * 1e6:.0f} us for a core (the crowded run: "
                          f"{float(run['wait_s']) * 1e6:.0f} us with {run['processes']:g} processes on "
@@ -218,8 +219,8 @@ def crowd_wait(cal, spec, dedicated: bool) -> float | None:
 
     The ring, the strategy the crowded run ran, carries that run's whole hop instead
     (ring_chain_hop): at 2c processes even its fastest hop waited for a predecessor that
-    had waited for a core. The native all-reduce, also a ring (gloo_ring), carries the
-    wait growing as the ring's hop does."""
+    had waited for a core. The native all-reduce, also a ring (waits_as_ring_hops), carries
+    the wait growing as the ring's hop does."""
     crowding = cal.data["comm"]["p2p"].get("crowding")
     if dedicated or not isinstance(crowding, dict):
         return None
@@ -231,7 +232,7 @@ def crowd_wait(cal, spec, dedicated: bool) -> float | None:
     if ring_chain_hop(cal, spec):
         floor = float(cal.data["comm"]["p2p"].get("alpha_floor_s", 0.0))
         return max(0.0, crowded_hop(crowding) - floor) * off_core(c, k) / off_core(c, probe)
-    if gloo_ring(spec):
+    if waits_as_ring_hops(spec):
         return float(crowding["wait_s"]) * off_core(c, k) / off_core(c, probe)
     return float(crowding["wait_s"]) * (k - c) / (probe - c)
 
@@ -272,19 +273,12 @@ def ring_chain_hop(cal, spec) -> bool:
             and same_strategy({"strategy": crowding.get("strategy") or {}}, spec))
 
 
-def gloo_ring(spec) -> bool:
-    """Whether the spec's all-reduce is the native one on the CPU: gloo's, whose default
-    algorithm passes segments around a ring of the ranks (gloo/allreduce.cc) as dtgen's ring
-    passes pieces, so its steps' waits for a core grow with the processes as the ring's hops
-    do (off_core, ring_chain_hop), not as a lone message's.
-
-    Measured in benchmark passes 22 and 23 (BENCHMARKS.md, twelfth session), the native
-    all-reduce calibrated at 2 workers: at 8 workers on one host +16% and +42% with the
-    linear growth, -20% and -4% with off_core; on 2 emulated hosts x 4, +20% and +17%, and
-    -16% and -17%. Gossip's and the parameter servers' lone messages keep the linear growth
-    (gossip at 8 workers went to -39% and -43% with off_core)."""
-    s = spec.strategy
-    return s.kind == "allreduce" and s.algorithm == "native"
+def waits_as_ring_hops(spec) -> bool:
+    """Whether the spec's messages wait for a core as a ring's hops do (its plugin says:
+    dtgen's ring, and the native all-reduce, gloo's ring), so that the crowded run's wait
+    grows as (1 - c/k) (crowd_wait). Gossip's and the parameter servers' lone messages keep
+    (k - c)/c: with (1 - c/k) gossip 2 -> 8 went to -39% and -43% in passes 22 and 23."""
+    return REGISTRY.get(spec.strategy.kind).waits_as_ring_hops(spec)
 
 
 def crowd_untraced(cal, spec, dedicated: bool) -> float | None:

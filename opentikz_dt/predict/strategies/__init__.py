@@ -39,6 +39,13 @@ Overrides (predict.py)
                                         strategy block (plain data) follows the worker count
                                         (a pipeline's stages); default: nothing
 
+Carried to more processes than cores (transfer.py)
+  waits_as_ring_hops(spec) -> bool      its messages wait for a core as a ring's hops do, each
+                                        on a predecessor in a chain: the crowded run's wait
+                                        grows as (1 - c/k), not as (k - c)/c (default False:
+                                        lone messages; the all-reduce's ring and native, gloo's
+                                        ring)
+
 Synthetic runs (synthetic.py: tests and benchmarks of the measured figures)
   SYNTHETIC_RUNS = ("name", ...)        the synthetic run names this kind writes (ps-sync,
                                         allreduce-ring, ...); default none

@@ -81,6 +81,11 @@ def shapes(spec, workers: int) -> list | None:
     return None
 
 
+def waits_as_ring_hops(spec) -> bool:
+    """Lone messages by default: their wait for a core grows as (k - c)/c (transfer.crowd_wait)."""
+    return False
+
+
 def simulation_weight(spec) -> float:
     """How much one rank-step costs to simulate, in units of a plain data-parallel one
     (about 5 µs here: benchmarks/bench_predict_scale.py); predict.py's size bounds weigh

@@ -34,6 +34,20 @@ def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
     return {"kind": KIND, "algorithm": name[10:]}
 
 
+def waits_as_ring_hops(spec) -> bool:
+    """dtgen's ring, and the native all-reduce on the CPU: gloo's, whose default algorithm
+    passes segments around a ring of the ranks (gloo/allreduce.cc) as dtgen's ring passes
+    pieces. Their steps' waits for a core grow with the processes as the ring's hops do
+    (transfer.crowd_wait).
+
+    Measured in benchmark passes 22-24 (BENCHMARKS.md, twelfth session), the native
+    all-reduce calibrated at 2 workers: at 8 workers on one host +16%, +42% and +17% with the
+    linear growth, -20%, -4% and -18% with (1 - c/k); on 2 emulated hosts x 4, +20%, +17% and
+    +24%, and -16%, -17% and -19%. The tree's and the hierarchical all-reduce's are not
+    measured at more processes: they keep the default."""
+    return spec.strategy.algorithm in ("ring", "native")
+
+
 def fit_compute(fit) -> tuple[list, list]:
     """DDP's `backward` span holds the wait for the last bucket's all-reduce: that part is not compute."""
     role, phases = fit.role, fit.phases
