@@ -19,6 +19,9 @@ Step time is the mean over workers, first step left out (metrics.json).
         Each row: measured, a repeat run (the noise floor), predicted, error, the predicted
         interval and whether the run is in it.
         --size ring,... and --size-workers 4,8 choose the size rows (a GPU box's short lease).
+        --fresh calibrates again right before each row's target run (as a user calibrates,
+        then predicts and runs) instead of once per reference: on a machine whose speed drifts
+        over minutes, the rows run last otherwise carry that drift too.
     python benchmarks/bench_predict_accuracy.py --transfer --keep DIR [...]
         keeps the runs, calibrations and rows (DIR/rows.json) in DIR; then
     python benchmarks/bench_predict_accuracy.py --rescore DIR
@@ -216,22 +219,27 @@ def scored(row: dict, out: Path) -> dict:
                 half_width=(high - low) / 2 / predicted, load=os.getloadavg()[0])
 
 
-def transfer(names: list, tmp: Path, steps: int, size_names=SIZE, size_workers=(4, 8)) -> list:
+def transfer(names: list, tmp: Path, steps: int, size_names=SIZE, size_workers=(4, 8), fresh: bool = False) -> list:
+    """The leave-one-out and size rows. `fresh`: calibrate again right before each row's
+    target run, as a user calibrates and then predicts; otherwise one calibration serves
+    all the rows of its reference (or size), the last of them made minutes after it."""
     rows = []
     cals = {}
     for name in [n for n in names if n in FAMILY]:
         family = FAMILY[name]
         ref = REFERENCE[family]
-        if ref not in cals:
-            cals[ref] = tmp / f"ref-{ref}.json"
+        if fresh or ref not in cals:
+            cals[ref] = tmp / (f"ref-{ref}-for-{name}.json" if fresh else f"ref-{ref}.json")
             dtgen("calibrate", example(ref), "-o", cals[ref])
         label = f"{name} (from {ref})" + (" [self]" if name == ref else "")
         rows.append(transfer_row(label, example(name), cals[ref], tmp, steps))
         print(transfer_line(rows[-1]), flush=True)
     for name in [n for n in size_names if n in SIZE]:
-        cal = tmp / f"size-{name}.json"
-        dtgen("calibrate", at_workers(example(name), 2, tmp), "-o", cal)
+        cal = None
         for workers in size_workers:
+            if fresh or cal is None:
+                cal = tmp / (f"size-{name}-for-{workers}.json" if fresh else f"size-{name}.json")
+                dtgen("calibrate", at_workers(example(name), 2, tmp), "-o", cal)
             rows.append(transfer_row(f"{name} 2->{workers}", at_workers(example(name), workers, tmp), cal, tmp,
                                      steps, workers))
             print(transfer_line(rows[-1]), flush=True)
@@ -345,6 +353,8 @@ def main() -> None:
                         help="with --transfer: keep the runs, calibrations and rows (DIR/rows.json) in DIR")
     parser.add_argument("--size", default=",".join(SIZE), help="with --transfer: the examples of the size rows")
     parser.add_argument("--size-workers", default="4,8", help="with --transfer: the sizes predicted from 2 workers")
+    parser.add_argument("--fresh", action="store_true",
+                        help="with --transfer: calibrate again right before each row's target run")
     parser.add_argument("--rescore", default=None, metavar="DIR",
                         help="predict a --keep DIR's rows again with this code, against the same runs")
     args = parser.parse_args()
@@ -363,7 +373,8 @@ def main() -> None:
                 tempfile.TemporaryDirectory(prefix="dtgen-bench-transfer-")))
             tmp.mkdir(parents=True, exist_ok=True)
             rows = transfer([n for n in args.only.split(",") if n], tmp, args.steps,
-                            [n for n in args.size.split(",") if n], [int(w) for w in args.size_workers.split(",") if w])
+                            [n for n in args.size.split(",") if n], [int(w) for w in args.size_workers.split(",") if w],
+                            fresh=args.fresh)
             if args.multihost:
                 rows += transfer_multihost(tmp, args.steps, args.multihost)
             if args.keep:
