@@ -28,8 +28,8 @@ from . import forkserver
 from .capacity import check_capacity
 from .compat import accepted, check_torch
 from .devices import device_record
-from .environ import environment
 from .dist import placement_for
+from .environ import environment
 from .leftovers import launch_helpers_reaped, temp_dir_in
 from .monitor import Monitor, describe_failure
 from .placement import check_strategy

@@ -229,12 +229,11 @@ def crowd_wait(cal, spec, dedicated: bool) -> float | None:
     c, probe, k = float(crowding["cores"]), float(crowding["processes"]), len(roles(spec))
     if k <= max(c, measured):
         return None
-    if ring_chain_hop(cal, spec):
+    growth = off_core(c, k) / off_core(c, probe) if waits_as_ring_hops(spec) else (k - c) / (probe - c)
+    if ring_chain_hop(cal, spec):  # the crowded run's own strategy, a ring: its whole hop
         floor = float(cal.data["comm"]["p2p"].get("alpha_floor_s", 0.0))
-        return max(0.0, crowded_hop(crowding) - floor) * off_core(c, k) / off_core(c, probe)
-    if waits_as_ring_hops(spec):
-        return float(crowding["wait_s"]) * off_core(c, k) / off_core(c, probe)
-    return float(crowding["wait_s"]) * (k - c) / (probe - c)
+        return max(0.0, crowded_hop(crowding) - floor) * growth
+    return float(crowding["wait_s"]) * growth
 
 
 def crowded_hop(crowding: dict) -> float:
