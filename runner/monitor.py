@@ -139,7 +139,7 @@ def progress_line(prog: dict, roles, steps: int) -> str | None:
     span = max(lasts) - max(firsts) if firsts and lasts else 0.0
     steady_steps = max(d["step"] for d in reporting)  # steps after the first, by the furthest rank
     if span > 0 and total > 0 and steady_steps > 0:
-        rate = f"{total / span:,.0f}"
+        rate = f"{round(total / span, 2):,.0f}"  # rounded as the summary's samples_per_s, then shown
         eta = _fmt_time(span / steady_steps * (steps - done))
     else:
         rate = eta = "-"

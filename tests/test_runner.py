@@ -362,6 +362,19 @@ def test_progress_line_estimates_after_the_warm_up_step():
     assert line == "step 10/100  loss 1.6000  608 samples/s  ETA 9s"  # (32*10 + 32*9) / 1.0 s; 90 x 0.1 s
 
 
+def test_progress_line_rounds_the_rate_as_the_summary_does():
+    """The summary keeps samples_per_s rounded to 2 places and prints it with no decimals; a
+    rate of 9,784.5004 is 9,785 shown directly but 9,784 through the summary's 9,784.5 (half
+    to even). The progress line rounds the same way, so the two never differ by one."""
+    from opentikz_dt.runner.monitor import progress_line
+
+    roles = [("worker", "w1")]
+    report = {"rank": 0, "step": 1, "samples": 2 * 9784.5004, "first_samples": 9784.5004, "first_start": 0.0,
+              "first_end": 1.0, "last_end": 2.0, "now": 2.0, "losses": {"1": 1.0}}
+    assert f"{round(9784.5004, 2):,.0f}" == "9,784"
+    assert " 9,784 samples/s" in progress_line({0: report}, roles, 2)
+
+
 @pytest.mark.dist
 def test_progress_line_at_the_end_says_what_the_summary_says():
     from opentikz_dt.runner.monitor import progress_line
