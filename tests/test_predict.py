@@ -56,19 +56,56 @@ def test_ring_allreduce_matches_the_closed_form(n):
     assert per_rank_step == pytest.approx(closed, rel=1e-6)
 
 
-@pytest.mark.parametrize("n, children", [(2, 1), (3, 2), (8, 2)])
+@pytest.mark.parametrize("n, children", [(2, 1), (3, 2), (5, 2), (8, 2)])
 def test_tree_allreduce_matches_the_closed_form(n, children):
     """Reduce up, broadcast down, one chunk (the model is far under TREE_CHUNK): each of the
-    ceil(log2 n) levels a message whose bytes the parent's children share its link with
-    (a 2-rank tree's root has one child: a ring fit once predicted tree(2) 42-53% slow)."""
+    floor(log2 n) levels of the heap (its deepest leaf's depth: 3 ranks are a root and two
+    leaves, one hop each way) a message whose bytes the parent's children share its link
+    with (a 2-rank tree's root has one child: a ring fit once predicted tree(2) 42-53% slow).
+    With free compute a step is the collective: the deepest leaf ends it."""
     spec = spec_of({"kind": "allreduce", "algorithm": "tree"}, workers=n)
     alpha, beta = 2e-4, 1e-8
     result = simulate(spec, Costs(comm_only(spec, alpha, beta), spec), steps=4)
     size = 4 * sum(a * b + b for a, b in zip(spec.training.layers, spec.training.layers[1:]))
-    levels = math.ceil(math.log2(n))
+    levels = int(math.log2(n))
     closed = 2 * levels * (alpha + children * size * beta)
-    per_rank_step = result.phases["allreduce"] / (n * 4) / 1e6
-    assert per_rank_step == pytest.approx(closed, rel=1e-6)
+    step = max(result.step_done[w][-1] - result.step_done[w][-2] for w in result.step_done) / 1e6
+    assert step == pytest.approx(closed, rel=1e-6)
+
+
+@pytest.mark.parametrize("n", [3, 4, 7])
+def test_tree_ranks_wait_where_the_tree_puts_them_and_leave_when_done(n):
+    """Each rank's spans of the tree cover it from its ready time to its end, waits drawn as
+    `wait`: a leaf sends up at once and leaves when its parent's chunk arrives, a parent adds
+    once its children's chunk arrived and passes the broadcast on after its own parent did,
+    and the deepest leaf ends the collective, the root's reduce the up pass."""
+    spec = spec_of({"kind": "allreduce", "algorithm": "tree"}, workers=n)
+    alpha = 2e-4
+    result = simulate(spec, Costs(comm_only(spec, alpha, 0.0), spec), steps=3)
+    hop = 1e6 * alpha
+    spans = {k: sorted((e for e in result.events[k] if e.get("ph") == "X" and e["args"]["step"] == 2
+                        and e["name"] in ("allreduce", "wait")), key=lambda e: e["ts"]) for k in range(n)}
+    start = max(spans[k][0]["ts"] for k in range(n))  # the last rank ready: the collective starts
+    levels = int(math.log2(n))
+
+    def ends(k, name, phase):
+        return [e["ts"] + e["dur"] for e in spans[k] if e["name"] == name and e["args"]["phase"] == phase]
+
+    for k in range(n):
+        for a, b in zip(spans[k], spans[k][1:]):
+            assert a["ts"] + a["dur"] == pytest.approx(b["ts"], abs=2e-3)  # one after another, no gap
+        depth, leaf = int(math.log2(k + 1)), 2 * k + 1 >= n
+        done = spans[k][-1]["ts"] + spans[k][-1]["dur"]
+        assert done == pytest.approx(start + (levels + depth + (0 if leaf else 1)) * hop, abs=1e-2)
+        if leaf:  # sent up at the start, received its parent's chunk, left
+            assert ends(k, "allreduce", "reduce") == pytest.approx([start + hop], abs=1e-2)
+            assert spans[k][-1]["name"] == "wait"
+        else:  # passed the broadcast on to its children: one hop after it had it
+            assert spans[k][-1]["name"] == "allreduce" and spans[k][-1]["args"]["phase"] == "broadcast"
+            assert spans[k][-1]["dur"] == pytest.approx(hop, abs=1e-2)
+    assert ends(0, "wait", "reduce") == pytest.approx([start + levels * hop], abs=1e-2)  # the root: all of the up pass
+    deepest = max(spans[k][-1]["ts"] + spans[k][-1]["dur"] for k in range(n))
+    assert deepest == pytest.approx(start + 2 * levels * hop, abs=1e-2)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

@@ -56,6 +56,17 @@ def wait_ratio(cores: float, now: float, then: float) -> float:
 TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
 
 
+def tree_chunks(nbytes: float) -> int:
+    """The chunks dtgen's tree all-reduce cuts `nbytes` into."""
+    return max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
+
+
+def tree_levels(n: int) -> int:
+    """The levels below the root of dtgen's binary tree over n ranks, a heap (position p's
+    children are 2p + 1 and 2p + 2): floor(log2 n), its deepest leaf's depth."""
+    return max(0, int(n).bit_length() - 1)
+
+
 class Costs:
     def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
                  dedicated: bool = False, jitter=None, wait_scale: float | None = None,
@@ -273,22 +284,27 @@ class Costs:
 
     def tree_pass(self, nbytes: float, n: int, down: bool = False) -> float:
         """One pass (the reduce up, or the broadcast `down`) of dtgen's pipelined binary tree
-        over n ranks: levels + chunks - 1 chunk hops, a parent's link shared by its children
-        (2, or the root's 1 of a 2-rank tree), chunk by chunk. A hop's wait for a core counts
-        the ranks runnable then (waiting_share): going up, the leaves that sent their last
-        chunk block until the broadcast, so the last levels run with half, a quarter, ...
-        of the ranks; coming down, the ranks below the broadcast's front are blocked."""
+        over n ranks, all ranks ready at once: the sum of its chunk hops (tree_hops)."""
+        return sum(self.tree_hops(nbytes, n, down))
+
+    def tree_hops(self, nbytes: float, n: int, down: bool = False) -> list:
+        """The chunk hops of one pass of dtgen's pipelined binary tree over n ranks, in order
+        (µs each): levels + chunks - 1 of them, a parent's link shared by its children (2, or
+        the root's 1 of a 2-rank tree), chunk by chunk. A hop's wait for a core counts the
+        ranks runnable then (waiting_share): going up, the leaves that sent their last chunk
+        block until the broadcast, so the last levels run with half, a quarter, ... of the
+        ranks; coming down, the ranks below the broadcast's front are blocked."""
         if n <= 1:
-            return 0.0
-        chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
-        levels = math.ceil(math.log2(n))
+            return []
+        chunks = tree_chunks(nbytes)
+        levels = tree_levels(n)
         children = min(2, n - 1)
         if down:
             shares = [min(n, 2 ** (j + 2) - 1) / n for j in range(levels)] + [1.0] * (chunks - 1)
         else:
             shares = [1.0] * chunks + [max(1.0, n / 2 ** j) / n for j in range(1, levels)]
         per = self.p2p(nbytes / chunks) + (children - 1) * self.p2p_bytes(nbytes / chunks)
-        return sum(per - self.p2p_wait * (1 - self.waiting_share(share)) for share in shares)
+        return [per - self.p2p_wait * (1 - self.waiting_share(share)) for share in shares]
 
     def waiting_share(self, runnable: float) -> float:
         """How much of a message's wait for a core (p2p_wait, at every process runnable) is left

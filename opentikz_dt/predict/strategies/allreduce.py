@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..costs import TREE_CHUNK, TREE_MAX
+from ..costs import tree_chunks, tree_levels
 from ..fit import after_last_join, latency, mean_durations, per_row, thin
 
 KIND = "allreduce"
@@ -184,15 +184,62 @@ def _ring(sim, step: int, ready: list, ranks: list) -> list:
 
 
 def _tree(sim, step: int, ready: list, ranks: list) -> list:
+    """dtgen's pipelined binary tree over `ranks` (a heap: position p's children are 2p + 1
+    and 2p + 2), starting when the last rank is ready; returns each rank's end.
+
+    Each pass takes its sum of chunk hops (Costs.tree_hops, drawn as a whole for its
+    spread), and each rank works where in it the tree puts it: up, a rank whose subtree is h
+    levels high has its children's first chunk after h hops and has sent its last one after
+    h + chunks; down, a rank at depth d has its parent's first chunk after d hops, and is
+    done when it has passed its last chunk on (a leaf: received it), so the deepest leaf
+    ends the collective and the ranks above it leave before. Before and between those it
+    waits, drawn as `wait` spans as the runner traces them (runner/strategies/collectives.py
+    tree_all_reduce)."""
     c, rec = sim.costs, sim.rec
+    n = len(ranks)
     t0 = max(ready)
-    up = c.noisy_comm(c.tree_pass(sim.nbytes, len(ranks)), step)
-    down = c.noisy_comm(c.tree_pass(sim.nbytes, len(ranks), down=True), step)
-    for i, k in enumerate(ranks):
-        rec.span(k, "allreduce", 1, ready[i], t0 + up, step, algorithm="tree", phase="reduce", chunk=0)
-        rec.span(k, "allreduce", 1, t0 + up, t0 + up + down, step, algorithm="tree", phase="broadcast", chunk=0)
+    up_hops, down_hops = c.tree_hops(sim.nbytes, n), c.tree_hops(sim.nbytes, n, down=True)
+    up = c.noisy_comm(sum(up_hops), step)
+    down = c.noisy_comm(sum(down_hops), step)
+    chunks = tree_chunks(sim.nbytes)
+    rising, falling = _elapsed(up_hops, up), _elapsed(down_hops, down)
+    top, ends = t0 + up, []
+    for p, k in enumerate(ranks):
+        high, deep, leaf = _height(p, n), _depth(p), 2 * p + 1 >= n
+        first_up = t0 + rising[min(high, len(up_hops))]
+        sent_up = top if p == 0 else t0 + rising[min(high + chunks, len(up_hops))]
+        first_down = top + falling[min(deep, len(down_hops))]
+        passed_down = top + falling[min(deep + chunks - (1 if leaf else 0), len(down_hops))]
+        rec.span(k, "wait", 1, ready[p], first_up, step, algorithm="tree", phase="reduce")
+        rec.span(k, "allreduce", 1, first_up, sent_up, step, algorithm="tree", phase="reduce", chunk=0)
+        rec.span(k, "wait", 1, sent_up, first_down, step, algorithm="tree", phase="broadcast")
+        rec.span(k, "allreduce", 1, first_down, passed_down, step, algorithm="tree", phase="broadcast", chunk=0)
         rec.moved(k, 2 * sim.nbytes, 2 * sim.nbytes)
-    return [t0 + up + down] * len(ranks)
+        ends.append(passed_down)
+    return ends
+
+
+def _elapsed(hops: list, total: float) -> list:
+    """Time after each number of `hops` (0, the first, the first two, ...), scaled so that all
+    of them take `total` (the pass as drawn with its spread)."""
+    scale = total / sum(hops) if sum(hops) > 0 else 0.0
+    out = [0.0]
+    for h in hops:
+        out.append(out[-1] + h * scale)
+    return out
+
+
+def _depth(p: int) -> int:
+    """Levels above heap position p (the root: 0)."""
+    return (p + 1).bit_length() - 1
+
+
+def _height(p: int, n: int) -> int:
+    """Levels below heap position p in a heap of n: its leftmost path is its deepest."""
+    high = 0
+    while 2 * p + 1 < n:
+        p, high = 2 * p + 1, high + 1
+    return high
 
 
 def _hierarchical(sim, step: int, ready: list, ranks: list) -> list:
@@ -247,8 +294,8 @@ def _collective_alpha(run, spec, nbytes: float, beta: float) -> float | None:
         return None
     n = spec.topology.workers.count
     if spec.strategy.algorithm == "tree":
-        chunks = max(1, min(TREE_MAX, math.ceil(nbytes / TREE_CHUNK)))
-        hops = 2 * (math.ceil(math.log2(n)) + chunks - 1)
+        chunks = tree_chunks(nbytes)
+        hops = 2 * (tree_levels(n) + chunks - 1)
         a, b = hops, hops * min(2, n - 1) * nbytes / chunks  # as _tree: a parent's children share its link
     else:
         hosts = spec.topology.hosts
