@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from itertools import accumulate
 
 from ..costs import tree_chunks, tree_levels
 from ..fit import after_last_join, latency, mean_durations, per_row, thin
@@ -204,11 +205,11 @@ def _tree(sim, step: int, ready: list, ranks: list) -> list:
     chunks = tree_chunks(sim.nbytes)
     rising, falling = _elapsed(up_hops, up), _elapsed(down_hops, down)
     top, ends = t0 + up, []
-    for p, k in enumerate(ranks):
+    for p, k in enumerate(ranks):  # a rank's height and depth are at most the heap's levels, fewer than the hops
         high, deep, leaf = _height(p, n), _depth(p), 2 * p + 1 >= n
-        first_up = t0 + rising[min(high, len(up_hops))]
-        sent_up = top if p == 0 else t0 + rising[min(high + chunks, len(up_hops))]
-        first_down = top + falling[min(deep, len(down_hops))]
+        first_up = t0 + rising[high]
+        sent_up = t0 + rising[min(high + chunks, len(up_hops))]  # the root: the last chunk, the pass's end
+        first_down = top + falling[deep]
         passed_down = top + falling[min(deep + chunks - (1 if leaf else 0), len(down_hops))]
         rec.span(k, "wait", 1, ready[p], first_up, step, algorithm="tree", phase="reduce")
         rec.span(k, "allreduce", 1, first_up, sent_up, step, algorithm="tree", phase="reduce", chunk=0)
@@ -223,10 +224,7 @@ def _elapsed(hops: list, total: float) -> list:
     """Time after each number of `hops` (0, the first, the first two, ...), scaled so that all
     of them take `total` (the pass as drawn with its spread)."""
     scale = total / sum(hops) if sum(hops) > 0 else 0.0
-    out = [0.0]
-    for h in hops:
-        out.append(out[-1] + h * scale)
-    return out
+    return list(accumulate((h * scale for h in hops), initial=0.0))
 
 
 def _depth(p: int) -> int:
