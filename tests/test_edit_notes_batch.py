@@ -200,3 +200,19 @@ def test_what_dtgen_figure_fits_to_a_column_set_size_accepts(tmp_path):
     # thing (the compiled page, border included): the flagship example passes both.
     path = example(tmp_path, "ps-sync.yaml")
     assert edit_file(path, "set-size", {"fit": "column"}).written
+
+
+def test_zero_and_one_count_only_next_to_what_the_key_counts(tmp_path):
+    """'one process each' and '1-based index' are not the server count 1 (a starter's comments)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("# one parameter server and 1 data source\n"
+                    "strategy: {kind: parameter-server}\n"
+                    "topology:\n"
+                    "  workers:\n"
+                    "    count: 3                  # w1..wN, one process each\n"
+                    '    label: "Worker {i}"         # {i} = 1-based index\n'
+                    "  servers: {count: 1}\n")
+    notes = edit_file(path, "set-strategy", {"kind": "allreduce", "algorithm": "ring"}, compile=False).notes
+    stale = [n for n in notes if n.startswith("comment on line")]
+    assert [n.split(" ")[3] for n in stale] == ["1"], stale
+    assert "mentions 'one parameter server', the old value of topology.servers.count" in stale[0]

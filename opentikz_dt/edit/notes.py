@@ -121,17 +121,31 @@ def drawn(tex: str) -> str:
 _COMMENT = re.compile(r"(?:^|\s)#(.*)$")
 
 
-def _value_patterns(value) -> list[re.Pattern]:
+def _value_patterns(value, path: str = "") -> list[re.Pattern]:
     if isinstance(value, bool) or value is None:
         return []
     if isinstance(value, int):
         words = [str(value)] + ([number_word(value)] if 0 <= value < 10000 else [])
+        if value in (0, 1):
+            # "one process each", "1-based index": 0 and 1 are everywhere in prose, so they
+            # count only next to what the key counts ("one server", "1 parameter server")
+            noun = _counted(path)
+            return [re.compile(rf"(?<![\w.]){re.escape(w)}(?:\s+[\w-]+){{0,2}}?\s+{noun}s?\b", re.IGNORECASE)
+                    for w in words]
         return [re.compile(rf"(?<![\w.]){re.escape(w)}(?![\w.])", re.IGNORECASE) for w in words]
     if isinstance(value, float):
         return [re.compile(rf"(?<![\w.]){re.escape(format(value, 'g'))}(?![\w.])")]
     if isinstance(value, str) and len(value) >= 2:
         return [re.compile(rf"(?<!\w){re.escape(value)}(?!\w)", re.IGNORECASE)]
     return []
+
+
+def _counted(path: str) -> str:
+    """What a number at `path` counts, singular: topology.servers.count -> server."""
+    parts = path.split(".")
+    noun = parts[-2] if parts[-1] == "count" and len(parts) > 1 else parts[-1]
+    noun = noun.replace("_", " ")
+    return re.escape(noun[:-1] if noun.endswith("s") else noun)
 
 
 def stale_comments(new_text: str, new_spec, changes: dict) -> list[str]:
@@ -149,7 +163,7 @@ def stale_comments(new_text: str, new_spec, changes: dict) -> list[str]:
         for number, comment in comments.items():
             if number in seen:  # one note per comment line, for the first key it may contradict
                 continue
-            found = next((m.group(0) for p in _value_patterns(old) if (m := p.search(comment))), None)
+            found = next((m.group(0) for p in _value_patterns(old, path) if (m := p.search(comment))), None)
             if found or number == own:
                 seen.add(number)
                 why = (f"mentions {found!r}, the old value of {path}" if found
@@ -174,7 +188,7 @@ def stale_strings(new_spec, changes: dict) -> list[str]:
         for path, (old, new) in changes.items():
             if path == key:
                 continue
-            found = next((m.group(0) for p in _value_patterns(old) if (m := p.search(value))), None)
+            found = next((m.group(0) for p in _value_patterns(old, path) if (m := p.search(value))), None)
             if found:
                 notes.append(f"{key} on line {line} mentions {found!r}, the old value of {path} (now {_shown(new)}); "
                              f"check it still holds: {_shown(value)}")
