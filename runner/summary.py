@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..lossfacts import FINAL_DEFINITION, final_loss
 from .strategies import load_strategy
 
 
@@ -22,7 +23,9 @@ def render_summary(spec, roles, metrics: dict, run: dict, run_dir) -> str:
     head = (f"{spec.name}: {spec.strategy.kind}{strategy.summary_variant(spec)}"
             + f", {run['world_size']} rank(s), {run['backend']} on {run['device']}, "
             + f"{metrics['steps_done']}/{metrics['steps']} steps")
-    tail = [f"loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "loss -",
+    # the final loss as `dtgen compare`'s table defines it (opentikz_dt/lossfacts.py), and said
+    # so: the last step's loss alone would differ from the table's by a step's noise
+    tail = [f"loss {losses[0]:.4f} -> {final_loss(losses):.4f} ({FINAL_DEFINITION})" if losses else "loss -",
             f"throughput {metrics['samples_per_s']:,.0f} samples/s after a {metrics.get('warmup_s', 0):.1f} s warm-up step"]
     if metrics["staleness"]:
         s = metrics["staleness"]

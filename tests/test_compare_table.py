@@ -126,3 +126,21 @@ def test_compare_with_repeats_and_a_diverged_run_compiles(tmp_path):
     assert "non-finite$^{\\ddagger}$" in (tmp_path / "out" / "compare-table.tex").read_text()
     assert sorted(p.name for p in written if p.suffix == ".pdf") == [
         "compare-loss.pdf", "compare-staleness.pdf", "compare-table.pdf", "compare-throughput.pdf"]
+
+
+def test_the_run_summary_says_the_final_loss_the_table_says(tmp_path):
+    """The terminal's `loss A -> B` and the compare table's "Final loss" are one number, defined once."""
+    from opentikz_dt.runner.strategies import load_strategy
+    from opentikz_dt.runner.summary import render_summary
+
+    run = load_run(write_synthetic_run(tmp_path / "r", "ps-sync", steps=12))
+    loss = run.metrics["loss"]
+    assert final_loss(loss) != loss[-1]  # else the check below could not tell the two apart
+    metrics = {"steps_done": 12, "steps": 12, "staleness": [], **run.metrics}  # a synthetic run omits these
+    text = render_summary(run.spec, load_strategy(run.spec.strategy.kind).roles(run.spec), metrics,
+                          {"world_size": 4, "backend": "gloo", "device": "cpu"}, run.path)
+    table = render_summary_table([summarize(run, None)], None, run.spec)
+    row = next(line for line in table.splitlines() if line.startswith("synth-ps-sync"))
+    shown = f"{final_loss(loss):.4f}"
+    assert f"loss {loss[0]:.4f} -> {shown} (mean loss of the last 5 steps)" in text
+    assert f"{final_loss(loss):.3g}"[:4] in row
