@@ -57,17 +57,42 @@ SWEEP_SECONDS = 10
 
 
 def parse_sweep(text: str) -> list[int]:
+    """`workers=2,4,8` or, as a scaling study is written, `workers=2,4,...,1024`: `...` goes on
+    multiplying by the ratio of the two counts before it, up to the count after it."""
     key, sep, values = str(text).partition("=")
     if key.strip() != "workers" or not sep:
-        raise UsageError(f"--sweep {text!r}: expected workers=N,N,... (e.g. workers=2,4,8,16)")
+        raise UsageError(f"--sweep {text!r}: expected workers=N,N,... (e.g. workers=2,4,8,16 or workers=2,4,...,1024)")
+    items = [v.strip() for v in values.split(",") if v.strip()]
     try:
-        counts = sorted({int(v) for v in values.split(",") if v.strip()})
+        numbers = [None if v == "..." else int(v) for v in items]
     except ValueError:
         raise UsageError(f"--sweep {text!r}: worker counts must be whole numbers") from None
+    counts = sorted(set(_expand_ellipsis(numbers, text)))
     if not counts or counts[0] < 1:
         raise UsageError(f"--sweep {text!r}: worker counts must be 1 or more")
     if len(counts) > MAX_POINTS:
         raise UsageError(f"--sweep: {len(counts)} worker counts, at most {MAX_POINTS} per figure")
+    return counts
+
+
+def _expand_ellipsis(numbers: list, text: str) -> list[int]:
+    if None not in numbers:
+        return numbers
+    at = numbers.index(None)
+    if numbers.count(None) > 1 or at < 2 or at != len(numbers) - 2:
+        raise UsageError(f"--sweep {text!r}: write '...' once, after two counts and before the last "
+                         "(e.g. workers=2,4,...,1024)")
+    a, b, last = numbers[at - 2], numbers[at - 1], numbers[-1]
+    if a < 1 or b <= a or b % a or last < b:
+        raise UsageError(f"--sweep {text!r}: '...' multiplies by the ratio of the two counts before it, "
+                         f"which must be a whole number above 1 ({a}, {b}), up to a last count at least {b}")
+    counts = numbers[:at]
+    while counts[-1] * (b // a) <= last:
+        counts.append(counts[-1] * (b // a))
+        if len(counts) > MAX_POINTS:
+            return counts  # the caller names the limit
+    if counts[-1] != last:
+        raise UsageError(f"--sweep {text!r}: {last} is not reached by multiplying {b} by {b // a}")
     return counts
 
 
