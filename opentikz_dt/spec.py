@@ -2,7 +2,9 @@
 
 load_spec reads YAML (with positions), applies the JSON Schema, fills defaults, then
 runs the cross-field rules and the edit contract's spec invariants, reporting every
-problem at once. Consumers (figures, runner, contract) only ever see a valid Spec.
+problem of a stage at once: every schema problem, else every rule's and invariant's (the
+rules read a built Spec, so they wait for values the schema accepts; leaving a bad value
+out to run them anyway would judge the default in its place). Consumers (figures, runner, contract) only ever see a valid Spec.
 Its types live in `spec_types` (re-exported here). Must not import torch.
 """
 
