@@ -16,7 +16,7 @@ from typing import Callable
 
 from .errors import DtgenError, Issue
 from .palette import PALETTE_NAMES
-from .texsafe import LabelError, render_label
+from .texsafe import LabelError, check_typed_label, render_label
 
 FLOWS = ("data", "grad", "weight")
 
@@ -72,10 +72,18 @@ def labelled_fields(spec):
             yield ("figure", "labels", key), text
 
 
+# The notes whose line breaks start new lines (figures/texts.label_lines_tex draws them line
+# by line); in every other label a newline is refused, as any control character is.
+LINE_BREAK_LABELS = frozenset({"sync_note", "async_note", "central_storage_note"})
+
+
 def _labels_safe(spec):
     for path, text in labelled_fields(spec):
+        line_breaks = path[:2] == ("figure", "labels") and len(path) == 3 and path[2] in LINE_BREAK_LABELS
         try:
-            render_label(text)
+            check_typed_label(text, line_breaks)
+            for line in text.split("\n") if line_breaks else [text]:
+                render_label(line)  # as drawn: line by line
         except LabelError as exc:
             yield path, str(exc)
 

@@ -29,7 +29,8 @@ def render_starter(kind: str) -> str:
 # (the schema ships with dtgen: python -c "import opentikz_dt.resources as r; print(r.schemas_dir())")
 # dtgen experiment spec. Check it:   dtgen validate THIS_FILE
 # Draw it:   dtgen figure THIS_FILE --format pdf      Run it:   dtgen run THIS_FILE
-# Every key below is optional except strategy.kind; the values shown are the defaults.
+# Every key below is optional except strategy.kind; the values shown are the defaults,
+# and a commented-out line is an example of a key left unset.
 name: my-{kind}                 # lowercase letters, digits, dashes; names output files
 title: My {kind.replace('-', ' ')} experiment
 
@@ -58,8 +59,8 @@ runtime: {{backend: auto, device: auto, timeout_s: 120}}   # auto: NCCL on GPUs,
 
 figure:
   palette: light                # light | dark
-  colsep: 4.6                   # cm between data, workers and server
-  rowsep: 2.5                   # cm between workers
+  # colsep: 4.6                 # cm between data, workers and server (unset: 4.6, or what the labels need)
+  # rowsep: 2.5                 # cm between workers (unset: 2.5, or what the labels need)
   # Single quotes for TeX: in double quotes "\\nabla" would become a newline.
   labels: {{batch: batch, grad: '$\\nabla\\theta$', weight: '$\\theta$'}}
   colors: {{data: otgray, grad: otpurple, weight: otteal}}   # palette names only

@@ -2,7 +2,10 @@
 
 Labels come from specs, AI edits and runs, so they are untrusted. Text outside `$...$`
 is escaped character by character; text inside `$...$` may use only the commands in
-MATH_COMMANDS. Anything else is refused with a message, never passed through.
+MATH_COMMANDS. Anything else is refused with a message, never passed through. A label a
+user typed is first checked for control characters (check_typed_label, from the spec's
+labels-safe invariant): a newline or tab there is most often YAML's reading of "\\nabla"
+or "\\theta" in double quotes, which escaping alone would print as "abla" or "heta".
 """
 
 from __future__ import annotations
@@ -80,6 +83,70 @@ def _check_printable(text: str) -> None:
         if code > 255 and ch not in _EXTRA_OK and not is_cjk(ch):
             raise LabelError(f"character {ch!r} (U+{code:04X}) cannot be typeset by pdflatex; use Latin-1, "
                              "Chinese or Japanese text")
+
+
+def is_control(ch: str) -> bool:
+    """C0 and C1 control characters (newline and tab included), DEL, and Unicode's line and
+    paragraph separators: nothing a label a user types can print."""
+    code = ord(ch)
+    return code < 32 or 127 <= code < 160 or ch in "\u2028\u2029"
+
+
+# What a double-quoted YAML string makes of a backslash and a letter (PyYAML's escapes that
+# give a control character): "$\nabla$" holds a newline and "abla", "$\theta$" a tab and "heta".
+YAML_ESCAPES = {"\n": "n", "\t": "t", "\r": "r", "\a": "a", "\b": "b", "\v": "v", "\f": "f", "\x1b": "e",
+                "\x00": "0", "\x85": "N", "\u2028": "L", "\u2029": "P"}
+CONTROL_NAMES = {"\n": "a newline", "\t": "a tab", "\r": "a carriage return", "\a": "a bell character",
+                 "\b": "a backspace", "\v": "a vertical tab", "\f": "a form feed", "\x1b": "an escape character",
+                 "\x00": "a NUL character", "\x85": "a next-line character", "\u2028": "a line separator",
+                 "\u2029": "a paragraph separator"}
+_LETTERS = re.compile(r"[A-Za-z]*")
+
+
+def _control_name(ch: str) -> str:
+    return CONTROL_NAMES.get(ch, f"control character U+{ord(ch):04X}")
+
+
+def _lost_command(text: str, index: int) -> bool:
+    """True when the control character at `index` is what YAML made of a TeX command's
+    backslash and first letter: that letter and the letters after it spell an allowed command."""
+    letter = YAML_ESCAPES.get(text[index])
+    return letter is not None and letter + _LETTERS.match(text, index + 1).group(0) in MATH_COMMANDS
+
+
+def check_typed_label(text: str, line_breaks: bool = False) -> None:
+    """Refuse a control character in a label a user wrote (a spec, an edit): a newline, a tab,
+    any other C0 or C1 control. render_label would print a newline or tab as a space, so
+    "$\\nabla\\theta$" in double quotes (YAML reads a newline and a tab in it) would draw as
+    "ablaheta". With `line_breaks` (a note whose line breaks start new lines) a newline
+    outside $...$ is allowed. The message says which character, and the fix: where the
+    characters are a TeX command's lost backslash, the label to write in single quotes."""
+    parts = re.split(r"(?<!\\)\$", text)  # even: text, odd: math
+    start = 0
+    for k, part in enumerate(parts):
+        for offset, ch in enumerate(part):
+            if is_control(ch) and not (line_breaks and ch == "\n" and k % 2 == 0):
+                raise LabelError(_control_message(text, start + offset, k % 2 == 1, line_breaks))
+        start += len(part) + 1
+
+
+def _control_message(text: str, index: int, math: bool, line_breaks: bool) -> str:
+    ch = text[index]
+    name = _control_name(ch)
+    if _lost_command(text, index):
+        restored = "".join("\\" + YAML_ESCAPES[c] if _lost_command(text, i) else c for i, c in enumerate(text))
+        quoted = "'" + restored.replace("'", "''") + "'"
+        return (f'contains {name} (in a double-quoted YAML string "\\{YAML_ESCAPES[ch]}" is {name}: '
+                f"write {quoted} in single quotes)")
+    if math:
+        return f"contains {name} inside $...$ math (remove it; math is one line)"
+    if ch in "\r\u2028\u2029" and line_breaks:
+        return f"contains {name} (only a newline starts a new line here)"
+    if ch in "\n\r\u2028\u2029":
+        return f"contains {name}: this label prints on one line (write it on one line)"
+    if ch == "\t":
+        return f"contains {name} (write a space instead)"
+    return f"contains {name}, which cannot be printed (remove it)"
 
 
 def escape_text(text: str) -> str:

@@ -35,3 +35,14 @@ def test_defaults_make_a_short_spec_complete():
     assert ps.topology.servers.ids == ["ps1", "ps2"]
     assert ps.topology.workers.count == 3
     assert spec_from_data({"strategy": {"kind": "parameter-server"}}).topology.servers.ids == ["ps"]
+
+
+def test_the_worker_count_default_the_schema_states_is_each_kinds():
+    """README's reference (made from this description) said 3 where tensor resolves to 2 workers:
+    a kind whose default changes must change the description too."""
+    from opentikz_dt.strategies import kinds
+
+    description = spec_schema()["properties"]["topology"]["properties"]["workers"]["properties"]["count"]["description"]
+    counts = {kind: spec_from_data({"strategy": {"kind": kind}}).topology.workers.count for kind in kinds()}
+    assert counts == {**dict.fromkeys(kinds(), 3), "single": 1, "tensor": 2, "mesh": 4}
+    assert description == "Number of workers. Default 3; 1 for strategy single, 2 for tensor, 4 for mesh."

@@ -61,6 +61,34 @@ def test_an_mlp_pairs_its_layers_and_keeps_an_odd_last_layer_whole():
     assert {n.color for n in layout.nodes if n.kind == "box" and n.name.endswith("-l5")} == {"otgray"}
 
 
+def _note(layout) -> str:
+    return next(n.text for n in layout.nodes if n.name == "note")
+
+
+def test_the_note_says_which_layers_are_cut_and_which_stay_whole():
+    """The starter's mlp [32, 128, 128, 10] has three layers: the note once said 'every layer cut
+    into 2 slices' over a grey, unsplit layer 3 it did not explain (the runner keeps an odd last
+    layer whole on every worker), and named a ΣB the picture does not have."""
+    f, b = r"$\Sigma$\,F: ", r"$\Sigma$\,B: "
+    odd = _note(build_layout(_spec(2, {"kind": "mlp", "layers": [32, 128, 128, 10]})))
+    assert odd.split(r"\\") == ["layers 1--2 cut into 2 slices, one per worker;",
+                                "layer 3 (grey) whole on every worker, not split",
+                                f + "all-reduce of a layer's output (forward)"]
+    even = _note(build_layout(_spec(4, {"kind": "mlp", "layers": [32, 64, 64, 64, 64]})))
+    assert even.split(r"\\") == ["every layer cut into 4 slices, one per worker",
+                                 f + "all-reduce of a layer's output (forward),", b + "of its input gradient (backward)"]
+    transformer = _note(build_layout(_spec(2)))
+    assert transformer.split(r"\\")[0] == "every layer cut into 2 slices, one per worker"
+    assert transformer.split(r"\\")[-1] == "embeddings, norms and head whole on every worker"
+    # a column-wide figure draws the first block only: the whole last layer is named, not coloured
+    fitted = _note(build_layout(_spec(2, {"kind": "mlp", "layers": [32, 64, 64, 64, 64, 10]}, width="column")))
+    assert "layer 5 whole on every worker, not split" in fitted and "grey" not in fitted
+    # the words of the layers' names are the spec's
+    named = _note(build_layout(_spec(2, {"kind": "mlp", "layers": [32, 64, 64, 10]},
+                                     labels={"stage_layer": "L{i}", "stage_layers": "L{first}-L{last}"})))
+    assert named.startswith(r"L1-L2 cut into 2 slices, one per worker;\\L3 (grey) whole")
+
+
 def test_drawn_objects_are_bounded_at_1024_workers_and_many_blocks():
     wide = {"kind": "mlp", "layers": [4096] * 9 + [10]}
     count = lambda n, m=wide: (lambda lay: len(lay.nodes) + len(lay.edges))(build_layout(_spec(n, m)))

@@ -184,7 +184,7 @@ def _drawn_text(drawing) -> str:
     for panel in drawing.panels:
         parts += [panel.title] + [lane.label for lane in panel.lanes] + [box.text for box in panel.boxes]
         parts += [tag.text for tag in panel.tags]
-    return " ".join(parts)
+    return " ".join(parts).replace("~", " ")  # a tie prints as a space (a typed ~ is \textasciitilde{})
 
 
 @pytest.mark.parametrize("kind, options", [
@@ -294,6 +294,41 @@ def test_a_narrow_timeline_abbreviates_lanes_in_the_specs_words():
     english = {"strategy": {"kind": "parameter-server"},
                "topology": {"workers": {"count": 3, "label": "Worker process {i}"}, "servers": {"label": "Parameter store"}}}
     assert _lane_labels(english, "column") == ["PS", "W1", "W2", "W3"]  # the defaults
+
+
+def test_a_narrow_timelines_comm_lane_takes_its_compute_lanes_short_name():
+    """A column-wide FSDP timeline once named its lanes W1 beside Worker 1 (comm): the comm
+    lane's long name shortened the compute lane, and kept its own long form."""
+    fsdp = {"strategy": {"kind": "fsdp"}, "topology": {"workers": {"count": 2}}}
+    assert _lane_labels(fsdp, "column") == ["W1", "W1 (comm)", "W2", "W2 (comm)"]
+    zh = {**fsdp, "figure": {"labels": {"worker_short": "卡{i}", "comm_lane": "{lane} 通信"}}}
+    assert _lane_labels(zh, "column") == ["卡1", "卡1 通信", "卡2", "卡2 通信"]  # the spec's words
+    assert _lane_labels(fsdp, "page") == ["Worker 1", "Worker 1 (comm)", "Worker 2", "Worker 2 (comm)"]
+    # a rank's two lanes are elided together, and the gap counts ranks: 3 workers once drew
+    # W1, W1 (comm), W2, '2 more workers', W3 (comm)
+    three = {**fsdp, "topology": {"workers": {"count": 3}}}
+    assert _lane_labels(three, "column") == ["W1", "W1 (comm)", "W2", "W2 (comm)", "W3", "W3 (comm)"]
+    four = {**fsdp, "topology": {"workers": {"count": 4}}}
+    assert _lane_labels(four, "column") == ["W1", "W1 (comm)", "2 more workers", "W4", "W4 (comm)"]
+
+
+def test_a_wrapped_panel_title_keeps_its_last_words_together_and_clear_of_the_legend():
+    """A column-wide measured FSDP panel title wrapped as 'measured: ... (FSDP), steps' over
+    '6–8', and was laid out as one line (its estimate used the width before the node's
+    padding): the title grew up into the legend."""
+    from opentikz_dt.figures.timeline import Box, Lane, Panel, Timeline, tied_label
+
+    assert tied_label("measured: sharded data parallel (FSDP), steps 6–8") == \
+        "measured: sharded data parallel (FSDP), steps~6–8"
+    assert tied_label("bubble 33% = $(p-1)/(m+p-1)$") == r"bubble 33\% =~$(p-1)/(m+p-1)$"  # math stays whole
+    assert tied_label("a $b c$") == "a~$b c$" and tied_label("one") == "one"
+    title = "measured: sharded data parallel (FSDP), steps 6–8"
+    lanes = (Lane("w1", "W1", (Box(0, 80, "forward"),)),)
+    drawing = draw_timeline(Timeline("t", (Panel("measured", title, lanes),)), COLUMN_CM)
+    panel = drawing.panels[0]
+    assert str(panel.title).endswith("steps~6–8")
+    width_cm = 0.155 * len(title)  # \small bold: 211.8 pt for this title, measured with pdflatex
+    assert width_cm > drawing.text_width and panel.title_lines == 2
 
 
 _TICK = re.compile(r"\\draw\[tick\] \((-?[\d.]+),(-?[\d.]+)\) -- \((-?[\d.]+),(-?[\d.]+)\);")

@@ -103,7 +103,7 @@ def timeline_words(spec) -> Words:
     labels = spec.figure.labels
     phases = {phase: labels["phases"][key] for phase, key in PHASE_KEYS.items()}
     return Words(legend_names(spec), phases, labels["more_workers"], labels["more_stages"],
-                 labels["worker_short"], labels["server_short"])
+                 labels["worker_short"], labels["server_short"], labels["comm_lane"])
 
 
 def more_lanes_text(spec, hidden: int) -> str:

@@ -30,6 +30,7 @@ default) are the caller's: render_timeline passes the spec's. Must not import to
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from dataclasses import dataclass, field, replace
 
@@ -69,6 +70,7 @@ class Words:
     more_stages: str = "{n} more stages"
     worker_short: str = "W{i}"
     server_short: str = "PS {i}"
+    comm_lane: str = "{lane} (comm)"  # a rank's communication lane, {lane} its compute lane's name
 
     def phase(self, phase: str) -> str:
         """A phase's name in the legend (a native all-reduce's one phase is the box kind's)."""
@@ -253,7 +255,7 @@ class TimelineDrawing:
     @property
     def text_width(self) -> float:
         """Width for wrapped text (title, note): labels and plot area together, less the nodes' padding."""
-        return self.label_width + self.width - 0.25
+        return self.label_width + self.width - TEXT_PAD
 
     def names(self) -> list[str]:
         out = ["title"] + [entry.node for entry in self.legend]
@@ -277,6 +279,7 @@ def _tick_text(value: float, step: float) -> Tex:
 CHAR_CM = {"scriptsize": 0.125, "footnotesize": 0.145, "small": 0.155}
 BORDER_CM = 2 * 8 / 28.45  # the standalone border on each side
 LABEL_GAP = 0.15  # lane label to plot area
+TEXT_PAD = 0.25  # what the wrapped text nodes (title, panel titles, note) lose to their padding
 NARROW_CM = 11.0  # at or below this target width lanes, labels and legend are compacted
 NARROW_LABEL_CM = 1.6  # the longest lane label a narrow figure keeps
 NARROW_LANES = 5  # workers drawn at most when narrow (first ones, ellipsis, last)
@@ -299,11 +302,30 @@ def _short_label(lane: Lane, words: Words) -> str:
     """The compact lane label of a narrow figure (W3, PS, PS 2; a stage's label stays). The
     abbreviation is a template of the spec's words: labels are free text, and no rule finds
     the short form of any of them (CJK words have no initials; PS is English usage)."""
+    if lane.id.endswith("-comm"):  # named after its compute lane, short where that one is (W1 (comm))
+        compute = replace(lane, id=lane.id.removesuffix("-comm"))
+        short = _short_label(compute, words)
+        return words.comm_lane.replace("{lane}", short) if short != compute.label else lane.label
     if lane.role == "server":  # a single server (ps) has no number: PS {i} gives PS
         return " ".join(words.server_short.replace("{i}", lane.id[2:]).split())
     if lane.role == "worker" and lane.id[1:].isdigit():
         return words.worker_short.replace("{i}", lane.id[1:])
     return lane.label
+
+
+def tied_label(text: str) -> str:
+    """render_label of `text` with its last space outside $...$ math a TeX tie (~), so a title
+    that wraps never leaves its last word alone on a line ("steps" over "6–8")."""
+    segments = re.split(r"(?<!\\)\$", text)  # even: text, odd: math
+    if len(segments) % 2 == 1:  # (an unmatched $: render_label says so)
+        for k in range(len(segments) - 1, -1, -2):  # the text segments, the last first
+            seg = segments[k] if k < len(segments) - 1 else segments[k].rstrip()  # a word after the space
+            at = seg.rfind(" ")
+            if at > 0 or (at == 0 and k > 0):  # ... and a word (or math) before it
+                head = "$".join(segments[:k] + [segments[k][:at]])
+                tail = "$".join([segments[k][at + 1:]] + segments[k + 1:])
+                return render_label(head) + "~" + render_label(tail)
+    return render_label(text)
 
 
 def _hidden(lane: Lane) -> int:
@@ -312,13 +334,29 @@ def _hidden(lane: Lane) -> int:
 
 
 def fit_lanes(lanes: tuple, max_workers: int, words: Words | None = None) -> tuple:
-    """At most `max_workers` worker/stage lanes: the first ones, one gap lane counting the rest, the last."""
+    """At most `max_workers` worker/stage lanes: the first ones, one gap lane counting the rest, the last.
+    A rank's communication lane (w1-comm) stays with its compute lane: ranks are kept or hidden
+    whole, the gap counts ranks, and a gap that would stand for one rank only draws it instead."""
     words = words or Words()
     members = [k for k, lane in enumerate(lanes) if lane.role != "server"]
     if len(members) <= max_workers:
         return lanes
-    keep = set(members[:max_workers - 2] + members[-1:])
-    hidden = sum(_hidden(lane) for k, lane in enumerate(lanes) if k in members and k not in keep)
+    ranks: list[list[int]] = []  # member lanes by rank: its compute lane, then its comm lane
+    for k in members:
+        if ranks and lanes[k].id == lanes[ranks[-1][0]].id + "-comm":
+            ranks[-1].append(k)
+        else:
+            ranks.append([k])
+    room = max_workers - 1 - len(ranks[-1])  # lanes left beside the gap and the last rank
+    first = 0
+    while first < len(ranks) - 1 and len(ranks[first]) <= room:
+        room -= len(ranks[first])
+        first += 1
+    hidden_ranks = ranks[first:-1]
+    if len(hidden_ranks) < 2 and all(lanes[r[0]].role != "gap" for r in hidden_ranks):
+        return lanes  # a gap standing for one rank would say less than the rank's own lanes
+    keep = {k for rank in ranks[:first] + ranks[-1:] for k in rank}
+    hidden = sum(_hidden(lanes[rank[0]]) for rank in hidden_ranks)
     out, gap_done = [], False
     for k, lane in enumerate(lanes):
         if k in keep or k not in members:
@@ -513,9 +551,11 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, words: Wor
     text_room = label_width + width_cm
     panels, y = [], 0.0
     for panel in panels_in:
-        title = render_label(panel.title) + (f" \\textmd{{({render_label(panel.note)})}}" if panel.note else "")
         title_units = _units(panel.title) + (_units(panel.note) + 3 if panel.note else 0)
-        lines = max(1, math.ceil(CHAR_CM["small"] * title_units / text_room))
+        lines = max(1, math.ceil(CHAR_CM["small"] * title_units / (text_room - TEXT_PAD)))  # as the node wraps it
+        # a title that wraps keeps its last two words together ("steps 6–8", never "6–8" alone)
+        title = (render_label(panel.title) + f" \\textmd{{({tied_label(panel.note)})}}" if panel.note
+                 else tied_label(panel.title))
         y -= 0.45 * (lines - 1)
         top = y
         if tagged and panel.lanes and any(span.letter for span in spans[(panel.id, panel.lanes[0].id)]):

@@ -153,18 +153,46 @@ def tensor_layout(spec, sp: Spacing, fitted: bool = False):
         end = Port(first, "west", level=f"{worker}.east") if first else Port(first_slice[worker], "west")
         edges.append(Edge(Port(worker, "east"), end, "act"))
     # under the last worker's label, centred under the picture
-    lines = 4 if model_section(spec).get("kind", "mlp") == "transformer" else 3
+    lines = _note_lines(spec, count, items)
     label_lines = Sizes(spec).worker_lines  # the last worker's label may print on two lines
-    below = bottom - worker_h / 2 - LABEL_H - LINE_H * (label_lines - 1) - 0.35 - lines / 2 * LINE_H
-    nodes.append(Node("note", round(x / 2, 3), round(below, 3), kind="text", text=_note(spec, count)))
+    below = bottom - worker_h / 2 - LABEL_H - LINE_H * (label_lines - 1) - 0.35 - len(lines) / 2 * LINE_H
+    nodes.append(Node("note", round(x / 2, 3), round(below, 3), kind="text", text=Tex(r"\\".join(lines))))
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, (), braces)
 
 
-def _note(spec, count: int) -> Tex:
-    """What the picture shows, in three lines under it (four for a transformer)."""
-    first = render_label(f"every layer cut into {count_text(count)} slices, one per worker")
-    second = (r"$\Sigma$\,F: " + render_label("all-reduce of a layer's output (forward),")
-              + r"\\$\Sigma$\,B: " + render_label("of its input gradient (backward)"))
-    if model_section(spec).get("kind", "mlp") == "transformer":
-        second += r"\\" + render_label("embeddings, norms and head whole on every worker")
-    return Tex(first + r"\\" + second)
+def _note_lines(spec, count: int, items: list[Item]) -> list[str]:
+    """What the picture shows, as TeX lines under it: which layers are cut into slices and
+    which stay whole on every worker (an mlp's odd last layer, drawn grey: the runner keeps
+    it whole, runner/strategies/tensor.py; a transformer's embeddings, norms and head), and
+    the all-reduce bars drawn (ΣF, ΣB: only those the picture has)."""
+    slices = f"cut into {count_text(count)} slices, one per worker"
+    model = model_section(spec)
+    kind = model.get("kind", "mlp")
+    lines = []
+    if kind == "mlp":
+        layers = len(model["layers"]) - 1
+        split = 2 * (layers // 2)  # column/row pairs; an odd last layer stays whole
+        whole = label_text(spec, "stage_layer", i=layers)
+        grey = " (grey)" if any(item.kind == "whole" for item in items) else ""
+        if split == layers:
+            lines.append(render_label(f"every layer {slices}"))
+        elif split:
+            lines.append(render_label(f"{label_text(spec, 'stage_layers', first=1, last=split)} {slices};"))
+            lines.append(render_label(f"{whole}{grey} whole on every worker, not split"))
+        else:
+            lines.append(render_label(f"{whole}{grey} whole on every worker: one layer has no pair to split"))
+    elif kind == "transformer":
+        lines.append(render_label(f"every layer {slices}"))
+    else:  # a python model: strategy.plan (or its own tp_plan) says which modules are cut
+        lines.append(render_label(f"the plan's colwise and rowwise layers {slices}"))
+    forward, backward = any(item.forward for item in items), any(item.backward for item in items)
+    if forward:
+        lines.append(r"$\Sigma$\,F: " + render_label("all-reduce of a layer's output (forward)" + ("," if backward else "")))
+    if backward:
+        lines.append(r"$\Sigma$\,B: " + render_label(("of its" if forward else "all-reduce of a layer's")
+                                                     + " input gradient (backward)"))
+    if kind == "transformer":
+        lines.append(render_label("embeddings, norms and head whole on every worker"))
+    elif kind != "mlp":
+        lines.append(render_label("the other modules whole on every worker"))
+    return lines

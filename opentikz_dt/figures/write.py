@@ -101,11 +101,20 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+def _written_gaps(spec) -> set[str]:
+    """The gaps (figure.colsep, figure.rowsep) the spec's file sets itself, not by default."""
+    data = spec.located.data if spec.located is not None else spec.data
+    figure = data.get("figure") if isinstance(data, dict) else None
+    return {f"figure.{key}" for key in ("colsep", "rowsep") if isinstance(figure, dict) and key in figure}
+
+
 def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: bool,
                    width: str | None = None, notify=None, calibration=None) -> list[Path]:
     """What `dtgen figure SPEC` does: load the spec, render the asked kinds, write them.
-    `notify(line)` hears of every gap drawn wider than the spec asked (the CLI prints it on stderr)
-    and of a calibration's warnings; with `calibration` the timeline is the predicted one."""
+    `notify(line)` hears of every gap the spec sets that is drawn wider than it asks (the CLI
+    prints it on stderr; a gap left to its default is the layout's to choose, and only the
+    .tex says it was widened) and of a calibration's warnings; with `calibration` the
+    timeline is the predicted one."""
     from ..spec import load_spec
 
     # A run directory is drawn by opentikz_dt.measured.figures.figure_run_command instead;
@@ -117,8 +126,10 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
     if notify is not None and "topology" in kinds:
         from .topology import build_layout
 
+        written = _written_gaps(spec)
         for note in build_layout(spec).notes:
-            notify(f"{target}: {note}")
+            if note.split(" ", 1)[0] in written:
+                notify(f"{target}: {note}")
     timeline = None
     if calibration is not None and "timeline" in kinds:  # a prediction instead of the illustrative schedule
         from ..predict.expected import predicted_timeline

@@ -5,7 +5,8 @@ seconds). A second axis, `--set key=v1,v2,...` with a comma list, gives one line
 value (e.g. strategy.algorithm=ring,tree,native). Points the spec rules refuse (a
 pipeline with more stages than layers, hosts that do not divide the workers) are left
 out and named in the caption. A sweep assumes a cluster: every rank on its own core,
-compute as calibrated solo, links as calibrated or `--link`. Must not import torch.
+compute as calibrated solo, links as calibrated or `--link` (without a calibration, the
+illustrative cost model's round numbers). Must not import torch.
 """
 
 from __future__ import annotations
@@ -178,6 +179,11 @@ def check_sweep_size(planned: list) -> None:
 
 
 def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
+    source = assumed.get("calibration", "")
+    # The illustrative cost model measured nothing: its compute, links and latency are round
+    # numbers (predict/costs.illustrative_calibration), none of them "as calibrated".
+    illustrative = bool(assumed.get("illustrative")) or source.startswith("illustrative")
+    compute = "compute at the model's nominal speed" if illustrative else "compute as calibrated solo"
     rate = assumed.get("link_bytes_per_s")
     link = f"links {rate * 8 / 1e9:g} Gbit/s" if rate else "links as calibrated"
     lat = assumed.get("latency_s")
@@ -186,13 +192,18 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     if preset:  # a preset says where its numbers come from, and which it does not have
         link = f"links {preset['name']} ({rate * 8 / 1e9:g} Gbit/s per direction, {preset['source']})"
         if lat is None:
-            latency = ", latency as calibrated (no source gives the preset's)"
-        link = f"compute measured on {preset['compute']}; {link}"
-    source = assumed.get("calibration", "")
+            latency = (", latency the model's nominal one" if illustrative else ", latency as calibrated") + (
+                " (no source gives the preset's)")
+        if not illustrative:
+            link = f"compute measured on {preset['compute']}; {link}"
+    parts = [compute, link]
+    if illustrative and not rate:
+        parts = ["compute and links at the model's nominal speeds"]
     # The file's name only: a figure for a paper must not carry this machine's paths.
-    source = "illustrative cost model" if source.startswith("illustrative") else f"calibration {Path(source).name}"
-    notes = [f"predicted from the {source}: every rank on its own core, compute as "
-             f"calibrated solo; {link}{latency}; {steps} steps, first left out"]
+    source = ("illustrative cost model (round numbers, not measured)" if illustrative
+              else f"calibration {Path(source).name}")
+    notes = [f"predicted from the {source}: every rank on its own core, {'; '.join(parts)}{latency}; "
+             f"{steps} steps, first left out"]
     if assumed.get("strategy_note"):
         notes.append(assumed["strategy_note"])
     if assumed.get("transfer"):  # a sweep writes no run.json: the whole caveat goes in its caption

@@ -273,10 +273,10 @@ def _split_in_stage(spec, name: str, present: set) -> bool:
 
 
 def starter_block(kind: str) -> str:
-    return """\
+    return f"""\
 strategy:
   kind: mesh                  # hybrid: pipeline stages x data-parallel replicas x tensor-parallel groups
-  parallelism: {data: 2, tensor: 2}  # degrees (product = topology.workers.count); tensor inside a host
-  data_parallel: fsdp         # how the replicas synchronise: allreduce | fsdp
+  parallelism: {{data: 2, tensor: 2}}  # degrees (product = topology.workers.count); tensor inside a host
+  data_parallel: {DEFAULT_DATA_METHOD:<12} # how the replicas synchronise: {" | ".join(DATA_METHODS)}
   # pipeline stages: add pipeline: 2 to parallelism (and double the workers); then
   # microbatches: 4 and schedule: 1f1b (gpipe | 1f1b) apply per data replica"""
