@@ -3,8 +3,9 @@
 Exit codes, the same for every command (README, "Exit codes"):
   0  success
   1  invalid spec or input: a spec, edit, run directory, trace, model or dataset that
-     cannot be used (nothing was started or written)
-  2  usage: a bad command-line option or argument (click's own code)
+     cannot be used (nothing was started or written), an output that cannot be written
+  2  usage: a bad command-line option or argument (click's own code), a path an option
+     names that does not exist or is the wrong kind, options that cannot combine
   3  a run failed: a rank crashed, hung or was lost, after the ranks started
   4  a tool is missing or failed: pdflatex, a converter, PyTorch not installed
   130 interrupted (Ctrl-C)
@@ -42,8 +43,9 @@ class DtgenError(Exception):
 class SpecError(DtgenError):
     """A spec failed to load or validate; carries every issue found, not just the first."""
 
-    def __init__(self, issues: list[Issue]):
+    def __init__(self, issues: list[Issue], more_after: str = ""):
         self.issues = sorted(set(issues))
+        self.more_after = more_after  # checks that only run once these issues are fixed
         super().__init__("\n".join(str(i) for i in self.issues))
 
 
@@ -91,8 +93,15 @@ class EditRefused(DtgenError):
 
 def error_text(exc: DtgenError) -> str:
     """What the CLI prints and the MCP server returns for an error: a spec's issue lines
-    as they are (gcc-style, so editors jump to them) and one `dtgen: error:` line."""
+    as they are (gcc-style, so editors jump to them) and one `dtgen: error:` line, last."""
     if isinstance(exc, SpecError):
         files = len({issue.file for issue in exc.issues})
-        return str(exc) + f"\ndtgen: error: {len(exc.issues)} problem(s) in {files} file(s)"
-    return f"dtgen: error: {exc}"
+        more = f"; {exc.more_after} run once these are fixed" if exc.more_after else ""
+        return str(exc) + f"\ndtgen: error: {len(exc.issues)} problem(s) in {files} file(s){more}"
+    # A message of several lines is what went wrong (its first line) and what that is about
+    # (a refused edit's issues, an override's issues, a failed run's log and folder): those
+    # come first and the `dtgen: error:` line last, as a spec's problems and their count do.
+    headline, *details = str(exc).splitlines() or [""]
+    if details:
+        headline = headline.rstrip(":")  # "...:" announced the lines that now stand above it
+    return "\n".join([*details, f"dtgen: error: {headline}"])

@@ -138,9 +138,10 @@ def _validate_tool(arguments: dict) -> dict:
     from .validate import validate_files
 
     spec = _argument(arguments, "spec", str)
-    issues = validate_files([Path(spec)])
+    issues, waiting = validate_files([Path(spec)])
     lines = [str(issue) for issue in issues]
-    return {"ok": not issues, "issues": lines, "text": "\n".join(lines) if issues else f"{spec}: ok"}
+    text = "\n".join(lines + ([f"{waiting} run once these are fixed"] if waiting else [])) if issues else f"{spec}: ok"
+    return {"ok": not issues, "issues": lines, "text": text}
 
 
 def render_png(spec_path: str, kind: str = "topology", dpi: int = RENDER_DPI) -> tuple[bytes, dict]:

@@ -88,7 +88,7 @@ def spec_from_located(located: Located, data_files: bool = True) -> Spec:
 
     issues = check_schema(located) + check_sections(located)
     if issues:
-        raise SpecError(issues)
+        raise SpecError(issues, more_after="the cross-field rules and invariants")
     spec = build_spec(resolve(located.data, located.file), located)
     from .invariants import check_spec_invariants
     from .rules import check_rules

@@ -6,11 +6,15 @@ from .errors import Issue, SpecError
 from .spec import load_spec
 
 
-def validate_files(paths) -> list[Issue]:
+def validate_files(paths) -> tuple[list[Issue], str]:
+    """Every issue of every file, and what was not checked yet: a spec with schema problems
+    has its cross-field rules run only once those are fixed (spec.py), and the user is told."""
     issues: list[Issue] = []
+    waiting = ""
     for path in paths:
         try:
             load_spec(path)
         except SpecError as exc:
             issues.extend(exc.issues)
-    return issues
+            waiting = waiting or exc.more_after
+    return issues, waiting

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from opentikz_dt.cli import main
 from opentikz_dt.resources import schemas_dir
 from opentikz_dt.spec import load_spec, spec_from_data
+from opentikz_dt.strategies import kinds
 
 CASES = Path(__file__).parent / "cases"
 
@@ -26,7 +28,7 @@ def test_validate_reports_all_files_at_once():
     result = run_cli("validate", *map(str, bad), str(CASES / "good" / "minimal-allreduce.yaml"))
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[-1] == "dtgen: error: 4 problem(s) in 2 file(s)"
+    assert lines[-1] == "dtgen: error: 4 problem(s) in 2 file(s); the cross-field rules and invariants run once these are fixed"
     assert any("did you mean 'algorithm'" in line for line in lines)
     assert any("did you mean 'async'" in line for line in lines)
 
@@ -55,7 +57,13 @@ def test_debug_shows_traceback_only_when_asked(tmp_path):
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 
-@pytest.mark.parametrize("kind", ["single", "parameter-server", "central-storage", "allreduce", "gossip", "pipeline"])
+def test_init_offers_every_strategy():
+    """The starters the tests below check are the ones `dtgen init --help` lists."""
+    help_text = " ".join(run_cli("init", "--help").output.split())
+    assert f"--strategy [{'|'.join(kinds())}]" in help_text
+
+
+@pytest.mark.parametrize("kind", kinds())
 def test_init_writes_a_valid_commented_spec(tmp_path, kind):
     target = tmp_path / "spec.yaml"
     result = run_cli("init", "--strategy", kind, str(target))
@@ -69,7 +77,7 @@ def test_init_writes_a_valid_commented_spec(tmp_path, kind):
     assert load_spec(target).strategy.kind == kind
 
 
-@pytest.mark.parametrize("kind", ["single", "parameter-server", "central-storage", "allreduce", "gossip", "pipeline"])
+@pytest.mark.parametrize("kind", kinds())
 def test_init_values_are_the_defaults_it_says_they_are(kind):
     """'the values shown are the defaults': the starter resolves to what the bare kind resolves to
     (its name and title aside, which are the user's to choose)."""
@@ -78,6 +86,66 @@ def test_init_values_are_the_defaults_it_says_they_are(kind):
     for data in (starter, bare):
         data.pop("name"), data.pop("title")
     assert starter == bare
+
+
+def _listed_values():
+    """(kind, strategy key) -> every value a spec of that kind may give the key, for the keys
+    whose starter comment lists their values."""
+    from opentikz_dt.strategies import strategy
+    from opentikz_dt.strategies.mesh import DATA_METHODS
+
+    return {("allreduce", "algorithm"): strategy("allreduce").algorithms,
+            ("parameter-server", "sync"): strategy("parameter-server").sync_modes,
+            ("pipeline", "schedule"): ("gpipe", "1f1b"),
+            ("mesh", "data_parallel"): DATA_METHODS}
+
+
+@pytest.mark.parametrize("kind, key", list(_listed_values()))
+def test_init_shows_the_default_and_lists_every_value(kind, key):
+    """mesh's starter once showed `data_parallel: fsdp  # ... allreduce | fsdp`: not the default
+    (allreduce), and without ring and tree."""
+    line = next(line for line in run_cli("init", "--strategy", kind).output.splitlines()
+                if line.startswith(f"  {key}:"))
+    value, _, comment = line.split(":", 1)[1].partition("#")
+    assert value.strip() == spec_from_data({"strategy": {"kind": kind}}).data["strategy"][key], line
+    assert [v for v in _listed_values()[(kind, key)] if not re.search(rf"(?<![\w-]){re.escape(v)}(?![\w-])", comment)] == []
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_init_starter_draws_without_a_warning(tmp_path, kind):
+    """A fresh starter validates, and `dtgen figure` on it warns about nothing (the tensor starter's
+    colsep 4.6 once drew at 5.07 cm with 'figure.colsep 4.6 cm is too tight' on stderr)."""
+    target = tmp_path / "starter.yaml"
+    assert run_cli("init", "--strategy", kind, str(target)).exit_code == 0
+    validated = run_cli("validate", str(target))
+    assert (validated.exit_code, validated.output) == (0, f"{target}: ok\n")
+    drawn = run_cli("figure", str(target), "-o", str(tmp_path / "fig"))
+    assert drawn.exit_code == 0, drawn.output
+    assert drawn.stderr == ""
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [f"my-{kind}-timeline.tex", f"my-{kind}-topology.tex"]
+
+
+def test_a_default_gap_is_widened_silently_and_a_written_one_with_a_warning(tmp_path):
+    """The default colsep (4.6) is too tight for a native all-reduce's bar and its labels: dtgen
+    widens it without a word (the user asked for nothing), but says so for a colsep the spec sets."""
+    for name, figure, warned in (("unset", "", False), ("written", "figure: {colsep: 4.6}\n", True)):
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text("strategy: {kind: tensor}\n" + figure)
+        result = run_cli("figure", str(spec), "-o", str(tmp_path), "--kind", "topology")
+        assert result.exit_code == 0, result.output
+        warning = f"{spec}: figure.colsep 4.6 cm is too tight for these labels and icons: dtgen draws it at 5.07 cm"
+        assert warning in result.stderr if warned else result.stderr == ""
+        assert "% figure.colsep 4.6 cm is too tight" in (tmp_path / f"{name}-topology.tex").read_text()
+
+
+def test_init_makes_the_missing_folders_as_the_other_outputs_do(tmp_path):
+    # calibrate -o and predict -o make theirs; init tracebacked on its temporary file
+    target = tmp_path / "new" / "deeper" / "spec.yaml"
+    result = run_cli("init", "--strategy", "gossip", str(target))
+    assert result.exit_code == 0, result.output
+    assert result.output == f"wrote {target}\n"
+    assert load_spec(target).strategy.kind == "gossip"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["spec.yaml"]  # no temporary file left
 
 
 def test_init_to_stdout_and_refuses_overwrite(tmp_path):
@@ -105,13 +173,28 @@ def test_contract_prints_meta_json():
         assert executable["invariants"][line.split(":")[0]]["check"], line
 
 
+def test_validate_says_when_the_rules_wait_for_the_schema(tmp_path):
+    """Schema problems first; the cross-field rules need valid values, and the summary says
+    they have not run yet, so a clean second run is no surprise (then only the rule's problem)."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("strategy: {kind: allreduce, sync: async}\ntraining: {optimizer: {kind: sgd, lr: 1e-3}}\n")
+    first = run_cli("validate", str(spec))
+    assert first.exit_code == 1 and "training.optimizer.lr: expected a number" in first.output
+    assert "strategy.sync" not in first.output
+    assert first.output.splitlines()[-1] == ("dtgen: error: 1 problem(s) in 1 file(s); the cross-field rules and "
+                                             "invariants run once these are fixed")
+    spec.write_text("strategy: {kind: allreduce, sync: async}\ntraining: {optimizer: {kind: sgd, lr: 1.0e-3}}\n")
+    second = run_cli("validate", str(spec))
+    assert second.exit_code == 1 and "strategy.sync: async updates need a parameter server" in second.output
+    assert second.output.splitlines()[-1] == "dtgen: error: 1 problem(s) in 1 file(s)"
+
 @pytest.mark.parametrize("command", [["figure"], ["run"], ["validate"]])
 def test_bad_spec_stops_every_command_with_the_located_message_and_writes_nothing(tmp_path, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
     bad = CASES / "bad" / "misspelt-value.yaml"
     result = run_cli(*command, str(bad))
     assert result.exit_code == 1  # the same code from every command
-    assert result.output.splitlines()[-1] == f"dtgen: error: 1 problem(s) in 1 file(s)"
+    assert result.output.splitlines()[-1] == "dtgen: error: 1 problem(s) in 1 file(s); the cross-field rules and invariants run once these are fixed"
     assert f"{bad}:3:9: strategy.sync: 'asnyc' is not one of 'sync', 'async'; did you mean 'async'?" in result.output
     assert "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []  # no runs/ or figures/ half-written

@@ -313,7 +313,7 @@ def test_cli_bad_input_is_one_line_and_nothing_written(tmp_path):
     runner = CliRunner()
     out = tmp_path / "p"
     cases = [  # exit codes of errors.py's table: 1 invalid input, 2 a bad option value (usage)
-        (["--calibration", str(tmp_path / "nope.json")], "no such calibration file", 1),
+        (["--calibration", str(tmp_path / "nope.json")], "does not exist", 2),
         (["--sweep", "workers=2,4,x"], "worker counts must be whole numbers", 2),
         (["--sweep", "hosts=2,4"], "expected workers=N,N,...", 2),
         (["--sweep", "workers=" + ",".join(str(i) for i in range(1, 80))], "at most 64 per figure", 2),
@@ -373,6 +373,22 @@ def test_scaling_caption_names_the_calibration_file_not_its_path(tmp_path):
     from opentikz_dt.predict.sweep import caption
     notes = caption({"calibration": str(tmp_path / "cal.json")}, [], 20)
     assert "calibration cal.json" in notes[0] and str(tmp_path) not in notes[0]
+
+
+def test_an_uncalibrated_sweep_says_nothing_was_calibrated(tmp_path):
+    """It said 'predicted from the illustrative cost model: ... compute as calibrated solo;
+    links as calibrated': the illustrative model's numbers are round ones, measured nowhere."""
+    result = CliRunner().invoke(main, ["predict", "examples/allreduce-ring.yaml", "--sweep", "workers=2,4,8",
+                                       "--steps", "10", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    tex = (tmp_path / "predicted-scaling.tex").read_text()
+    assert ("predicted from the illustrative cost model (round numbers, not measured): every rank on its own "
+            "core, compute and links at the model's nominal speeds; 10 steps, first left out") in tex
+    assert "calibrated" not in tex
+    from opentikz_dt.predict.sweep import caption
+    given = caption({"calibration": "illustrative (no calibration)", "illustrative": True,
+                     "link_bytes_per_s": 1.25e9, "latency_s": 1e-3}, [], 10)[0]
+    assert "compute at the model's nominal speed; links 10 Gbit/s, latency 1 ms;" in given
 
 
 def test_phase_table_sets_negative_errors_with_a_dash_not_a_hyphen():

@@ -91,8 +91,8 @@ def test_ctrl_c_stops_every_rank_keeps_the_partial_trace_and_exits_130(tmp_path)
     rc, err = _wait(proc)
     assert _group(proc.pid) == []
     assert rc == 130, err
-    assert err.splitlines()[-2:] == ["dtgen: error: interrupted: every rank was stopped",
-                                     f"run directory: {out} (partial trace kept)"]
+    assert err.splitlines()[-2:] == [f"run directory: {out} (partial trace kept)",
+                                     "dtgen: error: interrupted: every rank was stopped"]
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "failed" and run["failure"]["exit_code"] == 130
     trace = json.loads((out / "trace.json").read_text())

@@ -6,8 +6,10 @@ figure.py (figure, compare), run.py (run), edit.py (edit), template.py
 
 Errors from the library (DtgenError) become one clear message ending in a
 `dtgen: error:` line and the same exit code in every command (opentikz_dt/errors.py
-has the table); `--debug` shows the traceback instead. Only `run` imports the runner
-(and torch).
+has the table); `--debug` shows the traceback instead. click's own usage errors end in
+the same line, and a file the system refuses (an output that cannot be written) is one
+such line too, never a traceback. options.py has what several commands share. Only
+`run` imports the runner (and torch).
 """
 
 from __future__ import annotations
@@ -17,11 +19,23 @@ import sys
 import click
 
 from .. import __version__
-from ..errors import DtgenError, error_text
+from ..errors import EXIT_INVALID, DtgenError, error_text
+
+# click >= 8.2 asks for the help of a bare `dtgen` with this error; it must stay help
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class _Group(click.Group):
-    """Maps DtgenError to a message and exit code, unless --debug."""
+    """Maps DtgenError to a message and exit code, unless --debug; click's own errors and
+    OSErrors about a file to the same `dtgen: error:` line last."""
+
+    def make_context(self, *args, **kwargs):
+        try:  # dtgen's own options (`dtgen --bogus`); a command's are parsed in invoke
+            return super().make_context(*args, **kwargs)
+        except _NO_ARGS_IS_HELP:
+            raise
+        except click.ClickException as exc:
+            _click_error(exc)
 
     def invoke(self, ctx):
         try:
@@ -31,9 +45,32 @@ class _Group(click.Group):
                 raise
             click.echo(error_text(exc), err=True)
             sys.exit(exc.exit_code)
+        except _NO_ARGS_IS_HELP:
+            raise
+        except click.ClickException as exc:
+            _click_error(exc)
+        except OSError as exc:
+            # A file or folder the system refused where no command named it (a default output
+            # folder that cannot be made, a full disk): invalid input as an output that cannot
+            # be written is (options.writing), one line naming the file. An OSError about no
+            # file (a closed pipe) is click's to handle.
+            if exc.filename is None or (ctx.obj and ctx.obj.get("debug")):
+                raise
+            click.echo(f"dtgen: error: {exc.filename}: {exc.strerror or exc}", err=True)
+            sys.exit(EXIT_INVALID)
         except KeyboardInterrupt:
             click.echo("dtgen: interrupted", err=True)
             sys.exit(130)
+
+
+def _click_error(exc: click.ClickException):
+    """click's error (a bad option value, a missing argument, options that cannot combine) as
+    dtgen's: the usage line for context, then `dtgen: error: ...` last, click's exit code (2)."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        click.echo(f"{ctx.get_usage()}\nTry '{ctx.command_path} --help' for help.\n", err=True)
+    click.echo(f"dtgen: error: {exc.format_message()}", err=True)
+    sys.exit(exc.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

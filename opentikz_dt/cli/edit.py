@@ -4,7 +4,8 @@
 The operation's options are not click options: they come from its argument schema in
 schemas/meta.json (edit/args.py parses and checks them), so a new operation in the
 contract needs no CLI change. Exit codes: 0 applied (or nothing to change), 1 refused
-(the file is unchanged), 2 bad arguments or an unreadable spec.
+or a spec that cannot be read, as every command's SPEC (the file is unchanged), 2 bad
+arguments (an --ops FILE that does not exist included).
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """`dtgen figure` (spec -> topology and timeline figures; run directory -> measured figures) and `dtgen compare`."""
 
+import math
 from pathlib import Path
 
 import click
+
+from .options import WIDTH, writing
 
 
 @click.command()
@@ -21,26 +24,44 @@ import click
 @click.option("--steps", default=None, metavar="FIRST:LAST",
               help="Run directories only: the steps the measured timeline shows, both included "
                    "(default: a representative window after warm-up).")
-@click.option("--width", default=None, metavar="column|page|Ncm",
+@click.option("--width", type=WIDTH, default=None, metavar="column|page|Ncm",
               help="Target width at final size (overrides figure.width in the spec): the layout adapts so "
                    "text stays legible instead of being scaled down.")
-@click.option("--calibration", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Specs only: draw the expected timeline as predicted with this calibration (dtgen calibrate) "
                    "instead of the illustrative cost model.")
 def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
     """Render SPEC's figures (or a run directory's measured ones) as standalone TeX (and PDF/SVG/PNG)."""
-    if spec.is_dir():  # a run directory: its resolved spec.yaml and trace.json (measured figures)
-        from ..measured.figures import figure_run_command
+    run_dir = spec.is_dir()  # a run directory: its resolved spec.yaml and trace.json (measured figures)
+    # An option for the other kind of input would be silently ignored (or fail deep inside);
+    # of a path that does not exist, the kind is unknown: its own error says it is missing.
+    for given, option, needs in ((steps is not None and not run_dir, "--steps", "run directories"),
+                                 (calibration is not None and run_dir, "--calibration", "specs"),
+                                 (kind == "partitioning" and run_dir, "--kind partitioning", "specs")):
+        if given and spec.exists():
+            raise click.UsageError(f"{option} applies to {needs} only; {spec} is "
+                                   f"{'a run directory' if run_dir else 'a spec'}")
+    with writing(out_dir):
+        if run_dir:
+            from ..measured.figures import figure_run_command
 
-        paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps, width=width,
-                                   notify=lambda line: click.echo(f"dtgen: warning: {line}", err=True))
-    else:
-        from ..figures.write import figure_command
+            paths = figure_run_command(spec, out_dir, kind, formats, body_only, steps, width=width,
+                                       notify=lambda line: click.echo(f"dtgen: warning: {line}", err=True))
+        else:
+            from ..figures.write import figure_command
 
-        paths = figure_command(spec, out_dir, kind, formats, body_only, width=width,
-                               notify=lambda line: click.echo(line, err=True), calibration=calibration)
+            paths = figure_command(spec, out_dir, kind, formats, body_only, width=width,
+                                   notify=lambda line: click.echo(line, err=True), calibration=calibration)
     for path in paths:
         click.echo(f"wrote {path}")
+
+
+def _finite_loss(ctx, param, loss):
+    """nan is reached by no step and inf by every one: neither is a target (a negative one can
+    be, for a loss that goes below 0: compare_runs checks that against the runs)."""
+    if loss is not None and not math.isfinite(loss):
+        raise click.BadParameter(f"{loss}: a target loss is a finite number")
+    return loss
 
 
 @click.command()
@@ -49,7 +70,7 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
               help="Folder for the plots and the table.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Output format; repeat for several. The .tex is always written. Default: tex.")
-@click.option("--loss", type=float, default=None,
+@click.option("--loss", type=float, default=None, callback=_finite_loss,
               help="Target loss for 'time to loss' (default: the lowest loss every run reached).")
 @click.option("--body-only", is_flag=True, help="Write bare pictures/tables for \\input into a paper.")
 def compare(runs, out_dir, formats, loss, body_only):
@@ -58,5 +79,7 @@ def compare(runs, out_dir, formats, loss, body_only):
     Given a run and a prediction of it (dtgen predict), also compare them per phase, with the error."""
     from ..measured.compare import compare_runs
 
-    for path in compare_runs(list(runs), out_dir, tuple(formats) or ("tex",), loss, body_only, echo=click.echo):
+    with writing(out_dir):
+        paths = compare_runs(list(runs), out_dir, tuple(formats) or ("tex",), loss, body_only, echo=click.echo)
+    for path in paths:
         click.echo(f"wrote {path}")

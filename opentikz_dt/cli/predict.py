@@ -10,17 +10,19 @@ import importlib.util
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ..errors import ToolMissingError
+from .options import WIDTH, check_writable, writing
 
 
 @click.command()
 @click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("-o", "--out", type=click.Path(path_type=Path, dir_okay=False), default="calibration.json",
               show_default=True, help="Calibration file to write.")
-@click.option("--from", "from_run", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--from", "from_run", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="Fit from a finished run directory's trace instead of measuring.")
-@click.option("--base", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--base", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="With --from: a measured calibration for what the run cannot show (message sizes, collectives).")
 @click.option("--ranks", type=click.IntRange(min=2, max=64),
               help="Processes to measure with (default: the spec's ranks); implies --probe-only.")
@@ -37,13 +39,17 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
     many for what a message waits for a core once processes outnumber cores. SPEC runs three
     times and the median run is fitted; the crowded run is repeated for 40 steps: how far the
     runs land apart widens predictions' intervals."""
+    run_steps_given = click.get_current_context().get_parameter_source("run_steps") != ParameterSource.DEFAULT
+    _check_calibrate_options(spec, from_run, base, ranks, run_steps_given, probe_only)
     if from_run is not None:
         from ..predict.calibration import load_calibration
         from ..predict.fit import fit_from_run
 
         cal = fit_from_run(from_run, load_calibration(base) if base else None)
-        click.echo(f"wrote {cal.save(out)} (fitted from {from_run})")
+        with writing(out):
+            click.echo(f"wrote {cal.save(out)} (fitted from {from_run})")
         return
+    check_writable(out)
     if importlib.util.find_spec("torch") is None:
         raise ToolMissingError("dtgen calibrate needs PyTorch to measure (or use --from RUN_DIR)")
     from ..runner.calibrate import calibrate as measure
@@ -51,12 +57,31 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
 
     loaded = load_spec(spec) if spec is not None else spec_from_data({"strategy": {"kind": "parameter-server"}})
     steps = 0 if probe_only or ranks else run_steps
-    click.echo(f"wrote {measure(loaded, out, ranks, steps, spec, lambda line: click.echo(line, err=True))}")
+    with writing(out):
+        click.echo(f"wrote {measure(loaded, out, ranks, steps, spec, lambda line: click.echo(line, err=True))}")
+
+
+def _check_calibrate_options(spec, from_run, base, ranks, run_steps_given: bool, probe_only: bool) -> None:
+    """calibrate either measures (SPEC, --probe-only, --ranks, --run-steps) or fits a run
+    (--from, --base): an option of the other way would be silently ignored, so it is a usage error."""
+    if from_run is not None:
+        measuring = [name for name, given in (("SPEC", spec is not None), ("--probe-only", probe_only),
+                                              ("--ranks", ranks is not None), ("--run-steps", run_steps_given))
+                     if given]
+        if measuring:
+            raise click.UsageError(f"--from cannot be combined with {' or '.join(measuring)}: --from fits a "
+                                   "finished run (its own spec and ranks); those are for measuring this machine")
+    elif base is not None:
+        raise click.UsageError("--base applies only with --from RUN_DIR: it is the measured calibration a fit of "
+                               "a run starts from")
+    elif run_steps_given and (probe_only or ranks is not None):
+        raise click.UsageError(f"--run-steps cannot be combined with {'--probe-only' if probe_only else '--ranks'}: "
+                               "there is no run of SPEC then (--ranks implies --probe-only)")
 
 
 @click.command()
 @click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--calibration", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Calibration file (dtgen calibrate); without it, the illustrative cost model.")
 @click.option("--workers", type=click.IntRange(min=1), help="Override topology.workers.count.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any spec value (repeatable).")
@@ -64,7 +89,8 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
 @click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False),
               help="Predicted run directory (default runs/<name>-predicted); a sweep's figure folder.")
 @click.option("--sweep", metavar="workers=2,4,...|shapes",
-              help="Predict at each worker count and write a scaling figure; or `shapes`: every layout of the "
+              help="Predict at each worker count and write a scaling figure (workers=2,4,...,1024: '...' goes "
+                   "on multiplying by the ratio of the two counts before it); or `shapes`: every layout of the "
                    "worker count (--workers, else the spec's) the strategy can take (a mesh: pipeline x data x "
                    "tensor degrees), with step time and memory per worker per shape.")
 @click.option("--link", metavar="10gbit|PRESET",
@@ -78,7 +104,7 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
                    "assume this: 1,024 ranks cannot meaningfully share a few cores.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Sweep figure formats (repeatable; the .tex is always written).")
-@click.option("--width", default=None, metavar="column|page|Ncm",
+@click.option("--width", type=WIDTH, default=None, metavar="column|page|Ncm",
               help="--sweep shapes: the figure's width at final size (default column).")
 def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, list_presets, latency_ms, dedicated,
             formats, width):
@@ -90,32 +116,36 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
         return
     if spec is None:
         raise click.UsageError("Missing argument 'SPEC'.")
-    if width is not None and (sweep or "").strip() != "shapes":
+    shapes = (sweep or "").strip() == "shapes"
+    if width is not None and not shapes:
         raise click.UsageError("--width applies to --sweep shapes (the scaling figure has one layout)")
+    if sweep is not None and not shapes and workers is not None:
+        raise click.UsageError("--workers applies to one prediction or --sweep shapes; "
+                               "--sweep workers=... lists the counts")
     if sweep is not None:
         from ..predict.predict import ILLUSTRATIVE_WARNING
+        from ..predict.shapes import shapes_command
         from ..predict.sweep import sweep_command
 
+        with writing(out):
+            if shapes:
+                paths = shapes_command(spec, calibration, sets, steps, out, link, latency_ms,
+                                       tuple(formats) or ("tex",), workers, width, echo=click.echo, device=device)
+            else:
+                paths = sweep_command(spec, sweep, calibration, sets, steps, out, link, latency_ms, dedicated,
+                                      tuple(formats) or ("tex",), echo=click.echo, device=device)
+        # warned once it predicted, as one prediction warns: a bad --sweep, --link or --set
+        # found on the way is then the only message
         if calibration is None:
             click.echo(f"dtgen: warning: {ILLUSTRATIVE_WARNING}", err=True)
-        if sweep.strip() == "shapes":
-            from ..predict.shapes import shapes_command
-
-            for path in shapes_command(spec, calibration, sets, steps, out, link, latency_ms,
-                                       tuple(formats) or ("tex",), workers, width, echo=click.echo, device=device):
-                click.echo(f"wrote {path}")
-            return
-        if workers is not None:
-            raise click.UsageError("--workers applies to one prediction or --sweep shapes; "
-                                   "--sweep workers=... lists the counts")
-        for path in sweep_command(spec, sweep, calibration, sets, steps, out, link, latency_ms, dedicated,
-                                  tuple(formats) or ("tex",), echo=click.echo, device=device):
+        for path in paths:
             click.echo(f"wrote {path}")
         return
     from ..predict.predict import predict as run_prediction
 
-    path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated,
-                                      device)
+    with writing(out):
+        path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated,
+                                        device)
     for line in warnings:
         click.echo(f"dtgen: warning: {line}", err=True)
     click.echo(f"wrote {path}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ..errors import ToolMissingError, UsageError
+from .options import writing
 
 
 @click.command()
@@ -46,9 +47,12 @@ def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, 
             raise UsageError("--repeat runs on one node; repeat a multi-node run by launching it again")
         from ..runner.repeat import launch_repeats
 
-        launch_repeats(spec, repeat, out=out, steps=steps, force=force, echo=lambda line: click.echo(line, err=True))
+        with writing(out):
+            launch_repeats(spec, repeat, out=out, steps=steps, force=force,
+                           echo=lambda line: click.echo(line, err=True))
         return
     from ..runner.launch import launch_run
 
-    launch_run(spec, out=out, steps=steps, nnodes=nnodes, node_rank=node_rank,
-               rdzv_endpoint=rdzv_endpoint, rdzv_timeout=rdzv_timeout, force=force, echo=lambda line: click.echo(line, err=True))
+    with writing(out):
+        launch_run(spec, out=out, steps=steps, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                   rdzv_timeout=rdzv_timeout, force=force, echo=lambda line: click.echo(line, err=True))

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import EXIT_INVALID
+from .options import writing
 
 
 @click.command()
@@ -16,12 +17,13 @@ def validate(specs):
     """Check SPEC files; print every problem as file:line:col: key: message."""
     from ..validate import validate_files
 
-    problems = validate_files(specs)
+    problems, waiting = validate_files(specs)
     for issue in problems:
         click.echo(str(issue), err=True)
     if problems:
         files = len({i.file for i in problems})
-        click.echo(f"dtgen: error: {len(problems)} problem(s) in {files} file(s)", err=True)
+        more = f"; {waiting} run once these are fixed" if waiting else ""
+        click.echo(f"dtgen: error: {len(problems)} problem(s) in {files} file(s){more}", err=True)
         raise SystemExit(EXIT_INVALID)
     for spec in specs:
         click.echo(f"{spec}: ok")
@@ -79,11 +81,13 @@ def init(kind, force, path):
     """Write a commented starter spec (to PATH, or stdout)."""
     from ..starter import write_starter
 
-    text = write_starter(kind, path, force=force)
     if path is None:
-        click.echo(text, nl=False)
-    else:
-        click.echo(f"wrote {path}")
+        click.echo(write_starter(kind, None), nl=False)
+        return
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)  # as calibrate -o and predict -o make theirs
+        write_starter(kind, path, force=force)
+    click.echo(f"wrote {path}")
 
 
 @click.command()

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from .options import writing
+
 
 @click.command("export-template")
 @click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
@@ -16,5 +18,7 @@ def export_template(spec, out_dir):
     and preview.svg, as OpenTikZ's tools/validate.py --strict expects."""
     from ..export_template import export_template as export
 
-    for path in export(spec, out_dir):
+    with writing(out_dir):
+        paths = export(spec, out_dir)
+    for path in paths:
         click.echo(f"wrote {path}")

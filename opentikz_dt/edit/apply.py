@@ -156,7 +156,7 @@ def _propose(name: str, text: str, steps: list, operation: str, args: dict, comp
     result.changed = new_text != text
     result.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
                                                fromfile=f"a/{name}", tofile=f"b/{name}"))
-    headline = f"{name}: {operation} refused; nothing changed (line:col below point into the file as it is)"
+    headline = f"{name}: {operation} refused; nothing changed (line:col above point into the file as it is)"
     try:
         spec = load_spec(name, text=new_text)
     except SpecError as exc:

@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DtgenError
+from ..errors import DtgenError, UsageError
 from ..figures.memory import render_compare_memory, total_bytes
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
@@ -250,6 +250,13 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
     if not run_dirs:
         raise DtgenError("dtgen compare needs at least one run directory")
     everything = [load_run(path) for path in expand(run_dirs)]
+    lowest = min((v for run in everything for v in run.metrics["loss"] if v is not None and math.isfinite(v)),
+                 default=None)
+    if loss is not None and loss < 0 and (lowest is None or lowest >= 0):
+        # a loss below 0 is a python training.model.loss's to reach (the default target allows
+        # one); these runs' losses never go there, so it is a mistyped option, not a target
+        lowest_text = f"the lowest is {lowest:.4g}" if lowest is not None else "none recorded a loss"
+        raise UsageError(f"--loss {loss:g}: no run's loss goes below 0 ({lowest_text}), so none could reach it")
     target = loss if loss is not None else default_loss_target(everything)
     groups = group(everything)
     summaries = [summarize_repeats(members, target) for members in groups]

@@ -61,8 +61,10 @@ def apply_overrides(spec, sets: tuple = (), workers: int | None = None):
     if workers is not None and dataset.get("kind", "synthetic") == "synthetic":
         # a prediction reads no data: let the synthetic set hold one global batch at any width
         dataset["samples"] = max(int(dataset.get("samples", 1)), data["training"]["batch_size"] * workers)
+    # The issues' position names the overrides: they have no line of their own to point at.
+    given = [f"--set {item}" for item in sets] + ([f"--workers {workers}"] if workers is not None else [])
     try:
-        return spec_from_data(data, name=f"{spec.source} (with --set)")
+        return spec_from_data(data, name=f"{spec.source} (with {' '.join(given)})")
     except SpecError as exc:
         raise UsageError(f"the overrides make an invalid spec:\n{exc}") from None
 
