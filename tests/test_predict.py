@@ -207,6 +207,10 @@ def test_predict_figure_and_compare_commands(tmp_path):
     table = (tmp_path / "c" / "compare-phases.tex").read_text()
     assert "Error" in table and "\\%" in table
     assert "synth-ps-async (predicted)" not in table
+    # an uncalibrated prediction says so, in its note and its interval line
+    assert "measured run vs ps-async (predicted), illustrative cost model (no calibration): not a measurement" in table
+    assert "Interval: a point (the illustrative cost model has no spread)." in table
+    assert "calibration holds" not in table
     assert "(predicted)" in (tmp_path / "c" / "compare-table.tex").read_text()
 
 
@@ -396,8 +400,10 @@ def test_phase_table_sets_negative_errors_with_a_dash_not_a_hyphen():
     from opentikz_dt.predict.compare import Row, render_phase_table
     spec = spec_from_data({"strategy": {"kind": "single"}})
     run = SimpleNamespace(spec=spec, path="run", name="single")
+    predicted = SimpleNamespace(spec=spec, path="pred", name="single", label="single (predicted)",
+                                info={"predicted": {"calibration": "cal.json"}}, metrics={})
     tex = render_phase_table([Row("step time", 2.0, 1.0, "ms"), Row("samples/s", 100.0, 150.0, "1/s"),
-                              Row("worker backward", 1.0, 0.998, "ms")], run, run)
+                              Row("worker backward", 1.0, 0.998, "ms")], run, predicted)
     assert "--50\\%" in tex and "+50\\%" in tex
     assert "& 0\\%" in tex and "-0" not in tex  # a rounding to zero has no sign
 

@@ -269,16 +269,16 @@ def render_compare_memory(runs: list, body_only: bool = False, source: str = "")
         if bars:
             groups.append((run, bars))
         else:
-            left_out.append(run.name)
+            left_out.append(run.label)  # a prediction of a run shares its name: "(predicted)" tells them apart
     tops = [max(total_bytes(e), e.get("peak") or 0) for _, bars in groups for _, _, e in bars]
     scale, unit = unit_for(max(tops, default=0))
     half = 0.28
     x, slots, boxes, peaks, names = 0.0, [], [], [], []
     for run, bars in groups:
-        name = escape_text(run.name)
+        name = escape_text(run.label)
         # a group is as wide as its bars, or its name under them (a \scriptsize character each)
         bars_span = 1 + (len(bars) - 1) * ROLE_STEP
-        extent = max(bars_span, (TICK_CHAR_CM * len(run.name) + 0.2) / SLOT_CM)
+        extent = max(bars_span, (TICK_CHAR_CM * len(run.label) + 0.2) / SLOT_CM)
         first = x + (extent - bars_span) / 2 + 0.5  # the first bar's centre
         for i, (role, ident, entry) in enumerate(bars):
             at = first + i * ROLE_STEP

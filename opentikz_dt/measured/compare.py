@@ -117,7 +117,7 @@ def summarize_repeats(runs: list, target: float | None) -> Summary:
     steps = max(1, m["steps"])
     sent = sum(b["sent"] for b in m["bytes"].values())
     stale = [v for r in runs for v in r.metrics["staleness"] if math.isfinite(v)]
-    name = f"{run.name} (predicted)" if run.info.get("predicted") is not None else run.name
+    name = run.label
     diverged = [divergence(r.metrics["loss"]) is not None for r in runs]
     times = [time_to_loss(r.metrics, target) for r, bad in zip(runs, diverged) if not bad]
     evals = [r.metrics.get("eval") or {} for r in runs]
@@ -148,6 +148,8 @@ def _cell(value: Stat | None, fmt: str) -> str:
 
 
 def _time_cell(s: Summary) -> str:
+    if s.final_loss is None and not s.diverged:  # no loss at all (a prediction): nothing to reach
+        return "--"
     if s.time_to_loss_s is not None and s.reached == s.repeats - s.diverged:
         return _cell(s.time_to_loss_s, ".3f")
     if s.time_to_loss_s is not None:

@@ -18,7 +18,7 @@ from ..figures.render import base_context, environment
 from ..figures.strategies import plugin_of
 from ..texsafe import escape_text, render_label
 from .run import Run
-from .source import source_note
+from .source import plot_sources
 
 MAX_POINTS = 400
 MAX_BARS = 32
@@ -50,9 +50,7 @@ def coordinates(points: list) -> Tex:
 
 
 def run_label(run: Run) -> Tex:
-    predicted = run.info.get("predicted") is not None
-    name = f"{run.name} (predicted)" if predicted else run.name
-    return Tex(escape_text(name + (f" (mean of {run.repeats} runs)" if run.repeats > 1 else "")))
+    return Tex(escape_text(run.label + (f" (mean of {run.repeats} runs)" if run.repeats > 1 else "")))
 
 
 def bar_coordinates(run: Run, points: list) -> Tex:
@@ -119,17 +117,24 @@ def _notes(runs: list, spread: str = "error bars") -> list:
     return notes
 
 
-def _source_line(runs: list) -> Tex:
-    """A single run's plot says where its numbers come from (the hardware measured on, or the
-    prediction's calibration); compared runs say it in their legend (run_label)."""
-    line = source_note(runs[0]) if len(runs) == 1 else None
-    return Tex(escape_text(line)) if line else Tex("")
+def _source_lines(runs: list) -> list:
+    """Where the plot's numbers come from, under it: "measured: ran on ..." (the hardware), or
+    the prediction's source (which calibration, or the illustrative cost model: not a
+    measurement); compared runs of different sources get a line each, naming their runs."""
+    return [Tex(escape_text(line)) for line in plot_sources(runs)]
 
 
 def render_loss_plot(runs: list, body_only: bool = False) -> str:
     """Loss against step (left) and against wall time (right); one line per run."""
     series, ymin, ymax, wall_max, step_max, finite = [], math.inf, 0.0, 0.0, 1, []
+    # A run with no loss (a prediction: the simulator predicts time, not training) draws no
+    # line, so it sets neither axis nor a legend entry; the notes name it.
+    lossless = [run for run in runs if not any(math.isfinite(v) for v in run.metrics["loss"])]
+    if len(lossless) == len(runs):
+        lossless = []
     for index, run in enumerate(runs):
+        if any(run is other for other in lossless):
+            continue
         loss, wall = run.metrics["loss"], run.metrics["wall_s"]
         by_step = thin([(float(step), value) for step, value in enumerate(loss)])
         # Wall time counts from the end of step 0: process start-up is not training time.
@@ -155,10 +160,11 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
     stacked = target is not None and target < 13.0  # two side-by-side axes would squeeze their text
     room = (target - PLOT_BORDER_CM - 0.3) if target is not None else 14.4
     context.update(stacked=stacked, plot_width=min(6.4, room if stacked else (room - 1.6) / 2),
-                   series=series, legend=len(runs) > 1, legend_columns=min(len(runs), 4),
+                   series=series, legend=len(runs) > 1, legend_columns=min(len(series), 4),
                    ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
                    ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
-                   notes=_notes(runs, "thin lines"), source_line=_source_line(runs))
+                   notes=_notes(runs, "thin lines") + [Tex(escape_text(f"no loss: {run.label}")) for run in lossless],
+                   source_lines=_source_lines(runs))
     return environment().get_template("plot-loss.tex.j2").render(context)
 
 
@@ -326,7 +332,7 @@ def _bar_context(runs, kind, body_only, series, slots, labels, ymax) -> dict:
                    ymax=ymax, xmin=-0.6, xmax=slots - 0.4, xticks=Tex(",".join(str(i) for i in range(slots))),
                    xticklabels=Tex(labels), rotate=slots > 8, title=Tex(""),
                    legend=len(runs) > 1, legend_columns=max(2, min(len(runs), 4)), notes=_notes(runs),
-                   source_line=_source_line(runs))
+                   source_lines=_source_lines(runs))
     return context
 
 

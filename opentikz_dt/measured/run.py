@@ -34,6 +34,12 @@ class Run:
         return self.spec.name
 
     @property
+    def label(self) -> str:
+        """The run as figures and tables name it: its spec's name, and "(predicted)" for a
+        prediction (a run and a prediction of it share their spec's name)."""
+        return f"{self.name} (predicted)" if self.info.get("predicted") is not None else self.name
+
+    @property
     def trace(self) -> Trace:
         if self._trace is None:
             self._trace = load_trace(self.path)

@@ -93,6 +93,27 @@ def source_note(run: Run) -> str | None:
     return prediction_note(run) if source(run) == "predicted" else hardware_note(run)
 
 
+def plot_source(run: Run) -> str:
+    """The source line of a result plot (loss, throughput, staleness): "measured: ran on ...",
+    or the prediction's source (from which calibration, or the illustrative cost model)."""
+    if source(run) == "predicted":
+        return prediction_note(run)
+    hardware = hardware_note(run)
+    return f"measured: {hardware}" if hardware else "measured (run.json records no hardware)"
+
+
+def plot_sources(runs: list) -> list:
+    """The source lines of a plot of one run or of several (dtgen compare): one line where every
+    run has the same source, else one line per source naming its runs (run.label: a
+    prediction's name says "(predicted)")."""
+    rows: dict = {}
+    for run in runs:
+        rows.setdefault(plot_source(run), []).append(run.label)
+    if len(rows) == 1:
+        return [next(iter(rows))]
+    return [f"{', '.join(names)}: {line}" for line, names in rows.items()]
+
+
 def table_source(run: Run) -> str:
     """A summary table's row source, said in the table's note: a measured row says it was
     measured and where (runs from before run.json recorded hardware say that instead); a

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
+from ..measured.source import illustrative, prediction_note
 from ..texsafe import escape_text
 from .phases import phase_times
 
@@ -109,11 +110,14 @@ def render_phase_table(rows: list[Row], measured, predicted, body_only: bool = F
         body.append(Tex(" & ".join(cells)))
     source = f"{measured.path} vs {predicted.path}"[:300]
     context = base_context(measured.spec, "measured vs predicted", body_only, [], source=source)
-    notes = [f"{measured.name}: measured run vs prediction; ms per rank and step, first step left out"]
+    # the prediction says where its numbers come from (a calibration, or none: illustrative)
+    notes = [f"{measured.name}: measured run vs {predicted.label}, {prediction_note(predicted)}; "
+             "ms per rank and step, first step left out"]
     if spans:
         sources = predicted.metrics.get("interval_sources")
         notes.append("Interval from " + "; ".join(sources) + "." if sources else
-                     "Interval: a point (the calibration holds no spread).")
+                     "Interval: a point (the illustrative cost model has no spread)." if illustrative(predicted)
+                     else "Interval: a point (the calibration holds no spread).")
     # a list: set under the table at its own width, wrapped (table-summary.tex.j2); the
     # interval's sources on one line made the table as wide as they were long
     context.update(colspec=Tex("lrrr" + ("r" if spans else "")), header=Tex(" & ".join(header)), rows=body,

@@ -243,6 +243,35 @@ def _band_note(assumed: dict) -> str:
     return "band: the predicted interval" + (f", from {'; '.join(sources)}" if sources else "")
 
 
+COINCIDE = 0.01  # two series within 1% at every worker count draw one line: the caption says so
+METRICS = (("samples_per_s", "throughput"), ("step_ms", "step time"), ("memory_bytes", "memory per worker"))
+
+
+def coincident(points: list, labels: list) -> list[str]:
+    """Notes for series drawn under an earlier one (within COINCIDE at every worker count of
+    both): "native coincides with ring", naming the plots where only some coincide."""
+    def values(label, key):
+        return {p.workers: getattr(p, key) for p in points if p.series == label and getattr(p, key)}
+
+    notes = []
+    for j, later in enumerate(labels):
+        hidden: dict = {}
+        for key, plot in METRICS:
+            mine = values(later, key)
+            for earlier in labels[:j]:
+                theirs = values(earlier, key)
+                if mine and mine.keys() == theirs.keys() and all(
+                        abs(mine[w] - theirs[w]) <= COINCIDE * max(abs(mine[w]), abs(theirs[w])) for w in mine):
+                    hidden.setdefault(earlier, []).append(plot)
+                    break
+        for earlier, plots in hidden.items():
+            drawn = [plot for key, plot in METRICS if values(later, key)]
+            where = "" if plots == drawn else " in " + ", ".join(plots)
+            notes.append(f"{later} coincides with {earlier}{where} (within 1% at every worker count): "
+                         "its line lies under that one")
+    return notes
+
+
 def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: bool = False) -> str:
     labels = list(dict.fromkeys(p.series for p in points))
     counts = sorted({p.workers for p in points})
@@ -273,6 +302,7 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                    yticks_step=log_ticks([max(p.step_ms, 1e-9) for p in points]),
                    memory=memory, yticks_memory=log_ticks(memory) if memory else None,
                    notes=caption(assumed, skipped, spec.training.steps)
+                   + [Tex(escape_text(note)) for note in coincident(points, labels)]
                    + ([Tex(escape_text(_band_note(assumed)))] if bands else []) + ([escape_text(
                        "memory per worker: the fullest rank's parameters, gradients and optimizer state as the "
                        "strategy places them, from the spec (float32 values; activations not predicted)")]
