@@ -143,7 +143,46 @@ def check_coverage(contract: dict) -> list[str]:
     for path, name in reached.items():
         if not any(key == path or key.startswith(path + ".") for key in keys):
             problems.append(f"operation {name}: writes {path}, which is not a spec key")
+    problems += _check_settable(reached)
     return problems
+
+
+def _check_settable(reached: dict) -> list[str]:
+    """A written key must be settable to a valid value from a spec that lacks its section:
+    a key inside an optional mapping with other required keys (runtime.fault.rank, beside
+    the required at_step and kind) is valid only with them, so some operation must write
+    that mapping whole (set --key runtime.fault --value '{rank: 1, at_step: 5, kind: crash}')."""
+    problems = []
+    for path, name in sorted(reached.items()):
+        parts = path.split(".")
+        for depth in range(1, len(parts)):
+            section = ".".join(parts[:depth])
+            node = _resolved(schema_node(section))
+            if node is None or _always_present(parts[:depth]):
+                continue
+            missing = sorted(set(node.get("required", [])) - {parts[depth]})
+            whole = any(section == p or section.startswith(p + ".") for p in reached)
+            if missing and not whole:
+                problems.append(f"operation {name}: writes {path}, but {section} also requires "
+                                f"{', '.join(missing)} and no operation writes {section} whole, so no edit "
+                                f"can give {path} a valid value in a spec without {section}")
+    return problems
+
+
+def _resolved(node):
+    if node is not None and "$ref" in node:
+        node = {**spec_schema()["$defs"][node["$ref"].rsplit("/", 1)[-1]], **node}
+    return node
+
+
+def _always_present(parts: list) -> bool:
+    """Whether every valid spec has this section (each step is required by its parent)."""
+    node = spec_schema()
+    for part in parts:
+        if part not in node.get("required", []):
+            return False
+        node = _resolved(node["properties"][part])
+    return True
 
 
 _NODE_NAME = re.compile(r"\\(?:node|coordinate)\b[^;]*?\(([A-Za-z][\w-]*)\)")

@@ -23,9 +23,11 @@ def main(argv=None) -> int:
     parser.add_argument("spec")
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int)
+    parser.add_argument("--force", action="store_true",
+                        help="reuse a folder holding an earlier run (its run outputs are removed)")
     args = parser.parse_args(argv)
     from ..errors import DtgenError
-    from .launch import _finish, _now_iso, node_token, prepare_run_dir, resolve_spec
+    from .launch import _finish, _now_iso, node_token, prepare_run_dir, refuse_existing_out, resolve_spec
     from .strategies import load_strategy
     from .worker import rank_main
 
@@ -50,6 +52,14 @@ def main(argv=None) -> int:
 
         from .provenance import dataset_file, dataset_record, run_spec_data
 
+        try:
+            # A restart of this launch (the same torchrun agent wrote launch.json) reuses
+            # its folder; an earlier launch's run is never replaced silently.
+            if not args.force and not _this_launch(launch_path, agent):
+                refuse_existing_out(run_dir, force=False)
+        except DtgenError as exc:
+            print(f"dtgen: error: {exc}", file=sys.stderr)
+            return exc.exit_code
         prepare_run_dir(spec, run_dir, force=True, node_rank=0)
         spec_dir = str(Path(args.spec).resolve().parent)
         dataset_path = dataset_file(spec, spec_dir)  # read beside the spec, as `dtgen run` does
@@ -58,7 +68,7 @@ def main(argv=None) -> int:
         launch = {"epoch_ns": time.time_ns(), "dataset_path": dataset_path, "dataset": dataset_record(dataset_path),
                   "spec_dir": spec_dir, "spec_source": args.spec, "node_rank": node,
                   "node_addr": os.environ.get("MASTER_ADDR") if node == 0 else None, "node_token": node_token(),
-                  "agent": agent}
+                  "agent": agent, "host": _host()}
         tmp = launch_path.with_name(".launch.json.tmp")
         tmp.write_text(json.dumps(launch), encoding="utf-8")
         os.replace(tmp, launch_path)
@@ -78,6 +88,21 @@ def main(argv=None) -> int:
     if rank == 0:
         _finish(run_dir, spec, roles, start, None, 0, nnodes, lambda line: print(line, file=sys.stderr))
     return 0
+
+
+def _this_launch(launch_path: Path, agent: int) -> bool:
+    """Whether launch.json was written under this torchrun agent (a restart of this launch)."""
+    try:
+        launch = json.loads(launch_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(launch, dict) and launch.get("agent") == agent and launch.get("host") == _host()
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 if __name__ == "__main__":

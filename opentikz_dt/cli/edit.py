@@ -57,13 +57,17 @@ def edit(spec, operation, words, ops_file, list_ops, dry_run, as_json, no_compil
         raise click.UsageError("give SPEC and an OPERATION (or --ops FILE); dtgen edit --list shows the operations")
     if ops_file is not None and (operation is not None or words):
         raise click.UsageError("give either one OPERATION or --ops FILE, not both")
+    given: dict = {}  # the arguments as passed, for a --json refusal of them
     try:
         if ops_file is not None:
             operation = "batch"
             steps = read_ops(ops_file.read(), getattr(ops_file, "name", "-"))
+            given = {"ops": [{"op": op, "args": op_args} for op, op_args in steps]}
             result = edit_batch(spec, steps, dry_run=dry_run, compile=not no_compile)
         else:
-            result = edit_file(spec, operation, parse_words(operation, words), dry_run=dry_run, compile=not no_compile)
+            given = _words_as_given(words)
+            given = parse_words(operation, words)
+            result = edit_file(spec, operation, given, dry_run=dry_run, compile=not no_compile)
         code = 0
     except EditRefusal as exc:
         result, code = exc.result, exc.exit_code
@@ -74,11 +78,25 @@ def edit(spec, operation, words, ops_file, list_ops, dry_run, as_json, no_compil
     except DtgenError as exc:  # bad arguments, unreadable spec, missing toolchain
         if not as_json:
             raise
-        result, code = error_result(exc, operation, spec, dry_run), exc.exit_code
+        result, code = error_result(exc, operation, spec, dry_run, given), exc.exit_code
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
         sys.exit(code)
     _report(result)
+
+
+def _words_as_given(words) -> dict:
+    """['--colsep', '-1', '--rowsep=2'] -> {'colsep': '-1', 'rowsep': '2'}, untyped: what an
+    argument refusal reports when the words cannot be read by the operation's schema."""
+    given, words = {}, list(words)
+    while words:
+        word = words.pop(0)
+        if not word.startswith("--"):
+            given.setdefault("_unexpected", []).append(word)
+            continue
+        name, has_value, value = word[2:].partition("=")
+        given[name.replace("-", "_")] = value if has_value else (words.pop(0) if words and not words[0].startswith("--") else None)
+    return given
 
 
 def _list_operations(as_json: bool) -> None:

@@ -30,14 +30,14 @@ from .options import writing
 @click.option("--force", is_flag=True, help="Reuse a non-empty run directory (its previous run outputs are removed).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run the spec N times, one after another, into OUT/r1..rN; `dtgen compare OUT` then shows their "
-                   "mean and min-max.")
+                   "mean and min-max. Not with --emit (run the emitted script again instead).")
 def run(spec, out, steps, nnodes, node_rank, rdzv_endpoint, rdzv_timeout, emit, force, repeat):
     """Run SPEC with one process per rank (gloo on CPU, NCCL on GPUs); write trace and metrics."""
     if emit:
         from ..runner.emit import emit_script
 
         click.echo(emit_script(emit, spec, out=out, steps=steps, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
-                               rdzv_timeout=rdzv_timeout), nl=False)
+                               rdzv_timeout=rdzv_timeout, force=force, repeat=repeat), nl=False)
         return
     if importlib.util.find_spec("torch") is None:
         raise ToolMissingError("dtgen run needs PyTorch, which is not installed: pip install 'dtgen[run]' "

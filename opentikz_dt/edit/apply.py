@@ -70,14 +70,17 @@ class EditRefusal(EditRefused):
         super().__init__("\n".join(lines))
 
 
-def error_result(exc: DtgenError, operation: str, file: str, dry_run: bool = False) -> EditResult:
-    """The --json result for an edit that could not start (bad arguments, unreadable spec)."""
+def error_result(exc: DtgenError, operation: str, file: str, dry_run: bool = False,
+                 args: dict | None = None) -> EditResult:
+    """The --json result for an edit that could not start (bad arguments, unreadable spec);
+    `args`: the arguments as given (as far as they could be read)."""
     if isinstance(exc, SpecError):
         kind, issues = "spec-before-edit", list(exc.issues)
     else:
         kind = "arguments" if isinstance(exc, EditArgumentError) else "error"
         issues = [Issue(file, 1, 1, "", str(exc))]
-    return EditResult(ok=False, operation=operation, args={}, file=file, dry_run=dry_run, issues=issues, refused_by=kind)
+    return EditResult(ok=False, operation=operation, args=dict(args or {}), file=file, dry_run=dry_run,
+                      issues=issues, refused_by=kind)
 
 
 def edit_file(path, operation: str, args: dict | None = None, *, dry_run: bool = False,
@@ -123,24 +126,39 @@ def _edit(path, steps: list, operation: str, args: dict, dry_run: bool, compile:
     return result
 
 
-def _apply(name: str, text: str, operation: str, args: dict, result: EditResult, step: str = "") -> tuple[str, EditContext]:
+def _apply(name: str, original: str, text: str, operation: str, args: dict, result: EditResult,
+           step: str = "", first: bool = True) -> tuple[str, EditContext]:
+    """One operation on `text`. The spec is judged before the first operation only: a batch
+    is all or none, so a later step may start from a state that is valid only once the
+    batch is complete (a fault set key by key); the final text is judged as a whole. Every
+    issue points into the file as it is (`original`), never into an unwritten state."""
     headline = f"{name}: {step}{operation} refused: the spec has problems before the edit; fix them first (dtgen validate)"
     try:
         located = load_located(name, text)
     except SpecError as exc:
-        _refuse(result, "spec-before-edit", exc.issues, headline)
-    before = check_schema(located)
-    if before:
-        _refuse(result, "spec-before-edit", before, headline)
+        _refuse(result, "spec-before-edit", in_file_as_is(name, original, text, exc.issues), headline)
+    if first:
+        before = check_schema(located)
+        if before:
+            _refuse(result, "spec-before-edit", before, headline)
     try:
         doc = YamlDoc(text)
     except YAMLError as exc:  # ruamel is stricter than the loader in a few corners
         _refuse(result, "spec-before-edit", [Issue(name, 1, 1, "", f"cannot edit this YAML: {exc}")], headline)
-    context = EditContext(doc, resolve(located.data, name))
+    try:
+        data = resolve(located.data, name)
+    except Exception:  # an earlier step left a state the defaults cannot be filled into
+        if first:
+            raise
+        issues = check_schema(located) or [Issue(name, 1, 1, "", "the earlier steps left a spec this step cannot read")]
+        _refuse(result, "schema", in_file_as_is(name, original, text, issues),
+                f"{name}: {step}{operation} refused: it cannot apply to the spec the earlier steps leave; nothing changed")
+    context = EditContext(doc, data)
     try:
         OPERATIONS[operation](context, **args)
     except OperationRefused as exc:
-        _refuse(result, "operation", [located.issue(exc.path, exc.message)], f"{name}: {step}{operation} refused; nothing changed")
+        _refuse(result, "operation", in_file_as_is(name, original, text, [located.issue(exc.path, exc.message)]),
+                f"{name}: {step}{operation} refused; nothing changed")
     return doc.text(), context
 
 
@@ -151,7 +169,7 @@ def _propose(name: str, text: str, steps: list, operation: str, args: dict, comp
     new_text, contexts = text, []
     for index, (step_operation, step_args) in enumerate(steps, 1):
         step = f"batch step {index}: " if len(steps) > 1 or operation == "batch" else ""
-        new_text, context = _apply(name, new_text, step_operation, step_args, result, step)
+        new_text, context = _apply(name, text, new_text, step_operation, step_args, result, step, first=index == 1)
         contexts.append(context)
     result.changed = new_text != text
     result.diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
@@ -192,6 +210,8 @@ def in_file_as_is(name: str, text: str, new_text: str, issues: list) -> list:
     not have yet is placed at its nearest ancestor that it has."""
     from .notes import changed_values
 
+    if new_text == text:
+        return issues
     try:
         before, after = load_located(name, text), load_located(name, new_text)
     except SpecError:

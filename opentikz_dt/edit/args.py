@@ -12,7 +12,8 @@ import difflib
 from jsonschema import Draft202012Validator
 
 from ..contract import load_contract
-from ..errors import UsageError
+from ..errors import DtgenError, UsageError
+from ..figures.fit import width_cm
 
 
 # A suggestion must be a likely typo, not merely a shared prefix: at 0.5 'set-slowdown'
@@ -113,6 +114,22 @@ def check_args(operation: str, args: dict) -> None:
                 sorted(Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path))]
     if problems:
         raise EditArgumentError("; ".join(problems) + f"; usage: {usage(operation)}")
+    for name, check in _VALUE_CHECKS.get(operation, {}).items():
+        if name in args:
+            try:
+                check(args[name])
+            except DtgenError as exc:  # a value the schema's pattern lets through but the code cannot use
+                raise EditArgumentError(f"{operation}: --{name}: {exc}; usage: {usage(operation)}") from None
+
+
+def _fit(value: str) -> None:
+    if value != "natural":
+        width_cm(value)  # the one place that decides the lengths a figure can be laid out at
+
+
+# Checks beyond the argument schema, by the code that reads the value: an edit
+# argument it rejects is a usage error (2), as `dtgen figure --width 3cm` is.
+_VALUE_CHECKS = {"set-size": {"fit": _fit}}
 
 
 def _describe(operation: str, error, schema: dict) -> str:

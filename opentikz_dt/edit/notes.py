@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from ..contract import load_contract
+from ..contract import load_contract, schema_node
 from ..errors import DtgenError
 from ..figures.names import number_word
 from ..spec import load_spec
@@ -29,7 +29,7 @@ def edit_notes(name: str, old_text: str, new_text: str, old_data: dict, new_spec
     written = _written_by(operations)
     # The keys the operations name come first, so a stale comment is pinned on them.
     changes = dict(sorted(changes.items(), key=lambda item: not _under(item[0], written)))
-    notes = side_effects(changes, written)
+    notes = side_effects(changes, written, _written_in_file(old_text, new_text))
     notes += unchanged_figures(name, old_text, new_spec, changes)
     notes += stale_comments(new_text, new_spec, changes)
     notes += stale_strings(new_spec, changes)
@@ -79,11 +79,31 @@ def _meaningful(changes: dict, kind: str) -> dict:
             if not (path.startswith("strategy.") and owners.get(path.split(".")[1], kind) != kind)}
 
 
-def side_effects(changes: dict, written: list[str]) -> list[str]:
+def _written_in_file(old_text: str, new_text: str) -> list[str]:
+    """The dotted keys whose text in the file the edit changed (not their resolved values)."""
+    import yaml
+
+    try:
+        before, after = yaml.safe_load(old_text), yaml.safe_load(new_text)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    return list(changed_values(before, after))
+
+
+def side_effects(changes: dict, written: list[str], in_file: list[str] | None = None) -> list[str]:
+    """A resolved value no operation names that changed. Said as a change only where the
+    file shows it; a default that follows the edit is said to "now resolve" to its value."""
     notes = []
     for path, (old, new) in changes.items():
-        if not _under(path, written):
+        if _under(path, written):
+            continue
+        if in_file is None or any(_under(path, [key]) or _under(key, [path]) for key in in_file):
             notes.append(f"side effect: {path} changed from {_shown(old)} to {_shown(new)}")
+        else:
+            notes.append(f"side effect: {path} now resolves to {_shown(new)} (was {_shown(old)}; a default, "
+                         "not written in the file)")
     return notes
 
 
@@ -121,7 +141,26 @@ def drawn(tex: str) -> str:
 _COMMENT = re.compile(r"(?:^|\s)#(.*)$")
 
 
-def _value_patterns(value, path: str = "") -> list[re.Pattern]:
+def _identifier(path: str) -> bool:
+    """Whether the key at `path` takes one of a list of names (an icon, a palette, a kind)."""
+    node = schema_node(path) if path else None
+    return isinstance(node, dict) and "enum" in node
+
+
+def _value_patterns(value, path: str = "", prose: bool = False) -> list[re.Pattern]:
+    """How a mention of `value` (the old value of `path`) looks in a comment, or with
+    `prose` in a title or label the spec spells out.
+
+    The old value of a key that takes a name from a list (figure.icons.server: server)
+    is an identifier: it counts only as a whole name, never as part of a hyphenated one
+    ('parameter-server' does not mention the icon 'server'); never where it is also the
+    key's own name (the server role keeps its name when its icon changes: 'server' then
+    names the role); and in prose only when it cannot be an ordinary word (a hyphenated
+    name such as 'parameter-server'), since 'Parameter server' in a label is English."""
+    if isinstance(value, str) and _identifier(path):
+        if value in path.split(".") or (prose and not re.search(r"[-_]", value)):
+            return []
+        return [re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])", re.IGNORECASE)]
     if isinstance(value, bool) or value is None:
         return []
     if isinstance(value, int):
@@ -188,7 +227,7 @@ def stale_strings(new_spec, changes: dict) -> list[str]:
         for path, (old, new) in changes.items():
             if path == key:
                 continue
-            found = next((m.group(0) for p in _value_patterns(old, path) if (m := p.search(value))), None)
+            found = next((m.group(0) for p in _value_patterns(old, path, prose=True) if (m := p.search(value))), None)
             if found:
                 notes.append(f"{key} on line {line} mentions {found!r}, the old value of {path} (now {_shown(new)}); "
                              f"check it still holds: {_shown(value)}")

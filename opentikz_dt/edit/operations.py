@@ -182,6 +182,7 @@ def set_strategy(ctx: EditContext, kind: str, algorithm: str | None = None, sche
             doc.delete(STRATEGY + (key,))
     workers = _fit_workers(ctx, kind)
     _fit_servers(ctx, kind)
+    _drop_servers(ctx, kind)
     if algorithm is not None:
         doc.set(STRATEGY + ("algorithm",), algorithm)
     if schedule is not None:
@@ -220,6 +221,19 @@ def _fit_servers(ctx: EditContext, kind: str) -> None:
     target = max(current, low) if high is None else min(max(current, low), high)
     if target != current:
         ctx.doc.set(SERVERS + ("count",), target)
+
+
+def _drop_servers(ctx: EditContext, kind: str) -> None:
+    """A kind without servers cannot use their label: it goes, and the entry with it when
+    what is left is all defaults (the count the kind resolves to anyway)."""
+    low, high = strategy(kind).servers
+    if high != 0 or not ctx.doc.has(SERVERS):
+        return
+    ctx.doc.delete(SERVERS + ("label",))
+    if ctx.doc.get(SERVERS + ("count",)) == low:
+        ctx.doc.delete(SERVERS + ("count",))
+    if not ctx.doc.get(SERVERS):
+        ctx.doc.delete(SERVERS)
 
 
 def set_slowdown(ctx: EditContext, worker: str, factor: float) -> None:
