@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from jsonschema import Draft202012Validator
 
 from opentikz_dt.resources import spec_schema
@@ -46,3 +47,22 @@ def test_the_worker_count_default_the_schema_states_is_each_kinds():
     counts = {kind: spec_from_data({"strategy": {"kind": kind}}).topology.workers.count for kind in kinds()}
     assert counts == {**dict.fromkeys(kinds(), 3), "single": 1, "tensor": 2, "mesh": 4}
     assert description == "Number of workers. Default 3; 1 for strategy single, 2 for tensor, 4 for mesh."
+
+
+@pytest.mark.parametrize("width, ok", [("3cm", False), ("61cm", False), ("60.5cm", False), ("4cm", True),
+                                       ("60cm", True), ("12.5cm", True), ("column", True), ("page", True)])
+def test_figure_width_is_refused_by_validate_where_drawing_would_refuse_it(width, ok):
+    """validate and the drawing agree on figure.width (figures/fit.width_cm: 4cm to 60cm)."""
+    from opentikz_dt.errors import DtgenError, SpecError
+    from opentikz_dt.figures.fit import width_cm
+    from opentikz_dt.spec import spec_from_data
+
+    data = {"strategy": {"kind": "allreduce"}, "figure": {"width": width}}
+    if ok:
+        spec_from_data(data)
+        width_cm(width)
+    else:
+        with pytest.raises(SpecError, match="figure.width"):
+            spec_from_data(data)
+        with pytest.raises(DtgenError):
+            width_cm(width)
