@@ -325,3 +325,40 @@ def test_a_sloped_label_running_down_is_checked_for_overlaps():
     near = check_figure_geometry(sloped + "BBOX w1-label -20.0pt 10.0pt 8.0pt 24.0pt\n")
     assert len(near) == 1 and "'ps-w1-wts-label' and 'w1-label' overlap" in near[0], near
     assert check_figure_geometry(sloped + "BBOX w1-label -40.0pt 10.0pt -10.0pt 24.0pt\n") == []
+
+
+@pytest.mark.parametrize("example", ["ps-async", "ps-sync"])
+def test_measured_parameter_server_sloped_link_labels_sit_beside_their_links(tmp_path, repo, example):
+    """The sloped byte labels of a measured parameter server's steep links sit a point off their
+    own link: anchored on it, the 1pt (dashed) arrow ran along the glyphs and read, at 300 dpi,
+    as crossing them (check_paths_clear lets an edge into its own label's outer half)."""
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    tex = render_annotated_topology(load_run(_example_run(tmp_path / "run", repo, example)))
+    assert check_figure_geometry(compile_pdf(tex).log) == []
+    assert re.search(r"node\[slbl, below=1pt, sloped, pos=[0-9.]+, text=otteal", tex)  # (TeX's offset, in the label's frame)
+
+
+def test_a_link_along_its_own_sloped_label_is_a_problem():
+    # A sloped label (corners (0,20) (30,0) (34,6) (4,26)) whose link runs along its lower edge,
+    # as a label anchored on its link (`above, sloped`) has it, is reported; a point off that
+    # edge it is not. A level label (no QUAD: not rotated) hung off its link is left to
+    # check_paths_clear, which lets a link into its own label's outer half.
+    from opentikz_dt.figures.bbox import parse_paths, parse_quads
+    from opentikz_dt.figures.checks import _Rect, check_sloped_labels_off_links
+
+    sloped = "BBOX w1-ps-grad-label 0.0pt 20.0pt 34.0pt 6.0pt\nQUAD w1-ps-grad-label 30.0pt 0.0pt 4.0pt 26.0pt\n"
+
+    def problems(log, off=0.0):  # the link from (0,20) to (30,0), `off` pt below it (away from the label)
+        nx, ny = -4 / 52 ** 0.5, -6 / 52 ** 0.5
+        path = "".join(f"PATH w1-ps-grad {3 * t + nx * off:.3f}pt {20 - 2 * t + ny * off:.3f}pt\n" for t in range(11))
+        boxes = parse_bboxes(log)
+        rects = {b.name: _Rect.of(b, quads) for quads in [parse_quads(log, boxes)] for b in boxes}
+        return check_sloped_labels_off_links(parse_paths(path), rects)
+
+    found = problems(sloped)
+    assert len(found) == 1 and "edge 'w1-ps-grad' runs along its sloped label 'w1-ps-grad-label'" in found[0], found
+    assert problems(sloped, off=0.4) != []
+    assert problems(sloped, off=1.0) == []
+    assert problems("BBOX w1-ps-grad-label 0.0pt 20.0pt 30.0pt 34.0pt\n") == []

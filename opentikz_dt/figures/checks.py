@@ -54,7 +54,8 @@ def check_no_overlaps(bboxes: list[BBox]) -> list[str]:
 
 def check_figure_geometry(log: str) -> list[str]:
     """Overlap problems from a compiled figure's log (the geometry probe's lines):
-    boxes against boxes, and every drawn edge against every text and icon it does not join."""
+    boxes against boxes, every drawn edge against every text and icon it does not join, and
+    every edge against its own sloped label (beside it, not on it)."""
     boxes = parse_bboxes(log)
     if not boxes:
         return ["no geometry probe lines (BBOX ...) in the log"]
@@ -62,7 +63,8 @@ def check_figure_geometry(log: str) -> list[str]:
     # (a sloped label's south west corner may lie above its north east one: the pairs are found
     # on the boxes upright, then the rotated shapes decide)
     overlaps = [p for p in check_no_overlaps([_upright(b) for b in boxes]) if _still_overlapping(p, rects)]
-    return overlaps + check_paths_clear(boxes, parse_paths(log), rects)
+    paths = parse_paths(log)
+    return overlaps + check_paths_clear(boxes, paths, rects) + check_sloped_labels_off_links(paths, rects)
 
 
 def _upright(box: BBox) -> BBox:
@@ -87,6 +89,7 @@ class _Rect:
         self.u = ((x1 - x0) / w, (y1 - y0) / w) if w else (1.0, 0.0)
         self.v = ((x3 - x0) / h, (y3 - y0) / h) if h else (0.0, 1.0)
         self.a, self.b = w / 2, h / 2
+        self.rotated = abs(self.u[1]) > 1e-3  # its text does not run level (a sloped label)
 
     @classmethod
     def of(cls, box: BBox, quads: dict) -> "_Rect":
@@ -143,6 +146,29 @@ def check_paths_clear(bboxes: list[BBox], paths: dict, rects: dict | None = None
             hits = sum(1 for x, y in points if rect.holds(x, y, mu, mv))
             if hits:
                 problems.append(f"edge '{edge}' runs through '{box.name}' ({2 * hits} pt of path)")
+    return problems
+
+
+# A label sloped along its link sits beside it, not on it: the link's centre line stays this far
+# outside the label's (rotated) box, so the 1pt stroke keeps the box's 2pt inner sep clear of
+# the glyphs (a label anchored on its link has the stroke 1.5pt from them: at 300 dpi a dashed
+# weight arrow reads as running through the text).
+OWN_LINK_CLEAR_PT = 0.5
+
+
+def check_sloped_labels_off_links(paths: dict, rects: dict) -> list[str]:
+    """Sloped (rotated) labels of edges (<edge>-label) that their own edge comes within
+    OWN_LINK_CLEAR_PT of. check_paths_clear lets an edge into its own label's outer half
+    (a label hung off a point of its link); along a sloped label the link must stay outside."""
+    problems = []
+    for edge, points in paths.items():
+        rect = rects.get(f"{edge}-label")
+        if rect is None or not rect.rotated:
+            continue
+        hits = sum(1 for x, y in points if rect.holds(x, y, -OWN_LINK_CLEAR_PT, -OWN_LINK_CLEAR_PT))
+        if hits:
+            problems.append(f"edge '{edge}' runs along its sloped label '{edge}-label' closer than "
+                            f"{OWN_LINK_CLEAR_PT:g} pt ({2 * hits} pt of path)")
     return problems
 
 

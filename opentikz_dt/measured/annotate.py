@@ -26,7 +26,8 @@ from ..figures.topology import build_layout
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
-from .clearance import box_half, link_label_size, link_labels_cross_labels, links_cross_labels
+from .clearance import (LINK_LABEL_OFF_PT, box_half, link_label_size, link_labels_cross_labels, links_cross_labels,
+                        sloped_labels_clear_of_labels)
 from .run import Run
 from .source import device_icons, source, source_note
 
@@ -90,19 +91,27 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     # time stays: a box as narrow as three short lines is narrower than its label)
     crowded = crowded or _memory_own_line(spec, memory)
     nodes, labelled = [], set()
+    printed = {}  # worker -> the lines of its label as printed, in words (sloped_labels_clear_of_labels)
     for node in layout.nodes:
         match = _WORKER.match(node.name)
         if match and node.kind == "icon" and node.name in step_ms:
             text = label_tex(spec, "step_time", ms=f"{step_ms[node.name]:.1f}")  # the straggler: its colour and the note
-            label = f"{node.label}\\\\{text}" if _time_on_own_line(spec, node.name, step_ms[node.name], crowded) \
-                else f"{node.label}: {text}"
+            own = _time_on_own_line(spec, node.name, step_ms[node.name], crowded)
+            label = f"{node.label}\\\\{text}" if own else f"{node.label}: {text}"
             node = replace(node, label=Tex(label), color=highlight if node.name in slow else node.color)
+            name = spec.topology.workers.label_of(node.name)
+            time = label_text(spec, "step_time", ms=f"{step_ms[node.name]:.1f}")
+            printed[node.name] = [name, time] if own else [f"{name}: {time}"]
         if node.name in memory and node.kind == "icon" and node.label:  # its memory on a line of its own
             node = replace(node, label=Tex(f"{node.label}\\\\{_memory_tex(spec, memory[node.name])}"))
             labelled.add(node.name)
+            if node.name in printed:
+                printed[node.name].append(label_text(spec, "rank_memory", bytes=human_bytes(memory[node.name])))
         nodes.append(node)
     edges, links, out_edges = _link_labels(spec, layout, traffic, steps, run, once)
     nodes = _level_links_hold_labels(spec, nodes, edges)
+    # (a label sloped along a link moves along it, clear of a worker's label reaching under the link)
+    edges = sloped_labels_clear_of_labels(spec, replace(layout, nodes=tuple(nodes)), edges, printed)
     totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
     macros = dict(layout.macros)
     if "titlelabel" in macros:
@@ -251,8 +260,9 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
             # Sloped along its link, on the outer side of the pair: the link that leaves the
             # worker's port higher up is labelled above, its partner below (TikZ keeps both upright).
             worker_port = edge.src if direction == "sent" else edge.dst
-            side = ("above, sloped" if worker_port.dy >= 0 else "below, sloped") if edge.route == "line" \
-                else edge.label_side
+            # (beside the link, LINK_LABEL_OFF_PT off it: anchored on it, the arrow grazes the glyphs)
+            side = f"{'above' if worker_port.dy >= 0 else 'below'}={LINK_LABEL_OFF_PT:g}pt, sloped" \
+                if edge.route == "line" else edge.label_side
             if run is None and other in _SERVER_ENDS and worker not in boxed and _bytes_beside_flow_labels(spec):
                 pos = edge.label_pos  # mid-link: the bar moves right until the link holds it (_level_links_hold_labels)
             if run is not None and other in _SERVER_ENDS:  # between the column and the server

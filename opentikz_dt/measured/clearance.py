@@ -14,9 +14,10 @@ Pure: must not import torch.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ..figures.model import Layout, Port
-from ..figures.spacing import HOST_PAD, ICON_SIZE, LABEL_H, PSBOX_W, icon_size
+from ..figures.spacing import HOST_PAD, ICON_SIZE, LABEL_H, LINE_H, PSBOX_W, icon_size
 from ..figures.textwidth import text_cm
 from ..figures.topology_fit import PT_PER_CM
 
@@ -63,6 +64,56 @@ def link_labels_cross_labels(spec, layout: Layout, one_line: dict, edges) -> boo
     return False
 
 
+def sloped_labels_clear_of_labels(spec, layout: Layout, edges, printed: dict) -> list:
+    """`edges` (as annotate labels them) with each label sloped along a link moved along it, away
+    from the worker's end towards mid-link, until it keeps LABELS_GAP_CM clear of every worker's
+    label printed as `printed[worker]` (its lines) below its icon. A worker's name wider than its
+    icon (a Chinese name with its device: 处理器 1 (GPU1)) reaches under the links leaving the
+    icon's side, where the label hung below the lower one, LINK_LABEL_OFF_PT off it, sits."""
+    nodes = {n.name: n for n in layout.nodes if not n.rel}
+    boxes = [_printed_box(spec, nodes[w], lines) for w, lines in printed.items()
+             if w in nodes and nodes[w].label_side == "below"]
+    out = []
+    for edge in edges:
+        if boxes and edge.route == "line" and edge.label and "sloped" in edge.label_side:
+            a, b = (_point(spec, layout, nodes, port, outline=True) for port in (edge.src, edge.dst))
+            if a is not None and b is not None and a != b:
+                edge = replace(edge, label_pos=_pos_clear(a, b, edge, link_label_size(spec, edge.label), boxes))
+        out.append(edge)
+    return out
+
+
+LABELS_GAP_CM = 1.5 / PT_PER_CM  # kept between a sloped link label and a worker's label (text_cm is conservative)
+POS_STEP = 0.01  # how far along its link a label moves at a time (of the link's length)
+
+
+def _pos_clear(a: tuple, b: tuple, edge, size: tuple, boxes: list) -> float:
+    """The label position nearest edge.label_pos, towards mid-link, whose sloped label meets none of
+    `boxes` (edge.label_pos where none does)."""
+    pos = edge.label_pos
+    step = POS_STEP if pos < 0.5 else -POS_STEP
+    above = "above" in edge.label_side
+    while True:
+        corners = _sloped_box(a, b, pos, size, above)
+        if not any(_segment_meets_box(p, q, box) for box in boxes for p, q in zip(corners, corners[1:] + corners[:1])):
+            return pos
+        if abs(pos - 0.5) < POS_STEP / 2:  # not clear even mid-link: left where it was (the geometry check judges)
+            return edge.label_pos
+        pos = round(pos + step, 3)
+
+
+def _printed_box(spec, node, lines: list) -> tuple:
+    """(left, bottom, right, top) cm of a worker's label as printed (`lines`, centred, or flush with
+    the icon's west edge) below its icon, grown by LABELS_GAP_CM."""
+    width, height = icon_size(spec, "worker")
+    wide = max(text_cm(line) for line in lines)
+    left = node.x - width / 2 if node.label_flush == "west" else node.x - wide / 2
+    top = node.y - height / 2 - LABEL_GAP_CM
+    bottom = top - (LABEL_H - LABEL_GAP_CM) - LINE_H * (len(lines) - 1)
+    return (left - LABELS_GAP_CM, bottom - LABELS_GAP_CM, left + wide + LABELS_GAP_CM, top + LABELS_GAP_CM)
+
+
+LINK_LABEL_OFF_PT = 1.0  # a sloped link label sits this far off its link (annotate: above=1pt), clear of its stroke
 LINK_LABEL_LINE_CM = 0.44  # a \footnotesize line of a link's label and its 2pt inner sep, each side
 
 
@@ -77,14 +128,15 @@ def link_label_size(spec, label: str) -> tuple:
 
 def _sloped_box(a: tuple, b: tuple, pos: float, size: tuple, above: bool) -> list:
     """The corners (cm) of a label sloped along the link a-b at `pos`, above or below it (TikZ
-    keeps a sloped label upright: its baseline runs left to right)."""
+    keeps a sloped label upright: its baseline runs left to right), LINK_LABEL_OFF_PT off the link."""
     (x0, y0), (x1, y1) = a, b
     length = ((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5
     ux, uy = (x1 - x0) / length, (y1 - y0) / length
     if ux < 0 or (ux == 0 and uy < 0):
         ux, uy = -ux, -uy
     nx, ny = (-uy, ux) if above else (uy, -ux)  # towards the label's top (above) or its bottom (below)
-    cx, cy = x0 + pos * (x1 - x0), y0 + pos * (y1 - y0)
+    off = LINK_LABEL_OFF_PT / PT_PER_CM
+    cx, cy = x0 + pos * (x1 - x0) + nx * off, y0 + pos * (y1 - y0) + ny * off
     (width, height), half = size, size[0] / 2
     near = [(cx - ux * half, cy - uy * half), (cx + ux * half, cy + uy * half)]
     far = [(x + nx * height, y + ny * height) for x, y in reversed(near)]
