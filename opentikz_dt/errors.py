@@ -91,13 +91,18 @@ class EditRefused(DtgenError):
     """An edit would break the schema, a rule or a contract invariant; nothing was written."""
 
 
+def problems_line(issues: list[Issue], more_after: str = "") -> str:
+    """The `dtgen: error:` line under a spec's issues (and `dtgen validate`'s, over its files)."""
+    files = len({issue.file for issue in issues})
+    more = f"; {more_after} run once these are fixed" if more_after else ""
+    return f"dtgen: error: {len(issues)} problem(s) in {files} file(s){more}"
+
+
 def error_text(exc: DtgenError) -> str:
     """What the CLI prints and the MCP server returns for an error: a spec's issue lines
     as they are (gcc-style, so editors jump to them) and one `dtgen: error:` line, last."""
     if isinstance(exc, SpecError):
-        files = len({issue.file for issue in exc.issues})
-        more = f"; {exc.more_after} run once these are fixed" if exc.more_after else ""
-        return str(exc) + f"\ndtgen: error: {len(exc.issues)} problem(s) in {files} file(s){more}"
+        return str(exc) + "\n" + problems_line(exc.issues, exc.more_after)
     # A message of several lines is what went wrong (its first line) and what that is about
     # (a refused edit's issues, an override's issues, a failed run's log and folder): those
     # come first and the `dtgen: error:` line last, as a spec's problems and their count do.

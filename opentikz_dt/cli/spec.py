@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import EXIT_INVALID
+from ..errors import EXIT_INVALID, problems_line
 from .options import writing
 
 
@@ -21,9 +21,7 @@ def validate(specs):
     for issue in problems:
         click.echo(str(issue), err=True)
     if problems:
-        files = len({i.file for i in problems})
-        more = f"; {waiting} run once these are fixed" if waiting else ""
-        click.echo(f"dtgen: error: {len(problems)} problem(s) in {files} file(s){more}", err=True)
+        click.echo(problems_line(problems, waiting), err=True)
         raise SystemExit(EXIT_INVALID)
     for spec in specs:
         click.echo(f"{spec}: ok")

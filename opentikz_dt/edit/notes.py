@@ -143,11 +143,11 @@ _COMMENT = re.compile(r"(?:^|\s)#(.*)$")
 
 def _identifier(path: str) -> bool:
     """Whether the key at `path` takes one of a list of names (an icon, a palette, a kind)."""
-    node = schema_node(path) if path else None
+    node = schema_node(path)
     return isinstance(node, dict) and "enum" in node
 
 
-def _value_patterns(value, path: str = "", prose: bool = False) -> list[re.Pattern]:
+def _value_patterns(value, path: str, prose: bool = False) -> list[re.Pattern]:
     """How a mention of `value` (the old value of `path`) looks in a comment, or with
     `prose` in a title or label the spec spells out.
 

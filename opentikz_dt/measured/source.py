@@ -30,9 +30,13 @@ def source(run: Run) -> str:
 def illustrative(run: Run) -> bool:
     """A prediction made without a calibration: the illustrative cost model's numbers."""
     predicted = run.info.get("predicted")
-    if not isinstance(predicted, dict):
-        return False
-    return bool(predicted.get("illustrative")) or str(predicted.get("calibration", "")).startswith("illustrative")
+    return isinstance(predicted, dict) and illustrative_assumptions(predicted)
+
+
+def illustrative_assumptions(assumed: dict) -> bool:
+    """Whether a prediction's assumptions (predict.py's `assumed`: run.json's `predicted`, a
+    sweep's caption) are the illustrative cost model's rather than a calibration's."""
+    return bool(assumed.get("illustrative")) or str(assumed.get("calibration", "")).startswith("illustrative")
 
 
 def run_name(run: Run) -> str:

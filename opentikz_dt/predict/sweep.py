@@ -21,6 +21,7 @@ from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..measured.export import write_outputs
 from ..measured.plots import COLORS, DASHES, MARKS
+from ..measured.source import illustrative_assumptions
 from ..spec import load_spec
 from ..texsafe import escape_text
 from .predict import apply_overrides, check_size, costs_for
@@ -182,7 +183,7 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     source = assumed.get("calibration", "")
     # The illustrative cost model measured nothing: its compute, links and latency are round
     # numbers (predict/costs.illustrative_calibration), none of them "as calibrated".
-    illustrative = bool(assumed.get("illustrative")) or source.startswith("illustrative")
+    illustrative = illustrative_assumptions(assumed)
     compute = "compute at the model's nominal speed" if illustrative else "compute as calibrated solo"
     rate = assumed.get("link_bytes_per_s")
     link = f"links {rate * 8 / 1e9:g} Gbit/s" if rate else "links as calibrated"
