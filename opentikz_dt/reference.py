@@ -1,6 +1,6 @@
 """The spec reference in Markdown, generated from the JSON Schema (so docs never drift).
 
-`python -m opentikz_dt.reference` prints it; the README embeds it between markers and a
+`python -m opentikz_dt.reference` prints it; docs/spec.md embeds it between markers and a
 test keeps the two identical.
 """
 
