@@ -23,8 +23,8 @@ every strategy at fp32 on a smaller transformer (--shared-model; gpt2 for the pa
 samples/s from metrics.json. Strategies that cannot share a GPU are listed with the
 one-line refusal `dtgen run` printed.
 
-Needs no network and nothing but torch and dtgen. Prints markdown tables for BENCHMARKS.md
-(and writes them to --out when given). --smoke: CPU, a tiny transformer, 2 steps, fp32 and
+Needs no network and nothing but torch and dtgen. Prints markdown tables for a result file,
+benchmarks/results/gpu_<hardware>_<yyyy-mm>.md (and writes them to --out when given). --smoke: CPU, a tiny transformer, 2 steps, fp32 and
 bf16 (autocast on the CPU, as CI tests bf16) and one shared strategy unless --modes /
 --strategies say otherwise: checks the harness, not speed (tests/test_bench_gpu.py runs it).
 """

@@ -10,7 +10,7 @@
 #   3. the GPU benchmark table (benchmarks/bench_gpu.py): dtgen `single` vs a plain PyTorch
 #      loop at fp32, tf32, bf16 and bf16+compile; 4 ranks sharing one GPU per strategy.
 # Needs no network and nothing but torch and dtgen's dependencies. Writes everything to
-# runs/gpu-check/ (report.md: the tables for BENCHMARKS.md; each example's run folder).
+# runs/gpu-check/ (report.md: the tables for a benchmarks/results/ file; each example's run folder).
 #
 #   make gpu-check                                  # the project's .venv (make setup)
 #   PYTHON=python3 bash scripts/gpu-check.sh        # the box's own torch, after pip install -e '.[run,dev]'
