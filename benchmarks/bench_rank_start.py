@@ -6,7 +6,7 @@ all-reduce, `--steps` steps, at each rank count, three ways, interleaved, `--rep
   optimizer step (dtgen's ranks before runner/forkserver.py; still the way on GPUs);
 - server per run: the run starts a fork server, which imports them once, and stops it at
   its end (what `dtgen run` on the CPU does now);
-- kept server: one server for all the runs (`forkserver.kept()`, as the test session does).
+- kept server: one server for all the runs (`forkserver.kept()`, as the test suite does).
 Prints a Markdown table: the median seconds of each (min-max) and the ratio to spawn.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_rank_start.py [--ranks 2 4 8] [--steps 6] [--repeat 3]

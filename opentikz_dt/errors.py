@@ -1,6 +1,6 @@
 """The one exception family of dtgen. Library code raises these; only the CLI exits.
 
-Exit codes, the same for every command (README, "Exit codes"):
+Exit codes, the same for every command (docs/cli.md, "Exit codes"):
   0  success
   1  invalid spec or input: a spec, edit, run directory, trace, model or dataset that
      cannot be used (nothing was started or written), an output that cannot be written

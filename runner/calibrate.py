@@ -34,7 +34,7 @@ REPS = 25
 # calls each: their median is the fit, the fastest and slowest rounds the interval's ends
 # (predict.py). One block of 25 calls measured a ring calibration's all-reduce latency at
 # 751, 980 and 1353 us in three calibrations on one machine, and a strategy whose
-# collectives only the probe measured carried that whole (BENCHMARKS.md, ninth session).
+# collectives only the probe measured carried that whole.
 COLLECTIVE_ROUNDS, ROUND_REPS = 3, 12
 REPEAT_STEPS = 40  # the crowded run repeated (crowding.py, repeat.run_again): for the interval
 RUNS = 3  # runs of the spec: the fit is the median one's, the others' spread the interval's (_refine_with_run)
@@ -455,7 +455,7 @@ def _refine_with_run(spec, spec_path, tmp: Path, part: str, steps: int, echo) ->
     one run stay within 10% (the processes' placement on the cores and the machine's load
     persist through a run), so a fit of one run carries that run's luck into every
     prediction made from it; and one repeat shows that spread in one pair alone
-    (BENCHMARKS.md, eleventh session)."""
+    (benchmarks/results/machine-drift_cpu2core_2026-11.md)."""
     import yaml
 
     from ..predict.calibration import Calibration, load_calibration

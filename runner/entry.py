@@ -3,7 +3,7 @@
 The module is looked up in the spec file's folder first, then on sys.path, the way
 users expect from `torchrun script.py` (the script's folder) or pytest's rootdir. A
 module of the same name imported earlier from somewhere else (another spec's
-`model.py` in the same process, e.g. the launcher's preflight in a test session) is
+`model.py` in the same process, e.g. the launcher's preflight in a test run) is
 evicted first, so each spec gets its own file.
 
 Errors are InputErrors of one line naming the spec file, line and key.

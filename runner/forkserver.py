@@ -6,7 +6,8 @@ imports it: about 1.8 s more). Where the ranks outnumber the cores that was most
 run: 8 ranks of a 6-step ring on 2 cores took 15 s, nearly all of it imports. Python's
 `forkserver` start method, which torch's elastic launcher accepts, starts one fresh
 single-threaded server that imports them once (runner/rank_imports.py) and forks each rank
-from it: the same run took under 2 s once the server was up (BENCHMARKS.md).
+from it: the same run took under 2 s once the server was up
+(benchmarks/results/rank-start_cpu2core_2026-11.md).
 
 Ranks on GPUs are still spawned: there every rank has cores of its own, so the imports run
 side by side, and the spawn path is the one checked on a GPU box.
@@ -16,7 +17,7 @@ before `dtgen run` returns (runner/leftovers.py), so nothing outlives the run. A
 killed with SIGKILL cannot: its ranks and the server die with it, but multiprocessing's
 folder for the server's socket stays (`pymp-*`, in TMPDIR, or in /tmp where TMPDIR is too
 deep for a socket's path). A server that was already running (`kept()`: the test
-session's, `dtgen calibrate`'s, or a caller's that launches many runs) is reused and left
+suite's, `dtgen calibrate`'s, or a caller's that launches many runs) is reused and left
 running. Its environment is then older than the launch's, so each rank takes the
 launcher's environment (`adopt_launch_environment`), keeping what the elastic launcher set
 for it.

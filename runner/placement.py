@@ -76,7 +76,7 @@ def choose_placement(device: str, backend: str, ranks: int, gpus: int) -> Placem
 # Why a strategy's check_placement refuses ranks sharing GPUs over gloo, one wording each:
 # torch's pipeline schedules send GPU tensors themselves (gloo all-reduces, broadcasts and
 # gathers GPU tensors, nothing point to point); DTensor.full_tensor's gather of the final
-# model killed rank 0 with SIGSEGV (one H100, torch 2.11, BENCHMARKS.md's GPU box), after
+# model killed rank 0 with SIGSEGV (one H100, torch 2.11: benchmarks/results/gpu_h100_2026-11.md), after
 # every training step had run, for kinds fsdp and tensor alike.
 SENDS_GPU_TENSORS = ("torch's pipeline schedules send GPU tensors point to point, which gloo does not "
                      "support")

@@ -1,6 +1,7 @@
 """`dtgen run --repeat N`: the same spec run N times into RUN/r1..rN, then the spread.
 
-The same spec differs run to run on a shared machine (README: up to about 20%), so one
+The same spec differs run to run on a shared machine (up to about 20%:
+benchmarks/results/predict-accuracy_cpu2core_2026-11.md), so one
 run says little; the repeat folder is what `dtgen compare` reads as one row (mean and
 min--max, opentikz_dt.measured.repeats)."""
 
@@ -61,7 +62,7 @@ def run_again(spec_path, run_dir: Path, out: Path, steps: int) -> float | None:
 
     `dtgen calibrate` repeats its crowded run this way (and runs the spec itself three
     times, runner/calibrate.py): the same spec run twice here lands up to
-    43% apart (BENCHMARKS.md, the repeat column), because the processes' placement on the
+    43% apart (benchmarks/results/predict-transfer_cpu2core_2026-11.md), because the processes' placement on the
     cores and the machine's load persist through a run and change between runs, so the
     steps of one run (noise.block_ratios) do not show it (predict/interval.py)."""
     import json

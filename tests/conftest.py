@@ -113,7 +113,7 @@ def pytest_collection_modifyitems(config, items):
     no_tex = shutil.which("pdflatex") is None
     for item in items:
         if "latex" in item.keywords and no_tex:
-            item.add_marker(pytest.mark.skip(reason="pdflatex not installed (see README: TeX packages)"))
+            item.add_marker(pytest.mark.skip(reason="pdflatex not installed (see docs/install.md: TeX packages)"))
         if "gpu" in item.keywords and not _cuda_available():
             item.add_marker(pytest.mark.skip(reason="no CUDA device on this machine"))
 

@@ -384,7 +384,7 @@ def test_cli_refusal_message_names_the_invariant(tmp_path):
     before = path.read_bytes()
     result = cli(path, "recolor", "--flow", "weight", "--color", "otgray", "--no-compile")
     assert result.exit_code == 1
-    # the issues first, the dtgen: error: line last (README, "Exit codes")
+    # the issues first, the dtgen: error: line last (docs/cli.md, "Exit codes")
     assert result.stderr.splitlines()[-1] == f"dtgen: error: {path}: recolor refused; nothing changed (line:col above point into the file as it is)"
     assert any("[invariant distinct-flow-colors]" in line for line in result.stderr.splitlines()[:-1])
     assert path.read_bytes() == before

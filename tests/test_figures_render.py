@@ -138,7 +138,7 @@ def test_math_outside_the_allow_list_is_refused():
         spec_from_data({"strategy": {"kind": "parameter-server"}, "figure": {"labels": {"grad": r"$\input{x}$"}}})
 
 
-YAML_TRAP = 'strategy: {kind: allreduce}\nfigure: {labels: {grad: "$\\nabla\\theta$"}}\n'  # the README's trap
+YAML_TRAP = 'strategy: {kind: allreduce}\nfigure: {labels: {grad: "$\\nabla\\theta$"}}\n'  # docs/spec.md's YAML trap
 YAML_TRAP_MESSAGE = ("2:25: figure.labels.grad: contains a newline (in a double-quoted YAML string \"\\n\" is a "
                      "newline: write '$\\nabla\\theta$' in single quotes) [invariant labels-safe]")
 

@@ -173,7 +173,7 @@ def test_1024_workers_are_predicted_within_the_bound_and_more_steps_are_refused(
     weight = REGISTRY.get("mesh").simulation_weight(spec)
     # 8 microbatches x (2 ops x 0.3 µs + 8 tensor all-reduces of its stage x (0.04 + 0.2 / 8) µs), over 5 µs
     assert weight == pytest.approx(8 * (2 * 0.3 + 8 * (0.04 + 0.2 / 8)) / 5)
-    check_size(spec, 1000)  # about 9 s of simulation at most (the fit's rank-step costs, BENCHMARKS.md)
+    check_size(spec, 1000)  # about 9 s of simulation at most (results/predict-scale_cpu2core_2026-11.md)
     with pytest.raises(DtgenError) as refused:
         check_size(spec, 1200)
     assert str(refused.value) == ("1,024 ranks x 1,200 steps x 1.79 (the cost of one of its rank-steps) = 2,202,010 "

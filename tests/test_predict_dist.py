@@ -1,6 +1,6 @@
 """Predictions against real runs: a probe calibration with real processes, and fits from real traces.
 
-Looser bounds than the benchmark's goal (BENCHMARKS.md has the measured accuracy): the
+Looser bounds than the benchmark's goal (benchmarks/results/predict-*.md have the measured accuracy): the
 CI machine is shared and small, so these catch regressions (a unit slip, a lost phase,
 a schedule that no longer matches the runner), not noise.
 """
@@ -65,7 +65,7 @@ def test_fit_from_a_real_trace_predicts_the_run(tmp_path, name):
     from opentikz_dt.runner.testing import run_small
 
     # A 2-core machine under other load can stretch a few steps of a 24-step run by 2x
-    # (BENCHMARKS.md: run-to-run noise up to 64%); a second run separates that noise from a
+    # (run-to-run noise up to 64% under load); a second run separates that noise from a
     # model regression, which misses on both.
     misses = []
     for attempt in range(2):
@@ -82,7 +82,7 @@ def test_fit_from_a_real_trace_predicts_the_run(tmp_path, name):
 def test_calibration_with_real_processes_predicts_a_fresh_run(tmp_path):
     """`dtgen calibrate SPEC`: the probe, then a short run of the spec fitted on top of it;
     its prediction of another run of the spec is close (the probe alone misses the
-    runner's untraced work: BENCHMARKS.md)."""
+    runner's untraced work: benchmarks/results/predict-accuracy_cpu2core_2026-11.md)."""
     from opentikz_dt.runner.calibrate import calibrate
     from opentikz_dt.runner.testing import run_small, write_spec
 
@@ -208,7 +208,7 @@ def _leave_one_out_data(name):
 def test_a_fit_of_one_strategy_predicts_another_of_the_same_model(tmp_path, target):
     """Leave-one-out (issue 24): a calibration fitted from a real ring all-reduce run
     predicts a real run of another strategy of the same model, within a loose bound (the
-    benchmark's goal is 25%: BENCHMARKS.md, leave-one-out). Catches a cost that only means
+    benchmark's goal is 25%: benchmarks/results/predict-transfer_cpu2core_2026-11.md). Catches a cost that only means
     something for the strategy it was fitted on (a latency holding a server's queue)."""
     from opentikz_dt.runner.testing import run_small
 

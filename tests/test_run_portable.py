@@ -45,7 +45,7 @@ def test_a_moved_run_with_a_relative_text_dataset_still_draws_and_compares(tmp_p
     (exp / "t.yaml").write_text(yaml.safe_dump(SPEC), encoding="utf-8")
     corpus = exp / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
-    ran = _dtgen("run", "t.yaml", "--out", "runs/t", cwd=exp)  # the README's form: the data beside the spec
+    ran = _dtgen("run", "t.yaml", "--out", "runs/t", cwd=exp)  # docs/runner.md's form: the data beside the spec
     assert ran.returncode == 0, ran.stderr
     spec_text = (exp / "runs" / "t" / "spec.yaml").read_text(encoding="utf-8")
     assert f"path: {corpus.resolve()}" in spec_text  # by absolute path, not read against the run directory

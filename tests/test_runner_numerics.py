@@ -285,7 +285,7 @@ def test_mesh_clips_by_the_global_norm_counting_each_value_once(method, pipeline
 # (gpu-check runs pytest -rP and copies them into its report). Ranks sharing a GPU are
 # refused for these kinds: on one H100 (torch 2.11) their runs trained, then crashed
 # gathering the final model over gloo (runner/strategies/fsdp.py check_placement), so
-# this runs only on 2 (fsdp, tensor) or 4 (mesh) GPUs or more, which no session here has had.
+# this runs only on 2 (fsdp, tensor) or 4 (mesh) GPUs or more (not run yet: README, "What has run where").
 GPU_CASES = [("fsdp", "sgd"), ("tensor-mlp", "sgd"), ("mesh-data-tensor", "sgd"),
              ("mesh-fsdp-tensor", "adamw-clip-cosine"), ("mesh-fsdp-tensor", "bf16-sgd-clip-linear")]
 ON_GPU = {"runtime": {"device": "cuda", "backend": "auto", "timeout_s": 120}}

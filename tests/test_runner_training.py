@@ -167,7 +167,7 @@ def test_fp16_on_the_cpu_is_refused_before_spawning(tmp_path):
     spec = tmp_path / "half.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     result = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "run")])
-    assert result.exit_code == 1  # invalid input, as a spec error (README: exit codes)
+    assert result.exit_code == 1  # invalid input, as a spec error (docs/cli.md: exit codes)
     line = next(ln for ln in result.output.splitlines() if "training.precision" in ln)
     assert line.startswith(f"dtgen: error: {spec}:") and ": training.precision: fp16 needs a GPU" in line
     assert "Traceback" not in result.output

@@ -39,7 +39,7 @@ def test_defaults_make_a_short_spec_complete():
 
 
 def test_the_worker_count_default_the_schema_states_is_each_kinds():
-    """README's reference (made from this description) said 3 where tensor resolves to 2 workers:
+    """The spec reference (docs/spec.md, made from this description) said 3 where tensor resolves to 2 workers:
     a kind whose default changes must change the description too."""
     from opentikz_dt.strategies import kinds
 

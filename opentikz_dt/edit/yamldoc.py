@@ -140,7 +140,7 @@ def _nested(keys, value, flow: bool):
 
 
 def _plain_value(value):
-    # TeX goes in single quotes, as the README asks: in double quotes "\nabla" is a newline.
+    # TeX goes in single quotes, as docs/spec.md asks: in double quotes "\nabla" is a newline.
     if isinstance(value, str) and ("\\" in value or "$" in value):
         return SingleQuotedScalarString(value)
     return value

@@ -171,7 +171,7 @@ class Costs:
         of another strategy holds no exchange, but a ring's holds its messages' spread: each
         of the exchange's `receives` draws its share from it (measured: a ring calibration's
         gossip prediction -34% with the exchange constant, its exchanges' mean 2.19 ms
-        against 1.37 and their 80 % quantile 3.48 ms; BENCHMARKS.md)."""
+        against 1.37 and their 80 % quantile 3.48 ms)."""
         if self.rng is not None:
             return self.noisy(us, step)
         if self.exchange_ratios:
@@ -233,7 +233,7 @@ class Costs:
         add to that wait; on a given link (--link) they travel while the processes holding
         the cores run on, so the receiver's wait for a core starts as they arrive and only
         the longer of the two counts. Measured on the emulated 2 hosts x 4 ranks at 200 mbit
-        (8 processes on 2 cores, BENCHMARKS.md): the link made the ring's step no slower than
+        (8 processes on 2 cores): the link made the ring's step no slower than
         on one host (25.9 against 26.3 ms), native's 3% slower; adding wire and wait
         predicted them +20% and +45%."""
         return max(0.0, wire_us - wait_us) if self.wire else wire_us

@@ -130,7 +130,8 @@ def gpu_sharing(cal, spec) -> str | None:
 
     Ranks sharing a GPU wait for it: their kernels and their messages' copies through host
     memory queue behind the other processes' work. A calibration holds that wait as it was
-    at its own ranks per GPU, and nothing scales it: measured on one H100 (BENCHMARKS.md),
+    at its own ranks per GPU, and nothing scales it: measured on one H100
+    (benchmarks/results/predict-transfer_h100_2026-11.md),
     calibrations at 2 ranks predicted 4 ranks sharing the GPU 22% (native all-reduce) and
     39% (ring) low, the ring's hops taking twice as long (0.70 ms against 0.35 predicted),
     its compute as predicted. One pair of sizes is too little to model it from, so it is
@@ -201,7 +202,7 @@ def untraced_typical(cal) -> float | None:
     every other strategy's mean untraced time per step was at or below the ring's median
     (ring: floor 0.68-0.73 ms, median 1.0-1.16 ms, mean 2.2-2.6 ms; tree 0.88-1.09, central
     storage 0.55-0.72, hierarchical 0.49-0.51, parameter servers 0.27-0.44, native
-    0.24-0.34, gossip 0.27-0.28; BENCHMARKS.md, ninth session)."""
+    0.24-0.34, gossip 0.27-0.28)."""
     gaps = cal.untraced_gaps
     return statistics.median(gaps) if len(gaps) >= 5 else None
 
@@ -262,11 +263,11 @@ def ring_chain_hop(cal, spec) -> bool:
     the one the crowded run's fit solved from its step time (crowded_hop), as the
     calibrated ring's own is (allreduce.finish_fit). A hop of the ring's chain then grows
     more slowly than a lone message's wait: fitted from real runs of
-    examples/allreduce-ring.yaml on 2 cores in three benchmark passes, a hop took
+    examples/allreduce-ring.yaml on 2 cores in three runs of the benchmark, a hop took
     0.96-1.19 ms at 4 processes and 1.49-1.58 ms at 8 (x1.3-1.6; off_core says x1.5,
-    (k - c) / c x3, BENCHMARKS.md, eleventh session). The other strategies' waits, lone
+    (k - c) / c x3). The other strategies' waits, lone
     messages and collective steps, keep (k - c) / c: with off_core the 8-worker gossip
-    rows of the same passes went from -12..-17% to -39..-42%."""
+    rows of the same runs went from -12..-17% to -39..-42%."""
     crowding = cal.data["comm"]["p2p"].get("crowding")
     return (isinstance(crowding, dict) and "alone_s" in crowding
             and same_strategy({"strategy": crowding.get("strategy") or {}}, spec))
@@ -276,7 +277,8 @@ def waits_as_ring_hops(spec) -> bool:
     """Whether the spec's messages wait for a core as a ring's hops do (its plugin says:
     dtgen's ring, and the native all-reduce, gloo's ring), so that the crowded run's wait
     grows as (1 - c/k) (crowd_wait). Gossip's and the parameter servers' lone messages keep
-    (k - c)/c: with (1 - c/k) gossip 2 -> 8 went to -39% and -43% in passes 22 and 23."""
+    (k - c)/c: with (1 - c/k) gossip 2 -> 8 went to -39% and -43% in two runs of
+    the transfer benchmark."""
     return REGISTRY.get(spec.strategy.kind).waits_as_ring_hops(spec)
 
 

@@ -155,7 +155,8 @@ def tree_all_reduce(ctx, flat: torch.Tensor, ranks: list[int], step: int, payloa
     the wait for the parent's first broadcast chunk (the root reducing the rest of the tree).
 
     A double binary tree (NCCL's, each half of the buffer on its own rotated tree) was
-    tried and measured no faster on gloo/CPU (BENCHMARKS.md), so the simple tree stays.
+    tried and measured no faster on gloo/CPU
+    (benchmarks/results/allreduce-algorithms_cpu2core_2026-11.md), so the simple tree stays.
     """
     n = len(ranks)
     if n == 1:

@@ -41,7 +41,7 @@ def waits_as_ring_hops(spec) -> bool:
     pieces. Their steps' waits for a core grow with the processes as the ring's hops do
     (transfer.crowd_wait).
 
-    Measured in benchmark passes 22-24 (BENCHMARKS.md, twelfth session), the native
+    Measured in three runs of bench_predict_accuracy.py --transfer, the native
     all-reduce calibrated at 2 workers: at 8 workers on one host +16%, +42% and +17% with the
     linear growth, -20%, -4% and -18% with (1 - c/k); on 2 emulated hosts x 4, +20%, +17% and
     +24%, and -16%, -17% and -19%. The tree's and the hierarchical all-reduce's are not

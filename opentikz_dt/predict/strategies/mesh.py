@@ -28,7 +28,7 @@ one collective each (the runner issues one per unit, overlapped with the passes)
 pair cut by a stage boundary is computed whole with no all-reduce (strategies/mesh.py's
 memory says the same). Speed: a stage's ranks advance together as lists, each group's
 collective over a slice of them, bytes summed per stage: 1,024 ranks x 100 steps take
-0.1-7 s of CPU by shape (BENCHMARKS.md), and `simulation_weight` tells predict.py's size
+0.1-7 s of CPU by shape (benchmarks/results/predict-scale_cpu2core_2026-11.md), and `simulation_weight` tells predict.py's size
 bounds what a rank-step costs. Must not import torch.
 """
 

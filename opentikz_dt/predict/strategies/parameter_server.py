@@ -172,11 +172,11 @@ def _send_us(costs) -> float:
     carried to any worker count as measured. A core per rank: none.
 
     Not scaled as a message's wait for a core is (costs.wait_ratio, 2.3x from 2 workers to
-    8 on 2 cores): in two benchmark passes here (88 kB shards) a send took 476-620 us at 2
+    8 on 2 cores): in two runs of the transfer benchmark (88 kB shards) a send took 476-620 us at 2
     workers, 444-630 at 3, 464-738 at 4 and 560-752 at 8, and the scaled sends predicted
     8 workers +17% and +92%, 4 workers +37% and +30% (carried as measured: -29% and +12%,
-    +2% and -5%; BENCHMARKS.md, twelfth session). An earlier session measured 120-210 us at
-    2 workers and 410-690 at 8: what a send costs moves with the machine's state more than
+    +2% and -5%). Other runs on the same machine measured 120-210 us at 2 workers and
+    410-690 at 8: what a send costs moves with the machine's state more than
     with the worker count."""
     made = costs.cal.data.get("made_for")
     strategy = (made.get("strategy") or {}) if isinstance(made, dict) else {}
