@@ -137,5 +137,11 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
         timeline, warnings = predicted_timeline(spec, calibration)
         for line in warnings:
             (notify or print)(f"dtgen: warning: {line}")
+    elif spec.hardware is not None and "timeline" in kinds:  # expected on that hardware, from its datasheet
+        from ..predict.expected import datasheet_timeline
+
+        timeline, warnings = datasheet_timeline(spec)
+        for line in warnings:
+            (notify or print)(f"dtgen: warning: {line}")
     return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only, timeline=timeline,
                           notify=notify)

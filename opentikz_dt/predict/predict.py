@@ -199,6 +199,10 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     if steps is not None:
         spec = apply_overrides(spec, (f"training.steps={steps}",))
     steps = spec.training.steps
+    if spec.hardware is not None and calibration is None and device is None and link is None:
+        from .cluster import predict_cluster  # the datasheet's costs, one lane per stage
+
+        return predict_cluster(spec, out)
     check_size(spec, steps)
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
     if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after

@@ -1,0 +1,210 @@
+"""Costs from physics: a transformer step on a cluster, from the device's datasheet.
+
+The model (docs/planning.md states it in full, with its sources):
+- Compute. Matrix multiplies run at the datasheet's dense peak for the precision times an
+  achievable efficiency: the best-shape matmul throughput measured on that device and
+  published (MATMUL_EFFICIENCY, with its source); never a constant fitted to the rows the
+  model is checked against. Memory-bound work (layer norms, softmax, GELU, residual adds,
+  the loss) moves its bytes at the datasheet's HBM bandwidth.
+- FLOPs per transformer layer and microbatch of b samples (Narayanan et al., SC'21, Eq. 2-3):
+  forward 24·b·s·h² + 4·b·s²·h, split over the tensor degree t; backward twice the
+  forward; full recomputation one more forward. The head: 2·b·s·h·V forward (split over t).
+- Collectives: α + bytes·factor/bandwidth over the slowest link the group crosses (ring
+  all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n; NVLink inside a host, the
+  host's NIC port per GPU across hosts). No source gives a latency for these links: α is
+  0 and the prediction says so (at these message sizes the bandwidth term dominates).
+- Tensor parallelism (Megatron-style, dtgen's mesh): two all-reduces of the layer's
+  output (b·s·h values) per layer forward, two backward, two more in a recomputed
+  forward; none overlaps compute (they sit between the matmuls that need their result).
+
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hardware import DevicePreset, LinkPreset
+
+# Best-shape bf16 matmul throughput measured on the device (no sparsity), over the dense
+# datasheet peak: S. Bekman, "Machine Learning Engineering", Maximum Achievable Matmul
+# FLOPS comparison table (mamf-finder.py, mean of 100 iterations after 50 warm-up).
+MAMF_SOURCE = ("https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+               "#maximum-achievable-matmul-flops-comparison-table")
+MATMUL_EFFICIENCY = {
+    "a100-sxm-80gb": (271.2 / 312, "A100 SXM: 271.2 of 312 TFLOP/s measured (86.9%)"),
+    "h100-sxm": (794.5 / 989, "H100 SXM: 794.5 of 989 TFLOP/s measured (80.3%)"),
+    "h100-pcie": (794.5 / 989, "no H100 PCIe row: the H100 SXM's 794.5 of 989 (80.3%) taken"),
+    "h200": (828.6 / 989, "no H200 row: the GH200's (the same GH100 die with HBM3e) 828.6 of 989 (83.8%) taken"),
+    "b200": (1745.0 / 2250, "B200 SXM: 1745.0 of 2250 TFLOP/s measured (77.6%)"),
+}
+HBM_EFFICIENCY = 1.0  # no measured fraction is cited: the datasheet bandwidth itself (optimistic)
+
+BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class Model:
+    """A GPT-style decoder: layers, hidden size, heads, sequence length, vocabulary."""
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    vocab: int
+
+    @property
+    def params(self) -> float:
+        """12·l·h² (attention 4h², MLP 8h²) + the layers' biases and norms, + V·h tied embedding."""
+        h, l = self.hidden, self.layers
+        return l * (12 * h * h + 13 * h) + self.vocab * h + self.seq * h
+
+    def iteration_flops(self, batch: int, recompute: bool = True) -> float:
+        """Narayanan et al. (SC'21) Eq. 3: 96·B·s·l·h²(1 + s/6h + V/16lh) with recomputation;
+        72·... (three passes instead of four) without."""
+        b, s, l, h, v = batch, self.seq, self.layers, self.hidden, self.vocab
+        passes = 4 if recompute else 3
+        return 24 * passes * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+@dataclass(frozen=True)
+class Layout:
+    pipeline: int
+    data: int
+    tensor: int
+    microbatches: int       # per replica and step
+    micro_batch: int        # samples per microbatch
+    schedule: str = "1f1b"  # gpipe | 1f1b
+    sharded: bool = False   # data parallel as FSDP (all-gather + reduce-scatter), else all-reduce
+    overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce); a mesh reduces after
+
+    @property
+    def gpus(self) -> int:
+        return self.pipeline * self.data * self.tensor
+
+
+@dataclass(frozen=True)
+class Cluster:
+    device: DevicePreset
+    gpus_per_host: int
+    intra: LinkPreset
+    inter: LinkPreset
+    precision: str
+
+    @property
+    def matmul_rate(self) -> float:
+        return self.device.peak(self.precision) * MATMUL_EFFICIENCY[self.device.name][0]
+
+    @property
+    def hbm_rate(self) -> float:
+        return self.device.hbm_bytes_per_s * HBM_EFFICIENCY
+
+    def link(self, stride: int, size: int) -> LinkPreset:
+        """The slowest link a group of `size` ranks `stride` apart crosses (hosts of
+        gpus_per_host consecutive ranks): NVLink if they share a host, else the NIC."""
+        if size <= 1:
+            return self.intra
+        inside = stride * (size - 1) < self.gpus_per_host and self.gpus_per_host % (stride * size) == 0
+        return self.intra if inside else self.inter
+
+    def collective(self, kind: str, nbytes: float, stride: int, size: int) -> float:
+        """Seconds of a ring collective over `size` ranks `stride` apart."""
+        if size <= 1 or nbytes <= 0:
+            return 0.0
+        factor = 2 * (size - 1) / size if kind == "all-reduce" else (size - 1) / size
+        link = self.link(stride, size)
+        return (link.latency_s or 0.0) + nbytes * factor / link.bytes_per_s
+
+    def p2p(self, nbytes: float, stride: int) -> float:
+        link = self.link(stride, 2)
+        return (link.latency_s or 0.0) + nbytes / link.bytes_per_s
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    """Seconds of one microbatch through one stage, and its collectives."""
+    forward: float            # compute (matmul + memory-bound) of the forward
+    backward: float           # of the backward, with the recomputed forward if any
+    forward_comm: float       # tensor all-reduces inside the forward
+    backward_comm: float      # inside the backward (and the recomputed forward)
+    matmul_flops: float       # counted by the model (fwd + bwd + recompute), per microbatch
+
+
+def layer_costs(model: Model, layout: Layout, cluster: Cluster, recompute: str) -> PassCosts:
+    """One transformer layer, one microbatch, one tensor rank."""
+    b, s, h, a, t = layout.micro_batch, model.seq, model.hidden, model.heads, layout.tensor
+    e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]  # fp8 matmuls, bf16 elsewhere
+    matmul = (24 * b * s * h * h + 4 * b * s * s * h) / t
+    # memory-bound bytes of the forward: 2 layer norms and 2 residual adds over b·s·h (every
+    # tensor rank holds them whole), GELU over b·s·4h/t, softmax over b·(a/t)·s² (read + write)
+    elementwise = e * (2 * 2 * b * s * h + 2 * 3 * b * s * h + 2 * 4 * b * s * h / t + 2 * b * a * s * s / t)
+    fwd = matmul / cluster.matmul_rate + elementwise / cluster.hbm_rate
+    bwd = 2 * matmul / cluster.matmul_rate + 2 * elementwise / cluster.hbm_rate
+    ar = cluster.collective("all-reduce", e * b * s * h, 1, t)
+    passes = 3
+    if recompute == "full":
+        bwd += fwd
+        passes = 4
+    elif recompute == "selective":  # the attention core (scores, softmax, their product with V) again
+        core = (4 * b * s * s * h / t) / cluster.matmul_rate + (e * 2 * b * a * s * s / t) / cluster.hbm_rate
+        bwd += core
+    return PassCosts(fwd, bwd, 2 * ar, (2 + (2 if recompute == "full" else 0)) * ar, passes * matmul)
+
+
+def head_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
+    """The last stage's head (logits over the vocabulary, split over t) and its loss."""
+    b, s, h, v, t = layout.micro_batch, model.seq, model.hidden, model.vocab, layout.tensor
+    e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]
+    matmul = 2 * b * s * h * v / t
+    loss = 4 * b * s * v / t * 2  # softmax + cross-entropy over the logits in fp32, read + write
+    fwd = matmul / cluster.matmul_rate + loss / cluster.hbm_rate
+    ar = cluster.collective("all-reduce", 4 * b * s, 1, t)  # the vocabulary-parallel loss's sums
+    return PassCosts(fwd, 2 * fwd, ar, ar, 3 * matmul + 0 * e)
+
+
+def embed_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
+    """The first stage's token and position embedding: a gather and an add (memory-bound)."""
+    b, s, h = layout.micro_batch, model.seq, model.hidden
+    e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]
+    moved = 3 * e * b * s * h
+    ar = cluster.collective("all-reduce", e * b * s * h, 1, layout.tensor)  # vocabulary-parallel embedding
+    return PassCosts(moved / cluster.hbm_rate, 2 * moved / cluster.hbm_rate, ar, 0.0, 0.0)
+
+
+def stage_layers(layers: int, stages: int) -> list[int]:
+    """Blocks per stage: an even split, the remainder to the first stages."""
+    base, extra = divmod(layers, stages)
+    return [base + (1 if s < extra else 0) for s in range(stages)]
+
+
+def stage_pass(model: Model, layout: Layout, cluster: Cluster, recompute: str, stage: int) -> PassCosts:
+    """One microbatch through one stage (its blocks; the embedding on the first, the head on the last)."""
+    n = stage_layers(model.layers, layout.pipeline)[stage]
+    one = layer_costs(model, layout, cluster, recompute)
+    parts = [(one, n)]
+    if stage == 0:
+        parts.append((embed_costs(model, layout, cluster), 1))
+    if stage == layout.pipeline - 1:
+        parts.append((head_costs(model, layout, cluster), 1))
+    return PassCosts(*(sum(getattr(p, f) * k for p, k in parts)
+                       for f in ("forward", "backward", "forward_comm", "backward_comm", "matmul_flops")))
+
+
+def stage_params(model: Model, layout: Layout, stage: int) -> float:
+    """Parameters one rank of a stage holds: its blocks' over the tensor degree, plus the
+    (tied) embedding on the first and the last stage."""
+    h = model.hidden
+    n = stage_layers(model.layers, layout.pipeline)[stage]
+    held = n * (12 * h * h + 13 * h) / layout.tensor
+    if stage == 0 or stage == layout.pipeline - 1:
+        held += model.vocab * h / layout.tensor
+    if stage == 0:
+        held += model.seq * h
+    return held
+
+
+def optimizer_seconds(params: float, cluster: Cluster) -> float:
+    """Adam over a rank's parameters is memory-bound: fp32 weight, gradient and two moments
+    read, weight and moments written, the low-precision weight copy written (30 bytes per
+    parameter, 16 bytes without a low-precision copy)."""
+    per = 30 if BYTES[cluster.precision] < 4 else 28
+    return per * params / cluster.hbm_rate
