@@ -136,7 +136,7 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
                                       tuple(formats) or ("tex",), echo=click.echo, device=device)
         # warned once it predicted, as one prediction warns: a bad --sweep, --link or --set
         # found on the way is then the only message
-        if calibration is None:
+        if calibration is None and not _datasheet(spec, device, link):
             click.echo(f"dtgen: warning: {ILLUSTRATIVE_WARNING}", err=True)
         for path in paths:
             click.echo(f"wrote {path}")
@@ -149,3 +149,12 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
     for line in warnings:
         click.echo(f"dtgen: warning: {line}", err=True)
     click.echo(f"wrote {path}")
+
+
+def _datasheet(spec, device, link) -> bool:
+    """Whether the prediction came from the spec's `hardware:` datasheet (not illustrative)."""
+    if device is not None or link is not None:
+        return False
+    from ..spec import load_spec
+
+    return load_spec(spec).hardware is not None

@@ -37,8 +37,8 @@ def layout_of(spec) -> Layout:
     kind, n = spec.strategy.kind, spec.topology.workers.count
     batch = spec.training.batch_size
     if kind not in KINDS:
-        raise DtgenError(f"{spec.source}: hardware: datasheet costs cover kinds {', '.join(KINDS)}; "
-                         f"'{kind}' is predicted from a calibration (remove hardware: or change strategy.kind)")
+        raise DtgenError(_located(spec, ("strategy", "kind"), f"datasheet costs (hardware:) cover kinds "
+                                  f"{', '.join(KINDS)}; '{kind}' is predicted from a calibration (--calibration)"))
     if kind == "mesh":
         given = spec.strategy.options.get("parallelism") or {}
         p, d, t = (int(given.get(k, 1)) for k in ("pipeline", "data", "tensor"))
@@ -54,9 +54,15 @@ def layout_of(spec) -> Layout:
 def model_of(spec) -> Model:
     m = spec.training.model
     if m.get("kind") != "transformer":
-        raise DtgenError(f"{spec.source}: hardware: datasheet costs model the built-in transformer; "
-                         f"training.model.kind '{m.get('kind')}' is predicted from a calibration")
+        raise DtgenError(_located(spec, ("training", "model", "kind"), f"datasheet costs (hardware:) model the "
+                                  f"built-in transformer; '{m.get('kind')}' is predicted from a calibration "
+                                  "(--calibration)"))
     return Model(int(m["layers"]), int(m["d_model"]), int(m["heads"]), int(m["seq_len"]), int(m["vocab"]))
+
+
+def _located(spec, path: tuple, message: str) -> str:
+    """file:line:col: key: message, at the key (or where its section would be)."""
+    return str(spec.located.issue(path, message)) if spec.located is not None else f"{'.'.join(path)}: {message}"
 
 
 def cluster_of(spec) -> Cluster:
@@ -204,7 +210,7 @@ def size_check(spec, layout: Layout, steps: int) -> None:
     """Refuse a trace too large even with one lane per stage, naming the bound."""
     events = layout.pipeline * steps * layout.microbatches * 4
     if events > MAX_LANE_EVENTS:
-        raise DtgenError(f"{spec.source}: the prediction would write about {events:,} trace events with one lane "
+        raise DtgenError(f"{spec.source}: hardware: the prediction would write about {events:,} trace events with one lane "
                          f"per stage ({layout.pipeline} stages x {layout.microbatches} microbatches x {steps} steps; "
                          f"at most {MAX_LANE_EVENTS:,}): use fewer microbatches or --steps")
 

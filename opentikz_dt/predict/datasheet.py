@@ -59,11 +59,12 @@ class Model:
         return l * (12 * h * h + 13 * h) + self.vocab * h + self.seq * h
 
     def iteration_flops(self, batch: int, recompute: bool = True) -> float:
-        """Narayanan et al. (SC'21) Eq. 3: 96·B·s·l·h²(1 + s/6h + V/16lh) with recomputation;
-        72·... (three passes instead of four) without."""
+        """Narayanan et al. (SC'21) Eq. 3: 96·B·s·l·h²(1 + s/6h + V/16lh) with recomputation
+        (the layers' four passes; the head's three, 6·B·s·h·V); without it the layers take
+        three passes: 72·B·s·l·h²(1 + s/6h) + 6·B·s·h·V."""
         b, s, l, h, v = batch, self.seq, self.layers, self.hidden, self.vocab
         passes = 4 if recompute else 3
-        return 24 * passes * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+        return 24 * passes * b * s * l * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,111 @@
+"""Predictions from the datasheet (a spec's `hardware:`, predict/datasheet.py and
+cluster.py): the physics pieces, one lane per pipeline stage, what the run directory and
+the figure say, and the one-line refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from opentikz_dt.cli import main
+from opentikz_dt.errors import DtgenError
+from opentikz_dt.hardware import DEVICES, LINKS
+from opentikz_dt.predict.cluster import size_check, step_seconds
+from opentikz_dt.predict.datasheet import Cluster, Layout, Model, stage_pass
+
+A100 = Cluster(DEVICES["a100-sxm-80gb"], 8, LINKS["nvlink3-a100"], LINKS["ib-hdr"], "fp16")
+GPT3 = Model(96, 12288, 96, 2048, 51200)
+SMALL = ("strategy: {kind: mesh, parallelism: {pipeline: 2, data: 2, tensor: 2}, microbatches: 4}\n"
+         "topology: {workers: {count: 8}}\n"
+         "training:\n  model: {kind: transformer, layers: 4, d_model: 256, heads: 4, seq_len: 128, vocab: 512}\n"
+         "  batch_size: 8\n  precision: bf16\n")
+
+
+def test_ring_collectives_cross_the_slowest_link_their_group_spans():
+    gb = 1e9
+    # 8 consecutive ranks share a host: NVLink, 2(n-1)/n of the bytes
+    assert A100.collective("all-reduce", gb, 1, 8) == pytest.approx(gb * 2 * 7 / 8 / 300e9)
+    assert A100.collective("all-gather", gb, 1, 8) == pytest.approx(gb * 7 / 8 / 300e9)
+    # ranks 8 apart are on different hosts: the NIC port, 25 GB/s
+    assert A100.collective("all-reduce", gb, 8, 4) == pytest.approx(gb * 2 * 3 / 4 / 25e9)
+    assert A100.link(2, 4) is A100.intra and A100.link(4, 4) is A100.inter
+    assert A100.collective("all-reduce", gb, 1, 1) == 0.0
+
+
+def test_the_model_counts_the_papers_flops_exactly():
+    """Every stage's matmuls x microbatches x replicas x tensor ranks = SC'21 Eq. 3."""
+    layout = Layout(16, 8, 8, 192, 1)
+    counted = sum(stage_pass(GPT3, layout, A100, "full", s).matmul_flops for s in range(16)) * 192 * 8 * 8
+    assert counted == pytest.approx(GPT3.iteration_flops(1536, recompute=True), rel=1e-12)
+    plain = sum(stage_pass(GPT3, layout, A100, "none", s).matmul_flops for s in range(16)) * 192 * 8 * 8
+    assert plain == pytest.approx(GPT3.iteration_flops(1536, recompute=False), rel=1e-12)
+
+
+def test_recomputation_bubbles_and_precision_move_the_step_the_right_way():
+    layout = Layout(16, 8, 8, 192, 1)
+    none, full = (step_seconds(GPT3, layout, A100, r) for r in ("none", "full"))
+    assert 1.25 < full / none < 1.4  # one more forward of four passes' three
+    fewer = step_seconds(GPT3, Layout(16, 8, 8, 32, 6), A100, "none")  # the same batch in 32 microbatches
+    assert fewer > none  # the bubble (p - 1)/m grows
+    h100 = Cluster(DEVICES["h100-sxm"], 8, LINKS["nvlink4-h100"], LINKS["ib-ndr"], "bf16")
+    fp8 = Cluster(DEVICES["h100-sxm"], 8, LINKS["nvlink4-h100"], LINKS["ib-ndr"], "fp8")
+    assert step_seconds(GPT3, layout, fp8, "none") < step_seconds(GPT3, layout, h100, "none") < none
+
+
+def test_predict_writes_one_lane_per_stage_from_the_datasheet(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "illustrative" not in result.output
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["predicted"]["source"] == "datasheet" and run["world_size"] == 2  # 2 stages stand for 8 ranks
+    assert run["predicted"]["caption"] == "expected on 8 H100 SXM, datasheet costs"
+    assert run["predicted"]["device_source"] == DEVICES["h100-sxm"].source
+    trace = json.loads((tmp_path / "out" / "trace.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
+    assert {e["args"]["id"] for e in trace["traceEvents"] if e["ph"] == "X"} == {"w1", "w5"}
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["samples_per_s"] > 0
+
+
+def test_a_tensor_group_across_hosts_is_predicted_with_a_located_warning(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm, gpus_per_host: 1}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert f"dtgen: warning: {spec}:7:45:" in result.output and "cross the NIC" in result.output
+
+
+def test_a_kind_the_datasheet_model_does_not_cover_is_one_located_line(tmp_path):
+    spec = tmp_path / "ps.yaml"
+    spec.write_text("strategy: {kind: parameter-server}\ntopology: {workers: {count: 8}, servers: {count: 1}}\n"
+                    "training: {model: {kind: transformer}}\nhardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output == (f"dtgen: error: {spec}:1:18: strategy.kind: datasheet costs (hardware:) cover kinds "
+                             "single, allreduce, fsdp, tensor, pipeline, mesh; 'parameter-server' is predicted "
+                             "from a calibration (--calibration)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_too_large_even_with_one_lane_per_stage_is_refused():
+    class Spec:
+        source = "big.yaml"
+    with pytest.raises(DtgenError, match=r"big.yaml: hardware: the prediction would write about 3,145,728 trace"):
+        size_check(Spec(), Layout(64, 1, 1, 4096, 1), 3)
+
+
+def test_figure_draws_the_expected_timeline_from_the_datasheet_and_says_so(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["figure", str(spec), "-o", str(tmp_path / "fig"), "--kind", "timeline",
+                                       "--format", "pdf"])
+    assert result.exit_code == 0, result.output
+    tex = (tmp_path / "fig" / "s-timeline.tex").read_text()
+    assert "expected on 8 H100 SXM, datasheet costs" in tex and "predicted" in tex
+    assert (tmp_path / "fig" / "s-timeline.pdf").stat().st_size > 0
+    spec.write_text(SMALL)  # without hardware: the illustrative schedule, as before
+    CliRunner().invoke(main, ["figure", str(spec), "-o", str(tmp_path / "plain"), "--kind", "timeline"])
+    assert "datasheet" not in (tmp_path / "plain" / "s-timeline.tex").read_text()
