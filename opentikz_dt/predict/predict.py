@@ -112,7 +112,8 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     if calibration is None:
         if target is not None:
             raise UsageError(f"--device {target.name}: compute comes from a calibration made on that device "
-                             f"({target.device_key}); run dtgen calibrate SPEC there and pass --calibration FILE")
+                             f"({target.device_key}); run dtgen calibrate SPEC there and pass --calibration FILE, or give "
+                             f"the spec hardware: {{device: {target.name}}} for datasheet costs")
         cal: Calibration = illustrative_calibration(spec)
         warnings = [ILLUSTRATIVE_WARNING]
     else:
