@@ -192,6 +192,11 @@ class Hardware:
         return DEVICES[self.device]
 
     @property
+    def memory_bytes(self) -> float:
+        """HBM capacity of one GPU (the device preset's, from its datasheet)."""
+        return self.device_preset.memory_bytes
+
+    @property
     def intra_link(self) -> LinkPreset:
         return LINKS[self.intra_host]
 

@@ -110,9 +110,11 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
             formats, width):
     """Simulate SPEC's schedule and write a predicted run directory (trace.json, metrics.json)."""
     if list_presets:
+        from ..predict.datasheet import efficiency_lines
         from ..predict.presets import presets_table
 
         click.echo(presets_table())
+        click.echo("\n".join(efficiency_lines()))
         return
     if spec is None:
         raise click.UsageError("Missing argument 'SPEC'.")

@@ -18,8 +18,8 @@ from __future__ import annotations
 from ..errors import DtgenError
 from ..hardware import DEVICES, LINKS
 from ..strategies.pipeline import stage_ops
-from .datasheet import (MAMF_SOURCE, MATMUL_EFFICIENCY, Cluster, Layout, Model, optimizer_seconds, stage_params,
-                        stage_pass)
+from .datasheet import (MAMF_SOURCE, Cluster, Layout, Model, matmul_efficiency, optimizer_seconds,
+                        stage_params, stage_pass)
 from .engine import Recorder
 
 KINDS = ("single", "allreduce", "fsdp", "tensor", "pipeline", "mesh")
@@ -188,7 +188,7 @@ def step_seconds(model: Model, layout: Layout, cluster: Cluster, recompute: str)
 def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str) -> dict:
     """What a datasheet prediction assumed, for run.json's `predicted` and captions."""
     hw = spec.hardware
-    efficiency, measured = MATMUL_EFFICIENCY[cluster.device.name]
+    efficiency, measured = matmul_efficiency(cluster.device.name, cluster.precision)
     return {"calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
             "hardware": {"device": hw.device, "gpus_per_host": hw.gpus_per_host, "intra_host": hw.intra_host,
                          "inter_host": hw.inter_host, "precision": cluster.precision},

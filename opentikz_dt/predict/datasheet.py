@@ -26,18 +26,35 @@ from dataclasses import dataclass
 
 from ..hardware import DevicePreset, LinkPreset
 
-# Best-shape bf16 matmul throughput measured on the device (no sparsity), over the dense
+# Best-shape matmul throughput measured on the device (no sparsity), over the dense
 # datasheet peak: S. Bekman, "Machine Learning Engineering", Maximum Achievable Matmul
-# FLOPS comparison table (mamf-finder.py, mean of 100 iterations after 50 warm-up).
+# FLOPS comparison table (mamf-finder.py, mean of 100 iterations after 50 warm-up), its
+# BF16 and FP8 tables. fp16 takes the bf16 figure (the same tensor-core rate); fp32 and
+# tf32 have no row and take it too (said so in every prediction's assumptions).
 MAMF_SOURCE = ("https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
                "#maximum-achievable-matmul-flops-comparison-table")
 MATMUL_EFFICIENCY = {
-    "a100-sxm-80gb": (271.2 / 312, "A100 SXM: 271.2 of 312 TFLOP/s measured (86.9%)"),
-    "h100-sxm": (794.5 / 989, "H100 SXM: 794.5 of 989 TFLOP/s measured (80.3%)"),
-    "h100-pcie": (794.5 / 989, "no H100 PCIe row: the H100 SXM's 794.5 of 989 (80.3%) taken"),
-    "h200": (828.6 / 989, "no H200 row: the GH200's (the same GH100 die with HBM3e) 828.6 of 989 (83.8%) taken"),
-    "b200": (1745.0 / 2250, "B200 SXM: 1745.0 of 2250 TFLOP/s measured (77.6%)"),
+    "a100-sxm-80gb": {"bf16": (271.2 / 312, "A100 SXM bf16: 271.2 of 312 TFLOP/s measured (86.9%)")},
+    "h100-sxm": {"bf16": (794.5 / 989, "H100 SXM bf16: 794.5 of 989 TFLOP/s measured (80.3%)"),
+                 "fp8": (1402.6 / 1979, "H100 SXM fp8: 1402.6 of 1979 TFLOP/s measured (70.9%)")},
+    "h100-pcie": {"bf16": (794.5 / 989, "no H100 PCIe row: the H100 SXM's bf16 794.5 of 989 (80.3%) taken"),
+                  "fp8": (1402.6 / 1979, "no H100 PCIe row: the H100 SXM's fp8 1402.6 of 1979 (70.9%) taken")},
+    "h200": {"bf16": (794.5 / 989, "H200 bf16: the H100 SXM row, 794.5 of 989 (80.3%), noted 'H200 is the same'"),
+             "fp8": (1453.4 / 1979, "H200 SXM fp8: 1453.4 of 1979 TFLOP/s measured (73.4%)")},
+    "b200": {"bf16": (1745.0 / 2250, "B200 SXM bf16: 1745.0 of 2250 TFLOP/s measured (77.6%)"),
+             "fp8": (3432.5 / 4500, "B200 SXM fp8: 3432.5 of 4500 TFLOP/s measured (76.3%)")},
 }
+
+
+def matmul_efficiency(device: str, precision: str) -> tuple[float, str]:
+    """(efficiency, what was measured) for matmuls of `precision` on `device`."""
+    table = MATMUL_EFFICIENCY[device]
+    if precision == "fp8" and "fp8" in table:
+        return table["fp8"]
+    value, note = table["bf16"]
+    return (value, note) if precision in ("bf16", "fp16") else (value, f"{note}; no {precision} row: taken for it")
+
+
 HBM_EFFICIENCY = 1.0  # no measured fraction is cited: the datasheet bandwidth itself (optimistic)
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -93,7 +110,7 @@ class Cluster:
 
     @property
     def matmul_rate(self) -> float:
-        return self.device.peak(self.precision) * MATMUL_EFFICIENCY[self.device.name][0]
+        return self.device.peak(self.precision) * matmul_efficiency(self.device.name, self.precision)[0]
 
     @property
     def hbm_rate(self) -> float:
@@ -209,3 +226,10 @@ def optimizer_seconds(params: float, cluster: Cluster) -> float:
     parameter, 16 bytes without a low-precision copy)."""
     per = 30 if BYTES[cluster.precision] < 4 else 28
     return per * params / cluster.hbm_rate
+
+
+def efficiency_lines() -> list[str]:
+    """`dtgen predict --list-presets`: the measured matmul efficiency each device is predicted with."""
+    lines = [f"matmul efficiency (measured, best shape): {name} {value:.3f} ({note})"
+             for name, table in MATMUL_EFFICIENCY.items() for value, note in table.values()]
+    return lines + [f"  source: {MAMF_SOURCE}", "HBM at its datasheet bandwidth (no measured fraction cited)."]
