@@ -109,3 +109,15 @@ def test_figure_draws_the_expected_timeline_from_the_datasheet_and_says_so(tmp_p
     spec.write_text(SMALL)  # without hardware: the illustrative schedule, as before
     CliRunner().invoke(main, ["figure", str(spec), "-o", str(tmp_path / "plain"), "--kind", "timeline"])
     assert "datasheet" not in (tmp_path / "plain" / "s-timeline.tex").read_text()
+
+
+def test_ddp_hides_its_all_reduce_behind_the_backward_and_a_mesh_does_not():
+    """Kind allreduce (DDP buckets) adds only what outlasts the backward; a mesh reduces after
+    the flush, so the same layout is slower by about the whole all-reduce."""
+    model = Model(24, 2304, 24, 2048, 51200)  # 1.7B: 6.8 GB of fp32 gradients over the NIC
+    overlapped = step_seconds(model, Layout(1, 32, 1, 1, 16, "gpipe", overlap_data=True), A100, "none")
+    after = step_seconds(model, Layout(1, 32, 1, 1, 16, "gpipe"), A100, "none")
+    reduce = A100.collective("all-reduce", 4 * model.params, 1, 32)
+    last_bucket = A100.collective("all-reduce", 25 * 2**20, 1, 32)
+    # the backward (about 1.1 s) outlasts the all-reduce (0.51 s): all of it hidden but the last bucket
+    assert after - overlapped == pytest.approx(reduce - last_bucket, rel=1e-6)
