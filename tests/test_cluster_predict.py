@@ -121,3 +121,26 @@ def test_ddp_hides_its_all_reduce_behind_the_backward_and_a_mesh_does_not():
     last_bucket = A100.collective("all-reduce", 25 * 2**20, 1, 32)
     # the backward (about 1.1 s) outlasts the all-reduce (0.51 s): all of it hidden but the last bucket
     assert after - overlapped == pytest.approx(reduce - last_bucket, rel=1e-6)
+
+
+def test_a_model_known_by_its_flop_count_splits_over_data_only(tmp_path):
+    """An mlp (or cnn, or a python model once described) is its FLOPs and parameters: data
+    parallelism predicts it; a pipeline of it is one located line."""
+    from opentikz_dt.predict.blocks import model_blocks
+    from opentikz_dt.predict.cluster import model_of
+    from opentikz_dt.spec import load_spec
+
+    spec = load_spec("examples/allreduce-ring.yaml")
+    result = CliRunner().invoke(main, ["predict", "examples/allreduce-ring.yaml", "--set", "hardware.device=h100-sxm",
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    counted = model_of(load_spec(tmp_path / "out" / "spec.yaml"))
+    assert counted.params == sum(b.params for b in model_blocks(spec))
+    assert run["predicted"]["step_s"] > 3 * counted.forward_flops * spec.training.batch_size / 989.5e12
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text("strategy: {kind: pipeline, microbatches: 4}\ntopology: {workers: {count: 2}}\n"
+                    "training: {model: {kind: mlp, layers: [32, 64, 64, 10]}}\nhardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(pipe), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "split a 'mlp' model over data parallelism only" in result.output

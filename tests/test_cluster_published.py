@@ -48,4 +48,4 @@ def test_the_spec_path_predicts_what_the_row_does():
     _, _, assumed = cluster_result(spec)
     # a spec says no recomputation (training.recompute is not a key here yet): the row without it
     without = check_row({**row, "recompute": "none"}, ROWS["hardware"])
-    assert assumed["step_s"] == pytest.approx(without.step_s, rel=1e-6)  # run.json keeps 6 decimals
+    assert assumed["step_s"] == pytest.approx(without.step_s, rel=1e-6)  # run.json keeps 9 digits

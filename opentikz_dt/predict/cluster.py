@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..errors import DtgenError
 from ..hardware import DEVICES, LINKS
 from ..strategies.pipeline import stage_ops
-from .datasheet import (MAMF_SOURCE, Cluster, Layout, Model, matmul_efficiency, optimizer_seconds,
+from .datasheet import (MAMF_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency, optimizer_seconds,
                         stage_params, stage_pass)
 from .engine import Recorder
 
@@ -51,13 +51,26 @@ def layout_of(spec) -> Layout:
                   overlap_data=kind == "allreduce")
 
 
-def model_of(spec) -> Model:
+def model_of(spec):
+    """The transformer's shape (every piece modelled), else the model's counted FLOPs and
+    parameters (model_blocks: mlp and cnn from opentikz_dt.workload, a python model as a
+    calibration or run described it), which data parallelism alone can split."""
     m = spec.training.model
-    if m.get("kind") != "transformer":
-        raise DtgenError(_located(spec, ("training", "model", "kind"), f"datasheet costs (hardware:) model the "
-                                  f"built-in transformer; '{m.get('kind')}' is predicted from a calibration "
-                                  "(--calibration)"))
-    return Model(int(m["layers"]), int(m["d_model"]), int(m["heads"]), int(m["seq_len"]), int(m["vocab"]))
+    if m.get("kind") == "transformer":
+        return Model(int(m["layers"]), int(m["d_model"]), int(m["heads"]), int(m["seq_len"]), int(m["vocab"]))
+    from .blocks import is_known, model_blocks
+
+    if not is_known(spec):
+        raise DtgenError(_located(spec, ("training", "model", "kind"), "datasheet costs (hardware:) need the "
+                                  "model's FLOPs: a python model is counted once built (dtgen calibrate SPEC "
+                                  "describes it); or predict with that calibration"))
+    layout = layout_of(spec)
+    if layout.pipeline > 1 or layout.tensor > 1:
+        raise DtgenError(_located(spec, ("strategy", "kind"), f"datasheet costs split a '{m.get('kind')}' model "
+                                  "over data parallelism only (single, allreduce, fsdp, a mesh of data); a "
+                                  "pipeline or tensor split is modelled for the built-in transformer"))
+    blocks = model_blocks(spec)
+    return Counted(str(m.get("kind")), sum(b.flops for b in blocks), float(sum(b.params for b in blocks)))
 
 
 def _located(spec, path: tuple, message: str) -> str:
@@ -85,11 +98,12 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
     us = 1e6
     passes = [stage_pass(model, layout, cluster, recompute, s) for s in range(p)]
     e = 2 if cluster.precision in ("bf16", "fp16", "fp8") else 4
-    act = e * layout.micro_batch * model.seq * model.hidden  # a stage boundary's activations (and gradient)
+    # a stage boundary's activations (and their gradient); a Counted model has one stage
+    act = e * layout.micro_batch * model.seq * model.hidden if p > 1 else 0.0
     hop = cluster.p2p(act, d * t) * us
     params = [stage_params(model, layout, s) for s in range(p)]
     grad_bytes = [4 * v for v in params]  # dtgen reduces gradients in fp32
-    tied = 4 * model.vocab * model.hidden / t if p > 1 else 0.0
+    tied = 4 * model.vocab * model.hidden / t if p > 1 else 0.0  # p > 1: a transformer
     tied_us = cluster.collective("all-reduce", tied, (p - 1) * d * t, 2) * us
     orders = [stage_ops(layout.schedule, s, p, m) for s in range(p)]
     free_at = [0.0] * p
@@ -227,7 +241,7 @@ def cluster_result(spec, steps: int | None = None):
     ends = rec.result.step_end
     step_s = (ends[steps - 1] - ends[steps - 2]) / 1e6
     flops = model.iteration_flops(layout.data * layout.microbatches * layout.micro_batch, recompute == "full")
-    assumed["step_s"] = round(step_s, 6)
+    assumed["step_s"] = float(f"{step_s:.9g}")
     assumed["model_tflops_per_gpu"] = round(flops / step_s / layout.gpus / 1e12, 2)
     assumed["steps_simulated"] = steps
     return rec, steps, assumed

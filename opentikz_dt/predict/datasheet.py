@@ -188,6 +188,25 @@ def embed_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
     return PassCosts(moved / cluster.hbm_rate, 2 * moved / cluster.hbm_rate, ar, 0.0, 0.0)
 
 
+@dataclass(frozen=True)
+class Counted:
+    """A model known by its FLOP count only (mlp, cnn, a python model described once built:
+    runner/describe.py counts a forward with torch.utils.flop_counter): one stage, no tensor
+    split. Every counted FLOP runs at the matmul rate; memory-bound work is not modelled."""
+    name: str
+    forward_flops: float     # per sample
+    params: float
+
+    def iteration_flops(self, batch: int, recompute: bool = False) -> float:
+        return (4 if recompute else 3) * self.forward_flops * batch
+
+
+def counted_pass(model: Counted, layout: Layout, cluster: Cluster, recompute: str) -> PassCosts:
+    fwd = model.forward_flops * layout.micro_batch / cluster.matmul_rate
+    bwd = 2 * fwd + (fwd if recompute == "full" else 0.0)
+    return PassCosts(fwd, bwd, 0.0, 0.0, (4 if recompute == "full" else 3) * fwd * cluster.matmul_rate)
+
+
 def stage_layers(layers: int, stages: int) -> list[int]:
     """Blocks per stage: an even split, the remainder to the first stages."""
     base, extra = divmod(layers, stages)
@@ -196,6 +215,8 @@ def stage_layers(layers: int, stages: int) -> list[int]:
 
 def stage_pass(model: Model, layout: Layout, cluster: Cluster, recompute: str, stage: int) -> PassCosts:
     """One microbatch through one stage (its blocks; the embedding on the first, the head on the last)."""
+    if isinstance(model, Counted):
+        return counted_pass(model, layout, cluster, recompute)
     n = stage_layers(model.layers, layout.pipeline)[stage]
     one = layer_costs(model, layout, cluster, recompute)
     parts = [(one, n)]
@@ -210,6 +231,8 @@ def stage_pass(model: Model, layout: Layout, cluster: Cluster, recompute: str, s
 def stage_params(model: Model, layout: Layout, stage: int) -> float:
     """Parameters one rank of a stage holds: its blocks' over the tensor degree, plus the
     (tied) embedding on the first and the last stage."""
+    if isinstance(model, Counted):
+        return model.params
     h = model.hidden
     n = stage_layers(model.layers, layout.pipeline)[stage]
     held = n * (12 * h * h + 13 * h) / layout.tensor
