@@ -25,7 +25,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from opentikz_dt.predict.published import check_row  # noqa: E402
+from opentikz_dt.predict.cluster import step_seconds  # noqa: E402
+from opentikz_dt.predict.datasheet import Layout  # noqa: E402
+from opentikz_dt.predict.published import check_row, row_setup  # noqa: E402
 
 GPT3_SPEC = """\
 name: gpt3-175b
@@ -73,6 +75,12 @@ def main() -> None:
           f"largest {worst:.1%} (goal <= 20%: {'met' if worst <= 0.20 else 'NOT met'})")
     seconds, size = time_gpt3_prediction()
     print(f"dtgen predict GPT-3 175B on 1,024 A100s: {seconds:.2f} s (goal <= 5 s), trace.json {size / 1e6:.1f} MB")
+    # the simulation is one lane per stage: 16 times the GPUs (data 128) costs what 1,024 do
+    model, _, cluster = row_setup(data["rows"][0], data["hardware"])
+    t0 = time.perf_counter()
+    step = step_seconds(model, Layout(16, 128, 8, 12, 1), cluster, "full")
+    print(f"GPT-3 175B on 16,384 A100s (t8 p16 d128, same global batch): step {step:.2f} s, "
+          f"simulated in {time.perf_counter() - t0:.2f} s")
 
 
 if __name__ == "__main__":
