@@ -24,12 +24,15 @@ SMALL = ("strategy: {kind: mesh, parallelism: {pipeline: 2, data: 2, tensor: 2},
 
 
 def test_ring_collectives_cross_the_slowest_link_their_group_spans():
-    gb = 1e9
-    # 8 consecutive ranks share a host: NVLink, 2(n-1)/n of the bytes
-    assert A100.collective("all-reduce", gb, 1, 8) == pytest.approx(gb * 2 * 7 / 8 / 300e9)
-    assert A100.collective("all-gather", gb, 1, 8) == pytest.approx(gb * 7 / 8 / 300e9)
-    # ranks 8 apart are on different hosts: the NIC port, 25 GB/s
-    assert A100.collective("all-reduce", gb, 8, 4) == pytest.approx(gb * 2 * 3 / 4 / 25e9)
+    gb, us = 1e9, 1e-6
+    # 8 consecutive ranks share a host: NVLink at NCCL's A100 bus cap (235 GB/s), 2(n-1)/n of
+    # the bytes, NCCL's ring latency 8.4 us + 14 steps x 3.4 us
+    assert A100.collective("all-reduce", gb, 1, 8, "ring") == pytest.approx(
+        (8.4 + 14 * 3.4) * us + gb * 2 * 7 / 8 / 235e9)
+    assert A100.collective("all-gather", gb, 1, 8) == pytest.approx((8.4 + 7 * 3.4) * us + gb * 7 / 8 / 235e9)
+    # ranks 8 apart are on different hosts: the NIC port, 25 GB/s, 6 network steps, x1.9 (NCCL's plateau)
+    assert A100.collective("all-reduce", gb, 8, 4, "ring") == pytest.approx(
+        1.9 * (8.4 + 6 * 9.6) * us + gb * 2 * 3 / 4 / 25e9)
     assert A100.link(2, 4) is A100.intra and A100.link(4, 4) is A100.inter
     assert A100.collective("all-reduce", gb, 1, 1) == 0.0
 
@@ -144,3 +147,17 @@ def test_a_model_known_by_its_flop_count_splits_over_data_only(tmp_path):
     result = CliRunner().invoke(main, ["predict", str(pipe), "-o", str(tmp_path / "p")])
     assert result.exit_code == 1 and result.output.count("\n") == 1
     assert "split a 'mlp' model over data parallelism only" in result.output
+
+
+def test_the_heads_score_products_are_memory_bound_and_dropout_moves_more_bytes():
+    from opentikz_dt.predict.datasheet import elementwise_bytes, gemm_seconds, layer_gemms
+
+    layout = Layout(16, 8, 8, 192, 1)
+    qkv, scores = layer_gemms(GPT3, layout, 8)[:2]
+    assert scores == (12, 2048, 128, 2048)  # b·a/t heads, s x h/a by h/a x s
+    moved = 2 * 12 * (2048 * 128 * 2 + 2048 * 2048)
+    assert gemm_seconds(*scores, A100, 2) == pytest.approx(moved / A100.hbm_rate)  # below the ridge
+    assert gemm_seconds(*qkv, A100, 2) == pytest.approx(2 * 2048 * 12288 * 4608 / A100.matmul_rate)
+    dropped = Model(96, 12288, 96, 2048, 51200, dropout=True)
+    extra = elementwise_bytes(dropped, layout, 8, 2) - elementwise_bytes(GPT3, layout, 8, 2)
+    assert extra == pytest.approx(5 * 12 * 2048 * 2048 + 2 * 2048 * 12288)  # scores' dropout, two masks

@@ -1,8 +1,8 @@
 """The datasheet model against published throughput (tests/data/published_throughput.yaml):
 looser bounds than the benchmark's goals (benchmarks/bench_cluster_published.py). The model
-takes matmuls at the best-shape efficiency measured on the device and no framework
-overhead, so it is an upper bound: every row is predicted at least as fast as published,
-and not more than 45% faster (today: 25-40%; the goal, median 10% and none over 20%, is
+takes matmuls at the best-shape efficiency measured on the device (or their HBM roofline)
+and no framework overhead, so it is an upper bound: every row is predicted at least as fast as published,
+and not more than 45% faster (today: 8-30%; the goal, median 10% and none over 20%, is
 not met and the benchmark says so)."""
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def test_the_spec_path_predicts_what_the_row_does():
         "runtime": {"device": "cuda"},
         "hardware": ROWS["hardware"]})
     _, _, assumed = cluster_result(spec)
-    # a spec says no recomputation (training.recompute is not a key here yet): the row without it
-    without = check_row({**row, "recompute": "none"}, ROWS["hardware"])
+    # a spec says no recomputation (training.recompute is not a key here yet) and dtgen's
+    # transformer has no dropout: the row without either
+    without = check_row({**row, "recompute": "none", "dropout": False}, ROWS["hardware"])
     assert assumed["step_s"] == pytest.approx(without.step_s, rel=1e-6)  # run.json keeps 9 digits

@@ -21,6 +21,7 @@ from ..strategies.pipeline import stage_ops
 from .datasheet import (MAMF_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency, optimizer_seconds,
                         stage_params, stage_pass)
 from .engine import Recorder
+from .nccl import NCCL_TUNING
 
 KINDS = ("single", "allreduce", "fsdp", "tensor", "pipeline", "mesh")
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb default: the last bucket reduces after the backward
@@ -42,12 +43,15 @@ def layout_of(spec) -> Layout:
     if kind == "mesh":
         given = spec.strategy.options.get("parallelism") or {}
         p, d, t = (int(given.get(k, 1)) for k in ("pipeline", "data", "tensor"))
-        sharded = (spec.strategy.options.get("data_parallel") or "allreduce") == "fsdp"
+        method = spec.strategy.options.get("data_parallel") or "allreduce"
+        sharded = method == "fsdp"
+        algorithm = method if method in ("ring", "tree") else "native"
     else:
         p, d, t = {"pipeline": (n, 1, 1), "tensor": (1, 1, n)}.get(kind, (1, n, 1) if kind != "single" else (1, 1, 1))
         sharded = kind == "fsdp"
+        algorithm = (spec.strategy.algorithm or "native") if kind == "allreduce" else "native"
     m = spec.strategy.microbatches if p > 1 else 1
-    return Layout(p, d, t, m, batch // m, spec.strategy.schedule if p > 1 else "gpipe", sharded,
+    return Layout(p, d, t, m, batch // m, spec.strategy.schedule if p > 1 else "gpipe", algorithm, sharded,
                   overlap_data=kind == "allreduce")
 
 
@@ -172,10 +176,11 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
                     extra = scatter if p > 1 else max(0.0, 2 * gather + scatter - busy)
                     phase = "reduce-scatter"
                 else:
-                    reduce = cluster.collective("all-reduce", grad_bytes[s], t, d) * us
+                    reduce = cluster.collective("all-reduce", grad_bytes[s], t, d, layout.algorithm) * us
                     if layout.overlap_data:  # DDP: buckets reduce while the backward runs; the last after it
                         hidden_until = (backward_start[s] or free[s]) + reduce
-                        tail = cluster.collective("all-reduce", min(DDP_BUCKET_BYTES, grad_bytes[s]), t, d) * us
+                        tail = cluster.collective("all-reduce", min(DDP_BUCKET_BYTES, grad_bytes[s]), t, d,
+                                                  layout.algorithm) * us
                         extra = max(tail, hidden_until - free[s])
                     else:
                         extra = reduce
@@ -209,8 +214,8 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str) -> dict:
             "device_source": cluster.device.source, "intra_source": cluster.intra.source,
             "inter_source": cluster.inter.source,
             "matmul_efficiency": round(efficiency, 4), "matmul_efficiency_source": f"{measured}; {MAMF_SOURCE}",
-            "hbm_efficiency": 1.0, "latency_s": 0.0,
-            "latency_note": "no source gives these links' latency: alpha = 0 (the bandwidth term dominates)",
+            "hbm_efficiency": 1.0, "collectives": f"NCCL's cost model (ring, tree; Simple protocol): {NCCL_TUNING}",
+            "data_all_reduce": layout.algorithm,
             "recompute": recompute,
             "ranks": layout.gpus, "lanes": layout.pipeline,
             "representatives": "one rank per pipeline stage stands for its data replicas and tensor peers",

@@ -1,18 +1,20 @@
 """Costs from physics: a transformer step on a cluster, from the device's datasheet.
 
 The model (docs/planning.md states it in full, with its sources):
-- Compute. Matrix multiplies run at the datasheet's dense peak for the precision times an
-  achievable efficiency: the best-shape matmul throughput measured on that device and
-  published (MATMUL_EFFICIENCY, with its source); never a constant fitted to the rows the
-  model is checked against. Memory-bound work (layer norms, softmax, GELU, residual adds,
-  the loss) moves its bytes at the datasheet's HBM bandwidth.
+- Compute. Each matrix multiply, at its own shape, on the roofline: its FLOPs at the
+  datasheet's dense peak for the precision times an achievable efficiency (the best-shape
+  matmul throughput measured on that device and published, MATMUL_EFFICIENCY, with its
+  source; never a constant fitted to the rows the model is checked against), or its
+  operands and result at HBM bandwidth, whichever is slower. Memory-bound work (layer
+  norms, the masked softmax, GELU, residual adds, dropout and its masks, the loss) moves
+  its bytes at the datasheet's HBM bandwidth.
 - FLOPs per transformer layer and microbatch of b samples (Narayanan et al., SC'21, Eq. 2-3):
   forward 24·b·s·h² + 4·b·s²·h, split over the tensor degree t; backward twice the
   forward; full recomputation one more forward. The head: 2·b·s·h·V forward (split over t).
-- Collectives: α + bytes·factor/bandwidth over the slowest link the group crosses (ring
-  all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n; NVLink inside a host, the
-  host's NIC port per GPU across hosts). No source gives a latency for these links: α is
-  0 and the prediction says so (at these message sizes the bandwidth term dominates).
+- Collectives: latency + bytes·factor/bandwidth over the slowest link the group crosses
+  (NVLink inside a host, the host's NIC port per GPU across hosts), with the latencies,
+  algorithm factors and bandwidth caps of NCCL's own cost model (predict/nccl.py): ring,
+  tree, NCCL's choice of the two, dtgen's hierarchical.
 - Tensor parallelism (Megatron-style, dtgen's mesh): two all-reduces of the layer's
   output (b·s·h values) per layer forward, two backward, two more in a recomputed
   forward; none overlaps compute (they sit between the matmuls that need their result).
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hardware import DevicePreset, LinkPreset
+from . import nccl
 
 # Best-shape matmul throughput measured on the device (no sparsity), over the dense
 # datasheet peak: S. Bekman, "Machine Learning Engineering", Maximum Achievable Matmul
@@ -68,6 +71,7 @@ class Model:
     heads: int
     seq: int
     vocab: int
+    dropout: bool = False   # attention and hidden dropout (Megatron's GPT); dtgen's transformer has none
 
     @property
     def params(self) -> float:
@@ -92,6 +96,7 @@ class Layout:
     microbatches: int       # per replica and step
     micro_batch: int        # samples per microbatch
     schedule: str = "1f1b"  # gpipe | 1f1b
+    algorithm: str = "native"  # the data all-reduce: native (NCCL's choice) | ring | tree | hierarchical
     sharded: bool = False   # data parallel as FSDP (all-gather + reduce-scatter), else all-reduce
     overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce); a mesh reduces after
 
@@ -121,20 +126,40 @@ class Cluster:
         gpus_per_host consecutive ranks): NVLink if they share a host, else the NIC."""
         if size <= 1:
             return self.intra
-        inside = stride * (size - 1) < self.gpus_per_host and self.gpus_per_host % (stride * size) == 0
-        return self.intra if inside else self.inter
+        return self.intra if self.hosts_spanned(stride, size) == 1 else self.inter
 
-    def collective(self, kind: str, nbytes: float, stride: int, size: int) -> float:
-        """Seconds of a ring collective over `size` ranks `stride` apart."""
+    def hosts_spanned(self, stride: int, size: int) -> int:
+        """Hosts a group of `size` ranks `stride` apart spans (an equal share on each)."""
+        g = self.gpus_per_host
+        inside = stride * (size - 1) < g and g % (stride * size) == 0
+        if inside:
+            return 1
+        per_host = max(1, min(size, g // stride)) if stride < g else 1
+        return max(1, -(-size // per_host))
+
+    def bandwidth(self, link: LinkPreset) -> float:
+        """Bytes/s a collective moves over a link: the datasheet's, capped where NCCL's model
+        caps the device's bus bandwidth (nccl.NVLINK_BUS_CAP)."""
+        if link is self.intra and nccl.link_kind(link.name) == "nvlink":
+            return min(link.bytes_per_s, nccl.NVLINK_BUS_CAP.get(self.device.name, link.bytes_per_s))
+        return link.bytes_per_s
+
+    def collective(self, kind: str, nbytes: float, stride: int, size: int, algorithm: str = "native") -> float:
+        """Seconds of a collective over `size` ranks `stride` apart, as NCCL's model costs it
+        (predict/nccl.py): all-reduce by `algorithm`, all-gather and reduce-scatter as rings."""
         if size <= 1 or nbytes <= 0:
             return 0.0
-        factor = 2 * (size - 1) / size if kind == "all-reduce" else (size - 1) / size
-        link = self.link(stride, size)
-        return (link.latency_s or 0.0) + nbytes * factor / link.bytes_per_s
+        nodes = self.hosts_spanned(stride, size)
+        args = (nbytes, size, nodes, self.bandwidth(self.intra), nccl.link_kind(self.intra.name),
+                self.bandwidth(self.inter))
+        if kind == "all-reduce":
+            return nccl.all_reduce(algorithm, *args)
+        return nccl.ring(kind, *args)
 
     def p2p(self, nbytes: float, stride: int) -> float:
+        """A pipeline send: NCCL's base latency and one hop, the bytes at the link's bandwidth."""
         link = self.link(stride, 2)
-        return (link.latency_s or 0.0) + nbytes / link.bytes_per_s
+        return nccl.RING_BASE_S + nccl.RING_HOP_S[nccl.link_kind(link.name)] + nbytes / self.bandwidth(link)
 
 
 @dataclass(frozen=True)
@@ -147,24 +172,61 @@ class PassCosts:
     matmul_flops: float       # counted by the model (fwd + bwd + recompute), per microbatch
 
 
+def gemm_seconds(batch: float, m: float, k: float, n: float, cluster: Cluster, e: int) -> float:
+    """A (batched) m x k by k x n matmul on the roofline: its FLOPs at the matmul rate, or
+    its operands and result (e bytes each) at HBM bandwidth, whichever takes longer. The
+    attention's per-head products (k or n = h/a, s x s scores) are where the bytes win."""
+    flops = 2 * batch * m * k * n
+    moved = e * batch * (m * k + k * n + m * n)
+    return max(flops / cluster.matmul_rate, moved / cluster.hbm_rate)
+
+
+def layer_gemms(model: Model, layout: Layout, t: int) -> list[tuple]:
+    """(batch, m, k, n) of one layer's forward matmuls on one tensor rank, Megatron's split:
+    QKV (column-parallel), the heads' scores Q·Kᵀ and their product with V, the output
+    projection (row-parallel), the MLP's two. FLOPs: 24·b·s·h²/t + 4·b·s²·h/t."""
+    b, s, h, a = layout.micro_batch, model.seq, model.hidden, model.heads
+    tokens, heads, d = b * s, b * a / t, h / a
+    return [(1, tokens, h, 3 * h / t), (heads, s, d, s), (heads, s, s, d), (1, tokens, h / t, h),
+            (1, tokens, h, 4 * h / t), (1, tokens, 4 * h / t, h)]
+
+
+def elementwise_bytes(model: Model, layout: Layout, t: int, e: int) -> float:
+    """HBM bytes of one layer's memory-bound forward work on one tensor rank, each a read of
+    its inputs and a write of its output (the activations Korthikanti et al. 2022, §4.1,
+    enumerate): two layer norms and two residual adds over b·s·h (whole on every tensor
+    rank), GELU over b·s·4h/t, the causal mask and softmax (one fused pass) over the
+    b·(a/t)·s² scores; with dropout (Megatron's GPT: attention and hidden dropout 0.1),
+    the scores' dropout (read, write, a 1-byte mask) and a 1-byte mask in each fused
+    bias-dropout-add."""
+    b, s, h, a = layout.micro_batch, model.seq, model.hidden, model.heads
+    tokens, scores = b * s * h, b * a * s * s / t
+    moved = e * (2 * 2 * tokens + 2 * 3 * tokens + 2 * 4 * tokens / t + 2 * scores)
+    if model.dropout:
+        moved += (2 * e + 1) * scores + 2 * tokens
+    return moved
+
+
 def layer_costs(model: Model, layout: Layout, cluster: Cluster, recompute: str) -> PassCosts:
-    """One transformer layer, one microbatch, one tensor rank."""
-    b, s, h, a, t = layout.micro_batch, model.seq, model.hidden, model.heads, layout.tensor
+    """One transformer layer, one microbatch, one tensor rank. The backward runs two matmuls
+    per forward one (the input's and the weight's gradient, the same shapes' FLOPs and
+    bytes) and moves twice the forward's memory-bound bytes."""
+    b, s, h, t = layout.micro_batch, model.seq, model.hidden, layout.tensor
     e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]  # fp8 matmuls, bf16 elsewhere
-    matmul = (24 * b * s * h * h + 4 * b * s * s * h) / t
-    # memory-bound bytes of the forward: 2 layer norms and 2 residual adds over b·s·h (every
-    # tensor rank holds them whole), GELU over b·s·4h/t, softmax over b·(a/t)·s² (read + write)
-    elementwise = e * (2 * 2 * b * s * h + 2 * 3 * b * s * h + 2 * 4 * b * s * h / t + 2 * b * a * s * s / t)
-    fwd = matmul / cluster.matmul_rate + elementwise / cluster.hbm_rate
-    bwd = 2 * matmul / cluster.matmul_rate + 2 * elementwise / cluster.hbm_rate
+    gemms = layer_gemms(model, layout, t)
+    matmul = sum(2 * g[0] * g[1] * g[2] * g[3] for g in gemms)
+    matmul_s = sum(gemm_seconds(*g, cluster, e) for g in gemms)
+    elementwise = elementwise_bytes(model, layout, t, e)
+    fwd = matmul_s + elementwise / cluster.hbm_rate
+    bwd = 2 * fwd
     ar = cluster.collective("all-reduce", e * b * s * h, 1, t)
     passes = 3
     if recompute == "full":
         bwd += fwd
         passes = 4
     elif recompute == "selective":  # the attention core (scores, softmax, their product with V) again
-        core = (4 * b * s * s * h / t) / cluster.matmul_rate + (e * 2 * b * a * s * s / t) / cluster.hbm_rate
-        bwd += core
+        core = sum(gemm_seconds(*g, cluster, e) for g in gemms[1:3])
+        bwd += core + (e * 2 * b * model.heads * s * s / t) / cluster.hbm_rate
     return PassCosts(fwd, bwd, 2 * ar, (2 + (2 if recompute == "full" else 0)) * ar, passes * matmul)
 
 
@@ -174,9 +236,9 @@ def head_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
     e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]
     matmul = 2 * b * s * h * v / t
     loss = 4 * b * s * v / t * 2  # softmax + cross-entropy over the logits in fp32, read + write
-    fwd = matmul / cluster.matmul_rate + loss / cluster.hbm_rate
+    fwd = gemm_seconds(1, b * s, h, v / t, cluster, e) + loss / cluster.hbm_rate
     ar = cluster.collective("all-reduce", 4 * b * s, 1, t)  # the vocabulary-parallel loss's sums
-    return PassCosts(fwd, 2 * fwd, ar, ar, 3 * matmul + 0 * e)
+    return PassCosts(fwd, 2 * fwd, ar, ar, 3 * matmul)
 
 
 def embed_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:

@@ -30,7 +30,7 @@ class Checked:
 def row_setup(row: dict, hardware: dict) -> tuple:
     """(Model, Layout, Cluster) of one published row."""
     hw = resolve_hardware(hardware)
-    model = Model(row["layers"], row["hidden"], row["heads"], row["seq"], row["vocab"])
+    model = Model(row["layers"], row["hidden"], row["heads"], row["seq"], row["vocab"], bool(row.get("dropout")))
     d = row["gpus"] // (row["tensor"] * row["pipeline"])
     per_replica = row["batch"] // d
     if row["pipeline"] > 1:
