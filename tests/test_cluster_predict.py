@@ -108,6 +108,8 @@ def test_figure_draws_the_expected_timeline_from_the_datasheet_and_says_so(tmp_p
     assert result.exit_code == 0, result.output
     tex = (tmp_path / "fig" / "s-timeline.tex").read_text()
     assert "expected on 8 H100 SXM, datasheet costs" in tex and "predicted" in tex
+    # each lane is named by the stage its representative stands for, with the ranks it stands for
+    assert "Stage 1, 4 ranks" in tex and "Stage 2, 4 ranks" in tex and "Worker" not in tex
     assert (tmp_path / "fig" / "s-timeline.pdf").stat().st_size > 0
     spec.write_text(SMALL)  # without hardware: the illustrative schedule, as before
     CliRunner().invoke(main, ["figure", str(spec), "-o", str(tmp_path / "plain"), "--kind", "timeline"])

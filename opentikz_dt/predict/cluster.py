@@ -219,6 +219,7 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str) -> dict:
             "recompute": recompute,
             "ranks": layout.gpus, "lanes": layout.pipeline,
             "representatives": "one rank per pipeline stage stands for its data replicas and tensor peers",
+            "lane_stages": {f"w{r + 1}": s + 1 for s, r in enumerate(representatives(layout))},
             "caption": f"expected on {hw.describe(layout.gpus)}, datasheet costs"}
 
 
