@@ -159,7 +159,17 @@ def test_the_heads_score_products_are_memory_bound_and_dropout_moves_more_bytes(
     assert scores == (12, 2048, 128, 2048)  # b·a/t heads, s x h/a by h/a x s
     moved = 2 * 12 * (2048 * 128 * 2 + 2048 * 2048)
     assert gemm_seconds(*scores, A100, 2) == pytest.approx(moved / A100.hbm_rate)  # below the ridge
-    assert gemm_seconds(*qkv, A100, 2) == pytest.approx(2 * 2048 * 12288 * 4608 / A100.matmul_rate)
+    # QKV is compute-bound: 8 x 36 tiles of 256 x 128 fill 288 of 3 waves of 108 SMs
+    assert gemm_seconds(*qkv, A100, 2) == pytest.approx(2 * 2048 * 12288 * 4608 / (A100.matmul_rate * 288 / 324))
     dropped = Model(96, 12288, 96, 2048, 51200, dropout=True)
     extra = elementwise_bytes(dropped, layout, 8, 2) - elementwise_bytes(GPT3, layout, 8, 2)
     assert extra == pytest.approx(5 * 12 * 2048 * 2048 + 2 * 2048 * 12288)  # scores' dropout, two masks
+
+
+def test_a_gemm_whose_tiles_leave_a_wave_part_empty_runs_at_that_fill():
+    from opentikz_dt.predict.datasheet import wave_fill
+
+    assert wave_fill("a100-sxm-80gb", 1, 256 * 9, 128 * 12) == 1.0  # 108 tiles: one full wave
+    assert wave_fill("a100-sxm-80gb", 1, 256 * 9, 128 * 12 + 1) == pytest.approx(117 / 216)  # a 2nd wave of 9
+    assert wave_fill("h100-sxm", 1, 256, 128 * 133) == pytest.approx(133 / 264)  # 132 SMs
+    assert wave_fill("b200", 1, 256, 128 * 133) == 1.0  # no sourced SM count: not quantized

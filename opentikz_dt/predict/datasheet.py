@@ -24,6 +24,7 @@ Must not import torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..hardware import DevicePreset, LinkPreset
@@ -56,6 +57,29 @@ def matmul_efficiency(device: str, precision: str) -> tuple[float, str]:
         return table["fp8"]
     value, note = table["bf16"]
     return (value, note) if precision in ("bf16", "fp16") else (value, f"{note}; no {precision} row: taken for it")
+
+
+# Wave quantization (NVIDIA, "Matrix Multiplication Background User's Guide", §3.2): a GEMM's
+# output is cut into thread-block tiles, one tile per SM at a time; a last wave that fills
+# only some SMs costs a whole wave. The guide's example: 256 x 128 tiles, one per SM, a
+# wave of 108 tiles on an A100. SM counts from NVIDIA's architecture whitepapers; a device
+# without a sourced count is not quantized. The best-shape efficiency above was measured at
+# full waves, so a GEMM's rate is that efficiency times its own wave fill.
+WAVE_SOURCE = "https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html"
+TILE = (256, 128)
+SMS = {"a100-sxm-80gb": (108, "https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/"
+                              "nvidia-ampere-architecture-whitepaper.pdf (A100: 108 SMs)"),
+       "h100-sxm": (132, "https://resources.nvidia.com/en-us-tensor-core (H100 SXM5: 132 SMs)"),
+       "h100-pcie": (114, "https://resources.nvidia.com/en-us-tensor-core (H100 PCIe: 114 SMs)")}
+
+
+def wave_fill(device: str, batch: float, m: float, n: float) -> float:
+    """The fraction of the SMs' waves a GEMM's tiles fill (1 where no SM count is sourced)."""
+    if device not in SMS:
+        return 1.0
+    sms = SMS[device][0]
+    tiles = batch * math.ceil(m / TILE[0]) * math.ceil(n / TILE[1])
+    return tiles / (math.ceil(tiles / sms) * sms)
 
 
 HBM_EFFICIENCY = 1.0  # no measured fraction is cited: the datasheet bandwidth itself (optimistic)
@@ -178,7 +202,7 @@ def gemm_seconds(batch: float, m: float, k: float, n: float, cluster: Cluster, e
     attention's per-head products (k or n = h/a, s x s scores) are where the bytes win."""
     flops = 2 * batch * m * k * n
     moved = e * batch * (m * k + k * n + m * n)
-    return max(flops / cluster.matmul_rate, moved / cluster.hbm_rate)
+    return max(flops / (cluster.matmul_rate * wave_fill(cluster.device.name, batch, m, n)), moved / cluster.hbm_rate)
 
 
 def layer_gemms(model: Model, layout: Layout, t: int) -> list[tuple]:
@@ -207,18 +231,22 @@ def elementwise_bytes(model: Model, layout: Layout, t: int, e: int) -> float:
     return moved
 
 
+def backward_gemm_seconds(batch: float, m: float, k: float, n: float, cluster: Cluster, e: int) -> float:
+    """The two matmuls a forward m x k by k x n one takes backward: the input's gradient
+    (m x n by n x k) and the weight's (k x m by m x n), each at its own shape."""
+    return gemm_seconds(batch, m, n, k, cluster, e) + gemm_seconds(batch, k, m, n, cluster, e)
+
+
 def layer_costs(model: Model, layout: Layout, cluster: Cluster, recompute: str) -> PassCosts:
     """One transformer layer, one microbatch, one tensor rank. The backward runs two matmuls
-    per forward one (the input's and the weight's gradient, the same shapes' FLOPs and
-    bytes) and moves twice the forward's memory-bound bytes."""
+    per forward one (backward_gemm_seconds) and moves twice the forward's memory-bound bytes."""
     b, s, h, t = layout.micro_batch, model.seq, model.hidden, layout.tensor
     e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]  # fp8 matmuls, bf16 elsewhere
     gemms = layer_gemms(model, layout, t)
     matmul = sum(2 * g[0] * g[1] * g[2] * g[3] for g in gemms)
-    matmul_s = sum(gemm_seconds(*g, cluster, e) for g in gemms)
-    elementwise = elementwise_bytes(model, layout, t, e)
-    fwd = matmul_s + elementwise / cluster.hbm_rate
-    bwd = 2 * fwd
+    elementwise = elementwise_bytes(model, layout, t, e) / cluster.hbm_rate
+    fwd = sum(gemm_seconds(*g, cluster, e) for g in gemms) + elementwise
+    bwd = sum(backward_gemm_seconds(*g, cluster, e) for g in gemms) + 2 * elementwise
     ar = cluster.collective("all-reduce", e * b * s * h, 1, t)
     passes = 3
     if recompute == "full":
@@ -237,8 +265,9 @@ def head_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
     matmul = 2 * b * s * h * v / t
     loss = 4 * b * s * v / t * 2  # softmax + cross-entropy over the logits in fp32, read + write
     fwd = gemm_seconds(1, b * s, h, v / t, cluster, e) + loss / cluster.hbm_rate
+    bwd = backward_gemm_seconds(1, b * s, h, v / t, cluster, e) + 2 * loss / cluster.hbm_rate
     ar = cluster.collective("all-reduce", 4 * b * s, 1, t)  # the vocabulary-parallel loss's sums
-    return PassCosts(fwd, 2 * fwd, ar, ar, 3 * matmul)
+    return PassCosts(fwd, bwd, ar, ar, 3 * matmul)
 
 
 def embed_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
@@ -317,4 +346,9 @@ def efficiency_lines() -> list[str]:
     """`dtgen predict --list-presets`: the measured matmul efficiency each device is predicted with."""
     lines = [f"matmul efficiency (measured, best shape): {name} {value:.3f} ({note})"
              for name, table in MATMUL_EFFICIENCY.items() for value, note in table.values()]
-    return lines + [f"  source: {MAMF_SOURCE}", "HBM at its datasheet bandwidth (no measured fraction cited)."]
+    waves = ", ".join(f"{name} {count} SMs" for name, (count, _) in SMS.items())
+    return lines + [f"  source: {MAMF_SOURCE}",
+                    f"each GEMM at its wave fill ({TILE[0]} x {TILE[1]} tiles; {waves}; others unquantized): "
+                    f"{WAVE_SOURCE}",
+                    "HBM at its datasheet bandwidth (no measured fraction cited).",
+                    f"collectives: NCCL's cost model (latencies, tree and ring factors, A100 bus cap): {nccl.NCCL_TUNING}"]
