@@ -173,3 +173,13 @@ def test_a_gemm_whose_tiles_leave_a_wave_part_empty_runs_at_that_fill():
     assert wave_fill("a100-sxm-80gb", 1, 256 * 9, 128 * 12 + 1) == pytest.approx(117 / 216)  # a 2nd wave of 9
     assert wave_fill("h100-sxm", 1, 256, 128 * 133) == pytest.approx(133 / 264)  # 132 SMs
     assert wave_fill("b200", 1, 256, 128 * 133) == 1.0  # no sourced SM count: not quantized
+
+
+def test_each_microbatch_but_the_first_adds_its_gradients_into_the_accumulated_ones():
+    from opentikz_dt.predict.datasheet import accumulate_seconds, stage_params
+
+    layout = Layout(16, 8, 8, 192, 1)
+    held = stage_params(GPT3, layout, 3)
+    # fp16 gradients read, fp32 accumulated ones read and written: 10 bytes a parameter, 191 of 192 times
+    assert accumulate_seconds(GPT3, layout, A100, 3) == pytest.approx(held * 10 / A100.hbm_rate * 191 / 192)
+    assert accumulate_seconds(GPT3, Layout(16, 8, 8, 1, 192), A100, 3) == 0.0  # one microbatch: nothing to add

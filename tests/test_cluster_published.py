@@ -1,9 +1,7 @@
 """The datasheet model against published throughput (tests/data/published_throughput.yaml):
-looser bounds than the benchmark's goals (benchmarks/bench_cluster_published.py). The model
-takes matmuls at the best-shape efficiency measured on the device (or their HBM roofline)
-and no framework overhead, so it is an upper bound: every row is predicted at least as fast as published,
-and not more than 45% faster (today: 8-30%; the goal, median 10% and none over 20%, is
-not met and the benchmark says so)."""
+looser bounds than the benchmark's goals (benchmarks/bench_cluster_published.py: median
+|error| <= 10%, none over 20%). Here: every row within 25% of published and the median
+within 15%; the benchmark's result file has the table."""
 
 from __future__ import annotations
 
@@ -20,9 +18,14 @@ ROWS = yaml.safe_load((Path(__file__).parent / "data" / "published_throughput.ya
 
 
 @pytest.mark.parametrize("row", ROWS["rows"], ids=lambda r: r["name"])
-def test_a_published_row_is_predicted_fast_but_not_too_fast(row):
+def test_a_published_row_is_predicted_within_a_quarter(row):
     checked = check_row(row, ROWS["hardware"])
-    assert 0.0 <= checked.error <= 0.45, (checked.predicted, checked.published)
+    assert abs(checked.error) <= 0.25, (checked.predicted, checked.published)
+
+
+def test_the_rows_median_error_is_within_15_percent():
+    errors = sorted(abs(check_row(row, ROWS["hardware"]).error) for row in ROWS["rows"])
+    assert errors[len(errors) // 2] <= 0.15, errors
 
 
 def test_the_rows_count_flops_as_the_paper_and_agree_with_their_own_iteration_time():

@@ -304,10 +304,25 @@ def stage_layers(layers: int, stages: int) -> list[int]:
     return [base + (1 if s < extra else 0) for s in range(stages)]
 
 
+def accumulate_seconds(model, layout: Layout, cluster: Cluster, stage: int) -> float:
+    """Gradient accumulation, per microbatch: every microbatch of a step but the first adds
+    its weight gradients (e bytes each) into the accumulated fp32 ones (read both, write
+    one: e + 8 bytes per parameter) at HBM bandwidth, as autograd's `grad +=` and Megatron's
+    unfused main_grad add do; spread evenly over the step's backwards."""
+    m = layout.microbatches
+    if m <= 1:
+        return 0.0
+    e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]
+    return stage_params(model, layout, stage) * (e + 8) / cluster.hbm_rate * (m - 1) / m
+
+
 def stage_pass(model: Model, layout: Layout, cluster: Cluster, recompute: str, stage: int) -> PassCosts:
-    """One microbatch through one stage (its blocks; the embedding on the first, the head on the last)."""
+    """One microbatch through one stage (its blocks; the embedding on the first, the head on
+    the last), its backward with its share of the gradient accumulation."""
+    accumulate = accumulate_seconds(model, layout, cluster, stage)
     if isinstance(model, Counted):
-        return counted_pass(model, layout, cluster, recompute)
+        one = counted_pass(model, layout, cluster, recompute)
+        return PassCosts(one.forward, one.backward + accumulate, 0.0, 0.0, one.matmul_flops)
     n = stage_layers(model.layers, layout.pipeline)[stage]
     one = layer_costs(model, layout, cluster, recompute)
     parts = [(one, n)]
@@ -315,8 +330,9 @@ def stage_pass(model: Model, layout: Layout, cluster: Cluster, recompute: str, s
         parts.append((embed_costs(model, layout, cluster), 1))
     if stage == layout.pipeline - 1:
         parts.append((head_costs(model, layout, cluster), 1))
-    return PassCosts(*(sum(getattr(p, f) * k for p, k in parts)
-                       for f in ("forward", "backward", "forward_comm", "backward_comm", "matmul_flops")))
+    fwd, bwd, fcomm, bcomm, flops = (sum(getattr(p, f) * k for p, k in parts)
+                                     for f in ("forward", "backward", "forward_comm", "backward_comm", "matmul_flops"))
+    return PassCosts(fwd, bwd + accumulate, fcomm, bcomm, flops)
 
 
 def stage_params(model: Model, layout: Layout, stage: int) -> float:

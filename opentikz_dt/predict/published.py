@@ -33,10 +33,10 @@ def row_setup(row: dict, hardware: dict) -> tuple:
     model = Model(row["layers"], row["hidden"], row["heads"], row["seq"], row["vocab"], bool(row.get("dropout")))
     d = row["gpus"] // (row["tensor"] * row["pipeline"])
     per_replica = row["batch"] // d
-    if row["pipeline"] > 1:
-        layout = Layout(row["pipeline"], d, row["tensor"], per_replica // row["micro_batch"], row["micro_batch"])
-    else:  # no pipeline: the replica's batch in one pass (the compute does not depend on the split)
-        layout = Layout(1, d, row["tensor"], 1, per_replica, "gpipe")
+    # the replica's batch in microbatches of micro_batch samples (gradient accumulation without
+    # a pipeline): the GEMMs' shapes (their wave fill) depend on it
+    schedule = "1f1b" if row["pipeline"] > 1 else "gpipe"
+    layout = Layout(row["pipeline"], d, row["tensor"], per_replica // row["micro_batch"], row["micro_batch"], schedule)
     cluster = Cluster(DEVICES[hw.device], hw.gpus_per_host, LINKS[hw.intra_host], LINKS[hw.inter_host],
                       row["precision"])
     return model, layout, cluster
