@@ -145,12 +145,28 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
         return
     from ..predict.predict import predict as run_prediction
 
+    if calibration is None and device is None and link is None:
+        _count_python_model(spec)
     with writing(out):
         path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated,
                                         device)
     for line in warnings:
         click.echo(f"dtgen: warning: {line}", err=True)
     click.echo(f"wrote {path}")
+
+
+def _count_python_model(spec_path) -> None:
+    """A python model predicted from the spec's `hardware:` datasheet: built once on the CPU
+    and one trial step counted (runner/describe.py, torch.utils.flop_counter), so the
+    datasheet costs know its FLOPs. Without torch the datasheet path says what it lacks."""
+    from ..spec import load_spec
+
+    loaded = load_spec(spec_path)
+    if loaded.hardware is None or loaded.training.model_kind != "python" or importlib.util.find_spec("torch") is None:
+        return
+    from ..runner.describe import count_python_model
+
+    count_python_model(loaded, spec_path)
 
 
 def _datasheet(spec, device, link) -> bool:

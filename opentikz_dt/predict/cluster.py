@@ -62,7 +62,7 @@ def model_of(spec):
     m = spec.training.model
     if m.get("kind") == "transformer":
         return Model(int(m["layers"]), int(m["d_model"]), int(m["heads"]), int(m["seq_len"]), int(m["vocab"]))
-    from .blocks import is_known, model_blocks
+    from .blocks import is_known, model_blocks, step_flops
 
     if not is_known(spec):
         raise DtgenError(_located(spec, ("training", "model", "kind"), "datasheet costs (hardware:) need the "
@@ -74,7 +74,11 @@ def model_of(spec):
                                   "over data parallelism only (single, allreduce, fsdp, a mesh of data); a "
                                   "pipeline or tensor split is modelled for the built-in transformer"))
     blocks = model_blocks(spec)
-    return Counted(str(m.get("kind")), sum(b.flops for b in blocks), float(sum(b.params for b in blocks)))
+    params = float(sum(b.params for b in blocks))
+    step = step_flops(spec)  # a python model's counted trial step (runner/describe.count_python_model)
+    if step is not None:
+        return Counted(str(m.get("kind")), step["forward"], params, step["backward"])
+    return Counted(str(m.get("kind")), sum(b.flops for b in blocks), params)
 
 
 def _located(spec, path: tuple, message: str) -> str:
@@ -204,11 +208,21 @@ def step_seconds(model: Model, layout: Layout, cluster: Cluster, recompute: str)
     return (ends[1] - ends[0]) / 1e6
 
 
-def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str) -> dict:
+def flops_source(model) -> str:
+    """Where the model's FLOPs come from, for run.json's `predicted`."""
+    if isinstance(model, Counted) and model.backward_flops is not None:
+        return (f"counted: one trial step on one sample with torch.utils.flop_counter, forward "
+                f"{model.forward_flops:.6g}, backward {model.backward_flops:.6g} FLOPs per sample")
+    if isinstance(model, Counted):
+        return f"the model description's forward, {model.forward_flops:.6g} FLOPs per sample; backward twice it"
+    return "the transformer's matmuls by shape (Narayanan et al., SC'21, Eq. 2-3)"
+
+
+def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=None) -> dict:
     """What a datasheet prediction assumed, for run.json's `predicted` and captions."""
     hw = spec.hardware
     efficiency, measured = matmul_efficiency(cluster.device.name, cluster.precision)
-    return {"calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
+    return {"model_flops": flops_source(model) if model is not None else None,"calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
             "hardware": {"device": hw.device, "gpus_per_host": hw.gpus_per_host, "intra_host": hw.intra_host,
                          "inter_host": hw.inter_host, "precision": cluster.precision},
             "device_source": cluster.device.source, "intra_source": cluster.intra.source,
@@ -243,7 +257,7 @@ def cluster_result(spec, steps: int | None = None):
     steps = max(2, steps)
     size_check(spec, layout, steps)
     rec = simulate_cluster(model, layout, cluster, recompute, steps)
-    assumed = assumptions(spec, layout, cluster, recompute)
+    assumed = assumptions(spec, layout, cluster, recompute, model)
     ends = rec.result.step_end
     step_s = (ends[steps - 1] - ends[steps - 2]) / 1e6
     flops = model.iteration_flops(layout.data * layout.microbatches * layout.micro_batch, recompute == "full")

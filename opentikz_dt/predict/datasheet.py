@@ -281,21 +281,28 @@ def embed_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
 
 @dataclass(frozen=True)
 class Counted:
-    """A model known by its FLOP count only (mlp, cnn, a python model described once built:
-    runner/describe.py counts a forward with torch.utils.flop_counter): one stage, no tensor
-    split. Every counted FLOP runs at the matmul rate; memory-bound work is not modelled."""
+    """A model known by its FLOP count only (mlp, cnn, a python model built once on the CPU:
+    runner/describe.py counts one trial step with torch.utils.flop_counter): one stage, no
+    tensor split. Every counted FLOP runs at the matmul rate; memory-bound work is not
+    modelled. `backward_flops` is the counted backward where one was counted, else twice
+    the forward."""
     name: str
     forward_flops: float     # per sample
     params: float
+    backward_flops: float | None = None  # per sample, counted; None: 2 x forward
+
+    @property
+    def backward(self) -> float:
+        return self.backward_flops if self.backward_flops is not None else 2 * self.forward_flops
 
     def iteration_flops(self, batch: int, recompute: bool = False) -> float:
-        return (4 if recompute else 3) * self.forward_flops * batch
+        return ((2 if recompute else 1) * self.forward_flops + self.backward) * batch
 
 
 def counted_pass(model: Counted, layout: Layout, cluster: Cluster, recompute: str) -> PassCosts:
     fwd = model.forward_flops * layout.micro_batch / cluster.matmul_rate
-    bwd = 2 * fwd + (fwd if recompute == "full" else 0.0)
-    return PassCosts(fwd, bwd, 0.0, 0.0, (4 if recompute == "full" else 3) * fwd * cluster.matmul_rate)
+    bwd = model.backward * layout.micro_batch / cluster.matmul_rate + (fwd if recompute == "full" else 0.0)
+    return PassCosts(fwd, bwd, 0.0, 0.0, model.iteration_flops(layout.micro_batch, recompute == "full"))
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:
