@@ -66,8 +66,8 @@ def model_of(spec):
 
     if not is_known(spec):
         raise DtgenError(_located(spec, ("training", "model", "kind"), "datasheet costs (hardware:) need the "
-                                  "model's FLOPs: a python model is counted once built (dtgen calibrate SPEC "
-                                  "describes it); or predict with that calibration"))
+                                  "model's FLOPs: a python model is counted once built, which needs PyTorch "
+                                  "(dtgen predict counts one trial step where it is installed)"))
     layout = layout_of(spec)
     if layout.pipeline > 1 or layout.tensor > 1:
         raise DtgenError(_located(spec, ("strategy", "kind"), f"datasheet costs split a '{m.get('kind')}' model "
