@@ -60,3 +60,12 @@ def test_predict_costs_the_python_model_from_its_counted_step(tmp_path):
     # the counted backward, not twice the forward: the step moves by the difference
     doubled = step_seconds(Counted("python", FORWARD, params), layout_of(spec), cluster, "none")
     assert doubled - expected == pytest.approx((2 * FORWARD - BACKWARD) * 64 / cluster.matmul_rate, rel=1e-6)
+
+
+def test_the_expected_timeline_of_a_python_model_is_costed_from_its_counted_step(tmp_path):
+    path = _spec(tmp_path)
+    result = CliRunner().invoke(main, ["figure", str(path), "-o", str(tmp_path / "fig"), "--kind", "timeline"])
+    assert result.exit_code == 0, result.output
+    assert "illustrative" not in result.output
+    tex = (tmp_path / "fig" / "custom-model-timeline.tex").read_text()
+    assert "expected on 2 H100 SXM, datasheet costs" in tex and "Each of 2 ranks" in tex

@@ -32,8 +32,14 @@ def test_a_tree_over_many_hosts_beats_a_ring_on_small_messages_and_loses_on_larg
     assert tree(small) < ring(small) and ring(large) < tree(large)
     native = lambda n: nccl.all_reduce("native", n, hosts, hosts, NV, "nvlink", NIC)  # noqa: E731
     assert native(small) == tree(small) and native(large) == ring(large)  # NCCL takes the faster
-    assert ring(small) == pytest.approx(1.9 * (8.4 + 2 * 511 * 9.6) * US + small * 2 * 511 / 512 / NIC)
+    # 64 KiB is under 512/16 x 64 KiB: no plateau factor; 4 GB is over it: x1.9
+    assert ring(small) == pytest.approx((8.4 + 2 * 511 * 9.6) * US + small * 2 * 511 / 512 / NIC)
+    assert ring(large) == pytest.approx(1.9 * (8.4 + 2 * 511 * 9.6) * US + large * 2 * 511 / 512 / NIC)
     assert math.log2(hosts) == 9
+    # below n/16 x 64 KiB a multi-node ring takes its latency without NCCL's 1.9 plateau
+    tiny = 16 * 1024
+    assert nccl.ring("all-reduce", tiny, 16, 2, NV, "nvlink", NIC) == pytest.approx(
+        (8.4 + 28 * 3.4 + 2 * 9.6) * US + tiny * 2 * 15 / 16 / NIC)
 
 
 def test_hierarchical_is_a_host_reduce_scatter_a_cross_host_ring_of_a_share_and_a_gather():

@@ -146,7 +146,7 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
     from ..predict.predict import predict as run_prediction
 
     if calibration is None and device is None and link is None:
-        _count_python_model(spec)
+        count_python_model(spec, sets, workers)
     with writing(out):
         path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated,
                                         device)
@@ -155,18 +155,24 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
     click.echo(f"wrote {path}")
 
 
-def _count_python_model(spec_path) -> None:
+def count_python_model(spec_path, sets: tuple = (), workers: int | None = None) -> None:
     """A python model predicted from the spec's `hardware:` datasheet: built once on the CPU
     and one trial step counted (runner/describe.py, torch.utils.flop_counter), so the
-    datasheet costs know its FLOPs. Without torch the datasheet path says what it lacks."""
+    datasheet costs know its FLOPs. Without torch the datasheet path says what it lacks; a
+    spec that does not load is left to the command's own message."""
+    from ..errors import DtgenError
+    from ..predict.predict import apply_overrides
     from ..spec import load_spec
 
-    loaded = load_spec(spec_path)
+    try:
+        loaded = apply_overrides(load_spec(spec_path), sets, workers)
+    except DtgenError:
+        return
     if loaded.hardware is None or loaded.training.model_kind != "python" or importlib.util.find_spec("torch") is None:
         return
-    from ..runner.describe import count_python_model
+    from ..runner.describe import count_python_model as count
 
-    count_python_model(loaded, spec_path)
+    count(loaded, spec_path)
 
 
 def _datasheet(spec, device, link) -> bool:

@@ -265,8 +265,11 @@ def _rows(spec, trace: Trace) -> list:
 
 
 def representative_lane(spec, stage: int, trace: Trace) -> str:
-    """The lane of the rank standing for a pipeline stage's ranks: 'Stage 3, 64 ranks'."""
+    """The lane of the rank standing for a pipeline stage's ranks: 'Stage 3, 64 ranks'; with
+    one stage, 'Each of 16 ranks' (the data replicas run alike)."""
     ranks = int(trace.metadata.get("ranks_per_lane") or 1)
+    if len(trace.metadata.get("lane_stages") or {}) == 1:
+        return f"Each of {ranks:,} ranks" if ranks > 1 else lane_name(spec, "w1")
     name = label_text(spec, "stage_lane", i=stage)
     return f"{name}, {ranks:,} ranks" if ranks > 1 else name
 

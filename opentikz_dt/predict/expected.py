@@ -47,6 +47,10 @@ def datasheet_timeline(spec) -> tuple[object, list]:
         run_dir = write_run_dir(Path(tmp) / "run", spec, rec.result, steps, predicted=assumed)
         timeline = measured_timeline(spec, load_trace(run_dir), None).timeline
     per_lane = assumed["ranks"] // assumed["lanes"]
-    lanes = f"; a lane stands for its stage's {per_lane:,} ranks" if per_lane > 1 else ""
+    if per_lane > 1:
+        lanes = (f"; a lane stands for its stage's {per_lane:,} ranks" if assumed["lanes"] > 1
+                 else f"; the lane stands for all {per_lane:,} ranks")
+    else:
+        lanes = ""
     return (dataclasses.replace(timeline, note=f"{assumed['caption']}{lanes}; {timeline.note}"),
             check_warnings(spec))

@@ -33,7 +33,8 @@ US = 1e-6
 RING_BASE_S = 8.4 * US                                               # baseLat[Ring][Simple]
 RING_HOP_S = {"nvlink": 3.4 * US, "pci": 5.7 * US, "net": 9.6 * US}  # hwLat[*][Ring][Simple]
 TREE_HOP_S = {"nvlink": 28 * US, "pci": 28 * US, "net": 50 * US}     # hwLat[*][Tree][Simple]
-RING_PLATEAU = 1.9      # a multi-node ring all-reduce of a large message
+RING_PLATEAU = 1.9      # a multi-node ring all-reduce of at least PLATEAU_BYTES x n / 16
+PLATEAU_BYTES = 65536
 TREE_BUS_FACTOR = 0.9   # busBw * .9 for a tree
 TREE_MAX_BUS = {"few": 110e9, "many": 80e9}  # at most 2 nodes, more than 2 (bytes/s)
 NVLINK_BUS_CAP = {"a100-sxm-80gb": 235e9}    # compCap80: busBw = min(busBw, 235 GB/s)
@@ -55,7 +56,7 @@ def ring(kind: str, nbytes: float, n: int, nodes: int, intra_bw: float, intra_ki
     steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
     inter_steps = (2 if kind == "all-reduce" else 1) * (nodes - 1)
     latency = RING_BASE_S + (steps - inter_steps) * RING_HOP_S[intra_kind] + inter_steps * RING_HOP_S["net"]
-    if nodes > 1 and kind == "all-reduce":
+    if nodes > 1 and kind == "all-reduce" and nbytes >= n / 16 * PLATEAU_BYTES:
         latency *= RING_PLATEAU
     bandwidth = intra_bw if nodes == 1 else inter_bw
     return latency + nbytes * steps / n / bandwidth
