@@ -183,3 +183,24 @@ def test_each_microbatch_but_the_first_adds_its_gradients_into_the_accumulated_o
     # fp16 gradients read, fp32 accumulated ones read and written: 10 bytes a parameter, 191 of 192 times
     assert accumulate_seconds(GPT3, layout, A100, 3) == pytest.approx(held * 10 / A100.hbm_rate * 191 / 192)
     assert accumulate_seconds(GPT3, Layout(16, 8, 8, 1, 192), A100, 3) == 0.0  # one microbatch: nothing to add
+
+
+def test_the_data_all_reduce_is_costed_by_the_algorithm_the_spec_names():
+    from opentikz_dt.predict.cluster import layout_of
+    from opentikz_dt.spec import spec_from_data
+
+    model = {"kind": "transformer", "layers": 2, "d_model": 64, "heads": 2, "seq_len": 16, "vocab": 64}
+
+    def layout(strategy: dict):
+        return layout_of(spec_from_data({"strategy": strategy, "topology": {"workers": {"count": 16}},
+                                         "training": {"model": model, "batch_size": 16},
+                                         "hardware": {"device": "h100-sxm"}}))
+
+    assert layout({"kind": "allreduce", "algorithm": "tree"}).algorithm == "tree"
+    assert layout({"kind": "allreduce"}).algorithm == "native"
+    mesh = {"kind": "mesh", "parallelism": {"data": 16}}
+    assert layout({**mesh, "data_parallel": "ring"}).algorithm == "ring"
+    assert layout(mesh).algorithm == "native"
+    # 16 ranks on 2 hosts: the tree and the ring of 64 MB cost what nccl.py says, and differ
+    ring, tree = (A100.collective("all-reduce", 64e6, 1, 16, a) for a in ("ring", "tree"))
+    assert ring != tree and A100.collective("all-reduce", 64e6, 1, 16) == min(ring, tree)
