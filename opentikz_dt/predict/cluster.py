@@ -18,8 +18,8 @@ from __future__ import annotations
 from ..errors import DtgenError
 from ..hardware import DEVICES, LINKS
 from ..strategies.pipeline import stage_ops
-from .datasheet import (MAMF_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency, optimizer_seconds,
-                        stage_params, stage_pass)
+from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency,
+                        optimizer_seconds, stage_params, stage_pass)
 from .engine import Recorder
 from .nccl import NCCL_TUNING
 
@@ -222,12 +222,14 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=No
     """What a datasheet prediction assumed, for run.json's `predicted` and captions."""
     hw = spec.hardware
     efficiency, measured = matmul_efficiency(cluster.device.name, cluster.precision)
-    return {"model_flops": flops_source(model) if model is not None else None,"calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
+    return {"model_flops": flops_source(model) if model is not None else None,
+            "calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
             "hardware": {"device": hw.device, "gpus_per_host": hw.gpus_per_host, "intra_host": hw.intra_host,
                          "inter_host": hw.inter_host, "precision": cluster.precision},
             "device_source": cluster.device.source, "intra_source": cluster.intra.source,
             "inter_source": cluster.inter.source,
             "matmul_efficiency": round(efficiency, 4), "matmul_efficiency_source": f"{measured}; {MAMF_SOURCE}",
+            "matmul_shapes": f"each GEMM at its wave fill or on the HBM roofline, whichever is slower: {WAVE_SOURCE}",
             "hbm_efficiency": 1.0, "collectives": f"NCCL's cost model (ring, tree; Simple protocol): {NCCL_TUNING}",
             "data_all_reduce": layout.algorithm,
             "recompute": recompute,

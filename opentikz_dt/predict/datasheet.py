@@ -374,4 +374,5 @@ def efficiency_lines() -> list[str]:
                     f"each GEMM at its wave fill ({TILE[0]} x {TILE[1]} tiles; {waves}; others unquantized): "
                     f"{WAVE_SOURCE}",
                     "HBM at its datasheet bandwidth (no measured fraction cited).",
-                    f"collectives: NCCL's cost model (latencies, tree and ring factors, A100 bus cap): {nccl.NCCL_TUNING}"]
+                    "collectives: NCCL's cost model (latencies, tree and ring factors, A100 bus cap): "
+                    f"{nccl.NCCL_TUNING}"]
