@@ -49,7 +49,10 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
                                        notify=lambda line: click.echo(f"dtgen: warning: {line}", err=True))
         else:
             from ..figures.write import figure_command
+            from .predict import count_python_model
 
+            if calibration is None:  # a python model's expected timeline on a `hardware:` datasheet
+                count_python_model(spec)
             paths = figure_command(spec, out_dir, kind, formats, body_only, width=width,
                                    notify=lambda line: click.echo(line, err=True), calibration=calibration)
     for path in paths:

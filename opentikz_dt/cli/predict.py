@@ -110,9 +110,11 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
             formats, width):
     """Simulate SPEC's schedule and write a predicted run directory (trace.json, metrics.json)."""
     if list_presets:
+        from ..predict.datasheet import efficiency_lines
         from ..predict.presets import presets_table
 
         click.echo(presets_table())
+        click.echo("\n".join(efficiency_lines()))
         return
     if spec is None:
         raise click.UsageError("Missing argument 'SPEC'.")
@@ -136,16 +138,47 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
                                       tuple(formats) or ("tex",), echo=click.echo, device=device)
         # warned once it predicted, as one prediction warns: a bad --sweep, --link or --set
         # found on the way is then the only message
-        if calibration is None:
+        if calibration is None and not _datasheet(spec, device, link):
             click.echo(f"dtgen: warning: {ILLUSTRATIVE_WARNING}", err=True)
         for path in paths:
             click.echo(f"wrote {path}")
         return
     from ..predict.predict import predict as run_prediction
 
+    if calibration is None and device is None and link is None:
+        count_python_model(spec, sets, workers)
     with writing(out):
         path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated,
                                         device)
     for line in warnings:
         click.echo(f"dtgen: warning: {line}", err=True)
     click.echo(f"wrote {path}")
+
+
+def count_python_model(spec_path, sets: tuple = (), workers: int | None = None) -> None:
+    """A python model predicted from the spec's `hardware:` datasheet: built once on the CPU
+    and one trial step counted (runner/describe.py, torch.utils.flop_counter), so the
+    datasheet costs know its FLOPs. Without torch the datasheet path says what it lacks; a
+    spec that does not load is left to the command's own message."""
+    from ..errors import DtgenError
+    from ..predict.predict import apply_overrides
+    from ..spec import load_spec
+
+    try:
+        loaded = apply_overrides(load_spec(spec_path), sets, workers)
+    except DtgenError:
+        return
+    if loaded.hardware is None or loaded.training.model_kind != "python" or importlib.util.find_spec("torch") is None:
+        return
+    from ..runner.describe import count_python_model as count
+
+    count(loaded, spec_path)
+
+
+def _datasheet(spec, device, link) -> bool:
+    """Whether the prediction came from the spec's `hardware:` datasheet (not illustrative)."""
+    if device is not None or link is not None:
+        return False
+    from ..spec import load_spec
+
+    return load_spec(spec).hardware is not None

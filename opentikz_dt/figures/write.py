@@ -137,5 +137,15 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
         timeline, warnings = predicted_timeline(spec, calibration)
         for line in warnings:
             (notify or print)(f"dtgen: warning: {line}")
+    elif spec.hardware is not None and "timeline" in kinds:  # expected on that hardware, from its datasheet
+        from ..errors import DtgenError
+        from ..predict.expected import datasheet_timeline
+
+        try:
+            timeline, warnings = datasheet_timeline(spec)
+        except DtgenError as exc:  # a kind or model the datasheet model does not cover: illustrative
+            timeline, warnings = None, [f"{exc}; the timeline stays illustrative"]
+        for line in warnings:
+            (notify or print)(f"dtgen: warning: {line}")
     return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only, timeline=timeline,
                           notify=notify)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from ..figures.model import elide
 from ..figures.names import BOX_KINDS, PHASED_BOX
 from ..figures.strategies import plugin_of
-from ..figures.texts import more_lanes_text
+from ..figures.texts import label_text, more_lanes_text
 from ..figures.timeline import MIN_VISIBLE_CM, WIDTH_CM, Box, Lane, Panel, Timeline
 from .texts import axis_title, bubble_title_note, comm_lane_name, lane_name, panel_title, timeline_note
 from .trace import COMM, Span, Trace
@@ -249,14 +249,29 @@ def _rows(spec, trace: Trace) -> list:
     shown = elide(len(workers), spec.figure.max_workers_drawn)
     rows: list = [_Row(ids[rank], lane_name(spec, ids[rank]), "server", rank) for rank in servers]
     role = plugin_of(spec).LANE_ROLE
+    stages = trace.metadata.get("lane_stages") or {}  # a cluster prediction: one rank stands for a stage
     for index in shown:
         if index is None:
             hidden = len(workers) - (len(shown) - 1)
-            rows.append(_Row("more", more_lanes_text(spec, hidden), "gap", None, hidden))
+            text = label_text(spec, "more_stages", n=f"{hidden:,}") if stages else more_lanes_text(spec, hidden)
+            rows.append(_Row("more", text, "gap", None, hidden))
         else:
             rank = workers[index - 1]
-            rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), role, rank))
+            if ids[rank] in stages:
+                rows.append(_Row(ids[rank], representative_lane(spec, stages[ids[rank]], trace), "stage", rank))
+            else:
+                rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), role, rank))
     return rows
+
+
+def representative_lane(spec, stage: int, trace: Trace) -> str:
+    """The lane of the rank standing for a pipeline stage's ranks: 'Stage 3, 64 ranks'; with
+    one stage, 'Each of 16 ranks' (the data replicas run alike)."""
+    ranks = int(trace.metadata.get("ranks_per_lane") or 1)
+    if len(trace.metadata.get("lane_stages") or {}) == 1:
+        return f"Each of {ranks:,} ranks" if ranks > 1 else lane_name(spec, "w1")
+    name = label_text(spec, "stage_lane", i=stage)
+    return f"{name}, {ranks:,} ranks" if ranks > 1 else name
 
 
 def _comm_row(spec, row: _Row) -> _Row:

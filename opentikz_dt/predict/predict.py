@@ -112,7 +112,8 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     if calibration is None:
         if target is not None:
             raise UsageError(f"--device {target.name}: compute comes from a calibration made on that device "
-                             f"({target.device_key}); run dtgen calibrate SPEC there and pass --calibration FILE")
+                             f"({target.device_key}); run dtgen calibrate SPEC there and pass --calibration FILE, or give "
+                             f"the spec hardware: {{device: {target.name}}} for datasheet costs")
         cal: Calibration = illustrative_calibration(spec)
         warnings = [ILLUSTRATIVE_WARNING]
     else:
@@ -199,6 +200,10 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     if steps is not None:
         spec = apply_overrides(spec, (f"training.steps={steps}",))
     steps = spec.training.steps
+    if spec.hardware is not None and calibration is None and device is None and link is None:
+        from .cluster import predict_cluster  # the datasheet's costs, one lane per stage
+
+        return predict_cluster(spec, out)
     check_size(spec, steps)
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
     if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after

@@ -67,6 +67,7 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
     if layouts is None:
         raise UsageError(f"--sweep shapes: strategy kind '{base.strategy.kind}' has one layout per worker count; "
                          "the sweep compares a mesh's (strategy.parallelism) or use --sweep workers=...")
+    datasheet = base.hardware is not None and calibration is None and device is None and link is None
     planned, refused, assumed = [], [], {}
     for label, extra, refusal in layouts:
         if refusal:
@@ -77,6 +78,9 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
         except DtgenError as exc:
             refused.append((label, _reason(exc)))
             continue
+        if datasheet:  # every shape from the device's datasheet (predict/cluster.py), one lane per stage
+            planned.append((label, count, spec, None))
+            continue
         check_size(spec, spec.training.steps)
         costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True, device=device)
         planned.append((label, count, spec, costs))
@@ -86,6 +90,8 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
         raise DtgenError(f"--sweep shapes: no shape of {count:,} worker{'s' if count != 1 else ''} (data x tensor x "
                          f"pipeline) is valid for {base.source}: " + (reasons[0] if len(reasons) == 1 else
                          "; ".join(named) + (f"; ... ({len(refused)} shapes in all)" if len(refused) > 3 else "")))
+    if datasheet:
+        return _datasheet_points(planned, refused, base, count)
     check_sweep_size(planned)
     points = []
     for label, _, spec, costs in planned:
@@ -97,6 +103,23 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
         assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
         points.append(ShapePoint(label, step, m["samples_per_s"],
                                  tuple(v * 1000 for v in spread["step_time_interval_s"]), worker_memory(spec)))
+    points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
+    return points, refused, base, assumed, count
+
+
+def _datasheet_points(planned: list, refused: list, base, count: int) -> tuple:
+    """The shapes of a spec with `hardware:`: each step time from the datasheet model."""
+    from .cluster import assumptions, cluster_of, layout_of, model_of, recompute_of, step_seconds
+
+    points = []
+    for label, _, spec, _ in planned:
+        layout = layout_of(spec)
+        step = step_seconds(model_of(spec), layout, cluster_of(spec), recompute_of(spec))
+        batch = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
+        points.append(ShapePoint(label, step * 1000, batch / step, (), worker_memory(spec)))
+    spec = planned[0][2]
+    assumed = assumptions(spec, layout_of(spec), cluster_of(spec), recompute_of(spec))
+    assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
     points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
     return points, refused, base, assumed, count
 

@@ -180,6 +180,12 @@ def check_sweep_size(planned: list) -> None:
 
 
 def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
+    if assumed.get("source") == "datasheet":  # a spec's hardware: (predict/cluster.py)
+        hw = assumed["hardware"]
+        notes = [f"{assumed['caption']}: {hw['device']} peaks x {assumed['matmul_efficiency']:.3g} measured matmul "
+                 f"efficiency, HBM at its datasheet bandwidth, {hw['intra_host']} inside a host of "
+                 f"{hw['gpus_per_host']}, {hw['inter_host']} between hosts, collectives as NCCL's cost model has them"]
+        return [escape_text(n) for n in notes]
     source = assumed.get("calibration", "")
     # The illustrative cost model measured nothing: its compute, links and latency are round
     # numbers (predict/costs.illustrative_calibration), none of them "as calibrated".
