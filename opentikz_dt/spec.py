@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from .errors import SpecError
+from .hardware import resolve_hardware
 from .schema import apply_defaults, check_schema
 from .strategies import plugin, strategy
 from .spec_types import FigureStyle, Runtime, Servers, Spec, Strategy, Topology, Training, Workers
@@ -76,6 +77,7 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
                            fg.get("width")),
         data=data,
         located=located,
+        hardware=resolve_hardware(data.get("hardware")),
     )
 
 

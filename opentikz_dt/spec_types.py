@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .hardware import Hardware
 from .yamlpos import Located
 
 
@@ -137,6 +138,7 @@ class Spec:
     figure: FigureStyle
     data: dict = field(repr=False)  # the resolved (defaulted) spec as plain data
     located: Located | None = field(default=None, repr=False, compare=False)
+    hardware: Hardware | None = None  # the optional `hardware:` block (opentikz_dt.hardware); None: none given
 
     @property
     def source(self) -> str:
