@@ -427,8 +427,10 @@ def test_the_measured_topology_with_memory_has_no_overlaps(tmp_path, kind, width
 
 def test_a_sweep_predicts_memory_per_worker_one_line_per_strategy(tmp_path):
     """`dtgen predict --sweep` says the bytes per worker at every count (issue 22): a
-    replica's stay, FSDP's shrink as 1/N, and the figure draws them as a third panel."""
+    replica's stay, FSDP's states shrink as 1/N beside the same activations (each worker
+    its batch_size), and the figure draws them as a third panel."""
     from opentikz_dt.predict.sweep import render_scaling, run_sweep
+    from opentikz_dt.spec import load_spec
 
     spec = tmp_path / "cmp.yaml"
     spec.write_text("name: cmp\nstrategy: {kind: allreduce}\ntopology: {workers: {count: 2}}\n"
@@ -438,11 +440,14 @@ def test_a_sweep_predicts_memory_per_worker_one_line_per_strategy(tmp_path):
     memory = {(p.series, p.workers): p.memory_bytes for p in points}
     replica = memory[("kind=allreduce", 2)]
     assert replica == memory[("kind=allreduce", 1024)] > 0
+    activations = expected_memory(load_spec(spec))[0].activations
+    assert 0 < activations < replica
+    states = replica - activations
     for n in (2, 8, 1024):
         # 1/N of every tensor (FSDP pads a tensor's rows up to a multiple of N: a little more)
-        assert replica / n <= memory[("kind=fsdp", n)] <= replica / n * 1.25 + 4096, n
+        assert states / n <= memory[("kind=fsdp", n)] - activations <= states / n * 1.25 + 4096, n
     tex = render_scaling(points, skipped, base, assumed)
-    assert "memory per worker (expected)" in tex and "activations not predicted" in tex
+    assert "memory per worker (expected)" in tex and "its activations, from the memory model" in tex
 
 
 def test_a_python_models_sweep_point_has_no_expected_memory(repo):

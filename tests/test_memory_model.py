@@ -132,3 +132,81 @@ def test_cnn_activations_are_what_autograd_keeps(precision, layers):
     m = {"layers": layers, "channels": 3, "image_size": 8, "width": 16, "classes": 10}
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,))
     assert _measured(CNN(layers, 3, 8, 16, 10), x, y, precision) == cnn_activations(m, 2, precision)
+
+
+# --- memory per rank against a device (opentikz_dt.memory) ----------------------------------
+
+def _rank(total_gb: float, rank: int = 0):
+    from opentikz_dt.memory import RankMemory
+
+    quarter = int(total_gb * 1e9 / 4)
+    return RankMemory(rank, f"w{rank + 1}", "worker", quarter, quarter, quarter, quarter)
+
+
+def test_fit_check_names_the_fullest_rank_and_the_knobs():
+    from opentikz_dt.memory import fit_check
+
+    ranks = [_rank(40, 0), _rank(100, 1), _rank(100, 2)]
+    over = fit_check(ranks, 80e9)
+    assert not over.fits and over.rank.rank == 1  # a tie: the lowest rank
+    assert over.message() == ("over by 20 GB on rank 1 (w2: 100 GB expected, 80 GB on the device): "
+                              "lower batch_size / raise tensor or pipeline / recompute / shard")
+    fits = fit_check([_rank(40)], 80e9)
+    assert fits.fits and fits.message() == "fits: the fullest rank, w1 (rank 0), needs 40 GB of 80 GB"
+    assert fit_check(ranks, None) is None and fit_check(None, 80e9) is None
+
+
+SPEC = """\
+name: big
+strategy: {kind: allreduce}
+topology:
+  workers: {count: 2}
+training:
+  model: {kind: transformer, layers: 2, d_model: 1024, heads: 16, seq_len: 2048, vocab: 1000}
+  batch_size: BATCH
+  steps: 2
+hardware: {device: a100-sxm-80gb}
+runtime: {backend: gloo, device: cpu}
+"""
+OVER = ("big.yaml:9:20: hardware.device: a100-sxm-80gb: over by 70.8 GB on rank 0 (w1: 151 GB expected, "
+        "80 GB on the device): lower batch_size / raise tensor or pipeline / recompute / shard")
+
+
+def _dtgen(tmp_path, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "opentikz_dt", *args], cwd=tmp_path, capture_output=True, text=True)
+
+
+def test_validate_and_figure_warn_when_a_rank_does_not_fit_and_run_refuses(tmp_path):
+    (tmp_path / "big.yaml").write_text(SPEC.replace("BATCH", "512"))
+    (tmp_path / "fits.yaml").write_text(SPEC.replace("BATCH", "64"))
+    done = _dtgen(tmp_path, "validate", "big.yaml", "fits.yaml")
+    assert done.returncode == 0 and done.stderr == f"dtgen: warning: {OVER}\n"
+    done = _dtgen(tmp_path, "figure", "big.yaml", "--kind", "memory", "-o", "fig")
+    assert done.returncode == 0 and f"dtgen: warning: {OVER}\n" in done.stderr
+    tex = (tmp_path / "fig" / "big-memory.tex").read_text()
+    assert "capacity of A100 SXM 80 GB: 80 GB (its datasheet; dashed line)" in tex and "densely dashed] (axis cs:" in tex
+    done = _dtgen(tmp_path, "run", "big.yaml", "-o", "run")
+    assert done.returncode != 0 and done.stderr == f"dtgen: error: {OVER}; --force runs it anyway\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_predicted_run_carries_memory_per_rank_from_the_model(tmp_path):
+    from opentikz_dt.memory import expected_memory, predicted_memory
+    from opentikz_dt.spec import load_spec
+
+    (tmp_path / "fits.yaml").write_text(SPEC.replace("BATCH", "64"))
+    done = _dtgen(tmp_path, "predict", "fits.yaml", "-o", "pred")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    memory = json.loads((tmp_path / "pred" / "metrics.json").read_text())["memory"]
+    expected = expected_memory(load_spec(tmp_path / "fits.yaml"))
+    assert memory == predicted_memory(load_spec(tmp_path / "fits.yaml"))
+    assert sorted(memory) == ["0", "1"]
+    for entry, want in zip(memory.values(), expected):
+        assert entry == {"params": want.params, "grads": want.grads, "optimizer": want.optimizer,
+                         "activations": want.activations, "peak": None, "source": "model"}
+        assert entry["activations"] > 0
