@@ -333,7 +333,7 @@ def train(ctx) -> None:
         # this rank's shards (runner/memory.py counts a DTensor's local part); the gathered
         # parameters autograd keeps for a unit's backward count as its activations
         ctx.record_memory(params, opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
     full = _full_state_dict(model)
     if ctx.rank == 0:

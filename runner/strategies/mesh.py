@@ -169,7 +169,7 @@ def train(ctx) -> None:
             stepper.step(step, span)
         ctx.record_memory(params, opt)
         share = _share(samples, stage_no * columns + column, stages * columns)
-        ctx.metrics.step_done(step, None if loss is None else float(loss), share, time.perf_counter() - t0)
+        ctx.step_done(step, loss, share, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": tensor._local(model.state_dict()),
                                             "opt": tensor._local(opt.state_dict())})
         ctx.tracer.maybe_flush()
@@ -221,9 +221,9 @@ class _PipelineStep:
         else:
             self.schedule.step()
         loss = None
-        if losses:  # the last stage: stop before the update if the loss is not finite
+        if losses:  # the last stage's loss, read a step later (ctx.step_done)
             scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
-            loss = ctx.check_loss(torch.stack([v.detach() for v in losses]).mean() / scale, step)
+            loss = torch.stack([v.detach() for v in losses]).mean() / scale
         moved = self.boundary.per_step(self.microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         return loss, len(x)

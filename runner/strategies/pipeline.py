@@ -80,9 +80,9 @@ def train(ctx) -> None:
         else:
             schedule.step()
         loss = None
-        if losses:  # the last stage: stop before the update if the loss is not finite
+        if losses:  # the last stage's loss, read a step later (ctx.step_done)
             scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
-            loss = ctx.check_loss(torch.stack(losses).mean() / scale, step)
+            loss = torch.stack([v.detach() for v in losses]).mean() / scale
         if tied is not None:
             tied(step)
         with ctx.tracer.span("optimizer", step=step) as span:
@@ -90,7 +90,7 @@ def train(ctx) -> None:
         ctx.record_memory(part.parameters(), opt)
         moved = boundary.per_step(microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
+        ctx.step_done(step, loss, len(x), perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": part.state_dict(), "opt": opt.state_dict()})
         ctx.tracer.maybe_flush()
     ctx.save_model(part.state_dict())

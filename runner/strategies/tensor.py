@@ -360,7 +360,7 @@ def train(ctx) -> None:
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
         ctx.record_memory(params, opt)  # this rank's slices, the replicated parameters whole
-        ctx.metrics.step_done(step, loss.item(), _share(samples, ctx), time.perf_counter() - t0)
+        ctx.step_done(step, loss, _share(samples, ctx), time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
     state = full_state_dict(model, reordered)
     if ctx.rank == 0:
