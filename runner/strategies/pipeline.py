@@ -30,6 +30,7 @@ import torch
 from ... import workload
 from ..precision import autocast_forward
 from ..split import TIED, stage_module
+from ..stage_host import stage_through_host_if_needed
 
 KIND = "pipeline"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -49,6 +50,7 @@ def train(ctx) -> None:
 
     spec, rank, stages = ctx.spec, ctx.rank, ctx.world_size
     microbatches = spec.strategy.microbatches
+    stage_through_host_if_needed(ctx)  # GPUs shared over gloo: the schedules' messages via host memory
     part = stage_module(ctx.build_model(), rank, stages)
     autocast_forward(part, ctx.precision, ctx.device)
     tied = _tied_parameters(ctx, part, stages)
@@ -238,15 +240,12 @@ def check_model(spec, model, names: list[str], where: str) -> None:
     check_splittable(model, spec.strategy.stages, where)
 
 
-def check_placement(placement, spec) -> None:
-    """dtgen's own messages go through host copies, the schedules' do not
-    (placement.SENDS_GPU_TENSORS)."""
-    from ...errors import InputError
-    from ..placement import SENDS_GPU_TENSORS
+def check_placement(placement, spec) -> str | None:
+    """On GPUs shared over gloo the schedules' messages go through host memory
+    (runner/stage_host.py); the run's first line says so."""
+    from ..stage_host import COST
 
-    if placement.stage_through_host:
-        raise InputError(f"strategy pipeline cannot share GPUs over gloo: {SENDS_GPU_TENSORS}; give each stage its "
-                         "own GPU (nccl) or set runtime.device: cpu")
+    return COST if placement.stage_through_host else None
 
 
 def sent(spec) -> str:
