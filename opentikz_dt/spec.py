@@ -11,10 +11,11 @@ Its types live in `spec_types` (re-exported here). Must not import torch.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
-from .errors import SpecError
-from .schema import apply_defaults, check_schema
+from .errors import SpecError, SpecNote
+from .schema import apply_defaults, check_schema, numbers_meant
 from .strategies import plugin, strategy
 from .spec_types import FigureStyle, Runtime, Servers, Spec, Strategy, Topology, Training, Workers
 from .workload import fill_kind_defaults
@@ -86,6 +87,8 @@ def spec_from_located(located: Located, data_files: bool = True) -> Spec:
     spec stays loadable (for its figures, comparisons, fits) where the data is not."""
     from .workload_rules import check_sections
 
+    for note in numbers_meant(located):  # 3e-4 at a numeric key: the number meant, said once
+        warnings.warn(SpecNote(str(note)), stacklevel=2)
     issues = check_schema(located) + check_sections(located)
     if issues:
         raise SpecError(issues, more_after="the cross-field rules and invariants")
