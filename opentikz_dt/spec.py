@@ -27,6 +27,11 @@ def default_title(kind: str, sync: str = "sync", algorithm: str = "native") -> s
     return plugin(kind).title({"kind": kind, "sync": sync, "algorithm": algorithm})
 
 
+def name_from_file(path: str | Path) -> str:
+    """A spec's name from its file's stem, as the schema's name pattern allows (exp.yaml -> exp)."""
+    return re.sub(r"[^a-z0-9-]+", "-", Path(path).stem.lower()).strip("-")[:63] or "spec"
+
+
 def resolve(data: dict, source_name: str = "spec") -> dict:
     """Schema defaults plus the defaults that depend on the strategy."""
     given = data
@@ -41,8 +46,7 @@ def resolve(data: dict, source_name: str = "spec") -> dict:
     servers.setdefault("count", described.servers[0])
     servers.setdefault("label", described.server_label)
     data["strategy"].setdefault("stages", workers["count"])
-    stem = re.sub(r"[^a-z0-9-]+", "-", Path(source_name).stem.lower()).strip("-") or "spec"
-    data.setdefault("name", stem[:63])
+    data.setdefault("name", name_from_file(source_name))
     data.setdefault("title", plugin(kind).title(data["strategy"]))
     return data
 
