@@ -163,7 +163,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
             socket_base = tempfile.gettempdir()  # the fork server's socket is no file of the run's
             with environment(**env), temp_dir_in(run_dir):
                 if method == "forkserver":  # a server started here imports torch in the run's logs/tmp
-                    forkserver.ensure_running(socket_base)
+                    forkserver.ensure_running(socket_base, output=run_dir / "logs" / STARTUP_LOG)
                 _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
                          rdzv_timeout, method)
         except _Failed as exc:
@@ -174,6 +174,9 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                        "message": "interrupted: every rank was stopped"}
         finally:
             monitor.stop()
+            startup = run_dir / "logs" / STARTUP_LOG
+            if startup.is_file() and not startup.stat().st_size:
+                startup.unlink()  # kept only where a rank wrote to it before its own log opened
     if failure is not None and nodes is not None:
         lost = lost_hosts_line(nodes, run_dir)
         if lost:
@@ -183,6 +186,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
 
 
 CUT_OFF_GRACE_S = 15
+STARTUP_LOG = "startup.log"  # the fork server's output: what a rank wrote before its own log opened
 
 
 def _cut_off(run_dir, nodes, silent: float, echo) -> None:
