@@ -313,7 +313,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
                       "device": info.get("device"), "backend": info.get("backend"), "exit_status": status})
     run = {"dtgen": __version__, "torch": torch.__version__, "backend": ranks[0]["backend"],
            "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
-           "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
+           "status": "ok" if failure is None else "interrupted" if failure.get("exit_code") == 130 else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
            "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"},

@@ -109,6 +109,10 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
         "staleness": [v for m in per_rank.values() for v in m["staleness"]],
         "per_worker_samples_per_s": per_worker,
         "steps_per_worker": own_steps,
+        # steps each rank had completed when its counts (bytes) were last written: an
+        # interrupted run's bytes per step divide by these, not by the steps asked for
+        "steps_per_rank": {str(r): len(m["step_end"]) or last + 1 for r, m in per_rank.items()},
+        "ranks_missing": [r for r in range(len(roles)) if r not in per_rank],  # no counts at all
         "warmup_s": round(warmup, 6),
         # fp16: steps skipped because their gradients overflowed (every rank holding
         # a part of the model skips the same steps)

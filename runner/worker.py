@@ -82,6 +82,8 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
 
         dist.barrier(group=control)  # nobody leaves while a peer may still talk to it
     except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):  # the terminal's Ctrl-C, then the launcher passes it on:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the second must not cut the flush below short
         from .faults import classify
 
         kind = classify(exc)

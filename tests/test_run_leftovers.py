@@ -94,7 +94,7 @@ def test_ctrl_c_stops_every_rank_keeps_the_partial_trace_and_exits_130(tmp_path)
     assert err.splitlines()[-2:] == [f"run directory: {out} (partial trace kept)",
                                      "dtgen: error: interrupted: every rank was stopped"]
     run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "failed" and run["failure"]["exit_code"] == 130
+    assert run["status"] == "interrupted" and run["failure"]["exit_code"] == 130
     trace = json.loads((out / "trace.json").read_text())
     assert trace["metadata"]["ended_early"] is True
     assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1}
