@@ -287,12 +287,12 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                        "mark": MARKS[i % 5],
                        "throughput": Tex(" ".join(f"({p.workers},{max(p.samples_per_s, 1e-9):.6g})" for p in mine)),
                        "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine)),
-                       "memory": Tex(" ".join(f"({p.workers},{p.memory_bytes / 2**20:.6g})" for p in mine
+                       "memory": Tex(" ".join(f"({p.workers},{p.memory_bytes / 1e6:.6g})" for p in mine
                                               if p.memory_bytes)),
                        "throughput_band": _band(mine, "rate_interval") if bands else None,
                        "step_band": _band(mine, "step_interval") if bands else None})
-    # memory per worker: expected from the spec (the same as dtgen figure SPEC --kind memory), MiB
-    memory = [p.memory_bytes / 2**20 for p in points if p.memory_bytes]
+    # memory per worker: expected from the spec (the same as dtgen figure SPEC --kind memory), MB
+    memory = [p.memory_bytes / 1e6 for p in points if p.memory_bytes]
     context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
     context.update(series=series, legend=len(labels) > 1 or bands,
                    legend_columns=min(len(labels) + bands, 4),
@@ -312,9 +312,9 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
 
 
 def render_scaling_table(points: list) -> str:
-    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10} {'MiB/worker':>11}"]
+    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10} {'MB/worker':>11}"]
     lines += [f"{p.series:28} {p.workers:>8,} {p.samples_per_s:>14,.0f} {p.step_ms:>10.3f} "
-              + (f"{p.memory_bytes / 2**20:>11.3f}" if p.memory_bytes else f"{'-':>11}") for p in points]
+              + (f"{p.memory_bytes / 1e6:>11.3f}" if p.memory_bytes else f"{'-':>11}") for p in points]
     return "\n".join(lines) + "\n"
 
 
