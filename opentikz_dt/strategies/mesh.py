@@ -182,6 +182,9 @@ def _pipeline_rules(spec, d: dict, model_blocks):
     if blocks is not None and stages > blocks[0]:
         yield ("strategy", "parallelism", "pipeline"), (f"{stages} pipeline stages need at least {stages} "
                                                         f"{blocks[1]}s; the model has {blocks[0]}")
+    if s.schedule not in ("gpipe", "1f1b"):
+        yield ("strategy", "schedule"), (f"strategy mesh runs the gpipe and 1f1b schedules; {s.schedule} runs with "
+                                         "kind: pipeline")
     if s.schedule == "1f1b" and s.microbatches < stages:
         yield ("strategy", "microbatches"), (f"1f1b needs at least as many microbatches as pipeline stages "
                                              f"({stages}), got {s.microbatches}")

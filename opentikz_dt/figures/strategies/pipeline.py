@@ -1,10 +1,12 @@
-"""Figures of pipeline parallelism: the stages left to right, the expected GPipe or 1F1B
-schedule with its bubble, and lanes named after the stages. Must not import torch."""
+"""Figures of pipeline parallelism: the stages left to right, the expected schedule (in the
+order torch's schedule runs it: strategies/pipeline_schedules.py) with its bubble, and
+lanes named after the stages. Must not import torch."""
 
 from __future__ import annotations
 
 from ...errors import DtgenError
-from ...strategies.pipeline import stage_ops
+from ...strategies.pipeline_schedules import (SCHEDULES, ScheduleOrderError, op_label, play, rank_orders,
+                                              rank_stages, reference_bubble, schedule_of, stages_per_rank)
 from ..schedule import Sim, one_panel
 from ..spacing import pipeline_needs
 from ..texts import label_text
@@ -15,11 +17,11 @@ TIMELINE_BOXES = ("forward", "backward", "slowdown", "send", "recv", "optimizer"
 LANE_ROLE = "stage"
 PIPELINED = True
 WINDOW_STEPS = 2
-SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+SCHEDULE_NAMES = {name: s.printed for name, s in SCHEDULES.items()}
 
 
 def schedule_name(spec) -> str:
-    """The schedule as printed: GPipe, 1F1B."""
+    """The schedule as printed: GPipe, 1F1B, Interleaved 1F1B, ZB-V, ..."""
     return SCHEDULE_NAMES.get(spec.strategy.schedule, spec.strategy.schedule)
 
 
@@ -50,56 +52,45 @@ def more_lanes_text(spec, hidden: int) -> str:
 
 
 def expected_timeline(spec, cost):
-    sim, end = _schedule(spec, cost)
+    try:
+        sim, end = _schedule(spec, cost)
+    except ScheduleOrderError as e:
+        raise DtgenError(f"strategy.schedule: {e}") from None
     return one_panel(spec, sim, end, _title(spec, drawn_bubble(sim, spec.strategy.stages, sim.flush_ms)))
 
 
-def _schedule(spec, cost) -> tuple[Sim, float]:
+# Compute time of one operation per unit of a stage's forward: the usual B = 2F, and a
+# split backward's two halves I = W = F (Qi et al.'s equal-cost case).
+OP_COST = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+
+
+def _schedule(spec, cost, op_cost=None) -> tuple[Sim, float]:
+    """Each rank's operations in torch's order (pipeline_schedules.rank_orders), played as
+    early as their dependencies allow (`play`). `op_cost` overrides OP_COST (the bubble
+    tests run F = B)."""
     sim = Sim(spec, cost)
     s, workers = spec.strategy, spec.topology.workers
-    stages, micro = s.stages, s.microbatches
+    ranks, micro, v = s.stages, s.microbatches, stages_per_rank(s)
     samples = spec.training.batch_size // micro
-    # The ideal pipeline the caption's (p-1)/(m+p-1) describes: balanced stages (each a
-    # p-th of the model's FLOPs) and activation transfers hidden behind compute. A straggler
-    # stage (topology.workers.slowdown) still stretches its own boxes.
-    even = samples * sim.flops / stages / cost.flops_per_ms
-    fwd = [even * workers.slowdown_of(f"w{k + 1}") for k in range(stages)]
-    comm = [0.0] * stages
-    ops = [stage_ops(s.schedule, k, stages, micro) for k in range(stages)]
-    done: dict[tuple, float] = {}
-    free = [0.0] * stages
-    nxt = [0] * stages
-    remaining = sum(len(o) for o in ops)
-    while remaining:
-        progressed = False
-        for k in range(stages):
-            if nxt[k] >= len(ops[k]):
-                continue
-            op, m = ops[k][nxt[k]]
-            if op == "F":
-                deps = [done.get(("F", k - 1, m), None) if k else 0.0]
-                deps = [d + comm[k - 1] if (d is not None and k) else d for d in deps]
-            else:
-                deps = [done.get(("F", k, m))]
-                if k < stages - 1:
-                    d = done.get(("B", k + 1, m))
-                    deps.append(None if d is None else d + comm[k])
-            if any(d is None for d in deps):
-                continue
-            begin = max([free[k]] + deps)
-            length = fwd[k] if op == "F" else 2 * fwd[k]
-            lane = f"w{k + 1}"
-            sim.add(lane, free[k], begin, "wait", "bubble" if free[k] == 0.0 else "")
-            free[k] = sim.add(lane, begin, begin + length, "forward" if op == "F" else "backward", str(m + 1))
-            done[(op, k, m)] = free[k]
-            nxt[k] += 1
-            remaining -= 1
-            progressed = True
-        if not progressed:  # cannot happen for GPipe/1F1B; guards against an endless loop
-            raise DtgenError(f"pipeline schedule '{s.schedule}' deadlocked")
+    # The ideal pipeline the caption's formula describes: balanced stages (each rank a p-th
+    # of the model's FLOPs, each of its v chunks a v-th of that) and activation transfers
+    # hidden behind compute. A straggler (topology.workers.slowdown) still stretches its boxes.
+    even = samples * sim.flops / ranks / v / cost.flops_per_ms
+    unit = [even * workers.slowdown_of(f"w{k + 1}") for k in range(ranks)]
+    costs = op_cost or OP_COST
+    orders = rank_orders(s.schedule, ranks, micro, v)
+    chunk_of = {st: c for r in range(ranks) for c, st in enumerate(rank_stages(s.schedule, r, ranks, v))}
+    played = play(orders, ranks, ranks * v, s.schedule, lambda r, op, st: unit[r] * costs[op],
+                  lambda op, src, dst: 0.0)
+    free = [0.0] * ranks
+    for a in played:
+        lane = f"w{a.rank + 1}"
+        sim.add(lane, a.free, a.start, "wait", "bubble" if a.free == 0.0 else "")
+        kind = "forward" if a.op == "F" else "backward"
+        free[a.rank] = sim.add(lane, a.start, a.end, kind, op_label(a.op, a.mb, chunk_of[a.stage], v))
     end = max(free)
-    opt = max(cost.min_ms, 2 * sim.params / stages / cost.flops_per_ms)
-    for k in range(stages):
+    opt = max(cost.min_ms, 2 * sim.params / ranks / cost.flops_per_ms)
+    for k in range(ranks):
         lane = f"w{k + 1}"
         sim.add(lane, free[k], end, "wait", "bubble")
         sim.add(lane, end, end + opt, "optimizer", "opt")
@@ -121,11 +112,14 @@ def drawn_bubble(sim: Sim, stages: int, end: float) -> float:
 
 def _title(spec, drawn: float) -> str:
     s = spec.strategy
-    bubble = bubble_fraction(s.stages, s.microbatches)
-    head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages"
-    if abs(drawn - bubble) < 0.005:
-        return f"{head}, bubble {bubble:.0%} = $(p-1)/(m+p-1)$"
-    return f"{head}, bubble {drawn:.0%} (balanced stages: $(p-1)/(m+p-1)$ = {bubble:.0%})"
+    v = stages_per_rank(s)
+    bubble, form, _ = reference_bubble(s.schedule, s.stages, s.microbatches, v)
+    chunks = f" x {v} chunks (a, b: a stage's first, second)" if v > 1 else ""
+    split = ", W: weight gradient" if schedule_of(s.schedule).splits_backward else ""
+    head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages{chunks}{split}"
+    if abs(drawn - bubble) < 0.005 and not schedule_of(s.schedule).splits_backward:
+        return f"{head}, bubble {bubble:.0%} = {form}"
+    return f"{head}, bubble {drawn:.0%} (balanced: {form} = {bubble:.0%})"
 
 
 # ---------------------------------------------------------------- measured figures
