@@ -32,6 +32,7 @@ from time import perf_counter, perf_counter_ns
 import torch
 
 from ... import workload
+from ...errors import InputError
 from ..precision import autocast_forward
 from ..split import TIED, stage_module
 
@@ -58,7 +59,7 @@ def train(ctx) -> None:
     microbatches, name = spec.strategy.microbatches, spec.strategy.schedule
     schedule_cls = schedule_class(name)
     if schedule_cls is None:  # the spec was validated where torch has it; this rank's torch lacks it
-        raise _refused(name)
+        raise InputError(f"strategy.schedule: {_refused(name)}")
     v = stages_per_rank(spec.strategy)
     total = ranks * v  # virtual stages; rank `rank` holds rank_stages(...), its chunk 0 first
     indices = rank_stages(name, rank, ranks, v)
@@ -117,12 +118,11 @@ def train(ctx) -> None:
     ctx.save_model(_state_dict(parts))
 
 
-def _refused(name: str):
-    from ...errors import InputError
+def _refused(name: str) -> str:
     from ...strategies.pipeline_schedules import SCHEDULES
 
-    return InputError(f"strategy.schedule: {name} needs torch.distributed.pipelining.{SCHEDULES[name].torch_class}, "
-                      f"which torch {torch.__version__} lacks (use gpipe or 1f1b, or a newer torch)")
+    return (f"{name} needs torch.distributed.pipelining.{SCHEDULES[name].torch_class}, "
+            f"which torch {torch.__version__} lacks (use gpipe or 1f1b, or a newer torch)")
 
 
 def _unique_parameters(parts) -> list:
@@ -295,7 +295,15 @@ def data_parallel_width(spec, roles) -> int:
 
 
 def check_model(spec, model, names: list[str], where: str) -> None:
+    """The schedule's class in this torch (one located line where it is missing: the
+    oldest supported torch may lack a newer schedule), and a model long enough for
+    stages x stages_per_rank stages."""
+    from ..entry import spec_location
+    from ..schedule_order import schedule_class
     from ..split import check_splittable
+
+    if schedule_class(spec.strategy.schedule) is None:
+        raise InputError(f"{spec_location(spec, ('strategy', 'schedule'))}: {_refused(spec.strategy.schedule)}")
 
     from ...strategies.pipeline_schedules import stages_per_rank
 

@@ -114,12 +114,14 @@ def _title(spec, drawn: float) -> str:
     s = spec.strategy
     v = stages_per_rank(s)
     bubble, form, _ = reference_bubble(s.schedule, s.stages, s.microbatches, v)
-    chunks = f" x {v} chunks (a, b: a stage's first, second)" if v > 1 else ""
-    split = ", W: weight gradient" if schedule_of(s.schedule).splits_backward else ""
+    chunks = f" x {v} chunks ({', '.join('abcdefghijklmnop'[:v])})" if v > 1 else ""
+    split = ", W: weight grad." if schedule_of(s.schedule).splits_backward else ""
     head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages{chunks}{split}"
-    if abs(drawn - bubble) < 0.005 and not schedule_of(s.schedule).splits_backward:
+    if schedule_of(s.schedule).splits_backward:  # no closed form in p and m: 1F1B's as the reference
+        return f"{head}, bubble {drawn:.0%} (1F1B: {bubble:.0%})"
+    if abs(drawn - bubble) < 0.005:
         return f"{head}, bubble {bubble:.0%} = {form}"
-    return f"{head}, bubble {drawn:.0%} (balanced: {form} = {bubble:.0%})"
+    return f"{head}, bubble {drawn:.0%} (balanced stages: {form} = {bubble:.0%})"
 
 
 # ---------------------------------------------------------------- measured figures
@@ -131,3 +133,57 @@ def run_name(spec) -> str:
 
 def table_name(spec) -> str:
     return f"{schedule_name(spec)} pipeline"
+
+
+# ---------------------------------------------------------------- schedules side by side
+
+# The schedules a comparison of pipeline schedules draws (`dtgen figure SPEC --kind schedules`).
+COMPARED = ("gpipe", "1f1b", "interleaved-1f1b", "zbv-zero-bubble", "dualpipev")
+
+
+def schedules_timeline(spec, cost):
+    """One panel per schedule of COMPARED for the spec's stages, microbatches and model, on
+    one time axis (each in torch's order, balanced stages, illustrative costs). A schedule
+    the spec's shape cannot take (DualPipeV's 2p microbatches, the model's blocks for
+    p x 2 stages) is left out and said so in the note."""
+    from dataclasses import replace
+
+    from ...strategies.pipeline import microbatch_rules
+    from ..schedule import lanes
+    from ..timeline import Panel, Timeline
+
+    s = spec.strategy
+    blocks = workload_blocks(spec)
+    panels, ends, left_out = [], [], []
+    for k, name in enumerate(COMPARED):
+        options = {key: val for key, val in s.options.items() if key != "stages_per_rank"}
+        if schedule_of(name).fixed_v is None:
+            options["stages_per_rank"] = stages_per_rank(replace(s, schedule=name))
+        one = replace(spec, strategy=replace(s, schedule=name, options=options))
+        v = stages_per_rank(one.strategy)
+        problems = [m for _, m in microbatch_rules(name, s.microbatches, s.stages)]
+        if blocks is not None and s.stages * v > blocks:
+            problems.append(f"{s.stages} x {v} stages, the model has {blocks} blocks")
+        if problems:
+            left_out.append(schedule_of(name).printed)
+            continue
+        try:
+            sim, end = _schedule(one, cost)
+        except ScheduleOrderError as e:
+            raise DtgenError(f"strategy.schedule: {e}") from None
+        ends.append(end)
+        panels.append(Panel("abcdefgh"[k] * 2, _title(one, drawn_bubble(sim, s.stages, sim.flush_ms)),
+                            lanes(one, sim, False)))
+    note = "illustrative cost model, balanced stages, each schedule in torch's order"
+    if left_out:  # (dtgen validate with that schedule says why)
+        note += "; not drawn (the spec's shape does not fit): " + ", ".join(left_out)
+    return Timeline(f"Pipeline schedules: {s.stages} stages, {s.microbatches} microbatches", tuple(panels), 0.0,
+                    max(ends), note, "time (ms)")
+
+
+def workload_blocks(spec) -> int | None:
+    """The model's blocks (layers) a stage is cut from; None for a python model."""
+    from ...workload import workload_of
+
+    w = workload_of(spec)
+    return None if w is None else len(w.blocks)
