@@ -30,6 +30,8 @@ BOX_STYLES = {
     "fetch": BoxStyle("weight", "!12!otpaper"),
     "forward": BoxStyle("otorange", "!30!otpaper"),
     "backward": BoxStyle("otorange", "!55!otink"),
+    # a zero-bubble schedule's weight-gradient half of the backward: the compute orange, dotted
+    "wgrad": BoxStyle("otorange", "", "dotted"),
     "slowdown": BoxStyle("otorange", "!8!otpaper", "dashed"),
     "optimizer": BoxStyle("server", "!12!otpaper"),
     "update": BoxStyle("server", ""),

@@ -69,10 +69,10 @@ def box_label(span: Span, pipeline: bool, asynchronous: bool) -> str:
     """The short text drawn inside a box when it fits (the expected schedule's vocabulary)."""
     name, args = span.name, span.args
     if pipeline and name in ("forward", "backward") and isinstance(args.get("mb"), int):
-        # a multi-stage schedule's chunk as a letter (1a, 1b), a weight-gradient half with W
+        # a multi-stage schedule's chunk as a letter (1a, 1b)
         chunk = args.get("chunk")
         text = f"{args['mb'] + 1}{'abcdefghijklmnop'[chunk] if isinstance(chunk, int) and 0 <= chunk < 16 else ''}"
-        return f"W{text}" if args.get("grad") == "weight" else text
+        return text
     if name == "update":
         return "U" if asynchronous else "Update"
     if name == PHASED_BOX:
@@ -161,7 +161,10 @@ def phase_name(label: str) -> str:
 
 def box_kind(name: str, args: dict) -> str:
     """The box kind a span is drawn as: its name, or `skipped` for an optimizer step or server
-    update the fp16 gradient scaler skipped (the runner marks the span with arg `skipped`)."""
+    update the fp16 gradient scaler skipped (the runner marks the span with arg `skipped`),
+    or `wgrad` for a backward's weight-gradient half (arg grad=weight: zero bubble)."""
+    if name == "backward" and args.get("grad") == "weight":
+        return "wgrad"
     return "skipped" if name in SKIPPABLE and args.get("skipped") else name
 
 

@@ -207,6 +207,5 @@ def reference_bubble(schedule: str, ranks: int, micro: int, v: int) -> tuple[flo
 
 def op_label(op: str, mb: int, chunk: int, chunks: int) -> str:
     """A box's text: the microbatch (1-based), its chunk as a letter where a rank holds
-    several (1a, 1b), W before a weight-gradient box (W1a)."""
-    text = f"{mb + 1}{'abcdefghijklmnop'[chunk] if chunks > 1 else ''}"
-    return f"W{text}" if op == "W" else text
+    several (1a, 1b); a weight-gradient box is told by its own style (wgrad)."""
+    return f"{mb + 1}{'abcdefghijklmnop'[chunk] if chunks > 1 else ''}"

@@ -13,7 +13,7 @@ from ..texts import label_text
 from ..topology_peer import pipeline_layout
 
 KIND = "pipeline"
-TIMELINE_BOXES = ("forward", "backward", "slowdown", "send", "recv", "optimizer", "skipped", "wait")
+TIMELINE_BOXES = ("forward", "backward", "wgrad", "slowdown", "send", "recv", "optimizer", "skipped", "wait")
 LANE_ROLE = "stage"
 PIPELINED = True
 WINDOW_STEPS = 2
@@ -86,7 +86,7 @@ def _schedule(spec, cost, op_cost=None) -> tuple[Sim, float]:
     for a in played:
         lane = f"w{a.rank + 1}"
         sim.add(lane, a.free, a.start, "wait", "bubble" if a.free == 0.0 else "")
-        kind = "forward" if a.op == "F" else "backward"
+        kind = {"F": "forward", "W": "wgrad"}.get(a.op, "backward")
         free[a.rank] = sim.add(lane, a.start, a.end, kind, op_label(a.op, a.mb, chunk_of[a.stage], v))
     end = max(free)
     opt = max(cost.min_ms, 2 * sim.params / ranks / cost.flops_per_ms)
@@ -115,8 +115,7 @@ def _title(spec, drawn: float) -> str:
     v = stages_per_rank(s)
     bubble, form, _ = reference_bubble(s.schedule, s.stages, s.microbatches, v)
     chunks = f" x {v} chunks ({', '.join('abcdefghijklmnop'[:v])})" if v > 1 else ""
-    split = ", W: weight grad." if schedule_of(s.schedule).splits_backward else ""
-    head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages{chunks}{split}"
+    head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages{chunks}"
     if schedule_of(s.schedule).splits_backward:  # no closed form in p and m: 1F1B's as the reference
         return f"{head}, bubble {drawn:.0%} (1F1B: {bubble:.0%})"
     if abs(drawn - bubble) < 0.005:
