@@ -166,3 +166,42 @@ def test_a_schedule_this_torch_lacks_is_refused_in_one_located_line(torch_mod, m
     assert str(caught.value) == (f"{path}:2:38: strategy.schedule: dualpipev needs "
                                  f"torch.distributed.pipelining.ScheduleDualPipeV, which torch {torch_mod.__version__} "
                                  "lacks (use gpipe or 1f1b, or a newer torch)")
+
+
+@needs_torch
+def test_expected_zero_bubble_draws_each_w_as_a_weight_gradient_box():
+    sim, _ = _schedule(_spec("zbv-zero-bubble", 2, 4), CostModel())
+    for lane in ("w1", "w2"):
+        kinds = [b.kind for b in sim.boxes[lane]]
+        assert kinds.count("wgrad") == 4 * 2  # every microbatch on both of the worker's stages
+        assert kinds.count("forward") == 4 * 2
+    labels = {b.label for b in sim.boxes["w1"] if b.kind == "forward"}
+    assert labels == {"1a", "2a", "3a", "4a", "1b", "2b", "3b", "4b"}
+
+
+@needs_torch
+def test_schedules_figure_puts_the_five_on_one_axis_and_names_what_it_leaves_out():
+    from opentikz_dt.figures.strategies.pipeline import schedules_timeline
+
+    timeline = schedules_timeline(_spec("1f1b", 2, 4), CostModel())
+    assert [p.title.split(":")[0] for p in timeline.panels] == ["GPipe", "1F1B", "Interleaved 1F1B", "ZB-V",
+                                                                "DualPipeV"]
+    ends = [max(b.end_ms for lane in p.lanes for b in lane.boxes) for p in timeline.panels]
+    assert timeline.end_ms == max(ends) and ends[3] < ends[1]  # ZB-V's step is shorter than 1F1B's
+    short = schedules_timeline(_spec("1f1b", 2, 2), CostModel())  # DualPipeV needs 2p = 4 microbatches
+    assert len(short.panels) == 4
+    assert short.note.endswith("not drawn (the spec's shape does not fit): DualPipeV")
+
+
+def test_schedules_figure_refuses_another_kind(tmp_path):
+    from click.testing import CliRunner
+
+    from opentikz_dt.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text("strategy: {kind: allreduce}\n")
+    result = CliRunner().invoke(main, ["figure", str(path), "--kind", "schedules", "-o", str(tmp_path / "f")])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == ("dtgen: error: strategy.kind: --kind schedules draws the pipeline "
+                                              "schedules of a kind: pipeline spec, not allreduce")
+    assert not (tmp_path / "f").exists() or not any((tmp_path / "f").iterdir())

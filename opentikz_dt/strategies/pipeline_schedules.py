@@ -200,7 +200,7 @@ def reference_bubble(schedule: str, ranks: int, micro: int, v: int) -> tuple[flo
     1F1B's, which they stay below (tests/test_pipeline_schedules.py)."""
     s = SCHEDULES[schedule]
     if s.splits_backward:
-        return (ranks - 1) / (micro + ranks - 1), "1F1B's $(p-1)/(m+p-1)$", f"{ranks - 1}/{micro + ranks - 1}"
+        return (ranks - 1) / (micro + ranks - 1), "1F1B's $(p-1)/(m+p-1)$", f"1F1B's {ranks - 1}/{micro + ranks - 1}"
     vm = micro * (v if s.placement != "one" else 1)
     return (ranks - 1) / (vm + ranks - 1), s.bubble_form, f"{ranks - 1}/{vm + ranks - 1}"
 
