@@ -69,9 +69,12 @@ def train(ctx) -> None:
         autocast_forward(part, ctx.precision, ctx.device)
     holds_first, holds_last = 0 in indices, total - 1 in indices
     tied = _tied_parameters(ctx, parts, name, ranks, total)
-    params = _unique_parameters(parts)  # a V rank's two parts share the tied embedding itself
+    if tied is None and holds_first and holds_last and total > 1:  # a V's first worker: both ends here
+        tied = _local_tie(ctx, parts[0], parts[-1])
+    params = _unique_parameters(parts)
     opt = ctx.build_optimizer(params)
-    stepper = _stage_stepper(ctx, opt, parts, params, tied is not None and holds_last and not holds_first)
+    copy_part = parts[-1] if tied is not None and holds_last else None  # its tied weight is the copy
+    stepper = _stage_stepper(ctx, opt, parts, params, copy_part)
     state = ctx.load_checkpoint()
     if state:
         for part in parts:
@@ -154,13 +157,14 @@ def _stage_loss(ctx):
     return loss_fn
 
 
-def _stage_stepper(ctx, opt, parts, params, tied_copy: bool):
+def _stage_stepper(ctx, opt, parts, params, copy_part):
     """Each stage holds part of the model: the clip norm and fp16's skip decision use the
     squared norm summed over all stages (an all-reduce, only when clipping or in fp16),
-    the tied weight counted once (by the first stage)."""
+    the tied weight counted once (by the first stage; `copy_part`: the last stage's part
+    where this rank holds the copy, else None)."""
     kind = ctx.spec.training.model.get("kind", "mlp")
-    skip = set(TIED.get(kind, ())) if tied_copy else set()
-    skipped = {id(p) for part in parts for name, p in part.named_parameters() if name in skip}
+    skip = set(TIED.get(kind, ()))
+    skipped = set() if copy_part is None else {id(p) for n, p in copy_part.named_parameters() if n in skip}
     counted = [p for p in params if id(p) not in skipped]
 
     def reduce_sq(sq):
@@ -168,6 +172,36 @@ def _stage_stepper(ctx, opt, parts, params, tied_copy: bool):
         return sq
 
     return ctx.stepper(opt, params, norm_params=counted, reduce_sq=reduce_sq)
+
+
+def _local_tie(ctx, first, last):
+    """A V's first worker holds the first and the last stage. The two stages must not share
+    the tied Parameter object: shared, the run ended 3.4e-2 off `single` after 3 steps (ZB-V
+    and DualPipeV with the transformer; torch's stages keep per-stage gradient state that
+    one Parameter under two stages defeats). So the last stage gets its own copy
+    of the tied module, and after the schedule the two gradients are summed into both, as
+    two workers' all-reduce would; the copies then stay equal. None for an untied model."""
+    import copy
+
+    kind = ctx.spec.training.model.get("kind", "mlp")
+    names = TIED.get(kind, ())
+    if not names:
+        return None
+    for module in {name.rsplit(".", 1)[0] for name in names}:
+        setattr(last, module, copy.deepcopy(getattr(first, module)))
+    a, b = dict(first.named_parameters()), dict(last.named_parameters())
+    pairs = [(a[name], b[name]) for name in names]
+
+    def add(step: int) -> None:
+        for p, q in pairs:
+            if p.grad is None or q.grad is None:
+                grad = p.grad if q.grad is None else q.grad
+            else:
+                grad = p.grad + q.grad
+            if grad is not None:
+                p.grad, q.grad = grad, grad.clone()
+
+    return add
 
 
 def _tied_parameters(ctx, parts, schedule: str, ranks: int, stages: int):

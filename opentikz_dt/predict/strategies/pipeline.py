@@ -124,18 +124,24 @@ def simulate_steps(sim, steps: int) -> None:
 
 
 def fit_compute(fit) -> tuple[list, list]:
-    """Per microbatch and stage: each stage's mean time split over its blocks by FLOPs."""
-    run, spec, flops, n = fit.run, fit.spec, fit.flops, fit.workers
+    """Per microbatch and stage: each virtual stage's mean time split over its blocks by
+    FLOPs (spans matched by their `stage`; a split backward's I and W summed per microbatch)."""
+    run, spec, flops, n = fit.run, fit.spec, fit.flops, fit.workers * stages_per_rank(fit.spec.strategy)
     fwd_us = [0.0] * len(fit.blocks)
     bwd_us = [0.0] * len(fit.blocks)
     rows = spec.training.batch_size / spec.strategy.microbatches
     bounds = stage_units(spec, n)
+    totals: dict = {}
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] in ("forward", "backward") and a["step"] != run.trace.steps[0]:
+            key = (e["name"], a.get("stage", e["pid"] + 1) - 1, a["step"], a.get("mb"))
+            totals[key] = totals.get(key, 0.0) + e["dur"]
     for s in range(n):
         lo, hi = bounds[s], bounds[s + 1]
         part = sum(flops[lo:hi]) or 1.0
         for name, into in (("forward", fwd_us), ("backward", bwd_us)):
-            d = [e["dur"] for e in run.trace.events if e["name"] == name and e["pid"] == s
-                 and e["args"]["step"] != run.trace.steps[0]]
+            d = [dur for (kind, stage, _, _), dur in totals.items() if kind == name and stage == s]
             mean = statistics.fmean(d) if d else 0.0
             for i in range(lo, hi):
                 into[i] = mean * flops[i] / part / rows
