@@ -42,11 +42,13 @@ from __future__ import annotations
 
 from . import tensor as _tensor
 from ._base import Strategy
+from .pipeline import microbatch_rules
+from .pipeline_schedules import SCHEDULES, stages_per_rank
 
 KIND = "mesh"
 STRATEGY = Strategy(KIND, "Hybrid data x tensor x pipeline parallel training",
                     ("allreduce", "send", "recv", "optimizer"),
-                    options=("parallelism", "data_parallel", "plan"), workers=(2, None), default_workers=4, order=90)
+                    options=("parallelism", "data_parallel", "plan", "stages_per_rank"), workers=(2, None), default_workers=4, order=90)
 
 DIMENSIONS = ("pipeline", "data", "tensor")  # outermost first (ranks: the last varies fastest)
 # the data-parallel methods the runner composes with the other dimensions: gloo's all-reduce,
@@ -182,12 +184,26 @@ def _pipeline_rules(spec, d: dict, model_blocks):
     if blocks is not None and stages > blocks[0]:
         yield ("strategy", "parallelism", "pipeline"), (f"{stages} pipeline stages need at least {stages} "
                                                         f"{blocks[1]}s; the model has {blocks[0]}")
-    if s.schedule not in ("gpipe", "1f1b"):
-        yield ("strategy", "schedule"), (f"strategy mesh runs the gpipe and 1f1b schedules; {s.schedule} runs with "
-                                         "kind: pipeline")
+    schedule = SCHEDULES[s.schedule]
+    if "stages_per_rank" in s.options and schedule.fixed_v is not None:
+        yield ("strategy", "stages_per_rank"), (
+            f"{s.schedule} holds {schedule.fixed_v} stage{'s' if schedule.fixed_v > 1 else ''} per pipeline rank; "
+            f"stages_per_rank applies to {', '.join(n for n, x in SCHEDULES.items() if x.fixed_v is None)} (remove it)")
+    v = stages_per_rank(s)
+    if v > 1 and blocks is not None and stages * v > blocks[0] >= stages:
+        key = ("strategy", "stages_per_rank") if "stages_per_rank" in s.options else ("training", "model", "layers")
+        yield key, (f"{s.schedule} cuts the model into {stages} x {v} = {stages * v} stages, one per {blocks[1]} "
+                    f"at least; the model has {blocks[0]}")
+    if schedule.splits_backward and data_method(spec) == "fsdp" and d["data"] > 1:
+        yield ("strategy", "data_parallel"), (
+            f"fsdp does not combine with {s.schedule}: under its backward split into input and weight gradients "
+            "FSDP2's gradient reduction ran off `single` (zbv-zero-bubble: 0.12 after 6 steps); use allreduce, ring or tree, or a "
+            "schedule with a whole backward (interleaved-1f1b, looped-bfs)")
     if s.schedule == "1f1b" and s.microbatches < stages:
         yield ("strategy", "microbatches"), (f"1f1b needs at least as many microbatches as pipeline stages "
                                              f"({stages}), got {s.microbatches}")
+    else:  # the multi-stage schedules' own (kind pipeline's rules, per pipeline group)
+        yield from microbatch_rules(s.schedule, s.microbatches, stages)
     if t.batch_size % s.microbatches:
         yield ("strategy", "microbatches"), (f"batch_size {t.batch_size} (one data replica's slice) does not split "
                                              f"into {s.microbatches} equal microbatches")
