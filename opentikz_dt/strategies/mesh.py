@@ -7,7 +7,8 @@ ranks, outermost first.
 - pipeline: the model is cut into `pipeline` stages as `kind: pipeline` cuts it (one block
   of `data x tensor` consecutive ranks per stage), every data replica's batch slice
   going through its stages in `strategy.microbatches` microbatches under
-  `strategy.schedule` (gpipe | 1f1b, the pipeline kind's keys and rules);
+  `strategy.schedule` (any of kind pipeline's, with strategy.stages_per_rank virtual stages
+  per pipeline rank where the schedule takes them: the pipeline kind's keys and rules);
 - data: the replicas of the (split, staged) model each take their own slice of the
   global batch and synchronise as `data_parallel` says:
 
@@ -298,4 +299,5 @@ strategy:
   parallelism: {{data: 2, tensor: 2}}  # degrees (product = topology.workers.count); tensor inside a host
   data_parallel: {DEFAULT_DATA_METHOD:<12} # how the replicas synchronise: {" | ".join(DATA_METHODS)}
   # pipeline stages: add pipeline: 2 to parallelism (and double the workers); then
-  # microbatches: 4 and schedule: 1f1b (gpipe | 1f1b) apply per data replica"""
+  # microbatches: 4 and schedule: 1f1b (any pipeline schedule: docs/pipeline-schedules.md)
+  # apply per data replica"""

@@ -28,9 +28,11 @@ strategies in torchtitan's order:
      (its tensor slices and the replicated parameters of its stage) with the ranks of its
      data group, which hold the same slices of the other replicas (DDP's average, without
      DDP: DDP does not take DTensor parameters).
-3. the stage, with pipeline above 1: `PipelineStage(stage, index, stages, device,
-   group=mesh["pipeline"].get_group())` and ScheduleGPipe / Schedule1F1B over
-   `strategy.microbatches` microbatches, as kind pipeline runs them.
+3. the stages, with pipeline above 1: `PipelineStage(part, index, stages x v, device,
+   group=mesh["pipeline"].get_group())` for each virtual stage the rank holds (one, or
+   under a multi-stage schedule v: kind pipeline's placement), all given to the class
+   strategy.schedule names, over `strategy.microbatches` microbatches, as kind pipeline
+   runs them.
 
 The batch: each replica takes its own slice of the global batch (batch_size x data); its
 tensor ranks share it (a tensor split needs the same input everywhere) and its stages pass
