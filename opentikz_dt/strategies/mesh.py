@@ -49,7 +49,8 @@ from .pipeline_schedules import SCHEDULES, stages_per_rank
 KIND = "mesh"
 STRATEGY = Strategy(KIND, "Hybrid data x tensor x pipeline parallel training",
                     ("allreduce", "send", "recv", "optimizer"),
-                    options=("parallelism", "data_parallel", "plan", "stages_per_rank"), workers=(2, None), default_workers=4, order=90)
+                    options=("parallelism", "data_parallel", "plan", "stages_per_rank"),
+                    workers=(2, None), default_workers=4, order=90)
 
 DIMENSIONS = ("pipeline", "data", "tensor")  # outermost first (ranks: the last varies fastest)
 # the data-parallel methods the runner composes with the other dimensions: gloo's all-reduce,

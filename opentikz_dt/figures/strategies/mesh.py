@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from ...errors import DtgenError
 from ...strategies.mesh import coordinates, data_method, degrees
-from ...strategies.pipeline_schedules import SCHEDULES, op_label, play, rank_orders, rank_stages, stage_rank, stages_per_rank
+from ...strategies.pipeline_schedules import (SCHEDULES, op_label, play, rank_orders, rank_stages, stage_rank,
+                                              stages_per_rank)
 from ..model import elide
 from ..schedule import STEPS, Sim, one_panel
 from ..texts import label_tex, label_text, lane_text
