@@ -52,13 +52,11 @@ def _schedules_timeline(spec):
     from dataclasses import replace
 
     from .schedule import CostModel
-    from .strategies.pipeline import schedules_timeline
+    from .strategies import plugin_of
     from .timeline import limit_boxes
 
-    if spec.strategy.kind != "pipeline":
-        raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
-                         f"not {spec.strategy.kind}")
-    return replace(limit_boxes(schedules_timeline(spec, CostModel())), widen_events=True)
+    # the strategy's figures plugin draws them, or refuses (a kind without schedules)
+    return replace(limit_boxes(plugin_of(spec).schedules_timeline(spec, CostModel())), widen_events=True)
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,
