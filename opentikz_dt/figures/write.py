@@ -52,14 +52,13 @@ def _schedules_timeline(spec):
     from dataclasses import replace
 
     from .schedule import CostModel, with_time_axis
-    from .strategies.pipeline import schedules_timeline
+    from .strategies import plugin_of
     from .timeline import limit_boxes
 
-    if spec.strategy.kind != "pipeline":
-        raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
-                         f"not {spec.strategy.kind}")
+    # the strategy's figures plugin draws them, or refuses (a kind without schedules)
     cost = CostModel()
-    return with_time_axis(spec, replace(limit_boxes(schedules_timeline(spec, cost)), widen_events=True), cost)
+    timeline = replace(limit_boxes(plugin_of(spec).schedules_timeline(spec, cost)), widen_events=True)
+    return with_time_axis(spec, timeline, cost)
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,

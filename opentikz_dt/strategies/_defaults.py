@@ -107,3 +107,24 @@ def expected_memory(spec, sizes) -> list:
     """Memory per rank, in the runner's rank order (opentikz_dt.memory): by default every
     worker holds a replica of the whole model, its gradients and its optimizer state."""
     return [sizes.rank("worker", w, sizes.params) for w in spec.topology.workers.ids]
+
+
+def activation_plan(spec, rank: int):
+    """What decides worker `rank`'s activations (memory_model.ActivationPlan): by
+    default a data-parallel worker computing its whole slice at once."""
+    from ..memory_model import ActivationPlan
+
+    return ActivationPlan(micro_batch=spec.training.batch_size)
+
+
+def tensor_degree(spec) -> int:
+    """GPUs one tensor-parallel group spans: the mesh's tensor degree where the strategy
+    has one (strategy.parallelism), else 1."""
+    return int((spec.strategy.options.get("parallelism") or {}).get("tensor", 1))
+
+
+def method_words(strategy) -> str:
+    """The strategy as a summary line names it: the kind, its algorithm and sync mode
+    where they are not the defaults (native, sync)."""
+    return (strategy.kind + (f" ({strategy.algorithm})" if strategy.algorithm != "native" else "")
+            + (f", {strategy.sync}" if strategy.sync != "sync" else ""))

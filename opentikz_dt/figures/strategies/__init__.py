@@ -67,6 +67,10 @@ Measured figures (measured/)
       Its English name in measured titles ("synchronous parameter server").
   table_name(spec) -> str                                         default the kind
       Its short name in the comparison table ("PS sync").
+  bubble_reference(spec, p, m) -> (fraction, TeX formula, numbers) default GPipe's (p-1)/(m+p-1)
+      The bubble a measured pipelined run's is compared with (a pipeline: its schedule's).
+  schedules_timeline(spec, cost) -> timeline.Timeline             default refused
+      The `--kind schedules` figure: the pipeline schedules side by side.
 
 A new strategy's smallest plugin (gossip.py and single.py are short ones to copy):
 

@@ -47,3 +47,17 @@ def run_name(spec) -> str:
 
 def table_name(spec) -> str:
     return spec.strategy.kind
+
+
+def bubble_reference(spec, stages: int, microbatches: int) -> tuple[float, str, str]:
+    """(fraction, its formula in TeX, its numbers or "") of the bubble a measured pipelined
+    run is compared with: by default GPipe's (p-1)/(m+p-1)."""
+    return (stages - 1) / (microbatches + stages - 1), "$(p-1)/(m+p-1)$", ""
+
+
+def schedules_timeline(spec, cost):
+    """The `--kind schedules` figure (pipeline schedules side by side); by default refused."""
+    from ...errors import DtgenError
+
+    raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
+                     f"not {spec.strategy.kind}")

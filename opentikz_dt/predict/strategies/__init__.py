@@ -34,6 +34,13 @@ Simulation (simulate.py)
                                         time before a step), sim.compute (forward, backward,
                                         straggler sleep), sim.optimizer. Required.
 
+Datasheet cluster prediction (cluster.py, `hardware:` specs)
+  cluster_layout(spec) -> (p, d, t, algorithm, sharded, overlap)
+                                        pipeline, data and tensor degrees, the all-reduce
+                                        algorithm (ring, tree, native), parameters sharded,
+                                        gradient all-reduce under the backward; default:
+                                        every worker data-parallel, native, replicas, no overlap
+
 Overrides (predict.py)
   resize(strategy, workers)             `dtgen predict --workers N`: set what else in the
                                         strategy block (plain data) follows the worker count

@@ -91,3 +91,10 @@ def simulation_weight(spec) -> float:
     (about 5 µs here: benchmarks/bench_predict_scale.py); predict.py's size bounds weigh
     ranks x steps by it. Default 1."""
     return 1.0
+
+
+def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+    """(pipeline, data, tensor degrees, all-reduce algorithm, parameters sharded, gradient
+    all-reduce overlapping the backward) of a datasheet cluster prediction (cluster.py):
+    by default every worker data-parallel, NCCL's own algorithm, replicas, no overlap."""
+    return 1, spec.topology.workers.count, 1, "native", False, False
