@@ -19,6 +19,7 @@ runner's ranks (which inherit the environment) find the same plugins.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -34,23 +35,19 @@ def external_packages() -> list[str]:
     return [name.strip() for name in os.environ.get(ENV, "").split(",") if name.strip()]
 
 
-class _WithDefaults:
-    """A plugin module seen through its side's defaults: an attribute the module lacks is
-    the side's default (so a plugin writes only what differs)."""
-
-    def __init__(self, module, defaults):
-        self._module, self._defaults = module, defaults
-
-    def __getattr__(self, name):
-        try:
-            return getattr(self._module, name)
-        except AttributeError:
-            if self._defaults is None:
-                raise
-            return getattr(self._defaults, name)
-
-    def __repr__(self) -> str:
-        return f"<{getattr(self._module, '__name__', self._module)} plugin>"
+def bind(module, interface):
+    """The plugin object of `module` for a side whose interface is the dataclass
+    `interface`: each of its fields the module defines is the module's, every other field
+    keeps the interface's default. A required field (no default) the module lacks is an
+    InputError naming it."""
+    names = [f.name for f in dataclasses.fields(interface)]
+    given = {name: getattr(module, name) for name in names if hasattr(module, name)}
+    missing = [f.name for f in dataclasses.fields(interface) if f.name not in given
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise InputError(f"the plugin {getattr(module, '__name__', module)} lacks {', '.join(missing)} "
+                         f"(required by {interface.__module__}.{interface.__qualname__})")
+    return interface(**given)
 
 
 def module_name(kind: str) -> str:
@@ -65,8 +62,11 @@ class SideRegistry:
     `register` added. A lookup imports only the module it needs (the runner's import
     torch); listing every kind imports them all."""
 
-    def __init__(self, side: str, package: str, defaults: str | None = None):
-        self.side, self.package, self.defaults = side, package, defaults
+    def __init__(self, side: str, package: str, interface: str):
+        # interface: "module:Class", the side's plugin dataclass (imported on first lookup:
+        # it may sit in a higher layer than this module)
+        self.side, self.package, self.interface = side, package, interface
+        self._bound: dict = {}
         self._own: dict = {}
         self._external: dict | None = None
         self._registered: dict = {}
@@ -136,7 +136,12 @@ class SideRegistry:
         raise InputError(f"no {self.side} plugin for strategy kind {kind!r} (known: {', '.join(self.kinds())})")
 
     def get(self, kind: str):
-        """The plugin of `kind`, with the side's defaults for what it leaves out."""
+        """The plugin of `kind`: the side's interface dataclass, with its defaults for what
+        the module leaves out."""
         module = self.raw(kind)
-        defaults = importlib.import_module(self.defaults) if self.defaults else None
-        return _WithDefaults(module, defaults)
+        cached = self._bound.get(kind)
+        if cached is None or cached[0] is not module:
+            where, name = self.interface.split(":")
+            cached = (module, bind(module, getattr(importlib.import_module(where), name)))
+            self._bound[kind] = cached
+        return cached[1]

@@ -27,7 +27,7 @@ strategy:
 def neighbours(rank: int, n: int, peers: int) -> tuple[list[int], list[int]]:
     """(send to, receive from): offsets +1, -1, +2, -2, ... cut to `peers`. One definition
     for the runner's exchanges and the predictor's simulation of them."""
-    offsets = []
+    offsets: list[int] = []
     k = 1
     while len(offsets) < peers:
         offsets.append(k)

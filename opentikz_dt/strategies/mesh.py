@@ -114,8 +114,8 @@ def title(block: dict) -> str:
     given = block.get("parallelism") or {}
     shown = [dim for dim in DIMENSIONS if dim != "pipeline" or int(given.get(dim, 1)) > 1]
     shape = " x ".join(f"{given.get(dim, 1)} {dim}" for dim in shown)
-    method = {"fsdp": "FSDP", "ring": "ring all-reduce", "tree": "tree all-reduce"}.get(block.get("data_parallel"),
-                                                                                     "all-reduce")
+    methods = {"fsdp": "FSDP", "ring": "ring all-reduce", "tree": "tree all-reduce"}
+    method = methods.get(str(block.get("data_parallel")), "all-reduce")
     return f"Hybrid parallel training ({shape}; {method} across data)"
 
 

@@ -89,7 +89,7 @@ def _check_units(spec, model: nn.Module) -> None:
                              f"with parameters ({hint})")
 
 
-# --- questions the launcher asks before spawning (runner/strategies/_defaults.py) -------------
+# --- questions the launcher asks before spawning (runner/strategies/interface.py) -------------
 def check_model(spec, model, names, where) -> None:
     """The units the spec names are modules of the built model (runner/preflight.py)."""
     _check_units(spec, model)

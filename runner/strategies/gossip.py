@@ -64,7 +64,7 @@ def _unflatten_into(params, flat) -> None:
         offset += p.numel()
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def sent(spec) -> str:
     return "weights"

@@ -355,7 +355,7 @@ def _share(samples: int, index: int, count: int) -> int:
     return share + (left if index == 0 else 0)
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def data_parallel_width(spec, roles) -> int:
     return degrees(spec)["data"]  # the rows; a row's ranks share one slice

@@ -516,7 +516,7 @@ def _share(samples: int, ctx) -> int:
     return share + (left if ctx.rank == 0 else 0)
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def data_parallel_width(spec, roles) -> int:
     return 1  # every worker sees the whole batch
