@@ -1,4 +1,4 @@
-"""The predict side asks each strategy's predict plugin (opentikz_dt/predict/strategies/)."""
+"""The predict side asks each strategy's predict plugin (opentikz_dt/strategies/<kind>/predict.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import types
 from opentikz_dt import strategies
 from opentikz_dt.predict.costs import Costs, illustrative_calibration
 from opentikz_dt.predict.simulate import simulate
-from opentikz_dt.predict.plugin import PredictPlugin
-from opentikz_dt.predict.strategies import REGISTRY
+from opentikz_dt.predict.interface import PredictPlugin
+from opentikz_dt.predict.plugin import REGISTRY
 from opentikz_dt.spec import spec_from_data
 
 

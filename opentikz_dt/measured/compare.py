@@ -24,7 +24,7 @@ from ..errors import DtgenError, UsageError
 from ..figures.memory import render_compare_memory, total_bytes
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
-from ..figures.strategies import plugin_of
+from ..figures.plugin import plugin_of
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .export import write_outputs

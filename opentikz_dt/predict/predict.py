@@ -21,7 +21,7 @@ from .interval import interval, probe_round_ends
 from .presets import DEVICES, device_preset, link_preset, matches
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 from ..strategies import strategy as described
 from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wait, crowd_untraced, crowd_wait, short,
                        untraced_floor, untraced_typical, wait_scale)

@@ -42,7 +42,7 @@ from ..errors import InputError
 from ..plugins import SideRegistry
 from ._base import COMMON_PHASES, Strategy
 
-REGISTRY = SideRegistry("strategy", __name__, "opentikz_dt.strategies.interface:StrategyPlugin")
+REGISTRY = SideRegistry("strategy", __name__, "opentikz_dt.strategies.interface:StrategyPlugin", submodule="strategy")
 
 __all__ = ["COMMON_PHASES", "Strategy", "REGISTRY", "all_strategies", "kinds", "strategy", "plugin", "kinds_with",
            "outside_kinds", "spec_schema"]

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...errors import InputError
-from ...strategies.fsdp import option
+from ...strategies.fsdp.strategy import option
 from ..entry import spec_location
 from ..placement import GATHER_CRASHED
 from ..trace import TIDS

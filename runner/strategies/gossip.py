@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from ...strategies.gossip import neighbours
+from ...strategies.gossip.strategy import neighbours
 
 KIND = "gossip"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 

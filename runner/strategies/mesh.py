@@ -67,7 +67,7 @@ import torch
 import torch.distributed as dist
 
 from ...errors import InputError
-from ...strategies.mesh import data_method, degrees, groups, rank_of
+from ...strategies.mesh.strategy import data_method, degrees, groups, rank_of
 from ..entry import spec_location
 from ..placement import GATHER_CRASHED, SENDS_GPU_TENSORS
 from ..trace import TIDS
