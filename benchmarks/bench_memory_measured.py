@@ -63,6 +63,7 @@ def main() -> int:
     args = parser.parse_args()
     only = [x for x in args.only.split(",") if x]
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    base.mkdir(parents=True, exist_ok=True)
     table = []
     for spec in examples(only):
         metrics = run(spec, base / spec.stem, args.steps)

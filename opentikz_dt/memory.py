@@ -140,6 +140,7 @@ class ActivationPlan:
     tensor: int = 1
     micro_batch: int = 1
     in_flight: int = 1
+    microbatches: int = 1  # of one step: the first stage's inputs and the last's targets are views of its batch
 
 
 def activation_plan(spec, rank: int) -> ActivationPlan:
@@ -148,7 +149,7 @@ def activation_plan(spec, rank: int) -> ActivationPlan:
     if kind == "pipeline":
         stages = spec.topology.workers.count
         return ActivationPlan(rank, stages, 1, batch // s.microbatches,
-                              mm.in_flight(s.schedule, s.microbatches, stages, rank))
+                              mm.in_flight(s.schedule, s.microbatches, stages, rank), s.microbatches)
     if kind == "tensor":
         return ActivationPlan(tensor=spec.topology.workers.count, micro_batch=batch)
     if kind == "mesh":
@@ -159,7 +160,7 @@ def activation_plan(spec, rank: int) -> ActivationPlan:
         if stages == 1:
             return ActivationPlan(tensor=d["tensor"], micro_batch=batch)
         return ActivationPlan(at["pipeline"], stages, d["tensor"], batch // micro,
-                              mm.in_flight(s.schedule or "1f1b", micro, stages, at["pipeline"]))
+                              mm.in_flight(s.schedule or "1f1b", micro, stages, at["pipeline"]), micro)
     return ActivationPlan(micro_batch=batch)  # a data-parallel worker: its whole slice at once
 
 
@@ -186,7 +187,27 @@ def rank_activations(spec, rank: int, role: str) -> int | None:
         one = _stage_activations(spec, m, kind, plan, first, last)
         if one is None:
             return None
-    return int(round(one * plan.in_flight))
+    # A pipeline's microbatches are views of the step's batch: the first stage's inputs
+    # (kept by its first layer) and the last stage's targets (kept by the loss) hold the
+    # whole batch's storage from the first forward to the last backward, in flight or not.
+    whole = (plan.microbatches - plan.in_flight) * (_input_bytes(m, kind, plan.micro_batch) * first
+                                                    + mm.INDEX_BYTES * _targets(m, kind, plan.micro_batch) * last)
+    return int(round(one * plan.in_flight + whole))
+
+
+def _input_bytes(m: dict, kind: str, b: int) -> int:
+    """Bytes of one microbatch's input as the first layer keeps it: token ids (int64), or
+    fp32 features and images."""
+    if kind == "transformer":
+        return mm.INDEX_BYTES * b * int(m["seq_len"])
+    if kind == "mlp":
+        return mm.FP32_BYTES * b * int(m["layers"][0])
+    return mm.FP32_BYTES * b * int(m["channels"]) * int(m["image_size"]) ** 2
+
+
+def _targets(m: dict, kind: str, b: int) -> int:
+    """Target values of one microbatch: one per token of a transformer, one per sample otherwise."""
+    return b * int(m["seq_len"]) if kind == "transformer" else b
 
 
 def _stage_activations(spec, m: dict, kind: str, plan: ActivationPlan, first: bool, last: bool):

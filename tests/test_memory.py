@@ -83,6 +83,10 @@ CASES = {
     # fsdp: each worker half of every tensor (the mlp's first dimensions are even), its
     # gradient and Adam's two moments; counted from the DTensors' local shards
     "fsdp-2": ("fsdp", {"topology": {"workers": {"count": 2}}, "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
+    # a 1F1B pipeline: each stage its layer; activations: p - stage microbatches in flight, the
+    # first stage's inputs and the last's targets whole (views of the step's batch)
+    "pipeline-1f1b-3": ("pipeline", {"topology": {"workers": {"count": 3}},
+                                     "strategy": {"microbatches": 4, "schedule": "1f1b", "stages": 3}}),
     # tensor parallelism: each worker its slices (DTensors: their local tensors) and the rest whole
     "tensor-2": ("tensor", {"topology": {"workers": {"count": 2}},
                             "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
