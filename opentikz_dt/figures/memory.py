@@ -329,8 +329,11 @@ def render_compare_memory(runs: list, body_only: bool = False, source: str = "")
     width = min(max(5.5, AXIS_MARGIN_CM + span * SLOT_CM), COLUMN_CM - PLOT_BORDER_CM - 0.2)
     drawn = {c for _, bars in groups for _, _, e in bars for c in CATEGORIES if e.get(c)}
     legend = [(Tex(STYLE[c][0]), STYLE[c][1]) for c in CATEGORIES if c in drawn]
+    modelled = [run.label for run, bars in groups if all(e.get("source") == "model" for _, _, e in bars)]
     lines = ["each bar: its role's largest rank on the run's first step, the bytes of the tensors each "
              "category holds" + ("; line: CUDA allocator peak" if peaks else "")]
+    if modelled:
+        lines.append("not measured, from the memory model (docs/memory.md): " + ", ".join(modelled))
     if left_out:
         lines.append("no memory measured: " + ", ".join(left_out))
     context = base_context(spec, "memory plot", body_only, [], source=source or "runs")
@@ -338,7 +341,8 @@ def render_compare_memory(runs: list, body_only: bool = False, source: str = "")
         width=num(width), ymax=num(nice_max(max(tops, default=0) / scale)), xmin=num(-0.1), xmax=num(span + 0.1),
         xticks=Tex(",".join(num(s.x) for s in slots)), xticklabels=Tex(",".join("{%s}" % s.label for s in slots)),
         rotate=False, legend_expected=False, ylabel=Tex(escape_text(unit)), boxes=boxes, peaks=peaks, legend=legend,
-        legend_columns=2, title=Tex(escape_text("Measured memory per strategy")), xlabel=Tex(""), sides=False,
+        legend_columns=2, title=Tex(escape_text("Memory per strategy: measured and modelled" if modelled
+                                                 else "Measured memory per strategy")), xlabel=Tex(""), sides=False,
         notes=[Tex(escape_text(line)) for line in lines], note_width=num(width), groups=names, capacity=None,
         capacity_label=None)
     return environment().get_template("plot-memory.tex.j2").render(context)
