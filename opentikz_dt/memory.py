@@ -175,12 +175,14 @@ def rank_activations(spec, rank: int, role: str) -> int | None:
     if kind == "transformer":
         bounds = stage_bounds(int(m["layers"]), plan.stages)
         layers = bounds[plan.stage + 1] - bounds[plan.stage]
-        one = mm.transformer_stage(m, plan.micro_batch, layers, first, last, precision, t=plan.tensor).total
+        one = mm.transformer_stage(m, plan.micro_batch, layers, first, last, precision, t=plan.tensor,
+                                   recompute=spec.training.recompute).total
     elif plan.tensor > 1:
         return None  # an mlp's tensor-parallel pairs: not modelled
     elif plan.stages == 1:
         one = (mm.mlp_activations(m["layers"], plan.micro_batch, precision) if kind == "mlp"
-               else mm.cnn_activations(m, plan.micro_batch, precision) if kind == "cnn" else None)
+               else mm.cnn_activations(m, plan.micro_batch, precision, spec.training.recompute) if kind == "cnn"
+               else None)
         if one is None:
             return None
     else:
@@ -212,8 +214,9 @@ def _targets(m: dict, kind: str, b: int) -> int:
 
 def _stage_activations(spec, m: dict, kind: str, plan: ActivationPlan, first: bool, last: bool):
     """One microbatch on a pipeline stage of an mlp or cnn in fp32: its layers' inputs as
-    a whole model keeps them, plus the input it received (kept by its first layer)."""
-    if spec.training.precision in ("bf16", "fp16"):
+    a whole model keeps them, plus the input it received (kept by its first layer); None
+    in bf16/fp16 or with recomputation (not modelled per stage)."""
+    if spec.training.precision in ("bf16", "fp16") or spec.training.recompute != "none":
         return None
     b = plan.micro_batch
     if kind == "mlp":

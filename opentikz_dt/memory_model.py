@@ -231,16 +231,20 @@ def mlp_activations(widths: list, b: int, precision: str = "fp32") -> float:
     return c * b * sum(widths[:-1]) + copies + FP32_BYTES * b * widths[-1] + INDEX_BYTES * b + FP32_BYTES
 
 
-def cnn_activations(m: dict, b: int, precision: str = "fp32") -> float:
+def cnn_activations(m: dict, b: int, precision: str = "fp32", recompute: str = "none") -> float:
     """dtgen's cnn (runner/model.py) for b images: the stem keeps its input image, every
     ReLU its output (which the next convolution keeps too), two per block; the head its
     pooled input; the loss as the mlp's. Under autocast the values are low-precision and
-    every convolution's and the head's weight has a low-precision copy kept."""
+    every convolution's and the head's weight has a low-precision copy kept. With full
+    recomputation a block keeps only its input (the stem's ReLU output for the first):
+    one activation per block, none of its convolutions' weight copies."""
     layers, ch, px, w, k = (int(m[key]) for key in ("layers", "channels", "image_size", "width", "classes"))
     pixels = px * px
     c = _compute_bytes(precision)
-    values = ch * pixels + w * pixels * (1 + 2 * layers) + w
-    copies = c * (w * ch * 9 + layers * 2 * w * w * 9 + k * w) if c < FP32_BYTES else 0
+    kept = max(layers, 1) if recompute == "full" else 1 + 2 * layers  # ReLU outputs (block inputs) kept
+    values = ch * pixels + w * pixels * kept + w
+    block_copies = 0 if recompute == "full" else layers * 2 * w * w * 9
+    copies = c * (w * ch * 9 + block_copies + k * w) if c < FP32_BYTES else 0
     return c * b * values + copies + FP32_BYTES * b * k + INDEX_BYTES * b + FP32_BYTES
 
 

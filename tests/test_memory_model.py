@@ -103,16 +103,19 @@ def _measured(model, x, y, precision):
     return meter.result["activations"]
 
 
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("layers,d,heads,seq,vocab,batch", [(2, 64, 4, 32, 256, 2), (3, 128, 8, 64, 512, 3)])
-def test_transformer_activations_are_what_autograd_keeps(precision, layers, d, heads, seq, vocab, batch):
-    from opentikz_dt.runner.model import Transformer
+def test_transformer_activations_are_what_autograd_keeps(recompute, precision, layers, d, heads, seq, vocab, batch):
+    from opentikz_dt.runner.model import Transformer, apply_recompute
 
     torch.manual_seed(0)
     model = Transformer(layers, d, heads, seq, vocab)
+    apply_recompute(model, recompute)
     x, y = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
     m = {"seq_len": seq, "d_model": d, "heads": heads, "vocab": vocab}
-    assert _measured(model, x, y, precision) == transformer_stage(m, batch, layers, True, True, precision).total
+    want = transformer_stage(m, batch, layers, True, True, precision, recompute=recompute).total
+    assert _measured(model, x, y, precision) == want
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -124,14 +127,17 @@ def test_mlp_activations_are_what_autograd_keeps(precision, widths, batch):
     assert _measured(MLP(widths), x, y, precision) == mlp_activations(widths, batch, precision)
 
 
+@pytest.mark.parametrize("recompute", ["none", "full"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("layers", [0, 2])
-def test_cnn_activations_are_what_autograd_keeps(precision, layers):
-    from opentikz_dt.runner.model import CNN
+@pytest.mark.parametrize("layers", [0, 1, 3])
+def test_cnn_activations_are_what_autograd_keeps(recompute, precision, layers):
+    from opentikz_dt.runner.model import CNN, apply_recompute
 
     m = {"layers": layers, "channels": 3, "image_size": 8, "width": 16, "classes": 10}
+    model = CNN(layers, 3, 8, 16, 10)
+    apply_recompute(model, recompute)
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,))
-    assert _measured(CNN(layers, 3, 8, 16, 10), x, y, precision) == cnn_activations(m, 2, precision)
+    assert _measured(model, x, y, precision) == cnn_activations(m, 2, precision, recompute)
 
 
 # --- memory per rank against a device (opentikz_dt.memory) ----------------------------------
