@@ -113,4 +113,6 @@ def describe_training(training) -> str:
         extras.append(f"clip {training.grad_clip:g}")
     if training.compile:
         extras.append("compiled")
+    if getattr(training, "recompute", "none") != "none":
+        extras.append(f"{training.recompute} recomputation")
     return opt["kind"] + (f" ({', '.join(extras)})" if extras else "")

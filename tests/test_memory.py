@@ -141,13 +141,18 @@ def test_expected_memory_equals_the_measured_one(name):
     for e in expected:
         assert {c: getattr(e, c) for c in CATEGORIES} == {c: measured[str(e.rank)][c] for c in CATEGORIES}, e.id
         assert e.id == result.run["ranks"][e.rank]["id"] and e.role == result.run["ranks"][e.rank]["role"]
-        # activations (docs/memory.md): exact where the model predicts them, but fsdp's, which
-        # leave out the gathered weights autograd keeps (measured -12% on the examples)
+        # activations (docs/memory.md): exact where the model predicts them, but fsdp's: FSDP2
+        # gathers a unit's weights to compute it, the linear layers keep the gathered weights
+        # for the backward, and the meter counts them at full size when saved (though
+        # reshard_after_forward frees their storage until the backward gathers them again):
+        # above the model by at most every weight matrix (measured: all but the first
+        # layer's, whose input needs no gradient)
         got, want = measured[str(e.rank)]["activations"], e.activations
         if name == "tensor-2":
             assert want is None  # an mlp's tensor-parallel pairs: not modelled
         elif name == "fsdp-2":
-            assert 0 < want <= got <= want * 1.25, (e.id, got, want)
+            weights = 4 * sum(n for t, n in tensor_sizes(LAYERS).items() if t.endswith("weight"))
+            assert 0 < want <= got <= want + weights, (e.id, got, want)
         else:
             assert want == got, (e.id, got, want)
 
