@@ -69,7 +69,7 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
                           tr["batch_size"], tr["steps"], float(tr["optimizer"]["lr"]),
                           float(tr["optimizer"].get("momentum", 0.9)), tr["seed"], dict(tr["model"]),
                           dict(tr["optimizer"]), dict(tr["lr_schedule"]), tr.get("grad_clip"), tr["precision"],
-                          tr["compile"]),
+                          tr["compile"], tr["recompute"]),
         runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
                         dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
         figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),

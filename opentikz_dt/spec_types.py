@@ -89,6 +89,7 @@ class Training:
     grad_clip: float | None = None
     precision: str = "fp32"
     compile: bool = False
+    recompute: str = "none"  # none | selective | full (runner/model.py's apply_recompute)
 
     @property
     def model_kind(self) -> str:

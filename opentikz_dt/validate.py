@@ -10,6 +10,7 @@ def validate_files(paths, warnings: list | None = None) -> tuple[list[Issue], st
     """Every issue of every file, and what was not checked yet: a spec with schema problems
     has its cross-field rules run only once those are fixed (spec.py), and the user is told.
     `warnings`, if given, receives a valid spec's located warnings (rules.check_warnings)."""
+    from .memory import fit_warning
     from .rules import check_warnings
 
     issues: list[Issue] = []
@@ -23,4 +24,5 @@ def validate_files(paths, warnings: list | None = None) -> tuple[list[Issue], st
             continue
         if warnings is not None:
             warnings.extend(check_warnings(spec))
+            warnings.extend(line for line in [fit_warning(spec)] if line)
     return issues, waiting

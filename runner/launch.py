@@ -101,6 +101,16 @@ def resolve_spec(spec_path, steps: int | None, measure_only: bool = False):
     return spec_from_data(data, name=str(spec_path)), data
 
 
+def refuse_over_capacity(spec, force: bool) -> None:
+    """A spec whose expected memory (opentikz_dt.memory) is over its `hardware:` device's
+    capacity is refused before anything is spawned, unless --force."""
+    from ..memory import fit_warning
+
+    line = fit_warning(spec)
+    if line and not force:
+        raise InputError(f"{line}; --force runs it anyway")
+
+
 def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, node_rank: int = 0,
                rdzv_endpoint: str | None = None, force: bool = False, echo=None, progress: bool = True,
                rdzv_timeout: float = 120.0, measure_only: bool = False) -> RunResult:
@@ -118,6 +128,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     check_strategy(placement, spec)
     check_precision(spec, placement)
     check_compile(spec, placement)
+    refuse_over_capacity(load_spec(spec_path), force)  # the file as written: its lines locate the message
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused

@@ -50,8 +50,8 @@ def run_vs_prediction(tmp_path):
 
 def test_the_memory_note_names_the_prediction_not_the_run(run_vs_prediction):
     tex = run_vs_prediction["compare-memory"]
-    assert "no memory measured: ps-sync (predicted)" in tex
-    assert "no memory measured: ps-sync}" not in tex
+    assert "not measured, from the memory model (docs/memory.md): ps-sync (predicted)}" in tex
+    assert "no memory measured" not in tex
 
 
 def test_every_compare_plot_says_which_run_is_measured_and_which_illustrative(run_vs_prediction):

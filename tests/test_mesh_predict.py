@@ -146,9 +146,21 @@ def test_the_sweep_takes_exactly_the_shapes_the_model_can(spec_file):
                       "parallelism.tensor 8 (tensor degrees that work: 2, 4)"),
         ("1 x 2 x 4", "strategy.parallelism.pipeline: 4 pipeline stages need at least 4 blocks; the model has 2"),
         ("1 x 1 x 8", "strategy.parallelism.pipeline: 8 pipeline stages need at least 8 blocks; the model has 2")]
-    # memory per worker per shape, the fullest rank (x 16: params, grads, two adamw moments)
-    memory = {p.label: p.memory_bytes // 16 for p in points}
-    assert memory["8 x 1 x 1"] == 28032 and memory["4 x 2 x 1"] == 15520 and memory["2 x 2 x 2"] == 9008
+    # memory per worker per shape: the fullest rank's states and activations (opentikz_dt.memory
+    # for the shape's spec); the states of the rank holding the most (x 16: params, grads, two
+    # adamw moments)
+    from opentikz_dt.predict.predict import apply_overrides
+    from opentikz_dt.spec import load_spec
+    from opentikz_dt.predict.strategies import REGISTRY
+
+    base = load_spec(spec_file(MESH_YAML))
+    layouts = {label: extra for label, extra, refusal in REGISTRY.get("mesh").shapes(base, 8) if not refusal}
+    memory = {p.label: p.memory_bytes for p in points}
+    for label, values in (("8 x 1 x 1", 28032), ("4 x 2 x 1", 15520), ("2 x 2 x 2", 9008)):
+        ranks = expected_memory(apply_overrides(base, layouts[label], workers=8))
+        assert max(r.params + r.grads + r.optimizer for r in ranks) == 16 * values
+        assert all(r.activations > 0 for r in ranks)
+        assert memory[label] == max(r.total for r in ranks)
     # every shape runs the spec's global batch: a data degree that does not divide it is refused
     _, refused, *_ = run_shapes(spec_file(MESH_YAML), sets=("training.batch_size=3",))  # 3 x 4 = 12
     assert refused[0] == ("8 x 1 x 1", "the global batch of 12 samples does not split over data 8 "

@@ -123,6 +123,12 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
 
     spec = with_width(load_spec(Path(target)), width)
     kinds = KINDS if kind == "all" else (kind,)
+    if notify is not None:
+        from ..memory import fit_warning
+
+        over = fit_warning(spec)
+        if over:
+            notify(f"dtgen: warning: {over}")
     if notify is not None and "topology" in kinds:
         from .topology import build_layout
 

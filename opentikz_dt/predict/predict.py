@@ -19,6 +19,7 @@ from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibrat
 from .costs import Costs, illustrative_calibration, parse_link
 from .interval import interval, probe_round_ends
 from .presets import DEVICES, device_preset, link_preset, matches
+from ..memory import predicted_memory
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .strategies import REGISTRY
@@ -224,7 +225,8 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
                          "use fewer --steps or workers")
     out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
     spread = interval(spec, costs, steps, metrics_of(result, spec, steps))
-    path = write_run_dir(out, spec, result, steps, predicted=assumed, extra_metrics=spread)
+    path = write_run_dir(out, spec, result, steps, predicted=assumed,
+                         extra_metrics={**spread, "memory": predicted_memory(spec)})
     return path, warnings
 
 

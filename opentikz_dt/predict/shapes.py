@@ -45,7 +45,7 @@ class ShapePoint:
     step_ms: float
     samples_per_s: float
     step_interval: tuple = ()  # (low, high) ms, () without one
-    memory_bytes: int | None = None  # the fullest rank's expected parameters, gradients and optimizer state
+    memory_bytes: int | None = None  # the fullest rank's expected states and activations
 
 
 def _reason(exc: DtgenError) -> str:
@@ -174,8 +174,8 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
                                 + ("; bars: the predicted interval" if band else "")))
     if memory:
         notes.append(escape_text("memory per worker: the fullest rank's parameters, gradients and optimizer state as "
-                                 "the mesh places them (its stage, 1/tensor of the split layers, 1/data with fsdp), "
-                                 "float32; activations not predicted"))
+                                 "the mesh places them (its stage, 1/tensor of the split layers, 1/data with fsdp) "
+                                 "and its activations, from the memory model (docs/memory.md)"))
     context = base_context(spec, "shapes plot", body_only, [], source=spec.source)
     context.update(rows=rows, count=len(rows), axis_width=f"{axis_cm:.3f}", height=f"{max(len(rows) * ROW_CM, MIN_HEIGHT_CM):.3f}",
                    step_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(high_step))), step_max=f"{high_step:.6g}",

@@ -43,14 +43,15 @@ class Point:
     step_ms: float
     rate_interval: tuple = ()   # (low, high) samples/s, () without one
     step_interval: tuple = ()   # (low, high) ms
-    memory_bytes: int | None = None  # the fullest rank's expected parameters, gradients and optimizer state
+    memory_bytes: int | None = None  # the fullest rank's expected states and activations
 
 
 def worker_memory(spec) -> int | None:
-    """The largest expected params + grads + optimizer state of any rank (opentikz_dt.memory,
-    the strategy's placement); None where the model's sizes are unknown (a python model)."""
+    """The largest expected params + grads + optimizer state + activations of any rank
+    (opentikz_dt.memory: the strategy's placement, the memory model's activations); None
+    where the model's sizes are unknown (a python model)."""
     ranks = expected_memory(spec)
-    return max(r.params + r.grads + r.optimizer for r in ranks) if ranks else None
+    return max(r.total for r in ranks) if ranks else None
 
 
 SWEEP_SEEDS = 2  # simulations per point besides its own, for its interval (each costs a point's time)
@@ -312,7 +313,7 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                    + [Tex(escape_text(note)) for note in coincident(points, labels)]
                    + ([Tex(escape_text(_band_note(assumed)))] if bands else []) + ([escape_text(
                        "memory per worker: the fullest rank's parameters, gradients and optimizer state as the "
-                       "strategy places them, from the spec (float32 values; activations not predicted)")]
+                       "strategy places them and its activations, from the memory model (docs/memory.md)")]
                        if memory else []))
     return environment().get_template("plot-scaling.tex.j2").render(context)
 
