@@ -177,7 +177,7 @@ class _StageTrace:
             ctx.log(f"dtgen: torch {torch.__version__} PipelineStage lacks {missing}; no per-microbatch spans")
             return
         self.tracer, self.stage_no, self.step, self.span_args = ctx.tracer, rank + 1, 0, span_args
-        self.device, self.cuda = ctx.device, ctx.device.type == "cuda"
+        self.device_span = ctx.device_span
         self.recv_posted: dict[tuple[str, int], int] = {}
         self._wrap_compute(stage, "forward_one_chunk", "forward", "fwd", not stage.is_first)
         self._wrap_compute(stage, "backward_one_chunk", "backward", "bwd", not stage.is_last)
@@ -195,11 +195,9 @@ class _StageTrace:
             if receives and posted is not None:
                 self.tracer.add_span("recv", posted, start, self.step, tid="comm", mb=mb, stage=self.stage_no,
                                      direction=direction, **self.span_args)
-            out = original(mb, *args, **kwargs)
-            if self.cuda:
-                torch.cuda.synchronize(self.device)  # host stamps of queued kernels would be launch times
-            self.tracer.add_span(name, start, perf_counter_ns(), self.step, mb=mb, stage=self.stage_no)
-            return out
+            # on a GPU CUDA events, resolved after the fact (runner/device_spans.py): no wait here
+            with self.device_span(name, step=self.step, mb=mb, stage=self.stage_no):
+                return original(mb, *args, **kwargs)
 
         setattr(stage, method, traced)
 
