@@ -5,7 +5,8 @@
 #   2. every example (every strategy, and a user's own python model) for a few steps on the
 #      GPU with `dtgen run --steps`: nothing is refused on one shared GPU (the final gather
 #      and the pipelines' messages go through host memory, docs/gpu.md); an example whose
-#      spec asks for the CPU runs there, anything else must run on cuda;
+#      spec asks for the CPU runs there, anything else must run on cuda; each rank counts the
+#      host reads its training loop makes (DTGEN_SYNC_AUDIT), reported per example;
 #   3. the memory check: each example's measured memory per rank (the CUDA allocator's
 #      peak, and parameters, gradients and optimizer state) against opentikz_dt/memory.py;
 #   4. the GPU benchmark table (benchmarks/bench_gpu.py): dtgen `single` vs a plain PyTorch
@@ -93,7 +94,9 @@ run_example() {  # spec -> $OUT/examples/NAME.{out,status}
   local spec=$1 name
   name=$(basename "$(dirname "$spec")")-$(basename "$spec" .yaml)
   name=${name#examples-}
-  "$PYTHON" -m opentikz_dt run "$spec" --steps "$STEPS" --out "$OUT/examples/$name" --force \
+  # DTGEN_SYNC_AUDIT: each rank counts its host reads (docs/gpu.md); the report sums the loop's
+  DTGEN_SYNC_AUDIT="$OUT/examples/$name.audit" \
+    "$PYTHON" -m opentikz_dt run "$spec" --steps "$STEPS" --out "$OUT/examples/$name" --force \
     > "$OUT/examples/$name.out" 2>&1
   echo $? > "$OUT/examples/$name.status"
 }

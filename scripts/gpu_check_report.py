@@ -84,14 +84,26 @@ def example_rows(out: Path, dry_run: bool = False) -> tuple[list[str], list[dict
                 failures += 1
             runs.append({"name": name, "dir": run_dir, "spec": spec, "metrics": metrics})
             rows.append(f"| {name} | {result} | {run['world_size']} | {run['backend']} | {', '.join(devices)} | "
-                        f"{metrics['samples_per_s']:,.0f} |")
+                        f"{metrics['samples_per_s']:,.0f} | {host_reads(out / 'examples' / f'{name}.audit')} |")
         else:
             text = (out / "examples" / f"{name}.out").read_text(errors="replace")
             line = next((ln[len("dtgen: error: "):] for ln in text.splitlines() if ln.startswith("dtgen: error: ")),
                         f"exit status {code} (see {name}.out)")
             failures += 1  # nothing is refused on one shared GPU any more (docs/gpu.md)
-            rows.append(f"| {name} | FAILED: {line.replace('|', '/')} | – | – | – | – |")
+            rows.append(f"| {name} | FAILED: {line.replace('|', '/')} | – | – | – | – | – |")
     return rows, runs, failures
+
+
+def host_reads(folder: Path) -> str:
+    """The host reads (.item, .cpu, .tolist, synchronize) all ranks' loops made between
+    their first and last step's end (runner/sync_audit.py), by kind; '0' when none."""
+    loop: dict = {}
+    for path in sorted(folder.glob("rank*.json")):
+        for kind, n in json.loads(path.read_text())["loop"].items():
+            loop[kind] = loop.get(kind, 0) + n
+    if not loop:
+        return "–"
+    return ", ".join(f"{n} {kind}" for kind, n in loop.items() if n) or "0"
 
 
 def memory_rows(runs: list[dict]) -> tuple[list[str], int]:
@@ -177,8 +189,8 @@ def main(argv=None) -> int:
         "",
         f"## Every example for {args.steps} steps (`dtgen run EXAMPLE --steps {args.steps}`)",
         "",
-        "| example | result | ranks | backend | devices | samples/s |",
-        "|---|---|---:|---|---|---:|",
+        "| example | result | ranks | backend | devices | samples/s | host reads in the loop |",
+        "|---|---|---:|---|---|---:|---|",
         *examples,
         "",
         "## Memory per rank against the model (opentikz_dt/memory.py; MB)",

@@ -41,7 +41,7 @@ def test_the_dry_run_writes_one_result_file_and_its_report_counts_failures(tmp_p
     assert len(files) == 1 and "gpu-check: result in" in done.stdout
     text = files[0].read_text()
     for needed in ("- Hardware: CPU", "- Versions: dtgen ", "torch ", "- Command: `bash scripts/gpu-check.sh --dry-run`",
-                   "- Date: ", "it holds no GPU numbers", "| single | ok, on the CPU (dry run) | 1 | gloo | cpu |",
+                   "- Date: ", "it holds no GPU numbers", "| single | ok, on the CPU (dry run) | 1 | gloo | cpu |", " | 0 |\n",
                    "| single | 0 | ", "categories equal", "No GPU numbers: this run had no GPU."):
         assert needed in text, needed
     assert not (REPO / "benchmarks" / "results" / files[0].name).exists()  # a dry run never publishes
@@ -54,7 +54,7 @@ def test_the_dry_run_writes_one_result_file_and_its_report_counts_failures(tmp_p
     (out / "examples" / "broken.out").write_text("dtgen run: ...\ndtgen: error: strategy x: something | odd\n")
     text, failures = _report(out, tmp_path / "res", "--dry-run")
     assert failures == 2
-    assert "| broken | FAILED: strategy x: something / odd | – | – | – | – |" in text
+    assert "| broken | FAILED: strategy x: something / odd | – | – | – | – | – |" in text
     assert "CATEGORIES DIFFER: params" in text
     # not a dry run: an example on the CPU although its spec did not ask for it is a failure
     text, failures = _report(out, tmp_path / "res")
