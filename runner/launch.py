@@ -125,7 +125,7 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     spec_dir = str(Path(spec_path).resolve().parent)
     dataset_path = dataset_file(spec, spec_dir)
     placement = placement_for(spec, world // nnodes)
-    check_strategy(placement, spec)
+    cost = check_strategy(placement, spec)  # said in the run's first line
     check_precision(spec, placement)
     check_compile(spec, placement)
     refuse_over_capacity(load_spec(spec_path), force)  # the file as written: its lines locate the message
@@ -140,17 +140,17 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         nodes = NodeGroup(rdzv_endpoint, nnodes, node_rank, data, f"{spec.name}", rdzv_timeout)
     try:
         return _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint,
-                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info, placement)
+                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info, placement, cost)
     finally:
         if nodes is not None:
             nodes.stop()
 
 
 def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint, rdzv_timeout,
-                     nodes, echo, progress, spec_dir, dataset_path, model_info, placement) -> RunResult:
+                     nodes, echo, progress, spec_dir, dataset_path, model_info, placement, cost=None) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
-    echo(f"dtgen run: {placement.reason}; {training_line(spec, placement)}")  # the first line of a run that starts
+    echo(f"dtgen run: {placement.reason}{f'; {cost}' if cost else ''}; {training_line(spec, placement)}")  # the first line of a run that starts
     # the dataset by absolute path: the run directory's spec must not be read against the run directory
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(run_spec_data(data, dataset_path), sort_keys=False,
                                                       allow_unicode=True), encoding="utf-8")

@@ -72,7 +72,11 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
         _flush_on_sigterm(tracer, metrics, run_dir / "failure" / f"rank{rank}.json")
         if ctx.start_step:
             ctx.log(f"dtgen: resuming from the checkpoint after step {ctx.start_step - 1}")
-        strategy.train(ctx)
+        from .sync_audit import audited
+
+        with audited(rank):  # DTGEN_SYNC_AUDIT: count the host reads training makes
+            strategy.train(ctx)
+            ctx.read_losses()  # the last steps' losses (runner/step_losses.py); a nan among them stops the run here
         tracer.flush()
         metrics.write()
         multinode.gather_to_node0(run_dir, rank, world, hosts, control)  # no shared filesystem needed

@@ -14,8 +14,9 @@ def check_nodes(spec, spec_path, nnodes: int) -> None:
     """Raise InputError if this strategy cannot spread over `nnodes` machines (> 1)."""
 
 
-def check_placement(placement, spec) -> None:
-    """Raise InputError if `spec`'s strategy cannot run on `placement` (runner/placement.py)."""
+def check_placement(placement, spec) -> str | None:
+    """Raise InputError if `spec`'s strategy cannot run on `placement` (runner/placement.py);
+    else None, or what running there costs (said in the run's first line)."""
 
 
 def data_parallel_width(spec, roles) -> int:

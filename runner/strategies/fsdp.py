@@ -34,7 +34,7 @@ from torch import nn
 from ...errors import InputError
 from ...strategies.fsdp import option
 from ..entry import spec_location
-from ..placement import GATHER_CRASHED
+from ..host_gather import full_tensors
 from ..trace import TIDS
 
 KIND = "fsdp"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
@@ -93,14 +93,6 @@ def _check_units(spec, model: nn.Module) -> None:
 def check_model(spec, model, names, where) -> None:
     """The units the spec names are modules of the built model (runner/preflight.py)."""
     _check_units(spec, model)
-
-
-def check_placement(placement, spec) -> None:
-    """Refused on GPUs shared over gloo (placement.GATHER_CRASHED: _full_state_dict) until
-    that gather goes through host memory and the GPU numerics test passes there."""
-    if placement.stage_through_host:
-        raise InputError(f"strategy fsdp cannot share GPUs over gloo: {GATHER_CRASHED}; give each worker its own "
-                         "GPU (nccl) or set runtime.device: cpu")
 
 
 def sent(spec) -> str:
@@ -292,11 +284,10 @@ def _resume(ctx, model, opt) -> None:
     opt.load_state_dict(saved)
 
 
-def _full_state_dict(model) -> dict:
-    """The whole model's parameters (collective: every rank calls it, in the same order)."""
-    from torch.distributed.tensor import DTensor
-
-    return {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
+def _full_state_dict(model, gather) -> dict:
+    """The whole model's parameters (collective: every rank calls it, in the same order);
+    `gather`: runner/host_gather.py's, through host memory on GPUs shared over gloo."""
+    return {k: gather.full(v) for k, v in model.state_dict().items()}
 
 
 # --- training ----------------------------------------------------------------------------
@@ -333,8 +324,8 @@ def train(ctx) -> None:
         # this rank's shards (runner/memory.py counts a DTensor's local part); the gathered
         # parameters autograd keeps for a unit's backward count as its activations
         ctx.record_memory(params, opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
-    full = _full_state_dict(model)
+    full = _full_state_dict(model, full_tensors(ctx))
     if ctx.rank == 0:
         ctx.save_model(full)

@@ -66,10 +66,9 @@ from time import perf_counter_ns
 import torch
 import torch.distributed as dist
 
-from ...errors import InputError
 from ...strategies.mesh import data_method, degrees, groups, rank_of
-from ..entry import spec_location
-from ..placement import GATHER_CRASHED, SENDS_GPU_TENSORS
+from ..host_gather import full_tensors
+from ..stage_host import stage_through_host_if_needed
 from ..trace import TIDS
 from . import collectives, fsdp, pipeline, tensor
 
@@ -169,11 +168,11 @@ def train(ctx) -> None:
             stepper.step(step, span)
         ctx.record_memory(params, opt)
         share = _share(samples, stage_no * columns + column, stages * columns)
-        ctx.metrics.step_done(step, None if loss is None else float(loss), share, time.perf_counter() - t0)
+        ctx.step_done(step, loss, share, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": tensor._local(model.state_dict()),
                                             "opt": tensor._local(opt.state_dict())})
         ctx.tracer.maybe_flush()
-    gathered = tensor.full_state_dict(model, reordered)  # collective: every rank of the stage gathers
+    gathered = tensor.full_state_dict(model, reordered, full_tensors(ctx))  # collective: every rank of the stage gathers
     if row == 0 and column == 0:  # one copy per stage (runner/merge.py joins the stages)
         ctx.save_model(gathered)
 
@@ -200,6 +199,7 @@ class _PipelineStep:
         stage_no, stages = stage
         self.ctx, self.drop_grads = ctx, drop_grads
         self.microbatches = spec.strategy.microbatches
+        stage_through_host_if_needed(ctx)  # GPUs shared over gloo: the schedule's messages via host memory
         torch_stage = PipelineStage(model, stage_no, stages, ctx.device, group=pipe_mesh.get_group())
         self.hooks = pipeline._StageTrace(ctx, torch_stage, stage_no, dim="pipeline")
         _mark_passes(torch_stage, state)
@@ -221,9 +221,9 @@ class _PipelineStep:
         else:
             self.schedule.step()
         loss = None
-        if losses:  # the last stage: stop before the update if the loss is not finite
+        if losses:  # the last stage's loss, read a step later (ctx.step_done)
             scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
-            loss = ctx.check_loss(torch.stack([v.detach() for v in losses]).mean() / scale, step)
+            loss = torch.stack([v.detach() for v in losses]).mean() / scale
         moved = self.boundary.per_step(self.microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         return loss, len(x)
@@ -374,18 +374,13 @@ def check_model(spec, model, names: list[str], where: str) -> None:
         fsdp._check_units(spec, model)
 
 
-def check_placement(placement, spec) -> None:
-    """A pipeline dimension cannot share GPUs over gloo, for kind pipeline's reason; the
-    data and tensor dimensions gather the final model as kinds fsdp and tensor do
-    (placement.py: the reasons)."""
-    if not placement.stage_through_host:
-        return
-    if degrees(spec)["pipeline"] > 1:
-        raise InputError(f"{spec_location(spec, ('strategy', 'parallelism', 'pipeline'))}: strategy mesh with "
-                         f"pipeline stages cannot share GPUs over gloo: {SENDS_GPU_TENSORS}; give each rank its own "
-                         "GPU (nccl) or set runtime.device: cpu")
-    raise InputError(f"strategy mesh cannot share GPUs over gloo: {GATHER_CRASHED}; give each rank its own GPU "
-                     "(nccl) or set runtime.device: cpu")
+def check_placement(placement, spec) -> str | None:
+    """On GPUs shared over gloo a pipeline dimension's messages go through host memory
+    (runner/stage_host.py, said in the run's first line), and the final gather too
+    (runner/host_gather.py)."""
+    from ..stage_host import COST
+
+    return COST if placement.stage_through_host and degrees(spec)["pipeline"] > 1 else None
 
 
 def sent(spec) -> str:

@@ -30,6 +30,7 @@ import torch
 from ... import workload
 from ..precision import autocast_forward
 from ..split import TIED, stage_module
+from ..stage_host import stage_through_host_if_needed
 
 KIND = "pipeline"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -49,6 +50,7 @@ def train(ctx) -> None:
 
     spec, rank, stages = ctx.spec, ctx.rank, ctx.world_size
     microbatches = spec.strategy.microbatches
+    stage_through_host_if_needed(ctx)  # GPUs shared over gloo: the schedules' messages via host memory
     part = stage_module(ctx.build_model(), rank, stages)
     autocast_forward(part, ctx.precision, ctx.device)
     tied = _tied_parameters(ctx, part, stages)
@@ -80,9 +82,9 @@ def train(ctx) -> None:
         else:
             schedule.step()
         loss = None
-        if losses:  # the last stage: stop before the update if the loss is not finite
+        if losses:  # the last stage's loss, read a step later (ctx.step_done)
             scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
-            loss = ctx.check_loss(torch.stack(losses).mean() / scale, step)
+            loss = torch.stack([v.detach() for v in losses]).mean() / scale
         if tied is not None:
             tied(step)
         with ctx.tracer.span("optimizer", step=step) as span:
@@ -90,7 +92,7 @@ def train(ctx) -> None:
         ctx.record_memory(part.parameters(), opt)
         moved = boundary.per_step(microbatches)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
+        ctx.step_done(step, loss, len(x), perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": part.state_dict(), "opt": opt.state_dict()})
         ctx.tracer.maybe_flush()
     ctx.save_model(part.state_dict())
@@ -175,7 +177,7 @@ class _StageTrace:
             ctx.log(f"dtgen: torch {torch.__version__} PipelineStage lacks {missing}; no per-microbatch spans")
             return
         self.tracer, self.stage_no, self.step, self.span_args = ctx.tracer, rank + 1, 0, span_args
-        self.device, self.cuda = ctx.device, ctx.device.type == "cuda"
+        self.device_span = ctx.device_span
         self.recv_posted: dict[tuple[str, int], int] = {}
         self._wrap_compute(stage, "forward_one_chunk", "forward", "fwd", not stage.is_first)
         self._wrap_compute(stage, "backward_one_chunk", "backward", "bwd", not stage.is_last)
@@ -193,11 +195,9 @@ class _StageTrace:
             if receives and posted is not None:
                 self.tracer.add_span("recv", posted, start, self.step, tid="comm", mb=mb, stage=self.stage_no,
                                      direction=direction, **self.span_args)
-            out = original(mb, *args, **kwargs)
-            if self.cuda:
-                torch.cuda.synchronize(self.device)  # host stamps of queued kernels would be launch times
-            self.tracer.add_span(name, start, perf_counter_ns(), self.step, mb=mb, stage=self.stage_no)
-            return out
+            # on a GPU CUDA events, resolved after the fact (runner/device_spans.py): no wait here
+            with self.device_span(name, step=self.step, mb=mb, stage=self.stage_no):
+                return original(mb, *args, **kwargs)
 
         setattr(stage, method, traced)
 
@@ -238,15 +238,12 @@ def check_model(spec, model, names: list[str], where: str) -> None:
     check_splittable(model, spec.strategy.stages, where)
 
 
-def check_placement(placement, spec) -> None:
-    """dtgen's own messages go through host copies, the schedules' do not
-    (placement.SENDS_GPU_TENSORS)."""
-    from ...errors import InputError
-    from ..placement import SENDS_GPU_TENSORS
+def check_placement(placement, spec) -> str | None:
+    """On GPUs shared over gloo the schedules' messages go through host memory
+    (runner/stage_host.py); the run's first line says so."""
+    from ..stage_host import COST
 
-    if placement.stage_through_host:
-        raise InputError(f"strategy pipeline cannot share GPUs over gloo: {SENDS_GPU_TENSORS}; give each stage its "
-                         "own GPU (nccl) or set runtime.device: cpu")
+    return COST if placement.stage_through_host else None
 
 
 def sent(spec) -> str:
