@@ -279,5 +279,8 @@ def predict_cluster(spec, out) -> tuple:
 
     rec, steps, assumed = cluster_result(spec)
     out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
-    path = write_run_dir(out, spec, rec.result, steps, predicted=assumed)
+    from ..memory import predicted_memory
+
+    path = write_run_dir(out, spec, rec.result, steps, predicted=assumed,
+                         extra_metrics={"memory": predicted_memory(spec)})
     return path, check_warnings(spec)
