@@ -164,7 +164,7 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
                    ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
                    ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
                    notes=_notes(runs, "thin lines") + [Tex(escape_text(f"no loss: {run.label}")) for run in lossless],
-                   source_lines=_source_lines(runs))
+                   source_lines=_source_lines(runs), note_width=_note_width_cm(runs))
     return environment().get_template("plot-loss.tex.j2").render(context)
 
 
@@ -275,6 +275,13 @@ def _target_cm(runs: list) -> float | None:
     return target_width_cm(runs[0].spec)
 
 
+def _note_width_cm(runs: list) -> str | None:
+    """At a target width the notes under a plot wrap within it (a long hardware line would
+    otherwise widen the figure past its column); at natural width they keep one line each."""
+    target = _target_cm(runs)
+    return None if target is None else f"{target - PLOT_BORDER_CM - 0.1:.2f}"
+
+
 def _bar_width_cm(runs: list, slots: int) -> float:
     """The axis width: bars at their natural spacing, never wider than the target width allows."""
     per_slot = 18 if len(runs) == 1 else 12 * len(runs) + 6
@@ -332,7 +339,7 @@ def _bar_context(runs, kind, body_only, series, slots, labels, ymax) -> dict:
                    ymax=ymax, xmin=-0.6, xmax=slots - 0.4, xticks=Tex(",".join(str(i) for i in range(slots))),
                    xticklabels=Tex(labels), rotate=slots > 8, title=Tex(""),
                    legend=len(runs) > 1, legend_columns=max(2, min(len(runs), 4)), notes=_notes(runs),
-                   source_lines=_source_lines(runs))
+                   source_lines=_source_lines(runs), note_width=_note_width_cm(runs))
     return context
 
 
