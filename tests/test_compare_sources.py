@@ -93,6 +93,6 @@ def test_sweep_caption_says_which_series_coincide():
     points = [Point(series, w, rate, 1000 * w / rate, memory_bytes=100) for w in (2, 4, 8)
               for series, rate in (("ring", 100.0 * w), ("tree", 90.0 * w), ("native", 100.05 * w))]
     assert coincident(points, ["ring", "tree", "native"]) == [
-        "tree coincides with ring in memory per worker (within 1% at every worker count): its line lies under that one",
-        "native coincides with ring (within 1% at every worker count): its line lies under that one"]
+        "tree coincides with ring in memory per worker (within 1% at every worker count): its line is drawn over that of ring",
+        "native coincides with ring (within 1% at every worker count): its line is drawn over that of ring"]
     assert coincident([p for p in points if p.series != "native"], ["ring", "tree"])[0].startswith("tree coincides")

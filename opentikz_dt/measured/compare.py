@@ -31,7 +31,7 @@ from ..workload import human_bytes
 from .export import write_outputs
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
 from ..lossfacts import DIVERGED_DEFINITION, FINAL_DEFINITION, divergence, final_loss
-from .repeats import aggregate, expand, group
+from .repeats import aggregate, expand, group, name_apart
 from .run import Run, load_run
 from .source import table_source
 
@@ -222,7 +222,7 @@ NARROW_TABLE_CM = 13.0  # below this target width the table is turned: one colum
 
 
 def render_summary_table(summaries: list, target: float | None, spec, body_only: bool = False,
-                         source: str = "", compared: bool = False) -> str:
+                         source: str = "", compared: bool = False, extra_notes: tuple = ()) -> str:
     """A booktabs table: one row per run (or per spec's repeats), each column defined in the note.
     At a narrow target width (figure.width / --width column) it is turned: one row per metric,
     one column per run, so a single run's table fits a column. `compared`: the table of
@@ -248,6 +248,7 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
         cells += [_bytes_cell(s.memory)] if memory else []
         rows.append(cells)
     notes = [Tex(note) for note in column_notes(summaries, target, compared)]
+    notes[1:1] = [Tex(escape_text(note)) for note in extra_notes]  # beside Samples/s, the note they extend
     context = base_context(spec, "summary table", body_only, [], source=source or "runs")
     target_cm = target_width_cm(spec)
     if target_cm is not None and target_cm < NARROW_TABLE_CM:
@@ -279,6 +280,7 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
         raise UsageError(f"--loss {loss:g}: no run's loss goes below 0 ({lowest_text}), so none could reach it")
     target = loss if loss is not None else default_loss_target(everything)
     groups = group(everything)
+    name_apart(groups)
     summaries = [summarize_repeats(members, target) for members in groups]
     runs = [aggregate(members) for members in groups]  # one series per spec, error bars over its repeats
     source = ", ".join(str(r.path) for r in everything)[:300]
