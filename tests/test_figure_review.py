@@ -191,3 +191,43 @@ def test_a_flat_memory_panel_becomes_a_note_and_urls_in_sweep_notes_never_hyphen
     assert not [w for w in words if w.endswith("-") and w.rstrip("-")], words  # no line ends in a hyphen
     growing = render_scaling(_sweep_points(lambda series, w: w * 2**20), [], spec, assumed)
     assert "memory per worker (expected)" in growing
+
+
+@pytest.mark.latex
+@pytest.mark.parametrize("longest_ms, unit", [(8.0, "ms"), (45_000.0, "s"), (1.2e6, "min"), (1e9, "h")])
+def test_shapes_step_time_axis_switches_unit_and_names_pipeline_first(repo, longest_ms, unit):
+    import re
+
+    from opentikz_dt.predict.shapes import ShapePoint, render_shapes
+    from opentikz_dt.spec import load_spec
+
+    spec = load_spec(repo / "examples" / "fsdp-tensor.yaml")
+    points = [ShapePoint("1 x 2 x 2", longest_ms / 2, 10.0, memory_bytes=2**20),
+              ShapePoint("2 x 2 x 1", longest_ms, 5.0, memory_bytes=2**21)]
+    tex = render_shapes(points, [], spec, {"calibration": "illustrative", "global_batch": 16}, 4)
+    assert f"xlabel={{step time ({unit})}}" in tex
+    ticks = [float(t) for t in re.search(r"xtick=\{([^}]*)\}, xlabel=\{step time", tex).group(1).split(",")]
+    assert max(ticks) < 10_000  # never 1,000,000,000 ms
+    assert "ylabel={pipeline $\\times$\\\\data $\\times$ tensor}" in tex and "as pipeline x data x tensor" in tex
+    words = " ".join(w.text for w in pdf_words(compile_pdf(tex).pdf))
+    assert f"step time ({unit})" in words
+
+
+def test_measured_links_each_say_the_flow_they_carry(tmp_path):
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    for kind in ("ps-sync", "ps-async"):
+        tex = render_annotated_topology(_run(tmp_path, kind), False)
+        grads = [line for line in tex.splitlines() if line.lstrip().startswith("\\draw[grad")]
+        weights = [line for line in tex.splitlines() if line.lstrip().startswith("\\draw[wts")]
+        assert len(grads) == len(weights) == 3, kind
+        assert all("\\gradlabel~" in line for line in grads), grads  # the symbol and the bytes, on every link
+        assert all("\\weightlabel~" in line for line in weights), weights
+
+
+def test_the_sync_barrier_is_said_and_no_bar_crosses_the_arrows(repo):
+    from opentikz_dt.figures.render import render_topology
+    from opentikz_dt.spec import load_spec
+
+    tex = render_topology(load_spec(repo / "examples" / "ps-sync.yaml"))
+    assert "\\draw[barrier]" not in tex and "sync: a barrier waits for all 3" in tex

@@ -59,7 +59,7 @@ def test_a_prediction_from_a_calibration_names_it(tmp_path):
 
 def test_two_runs_figures_share_a_folder(tmp_path):
     for name in ("a", "b"):
-        write_synthetic_run(tmp_path / "runs" / name, "ps-async", steps=8)
+        write_synthetic_run(tmp_path / "runs" / name, "ps-async", steps=8, slowdown={"w3": 2.0})  # rates differ
         _figures(tmp_path / "runs" / name, tmp_path / "figs")
     names = sorted(p.name for p in (tmp_path / "figs").glob("*.tex"))
     kinds = ("loss", "staleness", "table", "throughput", "timeline", "topology")
