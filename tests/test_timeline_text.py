@@ -13,7 +13,7 @@ from opentikz_dt.figures.checks import check_figure_geometry
 from opentikz_dt.figures.compile import compile_pdf, pdf_text
 from opentikz_dt.figures.fit import COLUMN_CM, MIN_TEXT_PT, target_width_cm, with_width
 from opentikz_dt.figures.names import BOX_KINDS
-from opentikz_dt.figures.pdfwords import overlapping_words, page_size_cm, pdf_words, smallest_text_pt
+from opentikz_dt.figures.pdfwords import overlapping_words, pdf_words, smallest_text_pt
 from opentikz_dt.figures.render import render_timeline, render_topology
 from opentikz_dt.figures.schedule import expected_timeline
 from opentikz_dt.figures.texts import timeline_words
@@ -69,7 +69,7 @@ def test_the_seed_001_zh_figures_read_in_chinese():
     timeline = compile_pdf(render_timeline(spec))
     text = _flat(timeline.pdf)
     assert text.count("(a)同步更新") == 2  # the spec's title, then the panel's
-    for words in ("(b)异步更新", "取参数", "前向", "反向", "服务器更新", "推送梯度", "空闲", "时间(ms)"):
+    for words in ("(b)异步更新", "取参数", "前向", "反向", "服务器更新", "推送梯度", "空闲", "时间（相对单位）"):
         assert words in text, (words, text[:300])
     topology = _flat(compile_pdf(render_topology(spec)).pdf)
     assert "参数服务器(2个分片)" in topology.replace("（", "(").replace("）", ")")

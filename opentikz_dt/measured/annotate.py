@@ -284,7 +284,9 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
                 side = f"{side}, align=center" if edge.label else side
             else:
                 # every link says what it carries, not only the one the spec's diagram labels
-                flow = str(edge.label) or FLOW_SYMBOLS.get(edge.style, "")
+                # (links to one server or an all-reduce bar; a sharded server's links, close
+                # together, and a pipeline's keep the spec's labels: the longer text collided)
+                flow = str(edge.label) or (FLOW_SYMBOLS.get(edge.style, "") if other in ("ps", "ar") else "")
                 label = Tex(f"{flow}~{text}" if flow else text)
             edge = replace(edge, label=label, label_pos=pos, label_side=side)
             links.append(LinkBytes(edge.name, worker, direction, per_step))

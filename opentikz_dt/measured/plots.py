@@ -334,7 +334,7 @@ def _note_width_cm(runs: list) -> str | None:
     """At a target width the notes under a plot wrap within it (a long hardware line would
     otherwise widen the figure past its column); at natural width they keep one line each."""
     target = _target_cm(runs)
-    return None if target is None else f"{target - PLOT_BORDER_CM - 0.1:.2f}"
+    return None if target is None else f"{target - PLOT_BORDER_CM - 0.3:.2f}"  # 0.3: the node's inner sep and air
 
 
 def _bar_width_cm(runs: list, slots: int) -> float:
