@@ -43,8 +43,8 @@ tex:
 
 demo: setup tex
 	$(DTGEN) run examples/ps-sync.yaml --out runs/demo --force
-	$(DTGEN) figure examples/ps-sync.yaml -o figures/demo --format pdf --format png
-	$(DTGEN) figure runs/demo -o figures/demo --format pdf --format png
+	$(DTGEN) figure examples/ps-sync.yaml -o figures/demo --width column --format pdf --format png
+	$(DTGEN) figure runs/demo -o figures/demo --width column --format pdf --format png
 	@echo "Figures: figures/demo/   Run: runs/demo/   Trace (open in https://ui.perfetto.dev): runs/demo/trace.json"
 
 # The tests that start no torch.distributed processes run on every core (pytest-xdist:

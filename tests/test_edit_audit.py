@@ -200,7 +200,7 @@ def test_template_tags_and_pruning_follow_the_strategy():
     for word in ("parameter server", "gossip", "pipeline parallel", "timeline"):
         assert word not in tags["allreduce-ring.yaml"]
     ps = metas["ps-sync.yaml"]
-    assert ps["edit_contract"]["styles"] == ["icon", "slbl", "ttl", "data", "grad", "wts", "barrier"]
+    assert ps["edit_contract"]["styles"] == ["icon", "slbl", "ttl", "data", "grad", "wts"]
     assert "patterns" not in ps["requires"] and "decorations.markings" not in ps["requires"]
 
 

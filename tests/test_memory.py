@@ -456,14 +456,14 @@ def test_a_sweep_predicts_memory_per_worker_one_line_per_strategy(tmp_path):
                     " optimizer: {kind: adamw, lr: 0.001}, steps: 4}\n")
     points, skipped, base, assumed = run_sweep(spec, "workers=2,8,1024", sets=("strategy.kind=allreduce,fsdp",))
     memory = {(p.series, p.workers): p.memory_bytes for p in points}
-    replica = memory[("kind=allreduce", 2)]
-    assert replica == memory[("kind=allreduce", 1024)] > 0
+    replica = memory[("kind: allreduce", 2)]
+    assert replica == memory[("kind: allreduce", 1024)] > 0
     activations = expected_memory(load_spec(spec))[0].activations
     assert 0 < activations < replica
     states = replica - activations
     for n in (2, 8, 1024):
         # 1/N of every tensor (FSDP pads a tensor's rows up to a multiple of N: a little more)
-        assert states / n <= memory[("kind=fsdp", n)] - activations <= states / n * 1.25 + 4096, n
+        assert states / n <= memory[("kind: fsdp", n)] - activations <= states / n * 1.25 + 4096, n
     tex = render_scaling(points, skipped, base, assumed)
     assert "memory per worker (expected)" in tex and "its activations, from the memory model" in tex
 

@@ -33,6 +33,9 @@ from .source import device_icons, source, source_note
 
 _WORKER = re.compile(r"^w([1-9][0-9]*)$")
 SENDING = ("grad", "act", "ring", "peer")
+# A flow link's symbol (the topology template's macros), for the links the spec's diagram
+# leaves unlabelled (it names each flow once): a measured link carries its bytes beside it.
+FLOW_SYMBOLS = {"grad": r"\gradlabel", "wts": r"\weightlabel"}
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,11 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
                 label = Tex(f"{edge.label}\\\\{text}" if edge.label else "")
                 side = f"{side}, align=center" if edge.label else side
             else:
-                label = Tex(f"{edge.label}~{text}" if edge.label else text)
+                # every link says what it carries, not only the one the spec's diagram labels
+                # (links to one server or an all-reduce bar; a sharded server's links, close
+                # together, and a pipeline's keep the spec's labels: the longer text collided)
+                flow = str(edge.label) or (FLOW_SYMBOLS.get(edge.style, "") if other in ("ps", "ar") else "")
+                label = Tex(f"{flow}~{text}" if flow else text)
             edge = replace(edge, label=label, label_pos=pos, label_side=side)
             links.append(LinkBytes(edge.name, worker, direction, per_step))
         edges.append(edge)

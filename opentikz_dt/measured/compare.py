@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import DtgenError, UsageError
 from ..figures.memory import render_compare_memory, total_bytes
+from ..figures.fit import target_width_cm
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..figures.strategies import plugin_of
@@ -30,7 +31,7 @@ from ..workload import human_bytes
 from .export import write_outputs
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
 from ..lossfacts import DIVERGED_DEFINITION, FINAL_DEFINITION, divergence, final_loss
-from .repeats import aggregate, expand, group
+from .repeats import aggregate, expand, group, name_apart
 from .run import Run, load_run
 from .source import table_source
 
@@ -179,11 +180,13 @@ def _eval_cell(s: Summary) -> str:
     return cell + (f" / {_cell(s.perplexity, '.3g')}" if s.perplexity is not None else "")
 
 
-def column_notes(summaries: list, target: float | None) -> list:
+def column_notes(summaries: list, target: float | None, compared: bool = False) -> list:
     """What each column means (the table's note), in column order; only the columns shown."""
+    diverged = any(s.diverged for s in summaries)  # the mark is defined only where a row carries it
     notes = ["Samples/s: all workers' samples after their first step, over the wall time from the end of "
              "step 0 to the last step's end (the per-worker bars add up to it). Step: mean step time per worker.",
-             f"Final loss: {FINAL_DEFINITION}. $^{{\\ddagger}}$Diverged: {DIVERGED_DEFINITION}."]
+             f"Final loss: {FINAL_DEFINITION}." + (f" $^{{\\ddagger}}$Diverged: {DIVERGED_DEFINITION}." if diverged
+                                                   else "")]
     if any(s.eval_loss is not None for s in summaries):
         ppl = " / perplexity (transformer)" if any(s.perplexity is not None for s in summaries) else ""
         notes.append(f"Eval loss{ppl}: the final model on the held-out samples of training.eval (no training "
@@ -194,7 +197,8 @@ def column_notes(summaries: list, target: float | None) -> list:
     notes.append("Bytes/step: sent by all ranks. Staleness: versions behind, per async update.")
     if any(s.memory is not None for s in summaries):
         notes.append("Memory/rank: the largest rank's parameters, gradients, optimizer state and activations, "
-                     "measured on its first step (compare-memory: each role's largest rank).")
+                     "measured on its first step" + (" (compare-memory: each role's largest rank)." if compared
+                                                     else "."))
     if any(s.repeats > 1 for s in summaries):
         notes.append("n runs: the mean over repeats of one spec, (min--max) over them.")
     if any(s.ended_early for s in summaries):
@@ -214,9 +218,15 @@ def source_notes(summaries: list) -> list:
     return [f"Source of {escape_text(', '.join(names))}: {escape_text(line)}." for line, names in rows.items()]
 
 
+NARROW_TABLE_CM = 13.0  # below this target width the table is turned: one column per run
+
+
 def render_summary_table(summaries: list, target: float | None, spec, body_only: bool = False,
-                         source: str = "") -> str:
-    """A booktabs table: one row per run (or per spec's repeats), each column defined in the note."""
+                         source: str = "", compared: bool = False, extra_notes: tuple = ()) -> str:
+    """A booktabs table: one row per run (or per spec's repeats), each column defined in the note.
+    At a narrow target width (figure.width / --width column) it is turned: one row per metric,
+    one column per run, so a single run's table fits a column. `compared`: the table of
+    `dtgen compare`, whose notes may name its other figures."""
     evals = any(s.eval_loss is not None for s in summaries)
     ppl = any(s.perplexity is not None for s in summaries)
     header = ["Run", "Strategy", "Samples/s", "Step (ms)", "Final loss"]
@@ -236,11 +246,20 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
         cells += [_time_cell(s)] if target is not None else []
         cells += [escape_text(human_bytes(s.bytes_per_step)), stale]
         cells += [_bytes_cell(s.memory)] if memory else []
-        rows.append(Tex(" & ".join(cells)))
-    notes = [Tex(note) for note in column_notes(summaries, target)]
+        rows.append(cells)
+    notes = [Tex(note) for note in column_notes(summaries, target, compared)]
+    notes[1:1] = [Tex(escape_text(note)) for note in extra_notes]  # beside Samples/s, the note they extend
     context = base_context(spec, "summary table", body_only, [], source=source or "runs")
-    context.update(colspec=Tex("ll" + "r" * (len(header) - 2)), header=Tex(" & ".join(header)), rows=rows,
-                   footnote=notes, ncols=len(header))
+    target_cm = target_width_cm(spec)
+    if target_cm is not None and target_cm < NARROW_TABLE_CM:
+        turned = [Tex(" & ".join([name] + [c[i] for c in rows])) for i, name in enumerate(header) if i > 0]
+        context.update(colspec=Tex("l" + "r" * len(rows)), header=Tex(" & ".join([header[0]] + [c[0] for c in rows])),
+                       rows=turned, footnote=notes, ncols=len(rows) + 1, size=Tex("\\footnotesize"),
+                       note_width=Tex(f"{target_cm - 2 * 6 / 28.45 - 0.05:.2f}cm"))
+    else:
+        context.update(colspec=Tex("ll" + "r" * (len(header) - 2)), header=Tex(" & ".join(header)),
+                       rows=[Tex(" & ".join(cells)) for cells in rows],
+                       footnote=notes, ncols=len(header), size=Tex(""), note_width=None)
     return environment().get_template("table-summary.tex.j2").render(context)
 
 
@@ -261,6 +280,7 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
         raise UsageError(f"--loss {loss:g}: no run's loss goes below 0 ({lowest_text}), so none could reach it")
     target = loss if loss is not None else default_loss_target(everything)
     groups = group(everything)
+    name_apart(groups)
     summaries = [summarize_repeats(members, target) for members in groups]
     runs = [aggregate(members) for members in groups]  # one series per spec, error bars over its repeats
     source = ", ".join(str(r.path) for r in everything)[:300]
@@ -271,7 +291,8 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
         makers["compare-staleness"] = lambda bare: render_staleness_plot(runs, bare)
     if any(run.metrics["memory"] for run in runs):  # one spec's repeats: its first run's memory (aggregate)
         makers["compare-memory"] = lambda bare: render_compare_memory(runs, bare, source)
-    makers["compare-table"] = lambda bare: render_summary_table(summaries, target, runs[0].spec, bare, source)
+    makers["compare-table"] = lambda bare: render_summary_table(summaries, target, runs[0].spec, bare, source,
+                                                                    compared=True)
     written = []
     for stem, make in makers.items():
         written += write_outputs(make(False), out_dir, stem, formats, body=make(True) if body_only else None)

@@ -28,6 +28,9 @@ class Run:
     metrics: dict  # metrics.json, checked and with missing keys defaulted
     _trace: Trace | None = field(default=None, repr=False)
     repeats: int = 1  # >1: the mean of that many runs of one spec (measured.repeats), with metrics["spread"]
+    # The name figures and tables use when runs compared side by side share their spec's
+    # name (measured.repeats.name_apart: the run folder's name); None: the spec's name.
+    display: str | None = None
 
     @property
     def name(self) -> str:
@@ -36,8 +39,10 @@ class Run:
     @property
     def label(self) -> str:
         """The run as figures and tables name it: its spec's name, and "(predicted)" for a
-        prediction (a run and a prediction of it share their spec's name)."""
-        return f"{self.name} (predicted)" if self.info.get("predicted") is not None else self.name
+        prediction (a run and a prediction of it share their spec's name); its run folder's
+        name where compared runs of different specs share a name (`display`)."""
+        name = self.display or self.name
+        return f"{name} (predicted)" if self.info.get("predicted") is not None else name
 
     @property
     def trace(self) -> Trace:

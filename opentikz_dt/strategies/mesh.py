@@ -44,7 +44,7 @@ from . import tensor as _tensor
 from ._base import Strategy
 
 KIND = "mesh"
-STRATEGY = Strategy(KIND, "Hybrid data x tensor x pipeline parallel training",
+STRATEGY = Strategy(KIND, "Hybrid pipeline x data x tensor parallel training",
                     ("allreduce", "send", "recv", "optimizer"),
                     options=("parallelism", "data_parallel", "plan"), workers=(2, None), default_workers=4, order=90)
 

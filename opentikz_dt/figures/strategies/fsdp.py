@@ -35,9 +35,26 @@ def layout(spec, spacing):
     the bar, where no worker label can run into it)."""
     drawn = allreduce_layout(spec, spacing)
     lines = [render_label(line) for line in bar_lines(spec.topology.workers.count)]
-    bar = Tex(f"\\textbf{{{lines[0]}}}\\\\[1pt]{lines[1]}\\\\{lines[2]}\\\\[4pt]{lines[3]}\\\\{lines[4]}")
-    nodes = tuple(dataclasses.replace(node, text=bar) if node.name == "ar" else node for node in drawn.nodes)
-    return dataclasses.replace(drawn, nodes=nodes)
+    # the bar names each collective with the symbol of what it moves, as the link does
+    bar = Tex(f"\\textbf{{{lines[0]}}}\\\\[1pt]{lines[1]} (\\weightlabel)\\\\{lines[2]} (\\gradlabel)"
+              f"\\\\[4pt]{lines[3]}\\\\{lines[4]}")
+    # the links' label names both flows, so the bar moves right by the added text's width
+    nodes = tuple(dataclasses.replace(node, text=bar, x=node.x + CARRIED_EXTRA_CM) if node.name == "ar" else node
+                  for node in drawn.nodes)
+    return dataclasses.replace(drawn, nodes=nodes, edges=tuple(_carried(spec, edge) for edge in drawn.edges))
+
+
+CARRIED_EXTRA_CM = 0.75  # "θ, " before "∇θ" at \footnotesize, and a little air
+
+
+def _carried(spec, edge):
+    """A worker's link to the bar carries parameters in (all-gathered, weight colour) and
+    gradients out (reduce-scattered): labelled with both symbols, not the gradient's alone."""
+    if str(edge.label) != r"\gradlabel":
+        return edge
+    weight = spec.figure.colors["weight"]
+    return dataclasses.replace(edge, label=Tex(f"{{\\color{{{weight}!85!otink}}\\weightlabel}}, \\gradlabel"),
+                               label_pos=0.5)
 
 
 def bar_lines(workers: int) -> list[str]:

@@ -76,7 +76,8 @@ def resize(strategy: dict, workers: int) -> None:
 
 def shapes(spec, workers: int) -> list:
     """Every factorization of `workers` into pipeline x data x tensor degrees, labelled
-    `data x tensor x pipeline` (the figure's rows), data-major, at the spec's global batch
+    `pipeline x data x tensor` (the figure's rows, in the order every other text names the
+    dimensions), data-major, at the spec's global batch
     (training.batch_size per data replica x its data degree: a layout is chosen for a
     batch, so each shape's replicas share that one; a data degree that does not divide it
     is refused here). Whether the model can take the rest is the spec rules' answer (the
@@ -86,13 +87,17 @@ def shapes(spec, workers: int) -> list:
     for data in _divisors(workers):
         for tensor in _divisors(workers // data):
             pipeline = workers // data // tensor
-            label = f"{data} x {tensor} x {pipeline}"
+            label = f"{pipeline} x {data} x {tensor}"
             sets = (f"strategy.parallelism={{pipeline: {pipeline}, data: {data}, tensor: {tensor}}}",
                     f"training.batch_size={max(1, total // data)}")
             refusal = (None if total % data == 0 else
                        f"the global batch of {total} samples does not split over data {data} (set training.batch_size)")
             out.append((label, sets, refusal))
-    return sorted(out, key=lambda item: tuple(-int(v) for v in item[0].split(" x ")))
+    def data_major(item):
+        pipeline, data, tensor = (int(v) for v in item[0].split(" x "))
+        return -data, -tensor, -pipeline
+
+    return sorted(out, key=data_major)
 
 
 def _divisors(n: int) -> list[int]:
@@ -100,7 +105,7 @@ def _divisors(n: int) -> list[int]:
 
 
 # What simulate_steps costs per rank and step (CPU µs), fitted to 1,024-rank meshes of a
-# 32-block transformer, 16 microbatches, 10 steps, every valid data x tensor x pipeline
+# 32-block transformer, 16 microbatches, 10 steps, every valid pipeline x data x tensor
 # (64x1x16 8.7 µs, 128x8x1 8.1, 512x2x1 16.5, 8x8x16 18.4, 64x2x8 42.7, 64x8x2 65.4;
 # each within 20% of the fit, rounded up): per microbatch and stage op OP_US, per tensor
 # all-reduce COLLECTIVE_US plus GROUP_US shared by the tensor group's ranks.
