@@ -175,8 +175,9 @@ def _check_together(profiles: list) -> None:
     for p in ordered[1:]:
         if p.window[0] > reach.window[1]:
             gap = (p.window[0] - reach.window[1]) / 1e6
+            gap_text = f"{gap:,.1f} s" if gap >= 1 else f"{gap * 1e3:,.1f} ms"
             raise TraceError(f"{p.path}: from a different run than {reach.path} (its profiled window starts "
-                             f"{gap:,.1f} s after the other's ends; ranks of one run overlap)")
+                             f"{gap_text} after the other's ends; ranks of one run overlap)")
         if p.window[1] > reach.window[1]:
             reach = p
 

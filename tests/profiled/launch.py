@@ -24,14 +24,14 @@ def launch(script: str, out: Path, world: int = 2, timeout: float = 120.0) -> No
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    PROFILE_OUT=str(out), OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
-        procs.append(subprocess.Popen([sys.executable, str(HERE / script)], env=env, cwd=str(out),
+        procs.append(subprocess.Popen([sys.executable, str(HERE / script)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     failed = []
     try:
         for rank, proc in enumerate(procs):
             text, _ = proc.communicate(timeout=timeout)
             if proc.returncode:
-                failed.append(f"rank {rank} exit {proc.returncode}:\n{text.decode(errors='replace')[-3000:]}")
+                failed.append(f"rank {rank} exit {proc.returncode}:\n{text.decode(errors='replace')[-12000:]}")
     finally:
         for proc in procs:
             if proc.poll() is None:
