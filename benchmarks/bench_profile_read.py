@@ -1,6 +1,6 @@
 """Reading and drawing a big profiler trace set: 128 ranks, about 100 MB of Kineto JSON.
 
-    python benchmarks/bench_profile_read.py [--ranks 128] [--steps 4] [--ops 110] [--keep DIR]
+    python benchmarks/bench_profile_read.py [--steps 4] [--ops 110] [--keep DIR]
 
 Writes a synthetic trace set in the shape torch.profiler writes on GPUs with NCCL (a
 header with distributedInfo and a DeviceMesh's pg_config, then per step ProfilerStep#N,
@@ -29,12 +29,13 @@ from pathlib import Path
 MESH = (("pipeline", 2), ("data", 8), ("tensor", 8))
 
 
-def _groups(world: int) -> list:
+def mesh_groups(mesh: tuple = MESH) -> list:
     """A row-major mesh's groups per dimension, as DeviceMesh names them (pg_desc mesh_<dim>)."""
-    shape = [n for _, n in MESH]
+    shape = [n for _, n in mesh]
+    world = shape[0] * shape[1] * shape[2]
     out = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world, "ranks": list(range(world))}]
     strides = [shape[1] * shape[2], shape[2], 1]
-    for k, (name, size) in enumerate(MESH):
+    for k, (name, size) in enumerate(mesh):
         seen = set()
         for rank in range(world):
             base = rank - ((rank // strides[k]) % size) * strides[k]
@@ -117,7 +118,6 @@ sys.stdout.write(f"\\nRESULT {{time.perf_counter() - t0:.3f}} {{r.ru_maxrss / 10
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=128)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--ops", type=int, default=110, help="forward ops per step (backward as many)")
     parser.add_argument("--keep", type=Path, default=None, help="write the traces here and keep them")
@@ -125,8 +125,9 @@ def main() -> None:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="profile-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        groups = _groups(args.ranks)
-        sizes = [write_rank(folder, r, args.ranks, args.steps, args.ops, groups) for r in range(args.ranks)]
+        groups = mesh_groups()
+        world = groups[0]["pg_size"]
+        sizes = [write_rank(folder, r, world, args.steps, args.ops, groups) for r in range(world)]
         out = folder / "figures"
         base_s, base_mb, base_cpu = _measure("import opentikz_dt.measured.profile_figures")
         read_s, read_mb, read_cpu = _measure(
@@ -135,7 +136,7 @@ def main() -> None:
         fig_s, fig_mb, fig_cpu = _measure(
             "from opentikz_dt.measured.profile_figures import figure_profile_command\n"
             f"figure_profile_command([{str(folder)!r}], {str(out)!r}, 'all', ('tex',), False)")
-        print(f"trace set: {args.ranks} ranks, {sum(sizes) / 1e6:.1f} MB, largest file {max(sizes) / 1e6:.2f} MB")
+        print(f"trace set: {world} ranks, {sum(sizes) / 1e6:.1f} MB, largest file {max(sizes) / 1e6:.2f} MB")
         print(f"| {'stage':<22}| {'wall s':>8} | {'CPU s':>8} | {'peak RSS MiB':>13} |")
         print(f"|{'-' * 23}|{'-' * 10}|{'-' * 10}|{'-' * 15}|")
         for name, wall, cpu, rss in (("import only", base_s, base_cpu, base_mb), ("read", read_s, read_cpu, read_mb),
