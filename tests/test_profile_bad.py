@@ -156,3 +156,18 @@ def test_bus_bandwidth_as_nccl_tests(tmp_path):
     [row] = comm_rows(load_profile_set([tmp_path]))
     assert (row.kind, row.group, row.size, row.calls_per_step) == ("all-reduce", (0, 1), 4000, 1)
     assert row.time_us == 40.0 and row.algbw == pytest.approx(4000 / 40e-6) and row.busbw == pytest.approx(row.algbw)
+
+
+@pytest.mark.parametrize("name, phase", [
+    ("Optimizer.step#AdamW.step", ("optimizer", "")),
+    ("autograd::engine::evaluate_function: AddmmBackward0", ("backward", "")),
+    ("PP:1B3", ("backward", "")), ("PP:0F2", ("forward", "")), ("PP:0SEND_F2", ("send", "send")),
+    ("gloo:all_gather", ("comm", "all-gather")), ("c10d::_reduce_scatter_base_", ("comm", "reduce-scatter")),
+    ("record_param_comms", ("forward", "")),  # its kind is in its args, read as a collective, not a phase name
+    ("_c10d_functional::wait_tensor", ("wait", "")), ("FSDP::post_backward_rs_wait (0)", ("wait", "")),
+    ("c10d::recv_", ("recv", "recv")), ("DistributedDataParallel.forward", ("forward", "")),
+])
+def test_main_thread_spans_are_classified_by_name(name, phase):
+    from opentikz_dt.measured.kineto import phase_of
+
+    assert phase_of(name) == phase

@@ -65,7 +65,7 @@ PP_KINDS = {"F": "forward", "I": "backward", "B": "backward", "W": "backward", "
 
 
 class Phase(NamedTuple):
-    """One classified span of the main thread: forward, backward, optimizer, comm, send or recv."""
+    """One classified span of the main thread: forward, backward, optimizer, comm, wait, send or recv."""
 
     kind: str
     start: float
@@ -289,16 +289,18 @@ def _main_thread(by_tid: dict) -> int:
 
 
 def phase_of(name: str) -> tuple[str, str]:
-    """(phase kind, collective kind) of a top-level span on the main thread (PHASE_RULES in docs/profiles.md):
-    Optimizer.* -> optimizer; an autograd function or a name with 'backward' -> backward; a
-    pipeline schedule's PP:<stage><action> -> its action; a collective or p2p -> comm, send,
-    recv; anything else -> forward."""
+    """(phase kind, collective kind) of a top-level span on the main thread (docs/profiles.md):
+    Optimizer.* -> optimizer; a pipeline schedule's PP:<stage><action> -> its action; a wait
+    on a collective -> wait; a collective or p2p -> comm, send, recv; an autograd function
+    or a name with 'backward' -> backward; anything else -> forward."""
     if name.startswith("Optimizer.") or name.startswith("optimizer"):
         return "optimizer", ""
     pp = PP_ACTION.match(name)
     if pp:
         kind = PP_KINDS[pp.group(1)]
         return kind, kind if kind in ("send", "recv") else ""
+    if "wait" in name.lower() and (name.startswith(COMM_PREFIXES) or name.startswith("FSDP::")):
+        return "wait", ""  # blocked on a collective (c10d::wait, wait_tensor, FSDP's rs_wait)
     if name.startswith(COMM_PREFIXES):
         kind = collective_kind(name)
         if kind in ("send", "recv"):
@@ -307,8 +309,6 @@ def phase_of(name: str) -> tuple[str, str]:
     lower = name.lower()
     if "backward" in lower or name.startswith("autograd::") or name.startswith("torch::autograd"):
         return "backward", ""
-    if lower.startswith("forward") or lower.endswith(".forward"):
-        return "forward", ""
     return "forward", ""
 
 

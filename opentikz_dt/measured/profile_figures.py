@@ -32,7 +32,8 @@ from .window import Cell, bound_boxes, parse_steps
 SHORT = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "broadcast": "B", "reduce": "R",
          "all-to-all": "A2A", "barrier": "bar", "gather": "G", "scatter": "S"}
 DIM_SHORT = {"data": "dp", "tensor": "tp", "pipeline": "pp", "context": "cp", "expert": "ep"}
-PHASE_BOX = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "send": "send", "recv": "recv"}
+PHASE_BOX = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "send": "send", "recv": "recv",
+             "wait": "wait"}
 MAX_RANKS_DRAWN = 8  # lanes of ranks (each with its comm and stream lanes)
 MAX_TOPOLOGY_RANKS = 16
 MERGE_FRACTION = 0.004  # same-kind spans closer than this share of the window join (python overhead between ops)
@@ -117,14 +118,14 @@ def rank_lanes(pset: ProfileSet, profile, window: StepWindow, budget: int) -> li
         if p.kind == "comm":
             kind, label = "allreduce", _coll_label(p.collective, "")
         else:
-            kind, label = PHASE_BOX[p.kind], ""
+            kind, label = PHASE_BOX[p.kind], "wait" if p.kind == "wait" else ""
         cell = Cell(max(p.start, t0), min(p.end, t1), kind, 1, label)
         main.append(cell)
         if kind == "allreduce":
             phases[(cell.start, cell.label)] = p.collective
     main = _merge(main, gap)
     main += _idle(main, profile.steps, t0, t1, gap)
-    covered = [(p.start, p.end) for p in profile.phases if p.kind in ("comm", "send", "recv")]
+    covered = [(p.start, p.end) for p in profile.phases if p.kind in ("comm", "send", "recv")]  # drawn on the main lane
     beside = []
     for c in profile.collectives:
         if c.end < t0 or c.start > t1 or (not c.on_gpu and any(s <= c.start and c.end <= e for s, e in covered)):

@@ -193,7 +193,7 @@ def rank_split(pset: ProfileSet, rank_profile, t0: float, t1: float) -> Split:
     else:
         compute = [[p.start, p.end] for p in rank_profile.phases if p.kind in ("forward", "backward", "optimizer")]
         comm = [[c.start, c.end] for c in rank_profile.collectives]
-        comm += [[p.start, p.end] for p in rank_profile.phases if p.kind in ("comm", "send", "recv")]
+        comm += [[p.start, p.end] for p in rank_profile.phases if p.kind in ("comm", "wait", "send", "recv")]
     compute = _intersect(_union(compute), steps)
     comm = _intersect(_union(comm), steps)
     busy = _union(compute + comm)
