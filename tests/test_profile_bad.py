@@ -171,3 +171,13 @@ def test_main_thread_spans_are_classified_by_name(name, phase):
     from opentikz_dt.measured.kineto import phase_of
 
     assert phase_of(name) == phase
+
+
+def test_a_column_wide_timeline_names_ranks_not_workers(tmp_path):
+    write(tmp_path / "r0.json", kineto(0))
+    write(tmp_path / "r1.json", kineto(1))
+    result = dtgen("figure", tmp_path, "-o", tmp_path / "out", "--kind", "timeline", "--width", "column")
+    assert result.exit_code == 0, result.output
+    tex = (tmp_path / "out" / f"measured-{tmp_path.name}-timeline.tex").read_text()
+    assert "{r1 comm}" in tex and "r: rank, s: CUDA stream" in tex
+    assert "{W1}" not in tex and "{W2}" not in tex  # a run's worker numbers are not ranks

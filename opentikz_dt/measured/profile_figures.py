@@ -20,7 +20,7 @@ from pathlib import Path
 from ..figures.fit import target_width_cm
 from ..figures.model import Tex, elide
 from ..figures.render import base_context, environment, finish, render_timeline
-from ..figures.timeline import Box, Lane, Panel, Timeline
+from ..figures.timeline import NARROW_CM, Box, Lane, Panel, Timeline
 from ..spec import spec_from_data
 from ..texsafe import escape_text
 from ..workload import human_bytes
@@ -106,8 +106,10 @@ def _idle(cells: list, steps: list, t0: float, t1: float, gap: float) -> list:
     return out
 
 
-def rank_lanes(pset: ProfileSet, profile, window: StepWindow, budget: int) -> list:
-    """The lanes of one rank: main thread, collectives beside it, GPU streams."""
+def rank_lanes(pset: ProfileSet, profile, window: StepWindow, budget: int, short: bool = False) -> list:
+    """The lanes of one rank: main thread, collectives beside it, GPU streams. `short`: for a
+    narrow figure, "r0", "r0 comm", "r0 s7" (the timeline would otherwise abbreviate them
+    as a dtgen run's workers, W1, W2: numbers that are not the ranks)."""
     t0, t1 = window.t0, window.t1
     gap = (t1 - t0) * MERGE_FRACTION
     phases = {}  # cell -> legend phase of a collective
@@ -136,11 +138,12 @@ def rank_lanes(pset: ProfileSet, profile, window: StepWindow, budget: int) -> li
         beside.append(cell)
         if kind == "allreduce":
             phases[(cell.start, cell.label)] = c.kind
-    name = f"rank {profile.rank}"
+    name = f"r{profile.rank}" if short else f"rank {profile.rank}"
     ident = f"w{profile.rank + 1}"
     lanes = [Lane(ident, name, _lane_boxes(main, phases, budget, t0, t1))]
     if beside and not profile.kernels:
-        lanes.append(Lane(f"{ident}-comm", f"{name} (comm)", _lane_boxes(beside, phases, budget, t0, t1)))
+        lanes.append(Lane(f"{ident}-comm", f"{name} comm" if short else f"{name} (comm)",
+                          _lane_boxes(beside, phases, budget, t0, t1)))
     streams: dict = {}
     for k in profile.kernels:
         if k.end < t0 or k.start > t1:
@@ -151,7 +154,7 @@ def rank_lanes(pset: ProfileSet, profile, window: StepWindow, budget: int) -> li
             phases[(cell.start, cell.label)] = k.collective
         streams.setdefault(k.stream, []).append(cell)
     for stream, cells in sorted(streams.items()):
-        lanes.append(Lane(f"{ident}-s{stream}", f"{name} stream {stream}",
+        lanes.append(Lane(f"{ident}-s{stream}", f"{name} s{stream}" if short else f"{name} stream {stream}",
                           _lane_boxes(_merge(cells, gap / 4), phases, budget, t0, t1)))
     return lanes
 
@@ -167,8 +170,9 @@ def _lane_boxes(cells: list, phases: dict, budget: int, t0: float, t1: float) ->
     return tuple(out)
 
 
-def profile_timeline(pset: ProfileSet, window: StepWindow) -> Timeline:
+def profile_timeline(pset: ProfileSet, window: StepWindow, target_cm: float | None = None) -> Timeline:
     ranks = pset.ranks
+    short = target_cm is not None and target_cm <= NARROW_CM
     shown = elide(len(ranks), MAX_RANKS_DRAWN)
     lanes_per_rank = 1 + (1 if any(p.collectives for p in ranks) else 0) + max(
         (len({k.stream for k in p.kernels}) for p in ranks), default=0)
@@ -179,14 +183,15 @@ def profile_timeline(pset: ProfileSet, window: StepWindow) -> Timeline:
             hidden = len(ranks) - (len(shown) - 1)
             lanes.append(Lane("more", f"{hidden} more ranks", (), role="gap", hidden=hidden))
             continue
-        lanes += rank_lanes(pset, ranks[index - 1], window, budget)
+        lanes += rank_lanes(pset, ranks[index - 1], window, budget, short)
     splits = [rank_split(pset, p, window.t0, window.t1) for p in ranks]
     total = sum(s.total for s in splits) or 1.0
     split = (f"compute {sum(s.compute for s in splits) / total:.0%}, exposed communication "
              f"{sum(s.exposed_comm for s in splits) / total:.0%}, idle {sum(s.idle for s in splits) / total:.0%}"
              f" (mean of {len(splits)} ranks)")
     how = {"default": "near the median step time", "requested": "as requested", "whole": "no ProfilerStep"}
-    note = f"{source_line(pset)}; {window.label} ({how[window.chosen]}); {split}; ranks' own clocks"
+    legend = "; r: rank, s: CUDA stream" if short else ""
+    note = f"{source_line(pset)}; {window.label} ({how[window.chosen]}); {split}; ranks' own clocks{legend}"
     title = f"measured: {_origin(pset)}, {window.label}"
     return Timeline(f"Profiled run: {_origin(pset)}", (Panel("measured", title, tuple(lanes)),),
                     window.t0 / 1000, window.t1 / 1000, note,
@@ -323,7 +328,8 @@ def figure_profile_command(paths: list, out_dir, kind: str, formats, body_only: 
     out = Path(out_dir) if out_dir is not None else (first if first.is_dir() else first.parent) / "figures"
     spec = neutral_spec(f"Profiled run: {_origin(pset)}", width, len(pset.ranks))
     makers = {
-        "timeline": lambda bare: render_timeline(spec, profile_timeline(pset, window), body_only=bare),
+        "timeline": lambda bare: render_timeline(spec, profile_timeline(pset, window, target_width_cm(spec)),
+                                                 body_only=bare),
         "topology": lambda bare: render_profile_topology(pset, spec, bare),
         "comm": lambda bare: render_comm_table(pset, spec, bare),
     }
