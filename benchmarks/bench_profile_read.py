@@ -18,12 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 MESH = (("pipeline", 2), ("data", 8), ("tensor", 8))
@@ -79,7 +77,10 @@ def write_rank(folder: Path, rank: int, world: int, steps: int, ops: int, groups
                 x("aten::addmm", "cpu_op", 1, t + 2, dur - 4)
                 launch(t + 3, "sm90_xmma_gemm_bf16bf16_bf16f32", 7, dur * 0.8)
                 if i % 20 == 0 and phase != "optimizer":
-                    group, coll, nelems = (tp, "allreduce", 1 << 20) if phase == "forward" else (dp, "reduce_scatter_tensor_coalesced", 1 << 22)
+                    if phase == "forward":  # tensor parallel's all-reduce, data parallel's reduce-scatter
+                        group, coll, nelems = tp, "allreduce", 1 << 20
+                    else:
+                        group, coll, nelems = dp, "reduce_scatter_tensor_coalesced", 1 << 22
                     meta = {"Collective name": coll, "dtype": "BFloat16", "In msg nelems": nelems,
                             "Out msg nelems": nelems // (len(group) if coll.startswith("reduce_scatter") else 1),
                             "Group size": len(group), "Process Group Ranks": json.dumps(group),
@@ -109,7 +110,8 @@ import resource, time, sys
 t0 = time.perf_counter()
 {code}
 r = resource.getrusage(resource.RUSAGE_SELF)
-sys.stdout.write(f"\\nRESULT {{time.perf_counter() - t0:.3f}} {{r.ru_maxrss / 1024:.1f}} {{r.ru_utime + r.ru_stime:.3f}}\\n")
+cpu = r.ru_utime + r.ru_stime
+sys.stdout.write(f"\\nRESULT {{time.perf_counter() - t0:.3f}} {{r.ru_maxrss / 1024:.1f}} {{cpu:.3f}}\\n")
 """
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout
     line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1].split()

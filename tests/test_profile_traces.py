@@ -63,7 +63,8 @@ def test_ddp_all_reduce_is_the_gradient_buffer(traces, tmp_path):
     result = dtgen("figure", folder, "-o", tmp_path, "--format", "pdf")
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == [f"measured-{folder.name}-{k}.{e}" for k in ("comm", "timeline", "topology") for e in ("pdf", "tex")]
+    assert names == [f"measured-{folder.name}-{k}.{e}" for k in ("comm", "timeline", "topology")
+                     for e in ("pdf", "tex")]
     timeline = (tmp_path / f"measured-{folder.name}-timeline.tex").read_text()
     assert "measured: torch.profiler traces of 2 ranks (gloo) from" in timeline
     assert "rank 0 (comm)" in timeline and "all-reduce" in timeline
