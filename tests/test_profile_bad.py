@@ -71,9 +71,18 @@ def test_not_a_kineto_trace(tmp_path):
         f'dtgen: error: {bad}: not a Kineto trace (no "traceEvents" list: torch.profiler writes one object per '
         f"rank with it)")
     bad.write_text("this is not json")
-    assert error_line(dtgen("figure", bad, "-o", tmp_path / "out")) == (
+    assert error_line(dtgen("figure", bad.parent, "-o", tmp_path / "out")) == (
         f"dtgen: error: {bad}: not a Kineto trace (not JSON: Expecting value at line 1 column 1)")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_json_spec_is_still_a_spec(tmp_path):
+    spec = tmp_path / "j.json"
+    spec.write_text(json.dumps({"name": "j", "topology": {"workers": {"count": 2}},
+                                "strategy": {"kind": "allreduce", "algorithm": "native"}}))
+    result = dtgen("figure", spec, "-o", tmp_path / "out", "--kind", "topology")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "j-topology.tex").is_file()
 
 
 def test_no_distributed_info_is_one_rank(tmp_path):

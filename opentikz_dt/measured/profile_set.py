@@ -69,8 +69,20 @@ def looks_like_kineto(path: Path) -> bool:
     """Whether `dtgen figure PATH` means a profile: a trace file, or a folder of them that is no run directory."""
     path = Path(path)
     if path.is_file():
-        return path.name.endswith(".json") or path.name.endswith(".json.gz")
+        if path.name.endswith(".json.gz"):
+            return True
+        # a spec may be JSON too (YAML reads it): a trace says what it is in its first lines
+        return path.name.endswith(".json") and _trace_head(path)
     return path.is_dir() and not (path / "spec.yaml").is_file() and any(is_kineto_file(p) for p in path.iterdir())
+
+
+def _trace_head(path: Path) -> bool:
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            head = handle.read(65536)
+    except OSError:
+        return True  # the reader says what is wrong with it
+    return any(key in head for key in ('"traceEvents"', '"schemaVersion"', '"distributedInfo"'))
 
 
 def parse_mesh(text: str | None) -> list | None:
