@@ -53,3 +53,20 @@ def test_gpu_streams_are_lanes(gpu_traces, tmp_path):
     text = tex.read_text()
     assert "rank 0 stream 7" in text and "rank 0 stream 20" in text
     assert "reduce-scatter" in text and "measured: torch.profiler traces of 8 ranks (nccl)" in text
+
+
+def test_topology_boxes_hosts_and_names_them_in_the_note(gpu_traces, tmp_path):
+    [tex] = figure_profile_command([gpu_traces], tmp_path, "topology", ("tex",), False)
+    text = tex.read_text()
+    # the generator puts 8 ranks per host: all 8 ranks are on node0
+    assert "hosts:" not in text
+    pset = load_profile_set([gpu_traces])
+    for p in pset.ranks:
+        p.host = f"node{p.rank // 4}"
+    from opentikz_dt.measured.profile_figures import neutral_spec, render_profile_topology
+
+    pset.hosts = {p.rank: p.host for p in pset.ranks}
+    text = render_profile_topology(pset, neutral_spec("t", None, 8))
+    assert "hosts: h1 node0, h2 node1 (2 in all)" in text
+    assert text.count("\\draw[hostbox]") == 2
+    assert "data: 4 groups of 2" in text and "tensor: 4 groups of 2" in text

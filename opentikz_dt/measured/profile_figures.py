@@ -247,18 +247,26 @@ def render_profile_topology(pset: ProfileSet, spec, body_only: bool = False) -> 
                      "label": Tex(escape_text(label)), "volume": Tex(escape_text(volume))})
     ranks = [(x, Tex(str(rank)) if rank is not None else Tex("$\\cdots$"), rank in traced if rank is not None else True)
              for x, rank in cols]
-    hosts = []
-    names = [pset.hosts.get(rank, "") if rank is not None else "" for _, rank in cols]
-    if len({n for n in pset.hosts.values()}) > 1:
+    # Hosts as boxes h1, h2, ... around their ranks (a host name can be longer than its
+    # ranks are wide), the names in the note; the elision column belongs to no host.
+    hosts, host_names = [], []
+    names = [pset.hosts.get(rank, "") if rank is not None else None for _, rank in cols]
+    if len(set(pset.hosts.values())) > 1:
         start = 0
         for k in range(1, len(cols) + 1):
-            if k == len(cols) or (names[k] != names[start] and names[k]):
+            if k == len(cols) or names[k] != names[start]:
                 if names[start]:
-                    hosts.append((cols[start][0] - 0.4, cols[k - 1][0] + 0.4, Tex(escape_text(names[start]))))
+                    if names[start] not in host_names:
+                        host_names.append(names[start])
+                    tag = f"h{host_names.index(names[start]) + 1}"
+                    hosts.append((cols[start][0] - 0.4, cols[k - 1][0] + 0.4, Tex(tag)))
                 start = k
     width = cols[-1][0] if cols else 0.0
     untraced = world - len(traced)
     notes = [source_line(pset)]
+    if host_names:
+        drawn = ", ".join(f"h{i + 1} {name}" for i, name in enumerate(host_names))
+        notes.append(f"hosts: {drawn} ({len(set(pset.hosts.values()))} in all)")
     notes.append("cells: the group each rank is in (numbered per row); bytes: nccl-tests sizes of the group's "
                  "collectives per step and rank" + (f"; {untraced} ranks untraced (grey)" if untraced else ""))
     context = base_context(spec, "profile topology", body_only, [], source=pset.source)
