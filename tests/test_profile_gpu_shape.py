@@ -70,3 +70,24 @@ def test_topology_boxes_hosts_and_names_them_in_the_note(gpu_traces, tmp_path):
     assert "hosts: h1 node0, h2 node1 (2 in all)" in text
     assert text.count("\\draw[hostbox]") == 2
     assert "data: 4 groups of 2" in text and "tensor: 4 groups of 2" in text
+
+
+def test_topology_and_comm_table_fit_one_column(tmp_path):
+    """At --width column (8.5 cm) a 16-rank 2 x 4 x 2 mesh's topology and table are drawn
+    no wider than the column (the compiled page is measured), their abbreviations said."""
+    spec = importlib.util.spec_from_file_location("bench_profile_read", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    folder = tmp_path / "mesh16"
+    folder.mkdir()
+    groups = bench.mesh_groups((("pipeline", 2), ("data", 4), ("tensor", 2)))
+    for rank in range(16):
+        bench.write_rank(folder, rank, 16, 2, 10, groups)
+    lines = []
+    written = figure_profile_command([folder], tmp_path / "out", "all", ("pdf",), False, width="column",
+                                     notify=lines.append)
+    assert not [line for line in lines if "wider than" in line], lines
+    topology = next(p for p in written if p.name.endswith("topology.tex")).read_text()
+    assert "data 4\u00d74" in topology and "ranks 7\u201314 not drawn" in topology
+    comm = next(p for p in written if p.name.endswith("comm.tex")).read_text()
+    assert "AR all-reduce" in comm and "tp tensor" in comm and "dp 0,2,4,6" in comm

@@ -217,12 +217,27 @@ def _dims(pset: ProfileSet) -> list:
                   key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
 
 
+NARROW_TOPOLOGY_RANKS = 9  # at one column: the first 7 ranks, an ellipsis, the last
+
+
+def _narrow_ranks(world: int) -> list:
+    if world <= NARROW_TOPOLOGY_RANKS:
+        return list(range(1, world + 1))
+    return list(range(1, NARROW_TOPOLOGY_RANKS - 1)) + [None, world]
+
+
 def render_profile_topology(pset: ProfileSet, spec, body_only: bool = False) -> str:
+    """The ranks and their groups. At a narrow width (a column) fewer rank columns, closer,
+    the row labels abbreviated (`data 4x4`: groups x ranks each) and the bytes per step
+    without their unit's words, all said in the note."""
+    target = target_width_cm(spec)
+    narrow = target is not None and target <= NARROW_CM
     world = pset.world_size
-    shown = elide(world, MAX_TOPOLOGY_RANKS)
+    shown = _narrow_ranks(world) if narrow else elide(world, MAX_TOPOLOGY_RANKS)
+    step = 0.58 if narrow else 0.9
     cols = []  # (x, rank or None)
     for k, index in enumerate(shown):
-        cols.append((k * 0.9, None if index is None else index - 1))
+        cols.append((k * step, None if index is None else index - 1))
     traced = {p.rank for p in pset.ranks}
     nbytes = group_bytes(pset)
     rows = []
@@ -241,8 +256,12 @@ def render_profile_topology(pset: ProfileSet, spec, body_only: bool = False) -> 
             cells.append((x, y, Tex(str(g_index + 1)), "!35!otpaper" if g_index % 2 == 0 else "!12!otpaper"))
         sizes = sorted({len(g) for g in groups})
         each = [nbytes[g] for g in groups if g in nbytes]
-        volume = (f"{human_bytes(sum(each) / len(each))}/step per rank" if each else "no traced collective")
-        label = f"{dim}: {len(groups)} group{'s' if len(groups) > 1 else ''} of {'/'.join(map(str, sizes))}"
+        if narrow:
+            volume = human_bytes(sum(each) / len(each)) if each else "--"
+            label = f"{dim} {len(groups)}\u00d7{'/'.join(map(str, sizes))}"
+        else:
+            volume = (f"{human_bytes(sum(each) / len(each))}/step per rank" if each else "no traced collective")
+            label = f"{dim}: {len(groups)} group{'s' if len(groups) > 1 else ''} of {'/'.join(map(str, sizes))}"
         rows.append({"y": y, "color": colors[r % len(colors)], "cells": cells,
                      "label": Tex(escape_text(label)), "volume": Tex(escape_text(volume))})
     ranks = [(x, Tex(str(rank)) if rank is not None else Tex("$\\cdots$"), rank in traced if rank is not None else True)
@@ -259,7 +278,8 @@ def render_profile_topology(pset: ProfileSet, spec, body_only: bool = False) -> 
                     if names[start] not in host_names:
                         host_names.append(names[start])
                     tag = f"h{host_names.index(names[start]) + 1}"
-                    hosts.append((cols[start][0] - 0.4, cols[k - 1][0] + 0.4, Tex(tag)))
+                    pad = step / 2 - 0.02 if narrow else 0.4
+                    hosts.append((cols[start][0] - pad, cols[k - 1][0] + pad, Tex(tag)))
                 start = k
     width = cols[-1][0] if cols else 0.0
     untraced = world - len(traced)
@@ -267,13 +287,21 @@ def render_profile_topology(pset: ProfileSet, spec, body_only: bool = False) -> 
     if host_names:
         drawn = ", ".join(f"h{i + 1} {name}" for i, name in enumerate(host_names))
         notes.append(f"hosts: {drawn} ({len(set(pset.hosts.values()))} in all)")
-    notes.append("cells: the group each rank is in (numbered per row); bytes: nccl-tests sizes of the group's "
-                 "collectives per step and rank" + (f"; {untraced} ranks untraced (grey)" if untraced else ""))
+    if narrow:
+        hidden = (f"; ranks {NARROW_TOPOLOGY_RANKS - 2}\u2013{world - 2} not drawn"
+                  if world > NARROW_TOPOLOGY_RANKS else "")
+        notes.append("rows: dimension, groups \u00d7 ranks each; cells: the group each rank is in (numbered per "
+                     "row); right: bytes per step and rank (nccl-tests sizes of the group's collectives; --: none "
+                     "traced)" + hidden + (f"; {untraced} ranks untraced (grey)" if untraced else ""))
+    else:
+        notes.append("cells: the group each rank is in (numbered per row); bytes: nccl-tests sizes of the group's "
+                     "collectives per step and rank" + (f"; {untraced} ranks untraced (grey)" if untraced else ""))
     context = base_context(spec, "profile topology", body_only, [], source=pset.source)
-    context.update(ranks=ranks, rows=rows, hosts=hosts, width=width,
+    context.update(ranks=ranks, rows=rows, hosts=hosts, width=width, narrow=narrow, step=step,
                    title=Tex(escape_text(f"Profiled run: {_origin(pset)}, {world} ranks")),
                    notes=[Tex(escape_text(n)) for n in notes],
-                   bottom=-0.75 * (len(rows) + 1) + 0.2, note_width=max(9.0, width + 5.0))
+                   bottom=-0.75 * (len(rows) + 1) + 0.2,
+                   note_width=(target - 1.0) if narrow else max(9.0, width + 5.0))
     return finish(environment().get_template("profile-topology.tex.j2").render(context), body_only)
 
 
@@ -285,6 +313,9 @@ def _rate(value) -> str:
 
 
 def render_comm_table(pset: ProfileSet, spec, body_only: bool = False) -> str:
+    target = target_width_cm(spec)
+    if target is not None and target <= NARROW_CM:
+        return _narrow_comm_table(pset, spec, body_only)
     header = ["Collective", "Group", "Calls/step", "Size", "Time (ms)", "algbw (GB/s)", "busbw (GB/s)"]
     rows = []
     for row in comm_rows(pset):
@@ -303,6 +334,35 @@ def render_comm_table(pset: ProfileSet, spec, body_only: bool = False) -> str:
     context = base_context(spec, "communication table", body_only, [], source=pset.source)
     context.update(colspec=Tex("ll" + "r" * (len(header) - 2)), header=Tex(" & ".join(header)), rows=rows,
                    footnote=[Tex(escape_text(n)) for n in notes], ncols=len(header))
+    return environment().get_template("table-summary.tex.j2").render(context)
+
+
+def _narrow_comm_table(pset: ProfileSet, spec, body_only: bool) -> str:
+    """The table at one column: six columns (algbw left out: size / time), collectives and
+    dimensions abbreviated, a smaller font, the abbreviations said under it."""
+    header = ["Op", "Group", "Calls", "Size", "ms", "busbw"]
+    rows, ops, dims = [], {}, {}
+    for row in comm_rows(pset):
+        op = SHORT.get(row.kind, row.kind)
+        ops[op] = row.kind
+        dim = DIM_SHORT.get(row.dim, row.dim or "g")
+        dims[dim] = row.dim or "group"
+        group = f"{dim} {_ranks_text(row.group).replace(', ', ',')}" if row.group else "--"
+        cells = [escape_text(op), escape_text(group), f"{row.calls_per_step:.3g}",
+                 escape_text(human_bytes(row.size)) if row.size is not None else "--",
+                 f"{row.time_us / 1000:.3g}", _rate(row.busbw)]
+        rows.append(Tex(" & ".join(cells)))
+    if not rows:
+        rows.append(Tex(" & ".join(["none"] + ["--"] * (len(header) - 1))))
+    legend = ", ".join(f"{k} {v}" for k, v in list(ops.items()) + list(dims.items()) if k != v)
+    notes = [source_line(pset),
+             (f"{legend}. " if legend else "") +
+             "Per call, averaged over the traced ranks of each group and the profiled steps; calls per step and "
+             "rank. Size: nccl-tests bytes; ms: time per call; busbw (GB/s) = size / time x 2(n-1)/n (all-reduce), "
+             "(n-1)/n (all-gather, reduce-scatter), 1 (others); n: the group's ranks."]
+    context = base_context(spec, "communication table", body_only, [], source=pset.source)
+    context.update(colspec=Tex("ll" + "r" * (len(header) - 2)), header=Tex(" & ".join(header)), rows=rows,
+                   footnote=[Tex(escape_text(n)) for n in notes], ncols=len(header), compact=True)
     return environment().get_template("table-summary.tex.j2").render(context)
 
 
