@@ -191,3 +191,53 @@ def test_a_column_wide_timeline_names_ranks_not_workers(tmp_path):
     tex = (tmp_path / "out" / f"measured-{tmp_path.name}-timeline.tex").read_text()
     assert "{r1 comm}" in tex and "r: rank, s: CUDA stream" in tex
     assert "{W1}" not in tex and "{W2}" not in tex  # a run's worker numbers are not ranks
+
+
+SPEC = """name: profiled
+topology: {workers: {count: 2}}
+strategy: {kind: allreduce, algorithm: native}
+runtime: {backend: gloo, device: cpu}
+training: {steps: 4, batch_size: 4, model: {kind: mlp, layers: [8, 8]}}
+"""
+
+
+def test_calibrate_from_profile_fits_alpha_beta_over_two_sizes(tmp_path):
+    # all-reduces of two sizes on 2 ranks timed exactly as 2(n-1) alpha + 2(n-1)/n S beta
+    alpha_us, beta_us = 20.0, 1e-3  # 20 µs, 1 GB/s
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    for rank in (0, 1):
+        doc = kineto(rank, steps=4)
+        reduces = [e for e in doc["traceEvents"] if e["name"] == "gloo:all_reduce"]
+        for i, e in enumerate(reduces):
+            elements = 1000 if i % 2 else 4000
+            e["args"]["Input Dims"] = [[elements]]
+            e["dur"] = 2 * alpha_us + elements * 4 * beta_us
+        write(folder / f"rank{rank}.json", doc)
+    (tmp_path / "s.yaml").write_text(SPEC)
+    result = dtgen("calibrate", "--from-profile", folder, tmp_path / "s.yaml", "-o", tmp_path / "cal.json")
+    assert result.exit_code == 0, result.output
+    cal = json.loads((tmp_path / "cal.json").read_text())
+    assert cal["comm"]["allreduce"]["alpha_s"] == pytest.approx(alpha_us / 1e6)
+    assert cal["comm"]["allreduce"]["beta_s_per_byte"] == pytest.approx(beta_us / 1e6)
+    assert "least squares over 8 collectives on 1 group, 2 sizes" in cal["provenance"]["comm"]["allreduce"]
+    # forward 40 µs, backward 30 µs, optimizer 15 µs per step (kineto() above), by FLOPs over one block
+    block = cal["compute"]["blocks"][0]
+    assert block["forward"][1] * 4 == pytest.approx(40e-6) and block["backward"][1] * 4 == pytest.approx(30e-6)
+
+
+def test_calibrate_from_profile_refuses_what_it_cannot_fit(tmp_path):
+    (tmp_path / "s.yaml").write_text(SPEC)
+    folder = tmp_path / "nosteps"
+    folder.mkdir()
+    for rank in (0, 1):
+        write(folder / f"rank{rank}.json", kineto(rank, step_names=False))
+    out = tmp_path / "cal.json"
+    line = error_line(dtgen("calibrate", "--from-profile", folder, tmp_path / "s.yaml", "-o", out))
+    assert line.endswith("no ProfilerStep spans: a calibration needs the time per step (profile with a schedule "
+                         "and prof.step())") and not out.exists()
+    line = error_line(dtgen("calibrate", "--from-profile", folder, "-o", out), 2)
+    assert line == ("dtgen: error: --from-profile needs SPEC: the spec of the profiled run (its model and per-worker "
+                    "batch; a trace records neither)")
+    line = error_line(dtgen("calibrate", "--from-profile", folder, "--from", tmp_path, tmp_path / "s.yaml"), 2)
+    assert line.startswith("dtgen: error: --from-profile cannot be combined with --from")
