@@ -2,7 +2,8 @@
 
 Each trace set comes from a plain torchrun-style script in tests/profiled/ (DDP, FSDP2, a
 pipeline with torch's 1F1B schedule, tensor parallel), launched here as torchrun would
-(two processes on gloo) and profiled with torch.profiler. The checks compare what the
+(two processes on gloo; the four scripts one after another in the same two processes)
+and profiled with torch.profiler. The checks compare what the
 reader found with what the scripts' models must have sent (their parameter and
 activation sizes), not with numbers read off the traces.
 """
@@ -26,16 +27,18 @@ pytestmark = pytest.mark.dist
 FLOAT = 4
 
 
+SCRIPTS = ("ddp.py", "fsdp2.py", "pipeline.py", "tensor.py")
+
+
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
-    made = {}
+    """The four scripts' traces, made once for the module: run one after another in one
+    pair of processes (tests/profiled/together.py), torch imported once per rank."""
+    out = tmp_path_factory.mktemp("profiled")
+    launch("together.py", out, timeout=300.0, args=SCRIPTS)
 
     def get(script: str) -> Path:
-        if script not in made:
-            out = tmp_path_factory.mktemp(script.removesuffix(".py"))
-            launch(script, out)
-            made[script] = out
-        return made[script]
+        return out / script.removesuffix(".py")
 
     return get
 

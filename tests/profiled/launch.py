@@ -16,15 +16,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(script: str, out: Path, world: int = 2, timeout: float = 120.0) -> None:
+def launch(script: str, out: Path, world: int = 2, timeout: float = 120.0, args: tuple = ()) -> None:
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    ports = ",".join(str(free_port()) for _ in args)  # together.py: one process group after another
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   PROFILE_OUT=str(out), OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
-        procs.append(subprocess.Popen([sys.executable, str(HERE / script)], env=env,
+                   PROFILE_OUT=str(out), PROFILE_PORTS=ports, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+        procs.append(subprocess.Popen([sys.executable, str(HERE / script), *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     failed = []
     try:
@@ -42,4 +43,4 @@ def launch(script: str, out: Path, world: int = 2, timeout: float = 120.0) -> No
 
 
 if __name__ == "__main__":
-    launch(sys.argv[1], Path(sys.argv[2]))
+    launch(sys.argv[1], Path(sys.argv[2]), args=tuple(sys.argv[3:]))
