@@ -177,6 +177,9 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
         warnings += notes
     if target is not None:
         assumed["device_preset"] = {"name": target.name, "source": target.source}
+    profiled = (cal.data.get("provenance") or {}).get("caption")
+    if profiled:  # a calibration from a user's profile (profile_fit.py) states its modelling assumptions
+        assumed["calibration_note"] = str(profiled)
     return costs, assumed, warnings
 
 
