@@ -183,7 +183,7 @@ def test_validate_says_when_the_rules_wait_for_the_schema(tmp_path):
     """Schema problems first; the cross-field rules need valid values, and the summary says
     they have not run yet, so a clean second run is no surprise (then only the rule's problem)."""
     spec = tmp_path / "s.yaml"
-    spec.write_text("strategy: {kind: allreduce, sync: async}\ntraining: {optimizer: {kind: sgd, lr: 1e-3}}\n")
+    spec.write_text("strategy: {kind: allreduce, sync: async}\ntraining: {optimizer: {kind: sgd, lr: fast}}\n")
     first = run_cli("validate", str(spec))
     assert first.exit_code == 1 and "training.optimizer.lr: expected a number" in first.output
     assert "strategy.sync" not in first.output
