@@ -31,7 +31,7 @@ from .devices import device_record
 from .dist import placement_for
 from .environ import environment
 from .leftovers import launch_helpers_reaped, temp_dir_in
-from .monitor import Monitor, describe_failure
+from .monitor import STARTUP_LOG, Monitor, describe_failure
 from .placement import check_strategy
 from .precision import check_compile, check_precision, training_line, training_record
 from .preflight import preflight
@@ -186,7 +186,6 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
 
 
 CUT_OFF_GRACE_S = 15
-STARTUP_LOG = "startup.log"  # the fork server's output: what a rank wrote before its own log opened
 
 
 def _cut_off(run_dir, nodes, silent: float, echo) -> None:
