@@ -31,7 +31,7 @@ from .devices import device_record
 from .dist import placement_for
 from .environ import environment
 from .leftovers import launch_helpers_reaped, temp_dir_in
-from .monitor import Monitor, describe_failure
+from .monitor import STARTUP_LOG, Monitor, describe_failure
 from .placement import check_strategy
 from .precision import check_compile, check_precision, training_line, training_record
 from .preflight import preflight
@@ -174,7 +174,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
             socket_base = tempfile.gettempdir()  # the fork server's socket is no file of the run's
             with environment(**env), temp_dir_in(run_dir):
                 if method == "forkserver":  # a server started here imports torch in the run's logs/tmp
-                    forkserver.ensure_running(socket_base)
+                    forkserver.ensure_running(socket_base, output=run_dir / "logs" / STARTUP_LOG)
                 _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
                          rdzv_timeout, method)
         except _Failed as exc:
@@ -185,6 +185,9 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                        "message": "interrupted: every rank was stopped"}
         finally:
             monitor.stop()
+            startup = run_dir / "logs" / STARTUP_LOG
+            if startup.is_file() and not startup.stat().st_size:
+                startup.unlink()  # kept only where a rank wrote to it before its own log opened
     if failure is not None and nodes is not None:
         lost = lost_hosts_line(nodes, run_dir)
         if lost:
@@ -320,7 +323,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
                       "device": info.get("device"), "backend": info.get("backend"), "exit_status": status})
     run = {"dtgen": __version__, "torch": torch.__version__, "backend": ranks[0]["backend"],
            "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
-           "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
+           "status": "ok" if failure is None else "interrupted" if failure.get("exit_code") == 130 else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
            "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"},

@@ -40,6 +40,8 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     _redirect_output(run_dir, rank)
+    if forkserver.forked_from_server():  # its server ignored Ctrl-C (forkserver.ensure_running); a rank takes it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     multinode.die_with_parent()
     forkserver.release_server()
     (run_dir / "failure" / f"rank{rank}.json").unlink(missing_ok=True)  # from an earlier attempt
@@ -84,6 +86,8 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
 
         dist.barrier(group=control)  # nobody leaves while a peer may still talk to it
     except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):  # the terminal's Ctrl-C, then the launcher passes it on:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the second must not cut the flush below short
         from .faults import classify
 
         kind = classify(exc)

@@ -181,6 +181,9 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
                                         device)
     for line in warnings:
         click.echo(f"dtgen: warning: {line}", err=True)
+    from ..predict.summary import prediction_summary
+
+    click.echo(prediction_summary(path))  # the answer, as `dtgen run` ends with its summary
     click.echo(f"wrote {path}")
 
 

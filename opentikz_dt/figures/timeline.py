@@ -49,6 +49,7 @@ PANEL_GAP = 1.35
 MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (over idle time, up to the next busy box)
 MIN_VISIBLE_CM = 0.03  # boxes closer than this merge: the eye cannot tell them apart
 HAIRLINE_CM = 0.01  # the narrowest box drawn: a short span stays visible
+ARRIVALS = ("push",)  # boxes that end when another lane's rank had the message: never drawn later
 ZERO_CM = 1e-4  # a span narrower than this once drawn has no length (clipping's float residue)
 AXIS_BELOW = 0.08  # the axis line runs this far under the last lane (templates/timeline.tex.j2)
 
@@ -434,11 +435,16 @@ class _Span:
     kind: str = ""
 
 
-def _at_least_hairline(x0: float, x1: float, width: float) -> tuple[float, float]:
+def _at_least_hairline(x0: float, x1: float, width: float, keep_end: bool = False) -> tuple[float, float]:
     """A box's edges, at least HAIRLINE_CM apart so a short span stays visible, and inside the
-    plot: one at the window's end grows to the left, not past the plot's right edge."""
+    plot: one at the window's end grows to the left, not past the plot's right edge. With
+    `keep_end` (a message, whose end is when its receiver had it) it grows to the left too:
+    grown to the right, a push that arrived just before the server's update began was drawn
+    ending inside that update."""
     if x1 - x0 >= HAIRLINE_CM:
         return x0, x1
+    if keep_end and x1 >= HAIRLINE_CM:
+        return x1 - HAIRLINE_CM, x1
     x1 = min(max(x1, x0 + HAIRLINE_CM), width)
     return min(x0, x1 - HAIRLINE_CM), x1
 
@@ -472,7 +478,7 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
             x0 = covered
             if x1 - x0 < 0.005:
                 continue
-        x0, x1 = _at_least_hairline(x0, x1, width)
+        x0, x1 = _at_least_hairline(x0, x1, width, keep_end=box.kind in ARRIVALS)
         if box.kind == "update" and widen:  # the event a PS figure is about: never a hairline
             x1 = covered = _event_end(boxes, index, x0, x1, start, scale, width)
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads

@@ -32,7 +32,7 @@ from .export import write_outputs
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
 from ..lossfacts import DIVERGED_DEFINITION, FINAL_DEFINITION, divergence, final_loss
 from .repeats import aggregate, expand, group, name_apart
-from .run import Run, load_run
+from .run import Run, bytes_per_step, load_run
 from .source import table_source
 
 
@@ -115,8 +115,7 @@ def summarize_repeats(runs: list, target: float | None) -> Summary:
     """One row: a run, or the repeats of one spec (means, with min--max in the Stats)."""
     run = runs[0]
     m = run.metrics
-    steps = max(1, m["steps"])
-    sent = sum(b["sent"] for b in m["bytes"].values())
+    sent = sum(b["sent"] for b in bytes_per_step(m).values())  # each rank's by the steps it completed
     stale = [v for r in runs for v in r.metrics["staleness"] if math.isfinite(v)]
     name = run.label
     diverged = [divergence(r.metrics["loss"]) is not None for r in runs]
@@ -125,7 +124,7 @@ def summarize_repeats(runs: list, target: float | None) -> Summary:
     return Summary(
         name, strategy_name(run.spec), stat(r.metrics["samples_per_s"] for r in runs),
         stat(statistics.fmean(r.metrics["step_time_s"].values()) * 1000 for r in runs if r.metrics["step_time_s"]),
-        stat(times), sent / steps, statistics.fmean(stale) if stale else None, max(stale) if stale else None,
+        stat(times), sent, statistics.fmean(stale) if stale else None, max(stale) if stale else None,
         any(r.failed for r in runs), stat(final_loss(r.metrics["loss"]) for r in runs),
         stat(e.get("loss") for e in evals), stat(e.get("perplexity") for e in evals), sum(diverged), len(runs),
         sum(t is not None for t in times), "; ".join(dict.fromkeys(table_source(r) for r in runs)),

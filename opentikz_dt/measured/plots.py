@@ -17,7 +17,7 @@ from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..figures.strategies import plugin_of
 from ..texsafe import escape_text, render_label
-from .run import Run
+from .run import Run, partial_ranks
 from .source import plot_sources
 
 MAX_POINTS = 400
@@ -147,8 +147,11 @@ def _notes(runs: list, spread: str = "error bars") -> list:
     notes = []
     for run in runs:
         if run.failed:
-            steps = run.metrics["steps"]
-            notes.append(Tex(escape_text(f"{run.name}: run ended early, after {steps} completed steps")))
+            steps = run.metrics.get("steps_done") or run.metrics["steps"]
+            short = partial_ranks(run.metrics, {r["rank"]: r["id"] for r in run.info.get("ranks") or []
+                                                if isinstance(r, dict) and "rank" in r and r.get("id")})
+            notes.append(Tex(escape_text(f"{run.name}: {run.ended} after {steps:,} of {run.metrics['steps']:,} steps"
+                                         + (f" ({short})" if short else ""))))
     if any(run.repeats > 1 for run in runs):
         notes.append(Tex(escape_text(f"{spread}: min\u2013max over the repeats")))
     return notes

@@ -98,5 +98,5 @@ def aggregate(runs: list) -> Run:
                    steps_per_worker={},  # differs per async repeat: the table and each run's own figures say it
                    spread={"loss": loss_spread, "samples_per_s": total[1:],
                            "per_worker_samples_per_s": {w: v[1:] for w, v in rates.items()}})
-    info = dict(first.info, status="failed" if any(r.failed for r in runs) else first.info.get("status", "ok"))
+    info = dict(first.info, status=next((r.info["status"] for r in runs if r.failed), None) if any(r.failed for r in runs) else first.info.get("status", "ok"))
     return Run(first.path, first.spec, info, metrics, repeats=len(runs), display=first.display)

@@ -150,9 +150,10 @@ def time_unit(longest_ms: float) -> tuple[str, float]:
 
 
 def _memory_unit(largest: int) -> tuple[str, int]:
-    """The binary unit the largest memory reads in as 1 or more (B, KiB, MiB, GiB)."""
+    """The decimal unit the largest memory reads in as 1 or more (B, kB, MB, GB), as every
+    byte count dtgen prints (workload.human_bytes)."""
     unit, scale = "B", 1
-    for name, size in (("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30)):
+    for name, size in (("kB", 10**3), ("MB", 10**6), ("GB", 10**9)):
         if largest >= size:
             unit, scale = name, size
     return unit, scale
@@ -203,11 +204,11 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
 
 
 def render_shapes_table(points: list, refused: list) -> str:
-    lines = [f"{'pipeline x data x tensor':26} {'step ms':>10} {'interval ms':>21} {'samples/s':>12} {'MiB/worker':>11}"]
+    lines = [f"{'pipeline x data x tensor':26} {'step ms':>10} {'interval ms':>21} {'samples/s':>12} {'MB/worker':>11}"]
     for p in points:
         spread = f"{p.step_interval[0]:.3f}..{p.step_interval[1]:.3f}" if p.step_interval else "-"
         lines.append(f"{p.label:26} {p.step_ms:>10.3f} {spread:>21} {p.samples_per_s:>12,.0f} "
-                     + (f"{p.memory_bytes / 2**20:>11.3f}" if p.memory_bytes else f"{'-':>11}"))
+                     + (f"{p.memory_bytes / 1e6:>11.3f}" if p.memory_bytes else f"{'-':>11}"))
     lines += [f"{label:26} refused: {reason}" for label, reason in refused]
     return "\n".join(lines) + "\n"
 

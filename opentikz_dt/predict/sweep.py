@@ -317,18 +317,18 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                        "mark": MARKS[i % 5],
                        "throughput": Tex(" ".join(f"({p.workers},{max(p.samples_per_s, 1e-9):.6g})" for p in mine)),
                        "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine)),
-                       "memory": Tex(" ".join(f"({p.workers},{p.memory_bytes / 2**20:.6g})" for p in mine
+                       "memory": Tex(" ".join(f"({p.workers},{p.memory_bytes / 1e6:.6g})" for p in mine
                                               if p.memory_bytes)),
                        "throughput_band": _band(mine, "rate_interval") if bands else None,
                        "step_band": _band(mine, "step_interval") if bands else None})
-    # memory per worker: expected from the spec (the same as dtgen figure SPEC --kind memory), MiB;
+    # memory per worker: expected from the spec (the same as dtgen figure SPEC --kind memory), MB;
     # a panel only where it changes (a flat line on a log axis says one number and fails to compile)
-    memory = [p.memory_bytes / 2**20 for p in points if p.memory_bytes]
+    memory = [p.memory_bytes / 1e6 for p in points if p.memory_bytes]
     flat_memory = bool(memory) and max(memory) - min(memory) <= COINCIDE * max(memory)
     memory_note = ("memory per worker: the fullest rank's parameters, gradients and optimizer state as the "
                    "strategy places them and its activations, from the memory model (docs/memory.md)")
     if flat_memory:
-        memory_note = memory_note.replace("memory per worker: ", f"memory per worker: {max(memory):,.3g} MiB at every "
+        memory_note = memory_note.replace("memory per worker: ", f"memory per worker: {max(memory):,.3g} MB at every "
                                           "worker count" + (" on every line" if len(labels) > 1 else "") + ", ")
         memory = []
     context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
@@ -351,9 +351,9 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
 
 
 def render_scaling_table(points: list) -> str:
-    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10} {'MiB/worker':>11}"]
+    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10} {'MB/worker':>11}"]
     lines += [f"{p.series:28} {p.workers:>8,} {p.samples_per_s:>14,.0f} {p.step_ms:>10.3f} "
-              + (f"{p.memory_bytes / 2**20:>11.3f}" if p.memory_bytes else f"{'-':>11}") for p in points]
+              + (f"{p.memory_bytes / 1e6:>11.3f}" if p.memory_bytes else f"{'-':>11}") for p in points]
     return "\n".join(lines) + "\n"
 
 
