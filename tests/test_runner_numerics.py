@@ -229,6 +229,24 @@ def test_fsdp_restart_resumes_from_its_shards_to_the_uninterrupted_parameters(tm
             f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
 
 
+def test_zero1_restart_resumes_each_ranks_optimizer_shard_to_the_uninterrupted_parameters(tmp_path):
+    """shard: optimizer: each rank checkpoints the whole model and the optimizer state of
+    the parameters it updates; the restarted ranks load them back."""
+    training = {"steps": 8, **TRAININGS["adamw-clip-cosine"]}
+    clean = _fsdp_run(training, shard="optimizer")
+    data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["strategy"]["shard"] = "optimizer"
+    data["training"].update(training)
+    data["runtime"].update({"restarts": 1, "checkpoint_every": 3, "fault": {"rank": 1, "at_step": 5, "kind": "crash"}})
+    result = run_small(data, tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert "resuming from the checkpoint after step 2" in (result.run_dir / "logs" / "rank1.log").read_text()
+    got, want = torch.load(result.run_dir / "model.pt"), torch.load(clean.run_dir / "model.pt")
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-6), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+
+
 # --- tensor parallelism: the layers split over 2 workers, every worker on the whole batch ---
 # Measured (torch 2.13 CPU, gloo, 2 ranks, parameters up to 1.0): max abs difference to
 # `single` 1.5e-8 for the transformer below (adamw, binding clip, cosine schedule, 4 steps),
