@@ -20,17 +20,39 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from opentikz_dt.memory import expected_memory
 from opentikz_dt.spec import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 STATES = ("params", "grads", "optimizer")
+# Cases beside the examples: an example with strategy keys changed, run as its own row
+# (name[key=value]): fsdp-transformer at each ZeRO stage (docs/memory.md), the example
+# itself being shard: parameters.
+VARIANTS = {"fsdp-transformer": [{"shard": "optimizer"}, {"shard": "gradients", "reshard_after_forward": None}]}
 
 
-def examples(only: list | None) -> list[Path]:
-    found = sorted(EXAMPLES.glob("*.yaml"))
-    return [p for p in found if not only or p.stem in only]
+def examples(only: list | None, base: Path) -> list[Path]:
+    """The examples (by name, or all), each followed by its VARIANTS, written under `base`."""
+    out = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        if only and path.stem not in only:
+            continue
+        out.append(path)
+        for changes in VARIANTS.get(path.stem, ()):
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            for key, value in changes.items():  # None: the key left out
+                if value is None:
+                    data["strategy"].pop(key, None)
+                else:
+                    data["strategy"][key] = value
+            label = ",".join(f"{k}={v}" for k, v in changes.items() if v is not None)
+            variant = base / f"{path.stem}[{label}].yaml"
+            variant.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+            out.append(variant)
+    return out
 
 
 def run(spec: Path, out: Path, steps: int) -> dict | None:
@@ -65,11 +87,11 @@ def main() -> int:
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-memory-"))
     base.mkdir(parents=True, exist_ok=True)
     table = []
-    for spec in examples(only):
+    for spec in examples(only, base):
         metrics = run(spec, base / spec.stem, args.steps)
         if metrics is not None:
             table += rows(spec, metrics)
-    print(f"{'example':<22} {'rank':<5} {'states':<7} {'act. measured':>14} {'act. model':>12} {'error':>8} {'peak':>12}")
+    print(f"{'example':<38} {'rank':<5} {'states':<7} {'act. measured':>14} {'act. model':>12} {'error':>8} {'peak':>12}")
     errors, state_misses = [], []
     for example, ident, states, got, want, peak, detail in table:
         error = (want - got) / got if got and want is not None else None
@@ -77,7 +99,7 @@ def main() -> int:
             errors.append(abs(error))
         if states is False:
             state_misses.append(f"{example} {ident}: {detail}")
-        print(f"{example:<22} {ident:<5} {('exact' if states else '--' if states is None else 'DIFF'):<7} "
+        print(f"{example:<38} {ident:<5} {('exact' if states else '--' if states is None else 'DIFF'):<7} "
               f"{got if got is not None else '--':>14} {want if want is not None else '--':>12} "
               f"{f'{error:+.1%}' if error is not None else '--':>8} {peak if peak is not None else '--':>12}")
     for line in state_misses:

@@ -24,12 +24,18 @@ from ..training_rules import lr_at, optimizer_settings
 
 def build_optimizer(spec, params):
     """torch.optim.SGD / Adam / AdamW with the spec's settings (defaults filled in)."""
+    cls, settings = optimizer_class(spec)
+    return cls(list(params), **settings)
+
+
+def optimizer_class(spec) -> tuple[type, dict]:
+    """(the torch.optim class, its keyword arguments) of the spec's optimizer: what
+    build_optimizer builds, and what a wrapper (ZeroRedundancyOptimizer) builds per shard."""
     s = optimizer_settings(spec.training)
-    params = list(params)
     if s["kind"] == "sgd":
-        return torch.optim.SGD(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"])
+        return torch.optim.SGD, {"lr": s["lr"], "momentum": s["momentum"], "weight_decay": s["weight_decay"]}
     cls = torch.optim.Adam if s["kind"] == "adam" else torch.optim.AdamW
-    return cls(params, lr=s["lr"], betas=tuple(s["betas"]), eps=s["eps"], weight_decay=s["weight_decay"])
+    return cls, {"lr": s["lr"], "betas": tuple(s["betas"]), "eps": s["eps"], "weight_decay": s["weight_decay"]}
 
 
 class Stepper:

@@ -83,6 +83,13 @@ CASES = {
     # fsdp: each worker half of every tensor (the mlp's first dimensions are even), its
     # gradient and Adam's two moments; counted from the DTensors' local shards
     "fsdp-2": ("fsdp", {"topology": {"workers": {"count": 2}}, "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
+    # ZeRO-1 (shard: optimizer): the whole mlp and its gradients on each worker (DDP); Adam's
+    # moments of the whole tensors torch's ZeroRedundancyOptimizer assigns it
+    "zero1-2": ("fsdp", {"topology": {"workers": {"count": 2}}, "strategy": {"shard": "optimizer"},
+                         "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
+    # ZeRO-2 (shard: gradients) as FSDP2 runs it: between steps the states of fsdp-2
+    "zero2-2": ("fsdp", {"topology": {"workers": {"count": 2}}, "strategy": {"shard": "gradients"},
+                         "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
     # a 1F1B pipeline: each stage its layer; activations: p - stage microbatches in flight, the
     # first stage's inputs and the last's targets whole (views of the step's batch)
     "pipeline-1f1b-3": ("pipeline", {"topology": {"workers": {"count": 3}},
@@ -150,7 +157,7 @@ def test_expected_memory_equals_the_measured_one(name):
         got, want = measured[str(e.rank)]["activations"], e.activations
         if name == "tensor-2":
             assert want is None  # an mlp's tensor-parallel pairs: not modelled
-        elif name == "fsdp-2":
+        elif name in ("fsdp-2", "zero2-2"):
             weights = 4 * sum(n for t, n in tensor_sizes(LAYERS).items() if t.endswith("weight"))
             assert 0 < want <= got <= want + weights, (e.id, got, want)
         else:

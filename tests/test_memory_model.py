@@ -216,3 +216,35 @@ def test_a_predicted_run_carries_memory_per_rank_from_the_model(tmp_path):
         assert entry == {"params": want.params, "grads": want.grads, "optimizer": want.optimizer,
                          "activations": want.activations, "peak": None, "source": "model"}
         assert entry["activations"] > 0
+
+
+def test_zero_partition_is_torchs_greedy_assignment_of_whole_tensors():
+    from opentikz_dt.strategies.fsdp import zero_partition
+
+    # largest first, each to the rank holding the fewest values so far (the first on a tie):
+    # 6 -> r0, 5 -> r1, 4 -> r1 (5 < 6), 3 -> r0 (6 < 9), 2 -> r0 (9 = 9: the first)
+    assert zero_partition([2, 5, 3, 6, 4], 2) == [11, 9]
+    assert zero_partition([1, 1, 4], 2) == [4, 2]  # in model order it would be [5, 1]
+    assert zero_partition([7], 3) == [7, 0, 0]
+
+
+def test_each_shard_level_gives_its_states_per_rank():
+    from opentikz_dt.memory import expected_memory
+    from opentikz_dt.spec import spec_from_data
+
+    def ranks(**strategy):
+        model = {"kind": "transformer", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "vocab": 32}
+        return expected_memory(spec_from_data({"strategy": {"kind": "fsdp", **strategy},
+                                               "topology": {"workers": {"count": 2}},
+                                               "training": {"model": model, "optimizer": {"kind": "adamw"}}}))
+
+    zero3, zero2, zero1 = ranks(), ranks(shard="gradients"), ranks(shard="optimizer")
+    whole = sum(r.params for r in zero3)
+    # ZeRO-3 and ZeRO-2 as FSDP2 runs it: 1/2 of the weights, gradients and Adam's two moments
+    for r in zero3 + zero2:
+        assert (r.params, r.grads, r.optimizer) == (whole // 2, whole // 2, whole)
+    assert [(r.params, r.grads, r.optimizer) for r in zero2] == [(r.params, r.grads, r.optimizer) for r in zero3]
+    # ZeRO-1: whole weights and gradients on each rank; Adam's moments of whole tensors, shared out
+    assert all((r.params, r.grads) == (whole, whole) for r in zero1)
+    assert sum(r.optimizer for r in zero1) == 2 * whole
+    assert all(0 < r.optimizer < 2 * whole for r in zero1)

@@ -33,6 +33,10 @@ TRAININGS = NUMERICS_TRAININGS
 # fsdp (2 workers; FSDP's mixed precision gathers the parameters in bf16 besides the
 # autocast): fp32 max abs difference 6e-8 (mlp and transformer, parameters up to 1.0);
 # bf16 3.7e-4 (mlp) and 3.6e-4 (transformer), the loss within 1.2e-4 relative.
+# fsdp's ZeRO stages (fsdp-shard-optimizer: DDP + ZeroRedundancyOptimizer; fsdp-shard-
+# gradients: FSDP2 keeping the gathered parameters; the mlp, 2 workers, 6 steps,
+# benchmarks/bench_numerics.py): fp32 3.0e-8 (sgd and adamw-clip-cosine), the loss within
+# 2.2e-7 relative; bf16 3.7e-4, the loss within 1.2e-4, each level alike. The same tolerances.
 # mesh (2 data x 2 tensor; the data rows all-reduced or FSDP-sharded): fp32 3.0e-8 (both
 # trainings), the loss within 2.2e-7 relative; bf16 3.8e-4, the loss within 1.2e-4.
 # mesh with pipeline stages (benchmarks/bench_numerics.py, 6 steps): mesh-data-pipeline (2
@@ -164,6 +168,37 @@ def test_fsdp_traces_every_all_gather_and_reduce_scatter_per_unit():
             assert torch.allclose(got[name], want[name], **dict(zip(("atol", "rtol"), TOLERANCE["fp32"]))), name
 
 
+def test_zero_stages_trace_their_collectives_and_match_single():
+    """shard: gradients (ZeRO-2): each unit gathered once a step, for its forward, and its
+    gradients reduce-scattered after its backward. shard: optimizer (ZeRO-1): DDP's bucket
+    all-reduces, then each rank's broadcast of the parameters it updated, the broadcasts
+    together the whole model's bytes. Both reach `single`'s transformer."""
+    zero2 = _fsdp_run(shard="gradients")
+    found = _collectives(zero2)
+    assert sorted(c[:3] for c in found) == sorted(
+        [("all-gather", unit, "forward") for unit in ("root", "blocks.0", "blocks.1")]
+        + [("reduce-scatter", unit, "backward") for unit in ("root", "blocks.0", "blocks.1")])
+
+    zero1 = _fsdp_run(shard="optimizer")
+    events = json.loads((zero1.run_dir / "trace.json").read_text())["traceEvents"]
+    spans = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "allreduce" and e["pid"] == 0
+             and e["args"]["step"] == 1]
+    broadcasts = [a for a in spans if a["algorithm"] == "zero"]
+    assert [a["phase"] for a in broadcasts] == ["broadcast", "broadcast"]
+    assert [a["src"] for a in broadcasts] == [0, 1]
+    assert any(a["algorithm"] == "native" and a["phase"] == "bucket" for a in spans)
+    model = torch.load(zero1.run_dir / "model.pt")
+    whole = sum(v.numel() * 4 for v in model.values())  # the head reuses tok.weight: no key of its own
+    assert sum(a["bytes"] for a in broadcasts) == whole
+    assert all(a["bytes"] > 0 for a in broadcasts)
+
+    want = torch.load(_single_transformer().run_dir / "model.pt")
+    for run in (zero1, zero2):
+        got = torch.load(run.run_dir / "model.pt")
+        for name in want:
+            assert torch.allclose(got[name], want[name], **dict(zip(("atol", "rtol"), TOLERANCE["fp32"]))), name
+
+
 def test_fsdp_units_from_the_spec_and_a_name_the_model_lacks(tmp_path):
     from opentikz_dt.errors import InputError
 
@@ -183,6 +218,24 @@ def test_fsdp_restart_resumes_from_its_shards_to_the_uninterrupted_parameters(tm
     training = {"steps": 8, **TRAININGS["adamw-clip-cosine"]}
     clean = _fsdp_run(training)
     data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["training"].update(training)
+    data["runtime"].update({"restarts": 1, "checkpoint_every": 3, "fault": {"rank": 1, "at_step": 5, "kind": "crash"}})
+    result = run_small(data, tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert "resuming from the checkpoint after step 2" in (result.run_dir / "logs" / "rank1.log").read_text()
+    got, want = torch.load(result.run_dir / "model.pt"), torch.load(clean.run_dir / "model.pt")
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-6), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+
+
+def test_zero1_restart_resumes_each_ranks_optimizer_shard_to_the_uninterrupted_parameters(tmp_path):
+    """shard: optimizer: each rank checkpoints the whole model and the optimizer state of
+    the parameters it updates; the restarted ranks load them back."""
+    training = {"steps": 8, **TRAININGS["adamw-clip-cosine"]}
+    clean = _fsdp_run(training, shard="optimizer")
+    data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["strategy"]["shard"] = "optimizer"
     data["training"].update(training)
     data["runtime"].update({"restarts": 1, "checkpoint_every": 3, "fault": {"rank": 1, "at_step": 5, "kind": "crash"}})
     result = run_small(data, tmp_path, cache=False)

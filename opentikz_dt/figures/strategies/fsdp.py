@@ -172,12 +172,26 @@ def schedule(spec, cost) -> tuple[Sim, float]:
 
 
 def expected_timeline(spec, cost):
+    if option(spec, "shard") == "optimizer":
+        return _zero1_timeline(spec, cost)
     sim, end = schedule(spec, cost)
     gathers = "forward and backward" if option(spec, "reshard_after_forward") else "forward"
     title = spec.figure.labels.get("panel") or (f"FSDP, per unit: all-gather before its {gathers}, reduce-scatter "
                                                 "after its backward; step on the 1/N shard")
     panel = Panel("main", title, _lanes(spec, sim))
     return Timeline(spec.title, (panel,), 0.0, end, label_tex(spec, "timeline_note"), label_tex(spec, "time_axis"))
+
+
+def _zero1_timeline(spec, cost):
+    """shard: optimizer (ZeRO-1) runs DDP's all-reduce of the whole gradients, as kind
+    allreduce's native algorithm draws it; the update's broadcasts of each rank's
+    parameters are not played (the panel title says so)."""
+    from . import allreduce
+
+    drawn = allreduce.expected_timeline(spec, cost)
+    title = spec.figure.labels.get("panel") or ("ZeRO-1 (DDP): compute, all-reduce the gradients, step; "
+                                                "the parameter broadcasts after the step not drawn")
+    return dataclasses.replace(drawn, panels=tuple(dataclasses.replace(p, title=title) for p in drawn.panels))
 
 
 def _lanes(spec, sim: Sim) -> tuple:
