@@ -149,7 +149,7 @@ def test_fsdp_links_name_both_flows_they_carry(repo, width):
     assert check_figure_geometry(result.log) == [] and overlapping_words(pdf_words(result.pdf)) == []
 
 
-def _sweep_points(memory_of=lambda series, w: 10 * 2**20):
+def _sweep_points(memory_of=lambda series, w: 10 * 10**6):
     from opentikz_dt.predict.sweep import Point
 
     return [Point(series, w, rate * w, 2700 + w, memory_bytes=memory_of(series, w))
@@ -183,13 +183,13 @@ def test_a_flat_memory_panel_becomes_a_note_and_urls_in_sweep_notes_never_hyphen
                "link_preset": {"name": "100gbe", "source": url, "compute": "x"}}
     flat = render_scaling(_sweep_points(), [], spec, assumed)
     assert "memory per worker (expected)" not in flat  # no panel for one number
-    assert "memory per worker: 10 MiB at every worker count on every line" in flat
+    assert "memory per worker: 10 MB at every worker count on every line" in flat
     assert "coincides with algorithm: ring in memory" not in flat  # the dropped panel is not compared
     pdf = compile_pdf(flat).pdf  # the nearly flat step time (2,702-2,708 ms) on a log axis compiles
     words = [w.text for w in pdf_words(pdf)]
     assert url in "".join(words)  # printed as itself (no doubled escapes), pieces joined across lines
     assert not [w for w in words if w.endswith("-") and w.rstrip("-")], words  # no line ends in a hyphen
-    growing = render_scaling(_sweep_points(lambda series, w: w * 2**20), [], spec, assumed)
+    growing = render_scaling(_sweep_points(lambda series, w: w * 10**6), [], spec, assumed)
     assert "memory per worker (expected)" in growing
 
 
@@ -202,8 +202,8 @@ def test_shapes_step_time_axis_switches_unit_and_names_pipeline_first(repo, long
     from opentikz_dt.spec import load_spec
 
     spec = load_spec(repo / "examples" / "fsdp-tensor.yaml")
-    points = [ShapePoint("1 x 2 x 2", longest_ms / 2, 10.0, memory_bytes=2**20),
-              ShapePoint("2 x 2 x 1", longest_ms, 5.0, memory_bytes=2**21)]
+    points = [ShapePoint("1 x 2 x 2", longest_ms / 2, 10.0, memory_bytes=10**6),
+              ShapePoint("2 x 2 x 1", longest_ms, 5.0, memory_bytes=2 * 10**6)]
     tex = render_shapes(points, [], spec, {"calibration": "illustrative", "global_batch": 16}, 4)
     assert f"xlabel={{step time ({unit})}}" in tex
     ticks = [float(t) for t in re.search(r"xtick=\{([^}]*)\}, xlabel=\{step time", tex).group(1).split(",")]
