@@ -13,12 +13,13 @@ from .options import WIDTH, writing
 @click.argument("more", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: figures/<spec name>/; for a run directory RUN_DIR/figures/).")
-@click.option("--kind", type=click.Choice(["topology", "timeline", "memory", "partitioning", "comm", "all"]), default="all",
+@click.option("--kind", type=click.Choice(["topology", "timeline", "memory", "partitioning", "comm", "schedules", "all"]), default="all",
               show_default=True,
               help="Which figure: the topology diagram, the expected timeline, or both; memory: the "
                    "expected memory per rank, by category (a run directory: the measured ones; all adds "
                    "the result plots, the memory figure and the table); partitioning (specs only): the "
-                   "model split vertically (pipeline) and horizontally (tensor), illustrative; comm "
+                   "model split vertically (pipeline) and horizontally (tensor), illustrative; schedules (pipeline "
+                   "specs only): GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV side by side on one time axis; comm "
                    "(profiler traces only): the communication table.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Output format; repeat for several. The .tex is always written. Default: tex.")
@@ -63,7 +64,8 @@ def figure(spec, more, out_dir, kind, formats, body_only, steps, width, calibrat
     # of a path that does not exist, the kind is unknown: its own error says it is missing.
     for given, option, needs in ((steps is not None and not run_dir, "--steps", "run directories"),
                                  (calibration is not None and run_dir, "--calibration", "specs"),
-                                 (kind == "partitioning" and run_dir, "--kind partitioning", "specs")):
+                                 (kind == "partitioning" and run_dir, "--kind partitioning", "specs"),
+                                 (kind == "schedules" and run_dir, "--kind schedules", "specs")):
         if given and spec.exists():
             raise click.UsageError(f"{option} applies to {needs} only; {spec} is "
                                    f"{'a run directory' if run_dir else 'a spec'}")

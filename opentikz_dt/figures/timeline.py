@@ -54,7 +54,8 @@ ZERO_CM = 1e-4  # a span narrower than this once drawn has no length (clipping's
 AXIS_BELOW = 0.08  # the axis line runs this far under the last lane (templates/timeline.tex.j2)
 
 KIND_NAMES = {
-    "fetch": "fetch", "forward": "forward", "backward": "backward", "slowdown": "straggler delay",
+    "fetch": "fetch", "forward": "forward", "backward": "backward", "wgrad": "weight gradient",
+    "slowdown": "straggler delay",
     "optimizer": "optimizer step", "update": "server update",
     "skipped": "skipped (fp16 overflow)", "push": "push", "allreduce": "all-reduce",
     "gossip": "gossip", "send": "send", "recv": "recv", "wait": "idle / wait",
@@ -253,6 +254,11 @@ class TimelineDrawing:
     note: Tex = Tex("")
     label_width: float = 2.0  # cm left of the plot area reserved for lane labels
     legend_top: float = 0.0
+
+    @property
+    def styles_used(self) -> set:
+        """The box styles some box draws with (a style only some figures use is defined only there)."""
+        return {b.style for p in self.panels for b in p.boxes}
 
     @property
     def text_width(self) -> float:

@@ -39,9 +39,26 @@ def render_texts(spec, kinds=KINDS, body_only: bool = False, timeline=None) -> d
             from .partitioning import partitioning_layout
 
             texts[kind] = render_topology(spec, body_only=body_only, layout=partitioning_layout(spec))
+        elif kind == "schedules":  # asked for by name only: pipeline schedules side by side (illustrative)
+            texts[kind] = render_timeline(spec, timeline=_schedules_timeline(spec), body_only=body_only)
         else:
-            raise DtgenError(f"unknown figure kind {kind!r} (one of {', '.join(KINDS + ('memory', 'partitioning'))})")
+            raise DtgenError(f"unknown figure kind {kind!r} (one of "
+                             f"{', '.join(KINDS + ('memory', 'partitioning', 'schedules'))})")
     return texts
+
+
+def _schedules_timeline(spec):
+    """GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV for the spec's pipeline, one time axis."""
+    from dataclasses import replace
+
+    from .schedule import CostModel
+    from .strategies.pipeline import schedules_timeline
+    from .timeline import limit_boxes
+
+    if spec.strategy.kind != "pipeline":
+        raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
+                         f"not {spec.strategy.kind}")
+    return replace(limit_boxes(schedules_timeline(spec, CostModel())), widen_events=True)
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,

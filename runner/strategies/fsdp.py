@@ -370,7 +370,7 @@ def _train_zero1(ctx) -> None:
             stepper.step(step, span)
         # the whole model and gradients; the optimizer state of this rank's parameters only
         ctx.record_memory(model.parameters(), opt.optim)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.optim.state_dict()})
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())
