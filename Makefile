@@ -43,8 +43,8 @@ tex:
 
 demo: setup tex
 	$(DTGEN) run examples/ps-sync.yaml --out runs/demo --force
-	$(DTGEN) figure examples/ps-sync.yaml -o figures/demo --format pdf --format png
-	$(DTGEN) figure runs/demo -o figures/demo --format pdf --format png
+	$(DTGEN) figure examples/ps-sync.yaml -o figures/demo --width column --format pdf --format png
+	$(DTGEN) figure runs/demo -o figures/demo --width column --format pdf --format png
 	@echo "Figures: figures/demo/   Run: runs/demo/   Trace (open in https://ui.perfetto.dev): runs/demo/trace.json"
 
 # The tests that start no torch.distributed processes run on every core (pytest-xdist:
@@ -67,8 +67,9 @@ test-oldest-torch: $(OLDEST_VENV)/.ready
 	$(OLDEST_VENV)/bin/python -c "import torch; print('oldest supported torch:', torch.__version__)"
 	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)"
 
-# On a GPU box, once: the gpu-marked tests, every example on the GPU, the GPU benchmark
-# table (runs/gpu-check/report.md). With the box's own torch: PYTHON=python3 bash scripts/gpu-check.sh
+# On a GPU box, once: the gpu-marked tests, every example on the GPU, the memory check and
+# the GPU benchmark, in one file benchmarks/results/gpu-check_<hardware>_<yyyy-mm>.md (docs/gpu.md).
+# With the box's own torch: PYTHON=python3 bash scripts/gpu-check.sh; without a GPU: --dry-run
 gpu-check: setup
 	PYTHON=$(PY) bash scripts/gpu-check.sh
 

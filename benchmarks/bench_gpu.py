@@ -7,8 +7,10 @@ Part 1, one GPU: the built-in transformer at GPT-2-small size (12 blocks, d_mode
 heads, seq_len 512, vocab 8192: about 92 M parameters), batch 16, SGD with momentum,
 synthetic tokens, at fp32, tf32, bf16 and bf16 with torch.compile:
   - plain: a hand-written loop on the same nn.Module (opentikz_dt.runner.model.Transformer)
-    in one process: the token table on the GPU, autocast for forward and loss, the loss
-    read every step (as dtgen's metrics do); what five lines of a user's own code give;
+    in one process: the token table on the GPU, autocast for forward and loss, the
+    losses kept on the device and read once at the end (no per-step wait for the GPU:
+    the fastest a user's own loop gets; the window's two ends synchronise, so it holds
+    finished GPU work); dtgen reads each loss a step later (runner/step_losses.py);
   - dtgen: `dtgen run` of a `single` spec with the same model, batch, optimizer and steps,
     `training.precision` / `training.compile` set for the mode; its samples/s from the
     run's metrics.json step end times.
@@ -44,6 +46,7 @@ from pathlib import Path
 import yaml
 
 MODES = ("fp32", "tf32", "bf16", "bf16+compile")
+GOAL = 0.97  # dtgen `single` / the plain loop, at every mode
 # mode -> the spec keys that ask dtgen for it (names agreed with the training engineer)
 MODE_KEYS = {"fp32": {}, "tf32": {"precision": "tf32"}, "bf16": {"precision": "bf16"},
              "bf16+compile": {"precision": "bf16", "compile": True}}
@@ -95,8 +98,9 @@ def plain_loop(model_cfg: dict, mode: str, batch: int, steps: int, warmup: int, 
     gen = torch.Generator().manual_seed(0)
     samples = max(1024, 4 * batch)
     tokens = torch.randint(cfg["vocab"], (samples, cfg["seq_len"] + 1), generator=gen).to(dev)
-    ends = []
-    for _ in range(steps):
+    ends, losses = [], []
+    w = max(0, min(warmup, steps - 2))  # the step whose end opens the measured window
+    for step in range(steps):
         idx = torch.randint(0, samples, (batch,), generator=gen).to(dev)
         x, y = tokens[idx, :-1], tokens[idx, 1:]
         with autocast():
@@ -105,8 +109,11 @@ def plain_loop(model_cfg: dict, mode: str, batch: int, steps: int, warmup: int, 
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        loss.item()  # waits for the GPU, as dtgen's per-step metrics do
+        losses.append(loss.detach())  # kept on the device: no step waits for the GPU
+        if dev.type == "cuda" and step in (w, steps - 1):
+            torch.cuda.synchronize(dev)  # the window opens and closes on finished GPU work
         ends.append(time.perf_counter())
+    torch.stack(losses).tolist()  # the losses read once, at the end
     torch.set_float32_matmul_precision("highest")
     return {"samples_per_s": rate(ends, batch, warmup), "params": params}
 
@@ -213,6 +220,12 @@ def one_gpu_table(rows: dict, header: str) -> list[str]:
         ok = plain and ours and "samples_per_s" in plain and "samples_per_s" in ours and plain["samples_per_s"] > 0
         ratio = f"{ours['samples_per_s'] / plain['samples_per_s']:.2f}x" if ok else "–"
         lines.append(f"| {mode} | {_cell(plain)} | {_cell(ours)} | {ratio} |")
+    measured = {mode: ours["samples_per_s"] / plain["samples_per_s"] for mode, (plain, ours) in rows.items()
+                if plain and ours and plain.get("samples_per_s") and "samples_per_s" in ours}
+    if measured:
+        below = [f"{mode} {r:.2f}x" for mode, r in measured.items() if r < GOAL]
+        lines += ["", f"goal dtgen / plain >= {GOAL:.2f}x: " + (f"not met at {', '.join(below)}" if below else
+                                                                 f"met at {', '.join(measured)}")]
     fp32, bf16 = rows.get("fp32", (None, None))[1], rows.get("bf16", (None, None))[1]
     if fp32 and bf16 and "samples_per_s" in fp32 and "samples_per_s" in bf16 and fp32["samples_per_s"] > 0:
         lines += ["", f"dtgen bf16 / dtgen fp32: {bf16['samples_per_s'] / fp32['samples_per_s']:.2f}x"]

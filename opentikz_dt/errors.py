@@ -31,6 +31,11 @@ class Issue:
         return f"{self.file}:{self.line}:{self.col}: {where}{self.message}"
 
 
+class SpecNote(UserWarning):
+    """Something dtgen read differently from the file's letter, as the user meant it (a
+    number YAML reads as text); the CLI prints it as one `dtgen: warning:` line."""
+
+
 EXIT_INVALID, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_TOOL = 1, 2, 3, 4
 
 

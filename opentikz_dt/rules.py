@@ -6,6 +6,7 @@ Each rule returns Issues located at the key a user should change. Must not impor
 from __future__ import annotations
 
 from .errors import Issue
+from .hardware import check_hardware, hardware_warnings
 from .spec_types import Spec
 from .strategies import kinds, kinds_with, plugin, strategy
 from .training_rules import check_training
@@ -16,7 +17,7 @@ def check_rules(spec: Spec, data_files: bool = True) -> list[Issue]:
     """`data_files=False`: leave out what needs the dataset file (spec.spec_from_located)."""
     issues: list[Issue] = []
     for rule in (_sync_rule, _options_rule, _server_rule, _worker_rule, _host_rule, _strategy_rules,
-                 lambda s: check_workload(s, data_files), check_training, _fault_rule):
+                 lambda s: check_workload(s, data_files), check_training, _fault_rule, _hardware_rule):
         issues += [spec.located.issue(path, message) for path, message in rule(spec)]
     return issues
 
@@ -43,7 +44,12 @@ def _options_rule(spec: Spec):
         ignored.append("stages")
     for key in ignored:
         owners = ", ".join(k for k in kinds() if key in _own_keys(k)) or "none"
-        yield ("strategy", key), f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it)"
+        yield ("strategy", key), (f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it"
+                                  + _WHY_NOT.get((key, s.kind), "") + ")")
+
+
+# Why a kind refuses a key another kind reads, where the reason is not plain from the names.
+_WHY_NOT = {("shard", "mesh"): "; a mesh's data_parallel: fsdp is ZeRO-3, stages 1 and 2 run with kind: fsdp only"}
 
 
 def _own_keys(kind: str) -> set:
@@ -97,3 +103,23 @@ def _fault_rule(spec: Spec):
         yield ("runtime", "fault", "rank"), f"rank {fault['rank']} does not exist: the run has ranks 0..{world - 1}"
     if fault["at_step"] >= spec.training.steps:
         yield ("runtime", "fault", "at_step"), f"step {fault['at_step']} is past the last step ({spec.training.steps - 1})"
+
+
+def _hardware_rule(spec: Spec):
+    """The `hardware:` block's presets exist, fit each other, the precision and the GPU count."""
+    yield from check_hardware(spec.data.get("hardware"), spec.training.precision, spec.topology.workers.count)
+
+
+def tensor_degree(spec: Spec) -> int:
+    """GPUs one tensor-parallel group spans: the mesh's tensor degree, every worker for kind
+    tensor, else 1."""
+    if spec.strategy.kind == "tensor":
+        return spec.topology.workers.count
+    return int((spec.strategy.options.get("parallelism") or {}).get("tensor", 1))
+
+
+def check_warnings(spec: Spec) -> list[str]:
+    """Located lines for what is valid but costly (validate, figure and predict print them)."""
+    return [str(spec.located.issue(path, message))
+            for path, message in hardware_warnings(spec.data.get("hardware"), tensor_degree(spec),
+                                                   spec.topology.workers.count)]

@@ -44,6 +44,71 @@ def _describe(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# A number in exponent form that YAML 1.1 (PyYAML) reads as text: it wants a decimal point
+# and a signed exponent (1.0e+3), where YAML 1.2 and Python read 1e3, 3e-4 and 1.5e3 alike.
+EXPONENT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
+def yaml_number_text(text: str) -> str:
+    """`text` (1e3, 3e-4) as YAML 1.1 reads a float, its digits kept: a decimal point and a
+    signed exponent (1.0e+3, 3.0e-4)."""
+    digits, letter, sign, power = re.fullmatch(r"([-+]?[0-9.]+)([eE])([-+]?)([0-9]+)", text.strip()).groups()
+    return f"{digits if '.' in digits else digits + '.0'}{letter}{sign or '+'}{power}"
+
+
+def exponent_hint(text: str) -> str:
+    """What to write instead of `text` (3e-4, 1e3) for YAML to read a number."""
+    return f"YAML reads {text.strip()} as text; it reads {yaml_number_text(text)} as a number"
+
+
+def key_types(path: tuple, kind: str | None = None) -> set:
+    """The JSON types the schema gives the key at `path` (empty where it names no key)."""
+    root = node = spec_schema(kind)
+    for part in path:
+        if "$ref" in node:
+            node = _resolve(node["$ref"], root)
+        extra = node.get("additionalProperties")
+        node = node.get("properties", {}).get(part) or (extra if isinstance(extra, dict) else None)
+        if node is None:
+            return set()
+    if "$ref" in node:
+        node = {**_resolve(node["$ref"], root), **node}
+    types = node.get("type", ())
+    return {types} if isinstance(types, str) else set(types)
+
+
+def number_meant(text: str, types: set):
+    """The number a string in exponent form means at a key of `types`: a float where a
+    number fits, an int where only an integer fits and it is whole; else None."""
+    if not isinstance(text, str) or not EXPONENT.fullmatch(text.strip()):
+        return None
+    number = float(text)
+    if "number" in types:
+        return number
+    return int(number) if "integer" in types and number.is_integer() else None
+
+
+def numbers_meant(located: Located) -> list[Issue]:
+    """Strings in exponent form (1e3, 3e-4) at keys whose type is a number, read as the
+    number the user meant: `located.data` gets the float (an integer where only an integer
+    fits and the value is whole), and each gets a note (an Issue to print as a warning)."""
+    notes: list[Issue] = []
+    for error in _validator(_kind_of(located.data)).iter_errors(located.data):
+        value, path = error.instance, tuple(error.absolute_path)
+        if error.validator != "type" or not path:
+            continue
+        expected = error.validator_value
+        meant = number_meant(value, {expected} if isinstance(expected, str) else set(expected))
+        if meant is None:
+            continue
+        parent = located.data
+        for part in path[:-1]:
+            parent = parent[part]
+        parent[path[-1]] = meant
+        notes.append(located.issue(path, f"read '{value}' as the number {meant} ({exponent_hint(value)})"))
+    return notes
+
+
 def check_schema(located: Located) -> list[Issue]:
     """Every schema violation in `located.data`, one Issue each."""
     issues: list[Issue] = []
@@ -71,8 +136,8 @@ def _to_issues(error, located: Located) -> list[Issue]:
         if not path and not isinstance(value, dict):
             return [located.issue(path, f"a spec must be a mapping of keys (name, topology, strategy, ...), not {_describe(value) if not isinstance(value, list) else 'a list'}")]
         hint = ""
-        if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+[eE][-+]?[0-9]+", value):
-            hint = f" (YAML reads {value} as text: write it with a decimal point, e.g. {value.lower().replace('e', '.0e', 1)})"
+        if isinstance(value, str) and EXPONENT.fullmatch(value.strip()):  # numbers_meant took the whole ones
+            hint = f" ({float(value):g} is not a whole number)" if "integer" in expected else f" ({exponent_hint(value)})"
         return [located.issue(path, f"expected {want}, got {_describe(value)}{hint}")]
     if kind == "enum":
         options = ", ".join(repr(o) for o in error.validator_value)

@@ -11,10 +11,12 @@ Its types live in `spec_types` (re-exported here). Must not import torch.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
-from .errors import SpecError
-from .schema import apply_defaults, check_schema
+from .errors import SpecError, SpecNote
+from .hardware import resolve_hardware
+from .schema import apply_defaults, check_schema, numbers_meant
 from .strategies import plugin, strategy
 from .spec_types import FigureStyle, Runtime, Servers, Spec, Strategy, Topology, Training, Workers
 from .workload import fill_kind_defaults
@@ -24,6 +26,11 @@ from .yamlpos import Located, load_located
 def default_title(kind: str, sync: str = "sync", algorithm: str = "native") -> str:
     """The title a spec without one gets (the strategy plugin's `title`)."""
     return plugin(kind).title({"kind": kind, "sync": sync, "algorithm": algorithm})
+
+
+def name_from_file(path: str | Path) -> str:
+    """A spec's name from its file's stem, as the schema's name pattern allows (exp.yaml -> exp)."""
+    return re.sub(r"[^a-z0-9-]+", "-", Path(path).stem.lower()).strip("-")[:63] or "spec"
 
 
 def resolve(data: dict, source_name: str = "spec") -> dict:
@@ -40,8 +47,7 @@ def resolve(data: dict, source_name: str = "spec") -> dict:
     servers.setdefault("count", described.servers[0])
     servers.setdefault("label", described.server_label)
     data["strategy"].setdefault("stages", workers["count"])
-    stem = re.sub(r"[^a-z0-9-]+", "-", Path(source_name).stem.lower()).strip("-") or "spec"
-    data.setdefault("name", stem[:63])
+    data.setdefault("name", name_from_file(source_name))
     data.setdefault("title", plugin(kind).title(data["strategy"]))
     return data
 
@@ -68,7 +74,7 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
                           tr["batch_size"], tr["steps"], float(tr["optimizer"]["lr"]),
                           float(tr["optimizer"].get("momentum", 0.9)), tr["seed"], dict(tr["model"]),
                           dict(tr["optimizer"]), dict(tr["lr_schedule"]), tr.get("grad_clip"), tr["precision"],
-                          tr["compile"]),
+                          tr["compile"], tr["recompute"]),
         runtime=Runtime(rt["backend"], rt["device"], float(rt["timeout_s"]), rt["restarts"], rt["checkpoint_every"],
                         dict(rt["fault"]) if "fault" in rt else None, dict(rt["trace"])),
         figure=FigureStyle(fg["palette"], float(fg["colsep"]), float(fg["rowsep"]), dict(fg["labels"]),
@@ -76,6 +82,7 @@ def build_spec(data: dict, located: Located | None = None) -> Spec:
                            fg.get("width")),
         data=data,
         located=located,
+        hardware=resolve_hardware(data.get("hardware")),
     )
 
 
@@ -86,6 +93,8 @@ def spec_from_located(located: Located, data_files: bool = True) -> Spec:
     spec stays loadable (for its figures, comparisons, fits) where the data is not."""
     from .workload_rules import check_sections
 
+    for note in numbers_meant(located):  # 3e-4 at a numeric key: the number meant, said once
+        warnings.warn(SpecNote(str(note)), stacklevel=2)
     issues = check_schema(located) + check_sections(located)
     if issues:
         raise SpecError(issues, more_after="the cross-field rules and invariants")

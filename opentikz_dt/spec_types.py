@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .hardware import Hardware
 from .yamlpos import Located
 
 
@@ -88,6 +89,7 @@ class Training:
     grad_clip: float | None = None
     precision: str = "fp32"
     compile: bool = False
+    recompute: str = "none"  # none | selective | full (runner/model.py's apply_recompute)
 
     @property
     def model_kind(self) -> str:
@@ -137,6 +139,7 @@ class Spec:
     figure: FigureStyle
     data: dict = field(repr=False)  # the resolved (defaulted) spec as plain data
     located: Located | None = field(default=None, repr=False, compare=False)
+    hardware: Hardware | None = None  # the optional `hardware:` block (opentikz_dt.hardware); None: none given
 
     @property
     def source(self) -> str:

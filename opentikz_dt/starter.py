@@ -13,12 +13,13 @@ from pathlib import Path
 
 from .errors import DtgenError
 from .resources import spec_schema
-from .spec import spec_from_data
+from .spec import name_from_file, spec_from_data
 from .strategies import plugin, strategy
 
 
-def render_starter(kind: str) -> str:
-    """The starter spec text for a strategy."""
+def render_starter(kind: str, name: str | None = None) -> str:
+    """The starter spec text for a strategy, named `name` (default my-KIND)."""
+    name = name or f"my-{kind}"
     schema = spec_schema()["$id"]
     workers, servers = strategy(kind).default_workers, strategy(kind).servers[0]
     icons = spec_from_data({"strategy": {"kind": kind}}).data["figure"]["icons"]  # they follow the kind
@@ -31,7 +32,7 @@ def render_starter(kind: str) -> str:
 # Draw it:   dtgen figure THIS_FILE --format pdf      Run it:   dtgen run THIS_FILE
 # Every key below is optional except strategy.kind; the values shown are the defaults,
 # and a commented-out line is an example of a key left unset.
-name: my-{kind}                 # lowercase letters, digits, dashes; names output files
+name: {name:<23} # lowercase letters, digits, dashes; names output files
 title: My {kind.replace('-', ' ')} experiment
 
 topology:
@@ -70,7 +71,7 @@ figure:
 
 def write_starter(kind: str, path: Path | None, force: bool = False) -> str:
     """Render the starter; write it to `path` unless None. Refuses to overwrite without force."""
-    text = render_starter(kind)
+    text = render_starter(kind, name_from_file(path) if path is not None else None)  # exp.yaml: exp
     if path is not None:
         if path.exists() and not force:
             raise DtgenError(f"{path} exists; use --force to overwrite it")

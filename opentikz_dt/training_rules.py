@@ -49,6 +49,24 @@ def check_training(spec):
     # (A strategy that cannot run compiled says so in its own rules: pipeline's.)
     if t.precision == "fp16" and spec.runtime.device == "cpu":
         yield ("training", "precision"), "fp16 needs a GPU (runtime.device is cpu); use bf16 on the CPU"
+    refusal = recompute_refusal(t.recompute, t.model.get("kind", "mlp"))
+    if refusal:
+        yield ("training", "recompute"), refusal
+
+
+# Which built-in kinds each recompute policy can wrap: full, a block; selective, an attention core.
+RECOMPUTE_KINDS = {"full": ("transformer", "cnn"), "selective": ("transformer",)}
+
+
+def recompute_refusal(policy: str, kind: str) -> str | None:
+    """Why `training.recompute: policy` cannot run on a model of `kind`, or None."""
+    kinds = RECOMPUTE_KINDS.get(policy)
+    if kinds is None or kind in kinds:
+        return None
+    what = {"full": "blocks to wrap", "selective": "attention to recompute"}[policy]
+    has = ("a python model's blocks are unknown to dtgen" if kind == "python"
+           else f"{'an' if kind == 'mlp' else 'a'} {kind} has none")
+    return f"{policy} needs a model with {what}: {' or '.join(kinds)} ({has}); use none"
 
 
 def optimizer_settings(training) -> dict:
@@ -95,4 +113,6 @@ def describe_training(training) -> str:
         extras.append(f"clip {training.grad_clip:g}")
     if training.compile:
         extras.append("compiled")
+    if getattr(training, "recompute", "none") != "none":
+        extras.append(f"{training.recompute} recomputation")
     return opt["kind"] + (f" ({', '.join(extras)})" if extras else "")

@@ -13,12 +13,13 @@ import torch
 
 from ..strategies import plugin
 from . import checkpoint
-from .dist import settle
+from .device_spans import device_spans
 from .faults import NonFiniteLoss, fault_for, inject
 from .memory import MemoryMeter
 from .model import build_model, make_loss
 from .optim import Stepper, build_optimizer
 from .precision import LossScaler, autocast, configure_matmul
+from .step_losses import DeferredLosses
 
 
 class RankContext:
@@ -52,6 +53,10 @@ class RankContext:
         self.scaler = LossScaler() if self.precision == "fp16" else None
         # memory per rank, measured on the first step this rank trains (runner/memory.py)
         self._memory = MemoryMeter(device, compiled=bool(spec.training.compile))
+        # each step's loss, read back a step later (runner/step_losses.py): no step waits for the GPU
+        self._losses = DeferredLosses(device, self._loss_read, self._loss_not_finite)
+        # spans of device work: CUDA events resolved after the fact on a GPU (runner/device_spans.py)
+        self.device_span = device_spans(tracer, device)
 
     # --- model and data ----------------------------------------------------------------
     def build_model(self):
@@ -80,11 +85,32 @@ class RankContext:
         return autocast(self.precision, self.device)
 
     def check_loss(self, loss, step: int) -> float:
-        """The loss as a float; NonFiniteLoss (the run stops) when it is nan or inf."""
+        """The loss as a float now (a host read: it waits for the device); NonFiniteLoss
+        (the run stops) when it is nan or inf. The training loops use `step_done`, which
+        reads it a step later instead."""
         value = loss.item()
         if not math.isfinite(value):
             raise NonFiniteLoss(step, self.rank, self.id, self.precision, value)
         return value
+
+    def step_done(self, step: int, loss, samples: int, seconds: float, global_step: int | None = None) -> None:
+        """A training step ended: `loss` (a 0-d tensor, a float, or None on a rank without
+        one) is queued and read one step later (runner/step_losses.py), when the earlier
+        steps' losses reach metrics; a nan or inf one stops the run then (NonFiniteLoss,
+        naming the step that produced it). Then Metrics.step_done (progress, times)."""
+        self._losses.push(step, loss)
+        self.metrics.step_done(step, None, samples, seconds, global_step)
+
+    def read_losses(self) -> None:
+        """Read every loss still queued (the end of training, a checkpoint, a fault)."""
+        self._losses.drain()
+
+    def _loss_read(self, step: int, value: float) -> None:
+        self.metrics.loss[step] = value
+
+    def _loss_not_finite(self, step: int, value: float) -> None:
+        self.metrics.started_step = step  # failure.json names the step whose loss it was
+        raise NonFiniteLoss(step, self.rank, self.id, self.precision, value, read_late=True)
 
     def batch(self, step: int, part: int = 0, parts: int | None = None):
         return self.data.batch(step, part, self.dp_size if parts is None else parts)
@@ -92,22 +118,21 @@ class RankContext:
     def forward_backward(self, module, step: int, part: int = 0, parts: int | None = None, zero_grad=None):
         """The local half of every data-parallel step, traced the same way everywhere:
         this worker's slice of the step's global batch, forward and loss (under autocast
-        in bf16/fp16; a nan or inf loss stops the run here, before any update), backward
-        (of the scaled loss in fp16), then the straggler delay. Returns (loss, samples).
+        in bf16/fp16), backward (of the scaled loss in fp16), then the straggler delay.
+        Returns (loss, samples): the loss stays on the device; the strategy hands it to
+        `step_done`, which reads it a step later (a nan or inf loss stops the run then).
         `zero_grad` defaults to dropping the gradients; the all-reduce strategies pass
-        one that keeps their flat buffer. The spans end after `settle`, so on a GPU they
-        are the GPU's time, not the launch time."""
+        one that keeps their flat buffer. On a GPU the spans are CUDA events resolved
+        after the fact (runner/device_spans.py), so they are the GPU's time and nothing
+        here waits for the GPU; on the CPU they are the host clock's."""
         started = time.perf_counter()
         x, y = self.batch(step, part, parts)
-        with self.tracer.span("forward", step=step):
+        with self.device_span("forward", step=step):
             with self.autocast():
                 loss = self.loss_fn(module(x), y)
-            settle(self.device)
-        self.check_loss(loss, step)  # settled: no extra wait on a GPU
-        with self.tracer.span("backward", step=step):
+        with self.device_span("backward", step=step):
             (zero_grad or (lambda: module.zero_grad(set_to_none=True)))()
             (loss if self.scaler is None else self.scaler.scale_loss(loss)).backward()
-            settle(self.device)
         self.straggle(step, time.perf_counter() - started)
         return loss, len(x)
 
@@ -152,6 +177,7 @@ class RankContext:
             inject(kind, step, self.rank, before_hang=self._before_hang)
 
     def _before_hang(self):
+        self.read_losses()
         self.tracer.flush()
         self.metrics.write()
 
@@ -185,6 +211,7 @@ class RankContext:
     def maybe_checkpoint(self, step: int, state_fn) -> None:
         if not self.is_checkpoint_step(step):
             return
+        self.read_losses()  # the snapshot holds every loss up to this step
         with self.tracer.span("checkpoint", step=step):
             user = state_fn()
             if self.scaler is not None and isinstance(user, dict):

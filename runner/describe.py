@@ -9,6 +9,8 @@ module is one unit. opentikz_dt.predict.blocks.learn_model reads the description
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -43,3 +45,43 @@ def describe_model(model: nn.Module, x: torch.Tensor) -> dict:
                        "flops": flops / rows})
         activations.append(h[0].numel() if torch.is_tensor(h) and h.dim() > 0 else 0)
     return {"blocks": blocks, "activations": activations}
+
+
+def step_flops(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """{"forward": F, "backward": B, "samples": n}: FLOPs per sample of one trial training
+    step on (x, y), the forward with the loss and the backward each counted by torch's
+    FlopCounterMode (what autograd really runs: a frozen layer's weight gradient is not
+    counted, an input gradient the first layer does not need is not either)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.zero_grad(set_to_none=True)
+    with FlopCounterMode(display=False) as forward:
+        loss = loss_fn(model(x), y)
+    with FlopCounterMode(display=False) as backward:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    rows = max(1, len(x))
+    return {"forward": float(forward.get_total_flops()) / rows,
+            "backward": float(backward.get_total_flops()) / rows, "samples": rows}
+
+
+def count_python_model(spec, spec_path) -> dict:
+    """A python model built on the CPU and one trial step counted on one sample of its
+    dataset: describe_model's description with "step" (step_flops) added, learned by the
+    predictor (opentikz_dt.predict.blocks.learn_model) so its datasheet costs can use it."""
+    from ..predict.blocks import learn_model
+    from ..workload import model_section
+    from .data import Data
+    from .model import build_model, make_loss
+
+    spec_dir = Path(spec_path).resolve().parent  # the model's module and a dataset file: beside the spec
+    dataset = spec.training.dataset
+    dataset_path = str((spec_dir / dataset["path"]).resolve()) if dataset.get("kind") in ("file", "text") else None
+    torch.manual_seed(spec.training.seed)
+    data = Data(spec, "cpu", dataset_path, str(spec_dir))
+    x, y = data.take(data.indices(0, 1))
+    model = build_model(spec, "cpu", spec_dir)
+    description = describe_model(model, x)
+    description["step"] = step_flops(model, make_loss(spec, spec_dir), x, y)
+    learn_model(model_section(spec), description)
+    return description

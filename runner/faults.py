@@ -17,13 +17,16 @@ class InjectedFault(RuntimeError):
 
 
 class NonFiniteLoss(RuntimeError):
-    """The loss became nan or inf: the run stops before the step's update."""
+    """The loss became nan or inf. Read as it is computed (`read_late` False), the run
+    stops before the step's update; read a step later, as the training loops do
+    (runner/step_losses.py), that step's update has run and the run stops at once."""
 
-    def __init__(self, step: int, rank: int, ident: str, precision: str, value: float):
+    def __init__(self, step: int, rank: int, ident: str, precision: str, value: float, read_late: bool = False):
         self.step, self.rank, self.precision = step, rank, precision
-        super().__init__(f"the loss is {value} in training.precision {precision}; the run stopped before "
-                         f"step {step}'s update (lower training.optimizer.lr, set training.grad_clip, "
-                         "or use a wider precision)")
+        when = (f"after step {step}'s update (each loss is read a step later, so that no step waits for the device)"
+                if read_late else f"before step {step}'s update")
+        super().__init__(f"the loss is {value} in training.precision {precision}; the run stopped {when} "
+                         "(lower training.optimizer.lr, set training.grad_clip, or use a wider precision)")
 
 
 def fault_for(spec, rank: int, attempt: int):

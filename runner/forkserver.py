@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from multiprocessing import forkserver
+from pathlib import Path
 
 from .environ import environment
 
@@ -65,20 +66,65 @@ def running() -> bool:
         return False
 
 
-def ensure_running(socket_base: str | None = None, tmpdir: str | None = None) -> None:
+def ensure_running(socket_base: str | None = None, tmpdir: str | None = None, output: Path | None = None) -> None:
     """Start the server (if none runs) with one thread per math library: the ranks are forks of
     it, and a fork copies no thread but the caller's, so the server must have no others.
     `socket_base`: where multiprocessing's folder for the server's socket goes (default TMPDIR);
-    `tmpdir`: the server's TMPDIR, where torch makes its cache folder on import (default TMPDIR)."""
+    `tmpdir`: the server's TMPDIR, where torch makes its cache folder on import (default TMPDIR);
+    `output`: a file for the server's stdout and stderr, which its ranks write to until they
+    open their own logs (default: this process's)."""
     forkserver.set_forkserver_preload([PRELOAD])
     _make_socket_folder(socket_base or tempfile.gettempdir())
     # the ranks run one thread each anyway (worker.rank_main)
     values = {"OMP_NUM_THREADS": "1", **({"TMPDIR": tmpdir} if tmpdir else {})}
-    with environment(**values):
+    with environment(**values), _ctrl_c_ignored_by_children(), _output_to(output):
         started = not running()
         forkserver.ensure_running()
         if started:
             _STARTED.add(forkserver._forkserver._forkserver_pid)
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored_by_children():
+    """Start the server with SIGINT ignored, a disposition that survives its exec: Ctrl-C
+    goes to the whole foreground process group, and a server still importing torch (the
+    first seconds of a run) would die of it with a 40-line traceback on the terminal, as
+    would a rank still unpickling its start-up state. Python keeps an inherited SIG_IGN
+    rather than installing its KeyboardInterrupt handler; the server ignores SIGINT anyway
+    once it serves, and each rank takes Python's handler back (worker.rank_main), once its
+    output goes to its log. The launcher itself ignores SIGINT only while it forks the
+    server, a few milliseconds."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _output_to(path: Path | None):
+    """Point this process's stdout and stderr at `path` while the server is forked, so the
+    server inherits them: a rank that fails before its own log opens (after a Ctrl-C, the
+    launcher has removed the semaphore a rank still starting was to open) writes its
+    traceback there, not over the launcher's one line on the terminal."""
+    if path is None:
+        yield
+        return
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "ab") as target:
+        os.dup2(target.fileno(), 1), os.dup2(target.fileno(), 2)
+    try:
+        yield
+    finally:
+        for fd, copy in ((1, saved[0]), (2, saved[1])):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def _make_socket_folder(base: str) -> None:

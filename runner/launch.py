@@ -31,7 +31,7 @@ from .devices import device_record
 from .dist import placement_for
 from .environ import environment
 from .leftovers import launch_helpers_reaped, temp_dir_in
-from .monitor import Monitor, describe_failure
+from .monitor import STARTUP_LOG, Monitor, describe_failure
 from .placement import check_strategy
 from .precision import check_compile, check_precision, training_line, training_record
 from .preflight import preflight
@@ -101,6 +101,16 @@ def resolve_spec(spec_path, steps: int | None, measure_only: bool = False):
     return spec_from_data(data, name=str(spec_path)), data
 
 
+def refuse_over_capacity(spec, force: bool) -> None:
+    """A spec whose expected memory (opentikz_dt.memory) is over its `hardware:` device's
+    capacity is refused before anything is spawned, unless --force."""
+    from ..memory import fit_warning
+
+    line = fit_warning(spec)
+    if line and not force:
+        raise InputError(f"{line}; --force runs it anyway")
+
+
 def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, node_rank: int = 0,
                rdzv_endpoint: str | None = None, force: bool = False, echo=None, progress: bool = True,
                rdzv_timeout: float = 120.0, measure_only: bool = False) -> RunResult:
@@ -115,9 +125,10 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
     spec_dir = str(Path(spec_path).resolve().parent)
     dataset_path = dataset_file(spec, spec_dir)
     placement = placement_for(spec, world // nnodes)
-    check_strategy(placement, spec)
+    cost = check_strategy(placement, spec)  # said in the run's first line
     check_precision(spec, placement)
     check_compile(spec, placement)
+    refuse_over_capacity(load_spec(spec_path), force)  # the file as written: its lines locate the message
     # Before anything is spawned or written: one trial forward pass (runner/preflight.py).
     model_info = preflight(load_spec(spec_path), spec_dir, dataset_path, roles)
     for line in check_capacity(world // nnodes, model_info):  # oversubscribed cores or memory: said, not refused
@@ -129,17 +140,17 @@ def launch_run(spec_path, out=None, steps: int | None = None, nnodes: int = 1, n
         nodes = NodeGroup(rdzv_endpoint, nnodes, node_rank, data, f"{spec.name}", rdzv_timeout)
     try:
         return _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint,
-                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info, placement)
+                                rdzv_timeout, nodes, echo, progress, spec_dir, dataset_path, model_info, placement, cost)
     finally:
         if nodes is not None:
             nodes.stop()
 
 
 def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank, rdzv_endpoint, rdzv_timeout,
-                     nodes, echo, progress, spec_dir, dataset_path, model_info, placement) -> RunResult:
+                     nodes, echo, progress, spec_dir, dataset_path, model_info, placement, cost=None) -> RunResult:
     world = len(roles)
     run_dir = prepare_run_dir(spec, out, force, node_rank)
-    echo(f"dtgen run: {placement.reason}; {training_line(spec, placement)}")  # the first line of a run that starts
+    echo(f"dtgen run: {placement.reason}{f'; {cost}' if cost else ''}; {training_line(spec, placement)}")  # the first line of a run that starts
     # the dataset by absolute path: the run directory's spec must not be read against the run directory
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(run_spec_data(data, dataset_path), sort_keys=False,
                                                       allow_unicode=True), encoding="utf-8")
@@ -163,7 +174,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
             socket_base = tempfile.gettempdir()  # the fork server's socket is no file of the run's
             with environment(**env), temp_dir_in(run_dir):
                 if method == "forkserver":  # a server started here imports torch in the run's logs/tmp
-                    forkserver.ensure_running(socket_base)
+                    forkserver.ensure_running(socket_base, output=run_dir / "logs" / STARTUP_LOG)
                 _elastic(spec, run_dir, launch, world // nnodes, nnodes, node_rank, rdzv_endpoint, monitor,
                          rdzv_timeout, method)
         except _Failed as exc:
@@ -174,6 +185,9 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
                        "message": "interrupted: every rank was stopped"}
         finally:
             monitor.stop()
+            startup = run_dir / "logs" / STARTUP_LOG
+            if startup.is_file() and not startup.stat().st_size:
+                startup.unlink()  # kept only where a rank wrote to it before its own log opened
     if failure is not None and nodes is not None:
         lost = lost_hosts_line(nodes, run_dir)
         if lost:
@@ -309,7 +323,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
                       "device": info.get("device"), "backend": info.get("backend"), "exit_status": status})
     run = {"dtgen": __version__, "torch": torch.__version__, "backend": ranks[0]["backend"],
            "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
-           "status": "ok" if failure is None else "failed", "attempts": _attempts(run_dir),
+           "status": "ok" if failure is None else "interrupted" if failure.get("exit_code") == 130 else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
            "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"},

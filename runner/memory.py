@@ -13,7 +13,8 @@ comparison. Categories, in bytes, each tensor storage counted once:
                moments); 0-d tensors (Adam's step counters, 4 bytes each) are left out
   activations  the peak, over the measured step, of the bytes autograd saved for backward
                (torch.autograd.graph.saved_tensors_hooks: a storage is counted from the
-               first time it is saved until every save of it was unpacked by backward;
+               first time it is saved until every save of it was unpacked by backward
+               or freed with its graph;
                parameters autograd saves, such as a linear layer's weight, are not
                activations and are left out)
 
@@ -92,16 +93,39 @@ class SavedTensors:
         self.refs[key] += 1
         # a detached alias: same storage, no reference from the tensor back to its own
         # grad_fn (returning `t` itself would make a cycle only the garbage collector frees)
-        return (key, t.detach())
+        return _Saved(self, key, t.detach())
 
     def _unpack(self, packed):
-        key, t = packed
+        if isinstance(packed, tuple):  # a parameter
+            return packed[1]
+        packed.release()
+        return packed.tensor
+
+    def _release(self, key: int) -> None:
         if key in self.refs:
             self.refs[key] -= 1
             if self.refs[key] == 0:
                 del self.refs[key]
                 self.live -= self.nbytes.pop(key)
-        return t
+
+
+class _Saved:
+    """One save of a storage: released when backward unpacks it, or when its graph is
+    freed without a backward (a forward run only to infer shapes, as a pipeline stage's
+    first step does), whichever comes first."""
+
+    __slots__ = ("owner", "key", "tensor", "done")
+
+    def __init__(self, owner: SavedTensors, key: int, tensor):
+        self.owner, self.key, self.tensor, self.done = owner, key, tensor, False
+
+    def release(self) -> None:
+        if not self.done:
+            self.done = True
+            self.owner._release(self.key)
+
+    def __del__(self):
+        self.release()
 
 
 class MemoryMeter:

@@ -58,6 +58,13 @@ def _steady_samples(m: dict) -> float:
     return m["samples"] * (done - 1) / done if done > 1 else 0.0
 
 
+def _steps_reached(m: dict, run_steps: int) -> int:
+    served = [int(v) for v in m.get("global_step", {}).values()]
+    if served:
+        return max(served) + 1
+    return len(m["step_end"]) or run_steps
+
+
 def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
     run_dir = Path(run_dir)
     per_rank = {r: m for r, p in _rank_files(run_dir / "metrics", ".json").items() if (m := _read_json(p))}
@@ -109,6 +116,12 @@ def merge_metrics(run_dir: Path, roles, steps: int) -> dict:
         "staleness": [v for m in per_rank.values() for v in m["staleness"]],
         "per_worker_samples_per_s": per_worker,
         "steps_per_worker": own_steps,
+        # steps each rank had completed when its counts (bytes) were last written: an
+        # interrupted run's bytes per step divide by these, not by the steps asked for
+        # (an async PS worker's: the global steps up to the last one it served, as the run's
+        # steps count them; a server's: the run's, as it records no steps of its own)
+        "steps_per_rank": {str(r): _steps_reached(m, last + 1) for r, m in per_rank.items()},
+        "ranks_missing": [r for r in range(len(roles)) if r not in per_rank],  # no counts at all
         "warmup_s": round(warmup, 6),
         # fp16: steps skipped because their gradients overflowed (every rank holding
         # a part of the model skips the same steps)

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 
 PROGRESS_S = 0.5
+# The whole metrics file, between steps, this often: a rank stopped inside a collective after
+# Ctrl-C is killed before it can write, and its counts up to its last completed step stay.
+WRITE_S = 2.0
 RECENT_LOSSES = 8  # per-step losses a progress report carries (the parent averages a step all ranks did)
 
 
@@ -40,6 +43,7 @@ class Metrics:
         self.first_start: float | None = None
         self.first_samples = 0  # samples of the first (warm-up) step, left out of throughput
         self._last_progress = 0.0
+        self._last_written = time.monotonic()
         self.on_step = None  # set by the worker: flush the tracer now and then
         self.memory: dict | None = None  # bytes per category on one step (runner/memory.py)
 
@@ -60,7 +64,9 @@ class Metrics:
         if global_step is not None:
             self.global_step[step] = int(global_step)
         self.current_step = max(self.current_step, step if global_step is None else global_step)
-        if time.monotonic() - self._last_progress >= PROGRESS_S:
+        if time.monotonic() - self._last_written >= WRITE_S:
+            self.write()  # with the progress: what an interrupted rank (killed in a collective) leaves
+        elif time.monotonic() - self._last_progress >= PROGRESS_S:
             self.write_progress()
         if self.on_step is not None:
             self.on_step()
@@ -112,4 +118,5 @@ class Metrics:
         if self.memory is not None:
             data["memory"] = self.memory
         write_json_atomic(self.run_dir / "metrics" / f"rank{self.rank}.json", data)
+        self._last_written = time.monotonic()
         self.write_progress()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..errors import InputError
 from .entry import call_entry, resolve_entry
@@ -31,17 +32,28 @@ class MLP(nn.Module):
         return x
 
 
+def _recomputed(fn, *args):
+    """`fn(*args)` keeping only its inputs for the backward, which runs it again
+    (torch.utils.checkpoint, non-reentrant: the form torch's own checkpoint wrapper uses)."""
+    return checkpoint(fn, *args, use_reentrant=False)
+
+
+def _attention_core(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Attention(nn.Module):
     def __init__(self, d: int, heads: int):
         super().__init__()
         self.heads = heads
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
+        self.recompute_core = False  # training.recompute: selective
 
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = _recomputed(_attention_core, q, k, v) if self.recompute_core else _attention_core(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -64,8 +76,12 @@ class Block(nn.Module):
         self.attn = Attention(d, heads)
         self.ln2 = nn.LayerNorm(d)
         self.mlp = FeedForward(d)
+        self.recompute = False  # training.recompute: full
 
     def forward(self, x):
+        return _recomputed(self._forward, x) if self.recompute else self._forward(x)
+
+    def _forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -102,8 +118,12 @@ class ResBlock(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(width, width, 3, padding=1)
         self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.recompute = False  # training.recompute: full
 
     def forward(self, x):
+        return _recomputed(self._forward, x) if self.recompute else self._forward(x)
+
+    def _forward(self, x):
         return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
 
 
@@ -153,7 +173,19 @@ def build_model(spec, device="cpu", spec_dir=None) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.training.seed)
         model = _user_model(spec, spec_dir) if m["kind"] == "python" else _builtin(m)
+    apply_recompute(model, getattr(spec.training, "recompute", "none"))
     return model.to(device)
+
+
+def apply_recompute(model: nn.Module, policy: str) -> None:
+    """training.recompute on a built-in model (the spec rules refuse the others): full, every
+    block (transformer, cnn) keeps only its input; selective, every attention core. Names
+    and parameters are unchanged, so every strategy's plans and state dicts still apply."""
+    for module in model.modules():
+        if policy == "full" and isinstance(module, (Block, ResBlock)):
+            module.recompute = True
+        if policy == "selective" and isinstance(module, Attention):
+            module.recompute_core = True
 
 
 def build_optimizer(spec, params):

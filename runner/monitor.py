@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+STARTUP_LOG = "startup.log"  # the fork server's output: what a rank wrote before its own log opened
 GRACE_S = 5.0
 STARTUP_S = 120.0
 COMPILE_S = 600.0  # training.compile: the first step also compiles the model (minutes for a large one)
@@ -251,6 +252,9 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
         rank, detail = 0, "failed"
     role, ident = roles[rank] if rank is not None and rank < len(roles) else (None, None)
     log = run_dir / "logs" / f"rank{rank}.log"
+    startup = run_dir / "logs" / STARTUP_LOG  # a rank that failed before its own log opened wrote here
+    if not log.is_file() and startup.is_file() and startup.stat().st_size:
+        log = startup
     message = f"rank {rank} ({role} {ident}) {detail}\nlog: {log}"
     return {"rank": rank, "role": role, "id": ident, "exit_code": exit_codes.get(rank), "log": str(log),
             "message": message, "exit_codes": exit_codes}

@@ -24,12 +24,18 @@ from ..training_rules import lr_at, optimizer_settings
 
 def build_optimizer(spec, params):
     """torch.optim.SGD / Adam / AdamW with the spec's settings (defaults filled in)."""
+    cls, settings = optimizer_class(spec)
+    return cls(list(params), **settings)
+
+
+def optimizer_class(spec) -> tuple[type, dict]:
+    """(the torch.optim class, its keyword arguments) of the spec's optimizer: what
+    build_optimizer builds, and what a wrapper (ZeroRedundancyOptimizer) builds per shard."""
     s = optimizer_settings(spec.training)
-    params = list(params)
     if s["kind"] == "sgd":
-        return torch.optim.SGD(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"])
+        return torch.optim.SGD, {"lr": s["lr"], "momentum": s["momentum"], "weight_decay": s["weight_decay"]}
     cls = torch.optim.Adam if s["kind"] == "adam" else torch.optim.AdamW
-    return cls(params, lr=s["lr"], betas=tuple(s["betas"]), eps=s["eps"], weight_decay=s["weight_decay"])
+    return cls, {"lr": s["lr"], "betas": tuple(s["betas"]), "eps": s["eps"], "weight_decay": s["weight_decay"]}
 
 
 class Stepper:
@@ -62,6 +68,16 @@ class Stepper:
         grads = [p.grad for p in self.params if p.grad is not None]
         if self.scaler is not None:
             self.scaler.unscale_(grads)
+        if self.clip and not self.check_finite:
+            # Clipping alone needs no host read: the factor is computed and applied on
+            # the device (bit-identical to the host path's: the same float64 norm and
+            # factor, multiplying by exactly 1.0 where the norm is within max_norm).
+            # (a nan norm gives factor 1, as min(1.0, nan) does on the host)
+            coef = (self.clip / (self._global_sq().sqrt() + 1e-6)).nan_to_num(nan=1.0).clamp(max=1.0)
+            for g in grads:
+                g.mul_(coef.to(g.dtype))
+            self._update(step)
+            return True
         norm = self._global_norm() if (self.clip or self.check_finite) else None
         if self.check_finite and not math.isfinite(norm):
             if self.scaler is not None:
@@ -78,15 +94,19 @@ class Stepper:
             if coef < 1.0:
                 for g in grads:
                     g.mul_(coef)
+        self._update(step)
+        return True
+
+    def _update(self, step: int) -> None:
         lr = lr_at(self.ctx.spec.training, step)
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.opt.step()
         if self.scaler is not None:
             self.scaler.update(found_inf=False)
-        return True
 
-    def _global_norm(self) -> float:
+    def _global_sq(self):
+        """The squared global gradient norm as a 0-d float64 tensor on the device."""
         grads = [p.grad for p in self.norm_params if p.grad is not None]
         device = grads[0].device if grads else self.ctx.device
         sq = torch.zeros((), dtype=torch.float64, device=device)
@@ -94,4 +114,9 @@ class Stepper:
             sq += torch.linalg.vector_norm(g.detach(), dtype=torch.float64) ** 2
         if self.reduce_sq is not None:
             sq = self.reduce_sq(sq)
-        return math.sqrt(sq.item()) if math.isfinite(sq.item()) else float("nan")
+        return sq
+
+    def _global_norm(self) -> float:
+        """The global norm as a float: one host read (fp16's skip decision needs it there)."""
+        sq = self._global_sq().item()
+        return math.sqrt(sq) if math.isfinite(sq) else float("nan")

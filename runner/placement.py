@@ -73,21 +73,11 @@ def choose_placement(device: str, backend: str, ranks: int, gpus: int) -> Placem
         f"tensors staged through host memory: nccl needs one GPU per rank ({why_device})"))
 
 
-# Why a strategy's check_placement refuses ranks sharing GPUs over gloo, one wording each:
-# torch's pipeline schedules send GPU tensors themselves (gloo all-reduces, broadcasts and
-# gathers GPU tensors, nothing point to point); DTensor.full_tensor's gather of the final
-# model killed rank 0 with SIGSEGV (one H100, torch 2.11: benchmarks/results/gpu_h100_2026-11.md), after
-# every training step had run, for kinds fsdp and tensor alike.
-SENDS_GPU_TENSORS = ("torch's pipeline schedules send GPU tensors point to point, which gloo does not "
-                     "support")
-GATHER_CRASHED = ("on one H100 (torch 2.11) its run trained, then crashed (SIGSEGV) gathering the final "
-                  "model (DTensor.full_tensor, an all-gather of GPU tensors over gloo)")
-
-
-def check_strategy(placement: Placement, spec) -> None:
+def check_strategy(placement: Placement, spec) -> str | None:
     """InputError if `spec`'s strategy cannot run on `placement` (its runner plugin's
-    check_placement: pipeline's schedules cannot share GPUs over gloo). Imports the
-    plugin, and so torch, only when called."""
+    check_placement); else None, or the cost of running there that the run's first line
+    says (a pipeline's stages on GPUs shared over gloo: through host memory). Imports
+    the plugin, and so torch, only when called."""
     from .strategies import load_strategy
 
-    load_strategy(spec.strategy.kind).check_placement(placement, spec)
+    return load_strategy(spec.strategy.kind).check_placement(placement, spec)

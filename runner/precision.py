@@ -115,7 +115,7 @@ def training_record(spec, device: str) -> dict:
     kind = "cuda" if str(device).startswith("cuda") else "cpu"
     return {"precision": t.precision, "precision_means": describe(t.precision, kind),
             "optimizer": optimizer_settings(t), "lr_schedule": dict(t.lr_schedule), "grad_clip": t.grad_clip,
-            "compile": t.compile, "gradient_bytes_per_value": BYTES_PER_GRADIENT}
+            "compile": t.compile, "recompute": t.recompute, "gradient_bytes_per_value": BYTES_PER_GRADIENT}
 
 
 def configure_matmul(precision: str, device) -> None:

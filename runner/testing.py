@@ -91,6 +91,9 @@ SYNC_CASES = {
     "pipeline-1f1b": ("pipeline", {"topology": {"workers": {"count": 2}},
                                    "strategy": {"schedule": "1f1b", "microbatches": 4}}, 1),
     "fsdp": ("fsdp", {"topology": {"workers": {"count": 2}}}, 2),
+    # ZeRO-1 (DDP + ZeroRedundancyOptimizer) and ZeRO-2 (FSDP2 keeping the gathered parameters)
+    "fsdp-shard-optimizer": ("fsdp", {"topology": {"workers": {"count": 2}}, "strategy": {"shard": "optimizer"}}, 2),
+    "fsdp-shard-gradients": ("fsdp", {"topology": {"workers": {"count": 2}}, "strategy": {"shard": "gradients"}}, 2),
     # dp 1: tensor parallelism splits the layers, every worker sees the whole batch
     "tensor-mlp": ("tensor", {"topology": {"workers": {"count": 2}}}, 1),
     # dp 2: a 2 x 2 mesh's two rows each take a slice of the global batch; the two ranks of

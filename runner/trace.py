@@ -60,6 +60,8 @@ class Tracer:
         self._args_json: dict = {}  # cache: args items -> their JSON text after "id"
         self._last_flush = time.monotonic()
         self._file = None
+        # callables(final) that hand over spans resolved after the fact (runner/device_spans.py)
+        self.resolvers: list = []
 
     def set_clock(self, base_ns: int, offset_us: float) -> None:
         """perf_counter_ns() == base_ns corresponds to offset_us on the run's clock."""
@@ -90,6 +92,14 @@ class Tracer:
         self.count += 1
         if len(self._buf) >= FLUSH_EVENTS:
             self.flush()
+
+    def add_resolved(self, name: str, tid: int, t0_ns: int, t1_ns: int, step: int, args: dict) -> None:
+        """A span whose stamps became known after the fact (a resolver, during flush)."""
+        if self.count >= self.max_events:
+            self.dropped += 1
+            return
+        self._buf.append(("X", name, tid, t0_ns, t1_ns, step, args))
+        self.count += 1
 
     def add_span(self, name: str, t0_ns: int, t1_ns: int, step: int, tid: str = "compute",
                  flow_in=None, flow_out=None, **args) -> None:
@@ -165,11 +175,13 @@ class Tracer:
         return event
 
     def maybe_flush(self) -> None:
-        if self._buf and time.monotonic() - self._last_flush >= FLUSH_S:
+        if (self._buf or self.resolvers) and time.monotonic() - self._last_flush >= FLUSH_S:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, final: bool = False) -> None:
         self._last_flush = time.monotonic()
+        for resolve in self.resolvers:
+            resolve(final)
         if not self._buf:
             return
         if self._file is None:
@@ -180,7 +192,7 @@ class Tracer:
         self._file.flush()
 
     def close(self) -> None:
-        self.flush()
+        self.flush(final=True)
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -40,6 +40,8 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     _redirect_output(run_dir, rank)
+    if forkserver.forked_from_server():  # its server ignored Ctrl-C (forkserver.ensure_running); a rank takes it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     multinode.die_with_parent()
     forkserver.release_server()
     (run_dir / "failure" / f"rank{rank}.json").unlink(missing_ok=True)  # from an earlier attempt
@@ -72,7 +74,11 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
         _flush_on_sigterm(tracer, metrics, run_dir / "failure" / f"rank{rank}.json")
         if ctx.start_step:
             ctx.log(f"dtgen: resuming from the checkpoint after step {ctx.start_step - 1}")
-        strategy.train(ctx)
+        from .sync_audit import audited
+
+        with audited(rank):  # DTGEN_SYNC_AUDIT: count the host reads training makes
+            strategy.train(ctx)
+            ctx.read_losses()  # the last steps' losses (runner/step_losses.py); a nan among them stops the run here
         tracer.flush()
         metrics.write()
         multinode.gather_to_node0(run_dir, rank, world, hosts, control)  # no shared filesystem needed
@@ -80,6 +86,8 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
 
         dist.barrier(group=control)  # nobody leaves while a peer may still talk to it
     except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):  # the terminal's Ctrl-C, then the launcher passes it on:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the second must not cut the flush below short
         from .faults import classify
 
         kind = classify(exc)

@@ -12,7 +12,7 @@ for ex in ps-sync ps-async pipeline-1f1b allreduce-ring; do
   for f in "$work/fig/$ex"/*.pdf; do
     name=$(basename "$f" .pdf)
     case "$ex:${name#measured-$ex-}" in  # the figures are named measured-<run>-<kind>, as the gallery's
-      *:timeline|*:topology|ps-async:loss|ps-async:staleness|ps-sync:throughput) png "$f" "$name" ;;
+      *:timeline|*:topology|ps-async:loss|ps-async:staleness) png "$f" "$name" ;;
     esac
   done
 done

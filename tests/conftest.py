@@ -112,9 +112,11 @@ def _dist_tests_share_a_rank_server(request):
 def pytest_collection_modifyitems(config, items):
     no_tex = shutil.which("pdflatex") is None
     for item in items:
-        if "latex" in item.keywords and no_tex:
+        # markers, not item.keywords: keywords hold the folders' names too, and a checkout in
+        # a folder named gpu (or latex) would skip every test
+        if item.get_closest_marker("latex") and no_tex:
             item.add_marker(pytest.mark.skip(reason="pdflatex not installed (see docs/install.md: TeX packages)"))
-        if "gpu" in item.keywords and not _cuda_available():
+        if item.get_closest_marker("gpu") and not _cuda_available():
             item.add_marker(pytest.mark.skip(reason="no CUDA device on this machine"))
 
 

@@ -55,3 +55,14 @@ def test_modes_this_dtgen_cannot_run_are_marked_not_run_never_estimated():
     assert any(line.startswith("| bf16 | 500.0 | not run: ") and line.endswith(" | – |") for line in lines)
     assert not any("bf16 / dtgen fp32" in line for line in lines)
     assert bench.rate([0.0, 1.0, 2.0, 2.5], 16, warmup=1) == pytest.approx(16 * 2 / 1.5)
+
+
+def test_the_table_says_where_dtgen_misses_the_goal_against_the_plain_loop():
+    bench = _bench()
+    rows = {"fp32": ({"samples_per_s": 100.0}, {"samples_per_s": 98.0}),
+            "tf32": ({"samples_per_s": 200.0}, {"samples_per_s": 190.0}),
+            "bf16": ({"samples_per_s": 500.0}, {"error": "not run: x"})}
+    lines = bench.one_gpu_table(rows, "header")
+    assert "goal dtgen / plain >= 0.97x: not met at tf32 0.95x" in lines
+    rows["tf32"] = ({"samples_per_s": 200.0}, {"samples_per_s": 194.0})
+    assert "goal dtgen / plain >= 0.97x: met at fp32, tf32" in bench.one_gpu_table(rows, "header")

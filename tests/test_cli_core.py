@@ -122,7 +122,13 @@ def test_init_starter_draws_without_a_warning(tmp_path, kind):
     drawn = run_cli("figure", str(target), "-o", str(tmp_path / "fig"))
     assert drawn.exit_code == 0, drawn.output
     assert drawn.stderr == ""
-    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [f"my-{kind}-timeline.tex", f"my-{kind}-topology.tex"]
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == ["starter-timeline.tex", "starter-topology.tex"]
+
+
+def test_init_names_the_spec_after_its_file(tmp_path):
+    assert run_cli("init", str(tmp_path / "Exp 2.yaml")).exit_code == 0
+    assert load_spec(tmp_path / "Exp 2.yaml").name == "exp-2"
+    assert "\nname: my-parameter-server " in run_cli("init").output  # to stdout: no file to name it after
 
 
 def test_a_default_gap_is_widened_silently_and_a_written_one_with_a_warning(tmp_path):
@@ -177,7 +183,7 @@ def test_validate_says_when_the_rules_wait_for_the_schema(tmp_path):
     """Schema problems first; the cross-field rules need valid values, and the summary says
     they have not run yet, so a clean second run is no surprise (then only the rule's problem)."""
     spec = tmp_path / "s.yaml"
-    spec.write_text("strategy: {kind: allreduce, sync: async}\ntraining: {optimizer: {kind: sgd, lr: 1e-3}}\n")
+    spec.write_text("strategy: {kind: allreduce, sync: async}\ntraining: {optimizer: {kind: sgd, lr: fast}}\n")
     first = run_cli("validate", str(spec))
     assert first.exit_code == 1 and "training.optimizer.lr: expected a number" in first.output
     assert "strategy.sync" not in first.output

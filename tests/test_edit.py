@@ -296,6 +296,17 @@ def test_bad_arguments_are_named_before_anything_is_read(tmp_path, operation, wo
     assert result.exit_code == 2 and message in result.output
 
 
+def test_a_mistyped_set_key_shows_the_suggestion_and_a_few_close_keys_not_all(tmp_path):
+    path = example(tmp_path, "ps-sync.yaml")
+    result = cli(path, "set", "--key", "training.optimzer.lr", "--value", "0.1")
+    assert result.exit_code == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("dtgen: error: set: --key 'training.optimzer.lr' is not one of the ")
+    assert "did you mean 'training.optimizer.lr'?" in line and "`dtgen contract` lists them all" in line
+    assert line.count("'") <= 2 * 5  # the key, the suggestion and at most three more
+    assert len(line) < 400
+
+
 def test_parse_words_types_values_by_the_schema():
     assert parse_words("change-spacing", ["--colsep", "5", "--rowsep=2.75"]) == {"colsep": 5, "rowsep": 2.75}
     assert parse_words("rename-node", ["--node", "w1", "--label=--odd--"]) == {"node": "w1", "label": "--odd--"}

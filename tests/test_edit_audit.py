@@ -200,7 +200,7 @@ def test_template_tags_and_pruning_follow_the_strategy():
     for word in ("parameter server", "gossip", "pipeline parallel", "timeline"):
         assert word not in tags["allreduce-ring.yaml"]
     ps = metas["ps-sync.yaml"]
-    assert ps["edit_contract"]["styles"] == ["icon", "slbl", "ttl", "data", "grad", "wts", "barrier"]
+    assert ps["edit_contract"]["styles"] == ["icon", "slbl", "ttl", "data", "grad", "wts"]
     assert "patterns" not in ps["requires"] and "decorations.markings" not in ps["requires"]
 
 
@@ -241,3 +241,14 @@ def test_an_identifier_is_still_noted_as_a_name(tmp_path):
     result = dtgen("edit", spec, "set-palette", "--variant", "dark", "--no-compile", "--json")
     assert result.exit_code == 0, result.output
     assert any("mentions 'light', the old value of figure.palette" in n for n in json.loads(result.output)["notes"])
+
+
+def test_a_title_naming_the_old_algorithm_is_noted(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text('title: "Ring all-reduce over 4 workers"\ntopology:\n  workers: {count: 4}\n'
+                    "strategy: {kind: allreduce, algorithm: ring}\nfigure: {labels: {server_group: Servers}}\n")
+    result = dtgen("edit", spec, "set-strategy", "--kind", "allreduce", "--algorithm", "tree", "--no-compile", "--json")
+    assert result.exit_code == 0, result.output
+    notes = json.loads(result.output)["notes"]
+    assert ("title on line 1 mentions 'Ring', the old value of strategy.algorithm (now 'tree'); check it still "
+            "holds: 'Ring all-reduce over 4 workers'") in notes

@@ -258,8 +258,9 @@ def test_a_body_in_sbox_is_exactly_as_wide_as_its_picture():
 
 
 def test_set_sync_async_changes_the_parameter_server_topology(tmp_path):
-    """Seed 002's distinction: sync draws a barrier the server waits at; async has none and
-    says the workers push and pull at their own pace. Both figures are clean."""
+    """Seed 002's distinction: sync's note says the server is a barrier (said, not drawn: a
+    bar crossed every arrow into the server, unexplained); async says the workers push and
+    pull at their own pace. Both figures are clean."""
     from opentikz_dt.edit import edit_file
 
     path = tmp_path / "ps.yaml"
@@ -267,7 +268,8 @@ def test_set_sync_async_changes_the_parameter_server_topology(tmp_path):
     sync = render_topology(load_spec(path))
     edit_file(path, "set-sync", {"mode": "async"}, compile=False)  # compiled below
     asynchronous = render_topology(load_spec(path))
-    assert r"\draw[barrier]" in sync and r"\draw[barrier]" not in asynchronous
+    assert r"\draw[barrier]" not in sync and r"\draw[barrier]" not in asynchronous
+    assert "a barrier waits for all" in sync and "barrier waits" not in asynchronous
     assert "own pace" in asynchronous and "own pace" not in sync
     for tex in (sync, asynchronous):
         assert check_figure_geometry(compile_pdf(tex).log) == []

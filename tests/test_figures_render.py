@@ -537,3 +537,14 @@ def test_a_fitted_figure_that_stays_wider_than_asked_is_reported():
     wide = fit_shortfall("FIT natural 400.0pt target 225.85pt scale 0.75\n")
     assert "drawn 11.1 cm wide, not the 8.5 cm asked" in wide and "under 6 pt" in wide
     assert fit_shortfall("no fit line") == ""
+
+
+def test_a_zero1_fsdp_spec_is_drawn_as_ddp_saying_what_is_left_out():
+    """shard: optimizer runs DDP and ZeroRedundancyOptimizer: no FSDP gathers or scatters are
+    drawn; the gradients' all-reduce is, and the title says the broadcasts are not."""
+    spec = _spec("fsdp", 2, strategy={"shard": "optimizer"}, **FSDP_MODEL)
+    (panel,) = expected_timeline(spec).panels
+    assert panel.title.startswith("ZeRO-1 (DDP)") and "broadcasts after the step not drawn" in panel.title
+    kinds = {(box.kind, getattr(box, "phase", None)) for lane in panel.lanes for box in lane.boxes}
+    assert not [k for k in kinds if k[1] in ("all-gather", "reduce-scatter")]
+    assert any(kind == "allreduce" for kind, _ in kinds)

@@ -213,3 +213,24 @@ def test_a_push_cut_to_end_before_the_window_is_not_drawn_backwards(tmp_path):
     lanes = {lane.id: lane for lane in m.timeline.panels[0].lanes}
     assert [(b.kind, b.start_ms, b.end_ms) for b in lanes["w1-comm"].boxes] == [("wait", 0.13, 0.15)]
     assert all(b.end_ms >= b.start_ms for lane in lanes.values() for b in lane.boxes)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("target_cm", [None, 8.5])
+def test_no_push_of_a_30_step_sync_ps_run_is_drawn_ending_inside_the_update_it_fed(target_cm):
+    """All 30 steps in one figure: a push is a hairline there, and one grown to the right past
+    its arrival was drawn ending inside the server's update (6 of 90 at natural width, 17 at
+    column width). Checked on the drawn geometry: each push's right edge against the first
+    update the server began at or after the push began."""
+    from opentikz_dt.figures.timeline import draw_timeline
+
+    run = _real_run("parameter-server", topology={"workers": {"count": 3}, "servers": {"count": 1}},
+                    training={"steps": 30})
+    m = measured_timeline(run.spec, run.trace, (0, run.trace.steps[-1]))
+    (panel,) = draw_timeline(m.timeline, target_cm).panels
+    updates = sorted(b.x0 for b in panel.boxes if b.style == "tl-update")
+    pushes = [b for b in panel.boxes if b.style == "tl-push"]
+    assert len(pushes) == 90 and len(updates) >= 29  # the last update may start past the workers' last step
+    for push in pushes:
+        fed = next((x0 for x0 in updates if x0 >= push.x0 - 1e-9), None)
+        assert fed is None or push.x1 <= fed + 1e-9, (push, fed)

@@ -10,6 +10,7 @@ from opentikz_dt.figures.bbox import parse_bboxes
 from opentikz_dt.figures.compile import compile_pdf, pdf_text
 from opentikz_dt.measured.compare import compare_runs
 from opentikz_dt.measured.figures import render_run_figures, write_run_figures
+from opentikz_dt.measured.plots import workers_alike
 from opentikz_dt.measured.run import load_run
 from opentikz_dt.predict.synthetic import write_synthetic_run
 
@@ -23,8 +24,9 @@ def test_every_figure_of_a_run_compiles(tmp_path, kind):
     written = write_run_figures(run_dir, tmp_path / "out", ("tex", "pdf"))
     pdfs = sorted(p.name for p in written if p.suffix == ".pdf")
     # named by the run (its directory), so two runs' figures can share a folder
-    expected = [f"measured-{kind}-{name}.pdf" for name in ("timeline", "topology", "loss", "throughput", "table")
-                + (("staleness",) if kind == "ps-async" else ())]
+    alike = workers_alike(load_run(run_dir).metrics["per_worker_samples_per_s"])  # then a note, no bar chart
+    expected = [f"measured-{kind}-{name}.pdf" for name in ("timeline", "topology", "loss", "table")
+                + (("staleness",) if kind == "ps-async" else ()) + (() if alike else ("throughput",))]
     assert pdfs == sorted(expected)
     assert all((tmp_path / "out" / name).read_bytes().startswith(b"%PDF") for name in pdfs)
 
@@ -47,7 +49,8 @@ def test_crashed_run_figures_compile_and_say_so(tmp_path):
     text = pdf_text(compile_pdf(tex).pdf)
     assert "run failed: rank 2 (w3) exited with 1" in " ".join(text.split())
     written = write_run_figures(run_dir, tmp_path / "out", ("pdf",))
-    assert len([p for p in written if p.suffix == ".pdf"]) == 5
+    # timeline, topology, loss, table (sync: every worker one rate, said in the table, no bar chart)
+    assert len([p for p in written if p.suffix == ".pdf"]) == 4
 
 
 def test_compare_writes_overlays_and_a_booktabs_table(tmp_path):
@@ -73,7 +76,7 @@ def test_body_only_tex_is_bare_and_the_pdf_still_compiles(tmp_path):
 def test_dark_palette_figures_compile(tmp_path):
     import yaml
 
-    run_dir = write_synthetic_run(tmp_path / "dark", "ps-async", steps=12)
+    run_dir = write_synthetic_run(tmp_path / "dark", "ps-async", steps=12, slowdown={"w3": 2.0})  # with its bars
     spec = yaml.safe_load((run_dir / "spec.yaml").read_text())
     spec["figure"]["palette"] = "dark"
     (run_dir / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -190,13 +193,16 @@ def test_measured_multihost_topologies_fit_one_column(tmp_path, case):
 
 
 def test_a_measured_figure_wider_than_its_target_width_is_reported(tmp_path):
-    # The summary table has a fixed set of columns: at one column it stays wider than asked,
-    # and the user hears it (the CLI prints these lines on stderr); the timeline fits.
+    # The summary table, turned at a narrow width, still has its fixed column of metric names:
+    # at 4 cm it stays wider than asked, and the user hears it (the CLI prints these lines on
+    # stderr); at one column it fits, as the timeline does.
     run_dir = write_synthetic_run(tmp_path / "r", "ps-sync", steps=12)
     heard = []
     write_run_figures(run_dir, tmp_path / "out", ("pdf",), only=("table-summary", "measured-timeline"),
                       width="column", notify=heard.append)
-    assert len(heard) == 1 and "measured-r-table.tex: drawn" in heard[0] and "8.5 cm asked" in heard[0], heard
+    assert heard == []
+    write_run_figures(run_dir, tmp_path / "out", ("pdf",), only=("table-summary",), width="4cm", notify=heard.append)
+    assert len(heard) == 1 and "measured-r-table.tex: drawn" in heard[0] and "4.0 cm asked" in heard[0], heard
 
 
 @pytest.mark.parametrize("kind", ["allreduce-ring"])

@@ -110,8 +110,8 @@ def test_memory_per_worker_holds_the_stage_the_tensor_slice_and_the_data_shard()
 def test_the_shapes_of_8_workers_for_a_2_block_4_head_transformer():
     spec = _mesh(1, 4, 2, schedule="gpipe", microbatches=2)  # global batch 4 x 4 = 16
     labels = [label for label, _, _ in REGISTRY.get("mesh").shapes(spec, 8)]
-    assert labels == ["8 x 1 x 1", "4 x 2 x 1", "4 x 1 x 2", "2 x 4 x 1", "2 x 2 x 2", "2 x 1 x 4", "1 x 8 x 1",
-                      "1 x 4 x 2", "1 x 2 x 4", "1 x 1 x 8"]
+    assert labels == ["1 x 8 x 1", "1 x 4 x 2", "2 x 4 x 1", "1 x 2 x 4", "2 x 2 x 2", "4 x 2 x 1", "1 x 1 x 8",
+                      "2 x 1 x 4", "4 x 1 x 2", "8 x 1 x 1"]
 
 
 @pytest.fixture
@@ -137,21 +137,33 @@ training:
 def test_the_sweep_takes_exactly_the_shapes_the_model_can(spec_file):
     points, refused, _, assumed, count = run_shapes(spec_file(MESH_YAML))
     assert count == 8 and assumed["global_batch"] == 16
-    assert sorted(p.label for p in points) == sorted(["8 x 1 x 1", "4 x 2 x 1", "4 x 1 x 2", "2 x 4 x 1", "2 x 2 x 2",
-                                                      "1 x 4 x 2"])
+    assert sorted(p.label for p in points) == sorted(["1 x 8 x 1", "1 x 4 x 2", "2 x 4 x 1", "1 x 2 x 4", "2 x 2 x 2",
+                                                      "2 x 1 x 4"])
     assert [p.step_ms for p in points] == sorted(p.step_ms for p in points)  # fastest first
     assert refused == [
-        ("2 x 1 x 4", "strategy.parallelism.pipeline: 4 pipeline stages need at least 4 blocks; the model has 2"),
-        ("1 x 8 x 1", "training.model.heads: 4 attention heads (each worker takes whole heads) do not split over "
+        ("4 x 2 x 1", "strategy.parallelism.pipeline: 4 pipeline stages need at least 4 blocks; the model has 2"),
+        ("1 x 1 x 8", "training.model.heads: 4 attention heads (each worker takes whole heads) do not split over "
                       "parallelism.tensor 8 (tensor degrees that work: 2, 4)"),
-        ("1 x 2 x 4", "strategy.parallelism.pipeline: 4 pipeline stages need at least 4 blocks; the model has 2"),
-        ("1 x 1 x 8", "strategy.parallelism.pipeline: 8 pipeline stages need at least 8 blocks; the model has 2")]
-    # memory per worker per shape, the fullest rank (x 16: params, grads, two adamw moments)
-    memory = {p.label: p.memory_bytes // 16 for p in points}
-    assert memory["8 x 1 x 1"] == 28032 and memory["4 x 2 x 1"] == 15520 and memory["2 x 2 x 2"] == 9008
+        ("4 x 1 x 2", "strategy.parallelism.pipeline: 4 pipeline stages need at least 4 blocks; the model has 2"),
+        ("8 x 1 x 1", "strategy.parallelism.pipeline: 8 pipeline stages need at least 8 blocks; the model has 2")]
+    # memory per worker per shape: the fullest rank's states and activations (opentikz_dt.memory
+    # for the shape's spec); the states of the rank holding the most (x 16: params, grads, two
+    # adamw moments)
+    from opentikz_dt.predict.predict import apply_overrides
+    from opentikz_dt.spec import load_spec
+    from opentikz_dt.predict.plugin import REGISTRY
+
+    base = load_spec(spec_file(MESH_YAML))
+    layouts = {label: extra for label, extra, refusal in REGISTRY.get("mesh").shapes(base, 8) if not refusal}
+    memory = {p.label: p.memory_bytes for p in points}
+    for label, values in (("1 x 8 x 1", 28032), ("1 x 4 x 2", 15520), ("2 x 2 x 2", 9008)):
+        ranks = expected_memory(apply_overrides(base, layouts[label], workers=8))
+        assert max(r.params + r.grads + r.optimizer for r in ranks) == 16 * values
+        assert all(r.activations > 0 for r in ranks)
+        assert memory[label] == max(r.total for r in ranks)
     # every shape runs the spec's global batch: a data degree that does not divide it is refused
     _, refused, *_ = run_shapes(spec_file(MESH_YAML), sets=("training.batch_size=3",))  # 3 x 4 = 12
-    assert refused[0] == ("8 x 1 x 1", "the global batch of 12 samples does not split over data 8 "
+    assert refused[0] == ("1 x 8 x 1", "the global batch of 12 samples does not split over data 8 "
                                        "(set training.batch_size)")
 
 
@@ -159,7 +171,7 @@ def test_a_sweep_with_no_valid_shape_says_why_in_one_line(spec_file):
     result = CliRunner().invoke(main, ["predict", str(spec_file(MESH_YAML)), "--sweep", "shapes", "--workers", "1"])
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if not line.startswith("dtgen: warning")]
-    assert lines == ["dtgen: error: --sweep shapes: no shape of 1 worker (data x tensor x pipeline) is valid for "
+    assert lines == ["dtgen: error: --sweep shapes: no shape of 1 worker (pipeline x data x tensor) is valid for "
                      f"{spec_file(MESH_YAML)}: topology.workers.count: mesh needs at least 2 workers, got 1"]
     result = CliRunner().invoke(main, ["predict", str(spec_file(MESH_YAML.replace("kind: mesh, parallelism: {data: 4, "
                                                                                   "tensor: 2}, ", "kind: allreduce, "))),

@@ -21,7 +21,8 @@ from opentikz_dt.predict.predict import apply_overrides, check_size
 from opentikz_dt.predict.rundir import write_run_dir
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.predict.synthetic import write_synthetic_run
-from opentikz_dt.spec import spec_from_data
+from opentikz_dt.memory import expected_memory
+from opentikz_dt.spec import load_spec, spec_from_data
 
 
 def spec_of(strategy: dict, workers: int = 4, layers=(32, 128, 128, 10), **topology) -> object:
@@ -591,3 +592,38 @@ def test_fsdp_fit_from_a_run_predicts_it_back(tmp_path):
     measured = load_run(run_dir).metrics["step_time_s"]
     for w in measured:
         assert predicted[w] == pytest.approx(measured[w], rel=0.15), w
+
+
+def test_predict_prints_its_answer_from_the_files_it_wrote(tmp_path):
+    """Step time, samples/s and memory per rank as `run`'s summary gives them, and what the
+    numbers come from; alike ranks are one row."""
+    result = CliRunner().invoke(main, ["predict", "examples/ps-sync.yaml", "-o", str(tmp_path / "p"), "--steps", "4"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
+    memory = expected_memory(load_spec("examples/ps-sync.yaml"))
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("ps-sync: predicted parameter-server, 4 rank(s), 4 steps, from the illustrative cost model "
+                        "(no calibration: relative costs, not this machine's)")
+    assert lines[1].split() == ["ranks", "ids", "role", "step", "time", "samples/s", "memory", "MB"]
+    worker_mb = (memory[0].params + memory[0].grads + memory[0].optimizer) / 1e6
+    server_mb = (memory[3].params + memory[3].grads + memory[3].optimizer) / 1e6
+    assert lines[3].split() == ["0-2", "w1..w3", "worker", f"{metrics['step_time_s']['w1'] * 1000:.1f}", "ms",
+                                f"{metrics['per_worker_samples_per_s']['w1']:,.0f}", f"{worker_mb:.2f}"]
+    assert lines[4].split() == ["3", "ps", "server", "-", "-", f"{server_mb:.2f}"]
+    assert lines[5].startswith(f"throughput {metrics['samples_per_s']:,.0f} samples/s; memory per rank: expected "
+                               "parameters, gradients and optimizer state (activations not predicted)")
+    assert lines[-1] == f"wrote {tmp_path / 'p'}"
+
+
+def test_a_calibrated_prediction_names_its_calibration(tmp_path):
+    spec = spec_of({"kind": "allreduce"})
+    path = write_cal(tmp_path, spec, lambda d: d.update(source="probe and a 100-step run"))
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text("strategy: {kind: allreduce}\ntopology: {workers: {count: 4}}\n"
+                         "training: {model: {layers: [32, 128, 128, 10]}}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec_file), "--calibration", str(path), "-o", str(tmp_path / "p"),
+                                       "--steps", "4", "--link", "10gbit"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == (f"spec: predicted allreduce, 4 rank(s), 4 steps, from calibration {path} "
+                                             "(probe and a 100-step run)")
+    assert result.stdout.splitlines()[3].split()[:3] == ["0-3", "w1..w4", "worker"]

@@ -170,7 +170,7 @@ def test_compare_says_whether_the_measured_value_is_in_the_interval(tmp_path):
     assert result.exit_code == 0, result.output
     table = (tmp_path / "c" / "compare-phases.tex").read_text()
     assert "Interval (measured in?)" in table and "Interval from 5 simulator seeds" in table
-    assert "p{\\wd0}" in table  # the notes wrap at the table's width, however many sources there are
+    assert "\\dimen0=\\wd0" in table and "p{\\dimen0}" in table  # the notes wrap at the table's width, however many sources there are
     assert (" in " in table) or ("textbf{out}" in table)
 
 

@@ -56,7 +56,7 @@ def test_list_presets_prints_every_preset_with_its_source():
 
 
 @pytest.mark.parametrize("args, named", [(["--link", "nvlink5"], "--link: 'nvlink5'"),
-                                         (["--device", "b200"], "--device: 'b200'")])
+                                         (["--device", "mi300x"], "--device: 'mi300x'")])
 def test_an_unknown_preset_is_one_usage_line_listing_them(tmp_path, args, named):
     result = CliRunner().invoke(main, ["predict", SPEC, *args, "-o", str(tmp_path / "p")])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output

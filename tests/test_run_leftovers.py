@@ -94,10 +94,36 @@ def test_ctrl_c_stops_every_rank_keeps_the_partial_trace_and_exits_130(tmp_path)
     assert err.splitlines()[-2:] == [f"run directory: {out} (partial trace kept)",
                                      "dtgen: error: interrupted: every rank was stopped"]
     run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "failed" and run["failure"]["exit_code"] == 130
+    assert run["status"] == "interrupted" and run["failure"]["exit_code"] == 130
     trace = json.loads((out / "trace.json").read_text())
     assert trace["metadata"]["ended_early"] is True
     assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1}
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("delay_s", [0.0, 1.0])
+def test_ctrl_c_in_the_first_seconds_is_one_line_not_a_traceback(tmp_path, delay_s):
+    """Ctrl-C while the fork server still imports torch, or while the ranks start: the whole
+    foreground group gets SIGINT, and neither the server nor a starting rank may print a
+    traceback over the launcher's one line."""
+    data = small_spec_data("allreduce", name="early", topology={"workers": {"count": 2}},
+                           training={"steps": 100_000})
+    proc, out, tmp = _start(tmp_path, data)
+    said = []
+    while not said or not said[-1].startswith("dtgen run: "):  # the line just before the launch
+        line = proc.stderr.readline()
+        assert line, f"dtgen run ended before its launch: {''.join(said)}{proc.communicate()[1]}"
+        said.append(line)
+    time.sleep(delay_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    rc, err = _wait(proc)
+    err = "".join(said) + err
+    assert _group(proc.pid) == []
+    assert rc == 130, err
+    assert "Traceback" not in err and "Error" not in err, err
+    # before the ranks start: the command's own line; once they start, the launcher's
+    assert err.splitlines()[-1] in ("dtgen: interrupted", "dtgen: error: interrupted: every rank was stopped"), err
     assert list(tmp.iterdir()) == []
 
 

@@ -35,15 +35,15 @@ def test_a_prediction_without_calibration_says_illustrative_everywhere(tmp_path)
     assert warnings == ["dtgen: warning: no --calibration: the numbers come from the illustrative cost model, "
                         "not from this machine (dtgen calibrate SPEC measures it)"]
     texts = _figures(tmp_path / "pred", tmp_path / "figs")
-    assert sorted(texts) == ["predicted-pred-table.tex", "predicted-pred-throughput.tex",
-                             "predicted-pred-timeline.tex", "predicted-pred-topology.tex"]
+    # synchronous steps: every worker's rate is one number, given in the table's note (no bar chart)
+    assert sorted(texts) == ["predicted-pred-table.tex", "predicted-pred-timeline.tex", "predicted-pred-topology.tex"]
     topology = texts["predicted-pred-topology.tex"]
     assert "Predicted: " in topology and "Measured:" not in topology and "measured," not in topology
     assert "predicted, mean of 8 steps" in topology and ILLUSTRATIVE in topology
     assert "\\gpupic" in topology and "ran on" not in topology  # the spec's icons: a prediction ran nowhere
     assert ILLUSTRATIVE in texts["predicted-pred-timeline.tex"] and "predicted: synchronous" in \
         texts["predicted-pred-timeline.tex"]
-    assert ILLUSTRATIVE in texts["predicted-pred-throughput.tex"]
+    assert "every worker alike" in texts["predicted-pred-table.tex"]
     assert f"Source: {ILLUSTRATIVE}." in texts["predicted-pred-table.tex"]
 
 
@@ -59,7 +59,7 @@ def test_a_prediction_from_a_calibration_names_it(tmp_path):
 
 def test_two_runs_figures_share_a_folder(tmp_path):
     for name in ("a", "b"):
-        write_synthetic_run(tmp_path / "runs" / name, "ps-async", steps=8)
+        write_synthetic_run(tmp_path / "runs" / name, "ps-async", steps=8, slowdown={"w3": 2.0})  # rates differ
         _figures(tmp_path / "runs" / name, tmp_path / "figs")
     names = sorted(p.name for p in (tmp_path / "figs").glob("*.tex"))
     kinds = ("loss", "staleness", "table", "throughput", "timeline", "topology")
@@ -83,7 +83,7 @@ def test_a_cpu_run_is_drawn_on_cpus_and_says_where_it_ran(tmp_path):
     note = "ran on CPU: AMD EPYC 7B13, cores: 2, ranks: 4; gloo"
     assert "\\cpupic" in texts["measured-topology"] and "\\gpupic" not in texts["measured-topology"]
     assert "Measured: " in texts["measured-topology"]
-    for key in ("measured-topology", "measured-timeline", "plot-loss", "plot-throughput"):
+    for key in ("measured-topology", "measured-timeline", "plot-loss"):  # sync: no per-worker bar chart
         assert note in texts[key], key
     assert f"Source: measured, {note}." in texts["table-summary"]  # the table's one row, one source line
 

@@ -33,6 +33,10 @@ TRAININGS = NUMERICS_TRAININGS
 # fsdp (2 workers; FSDP's mixed precision gathers the parameters in bf16 besides the
 # autocast): fp32 max abs difference 6e-8 (mlp and transformer, parameters up to 1.0);
 # bf16 3.7e-4 (mlp) and 3.6e-4 (transformer), the loss within 1.2e-4 relative.
+# fsdp's ZeRO stages (fsdp-shard-optimizer: DDP + ZeroRedundancyOptimizer; fsdp-shard-
+# gradients: FSDP2 keeping the gathered parameters; the mlp, 2 workers, 6 steps,
+# benchmarks/bench_numerics.py): fp32 3.0e-8 (sgd and adamw-clip-cosine), the loss within
+# 2.2e-7 relative; bf16 3.7e-4, the loss within 1.2e-4, each level alike. The same tolerances.
 # mesh (2 data x 2 tensor; the data rows all-reduced or FSDP-sharded): fp32 3.0e-8 (both
 # trainings), the loss within 2.2e-7 relative; bf16 3.8e-4, the loss within 1.2e-4.
 # mesh with pipeline stages (benchmarks/bench_numerics.py, 6 steps): mesh-data-pipeline (2
@@ -164,6 +168,37 @@ def test_fsdp_traces_every_all_gather_and_reduce_scatter_per_unit():
             assert torch.allclose(got[name], want[name], **dict(zip(("atol", "rtol"), TOLERANCE["fp32"]))), name
 
 
+def test_zero_stages_trace_their_collectives_and_match_single():
+    """shard: gradients (ZeRO-2): each unit gathered once a step, for its forward, and its
+    gradients reduce-scattered after its backward. shard: optimizer (ZeRO-1): DDP's bucket
+    all-reduces, then each rank's broadcast of the parameters it updated, the broadcasts
+    together the whole model's bytes. Both reach `single`'s transformer."""
+    zero2 = _fsdp_run(shard="gradients")
+    found = _collectives(zero2)
+    assert sorted(c[:3] for c in found) == sorted(
+        [("all-gather", unit, "forward") for unit in ("root", "blocks.0", "blocks.1")]
+        + [("reduce-scatter", unit, "backward") for unit in ("root", "blocks.0", "blocks.1")])
+
+    zero1 = _fsdp_run(shard="optimizer")
+    events = json.loads((zero1.run_dir / "trace.json").read_text())["traceEvents"]
+    spans = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "allreduce" and e["pid"] == 0
+             and e["args"]["step"] == 1]
+    broadcasts = [a for a in spans if a["algorithm"] == "zero"]
+    assert [a["phase"] for a in broadcasts] == ["broadcast", "broadcast"]
+    assert [a["src"] for a in broadcasts] == [0, 1]
+    assert any(a["algorithm"] == "native" and a["phase"] == "bucket" for a in spans)
+    model = torch.load(zero1.run_dir / "model.pt")
+    whole = sum(v.numel() * 4 for v in model.values())  # the head reuses tok.weight: no key of its own
+    assert sum(a["bytes"] for a in broadcasts) == whole
+    assert all(a["bytes"] > 0 for a in broadcasts)
+
+    want = torch.load(_single_transformer().run_dir / "model.pt")
+    for run in (zero1, zero2):
+        got = torch.load(run.run_dir / "model.pt")
+        for name in want:
+            assert torch.allclose(got[name], want[name], **dict(zip(("atol", "rtol"), TOLERANCE["fp32"]))), name
+
+
 def test_fsdp_units_from_the_spec_and_a_name_the_model_lacks(tmp_path):
     from opentikz_dt.errors import InputError
 
@@ -183,6 +218,24 @@ def test_fsdp_restart_resumes_from_its_shards_to_the_uninterrupted_parameters(tm
     training = {"steps": 8, **TRAININGS["adamw-clip-cosine"]}
     clean = _fsdp_run(training)
     data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["training"].update(training)
+    data["runtime"].update({"restarts": 1, "checkpoint_every": 3, "fault": {"rank": 1, "at_step": 5, "kind": "crash"}})
+    result = run_small(data, tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert "resuming from the checkpoint after step 2" in (result.run_dir / "logs" / "rank1.log").read_text()
+    got, want = torch.load(result.run_dir / "model.pt"), torch.load(clean.run_dir / "model.pt")
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-6), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+
+
+def test_zero1_restart_resumes_each_ranks_optimizer_shard_to_the_uninterrupted_parameters(tmp_path):
+    """shard: optimizer: each rank checkpoints the whole model and the optimizer state of
+    the parameters it updates; the restarted ranks load them back."""
+    training = {"steps": 8, **TRAININGS["adamw-clip-cosine"]}
+    clean = _fsdp_run(training, shard="optimizer")
+    data = small_spec_data("fsdp", **FSDP_TRANSFORMER)
+    data["strategy"]["shard"] = "optimizer"
     data["training"].update(training)
     data["runtime"].update({"restarts": 1, "checkpoint_every": 3, "fault": {"rank": 1, "at_step": 5, "kind": "crash"}})
     result = run_small(data, tmp_path, cache=False)
@@ -280,6 +333,60 @@ def test_mesh_clips_by_the_global_norm_counting_each_value_once(method, pipeline
             f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
 
 
+# mesh with a multi-stage schedule on its pipeline dimension (docs/pipeline-schedules.md):
+# 2 pipeline ranks x 2 replicas, the mlp cut into 2 x 2 virtual stages, 4 microbatches per
+# replica. Measured (torch 2.13 CPU, 6 steps), interleaved-1f1b and zbv-zero-bubble alike:
+# fp32 3.0e-8 (sgd), 1.5e-8 (adamw-clip-cosine), the loss within 1.5e-7 relative; bf16
+# 2.8e-4, the loss within 5.1e-5 (and with sgd: dualpipev over ring 3.0e-8, interleaved
+# zero bubble 3.0e-8, looped bfs over tree 3.0e-8). The common tolerances hold them.
+MESH_SCHEDULE_MLP = {"layers": [16, 32, 32, 32, 4]}
+
+
+def _mesh_schedule_data(schedule: str, training: dict, **strategy) -> dict:
+    return small_spec_data("mesh", topology={"workers": {"count": 4}}, training=training,
+                           strategy={"parallelism": {"pipeline": 2, "data": 2}, "schedule": schedule,
+                                     "microbatches": 4, **strategy})
+
+
+@pytest.mark.parametrize("training", list(TRAININGS))
+@pytest.mark.parametrize("schedule", ["interleaved-1f1b", "zbv-zero-bubble"])
+def test_mesh_multi_stage_schedule_matches_single_on_global_batch(schedule, training):
+    over = {**TRAININGS[training], "model": MESH_SCHEDULE_MLP}
+    run = run_small(_mesh_schedule_data(schedule, over))
+    ref = single_reference(2, steps=run.metrics["steps"], training=over)
+    got, want = (torch.load(r.run_dir / "model.pt") for r in (run, ref))
+    assert list(got) == list(want)
+    precision = TRAININGS[training].get("precision", "fp32")
+    atol, rtol = TOLERANCE[precision]
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=atol, rtol=rtol), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+    from opentikz_dt.runner.model import build_model
+    from opentikz_dt.spec import spec_from_data
+
+    init = build_model(spec_from_data(_mesh_schedule_data(schedule, over))).state_dict()
+    assert any((init[n] - want[n]).abs().max().item() > 1e-3 for n in want)  # the model moved
+    assert run.metrics["loss"] == pytest.approx(ref.metrics["loss"], rel=LOSS_REL[precision])
+
+
+# The transformer's tied embedding under a multi-stage schedule on a mesh: a V (zbv) puts
+# the first and the last virtual stage on pipeline rank 0 (the last gets a copy, summed
+# locally, counted once in the clip), a loop (interleaved) on pipeline ranks 0 and 1 (the
+# pair all-reduced). adamw with a binding clip; measured 6.0e-8 off `single` for both.
+@pytest.mark.parametrize("schedule", ["zbv-zero-bubble", "interleaved-1f1b"])
+def test_mesh_multi_stage_schedule_ties_the_embedding_as_single(schedule):
+    training = {**TRAININGS["adamw-clip-cosine"], "model": {**TINY_TRANSFORMER, "layers": 4},
+                "dataset": {"samples": 512}, "batch_size": 16}
+    run = run_small(_mesh_schedule_data(schedule, training))
+    ref = run_small(small_spec_data("single", training={**training, "batch_size": 32,
+                                                        "steps": run.metrics["steps"]}))
+    got, want = (torch.load(r.run_dir / "model.pt") for r in (run, ref))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-5, rtol=1e-4), (
+            f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
+
+
 # On a box with a GPU per rank (skipped with fewer): FSDP2, DTensor and the mesh on nccl,
 # against `single` on a GPU, with the CPU's tolerances; each case prints its difference
 # (gpu-check runs pytest -rP and copies them into its report). Ranks sharing a GPU are
@@ -316,3 +423,36 @@ def test_sharded_strategies_on_gpus_match_single(case, training):
         assert torch.allclose(got[name], want[name], atol=atol, rtol=rtol), (
             f"{name}: max diff {(got[name] - want[name]).abs().max().item():.3g}")
     assert run.metrics["loss"] == pytest.approx(ref.metrics["loss"], rel=LOSS_REL[precision])
+
+
+# training.recompute (runner/model.py's apply_recompute: torch.utils.checkpoint, non-reentrant)
+# recomputes the same forward in the backward, so each strategy still equals `single` without
+# it on the global batch. Measured (torch 2.13 CPU, 4 steps, fp32, adamw with a binding clip):
+# max abs difference 3.0e-8 (fsdp, full), 1.5e-8 (pipeline, selective), 1.5e-8 (tensor, full),
+# float rounding as without recomputation: the fp32 tolerances hold them. Each run's
+# activations are what the memory model says (fsdp's: within 25%, docs/memory.md).
+RECOMPUTE_CASES = {
+    "fsdp-full": ("fsdp", {"topology": {"workers": {"count": 2}}}, "full", 2),
+    "pipeline-selective": ("pipeline", {"topology": {"workers": {"count": 2}},
+                                        "strategy": {"schedule": "1f1b", "microbatches": 2}}, "selective", 1),
+    "tensor-full": ("tensor", {"topology": {"workers": {"count": 2}}}, "full", 1),
+}
+
+
+@pytest.mark.parametrize("name", list(RECOMPUTE_CASES))
+def test_recompute_matches_single_without_it(name):
+    kind, over, policy, dp = RECOMPUTE_CASES[name]
+    runs = []
+    for k, o, recompute, batch in ((kind, over, policy, 16), ("single", {}, "none", 16 * dp)):
+        data = small_spec_data(k, training={**TENSOR_TRAINING, "batch_size": batch, "recompute": recompute}, **o)
+        data["training"]["model"] = dict(TINY_TRANSFORMER)
+        runs.append(run_small(data))
+    got, want = (torch.load(r.run_dir / "model.pt") for r in runs)
+    _assert_same_parameters(got, want)
+    assert runs[0].metrics["loss"] == pytest.approx(runs[1].metrics["loss"], rel=LOSS_REL["fp32"])
+    from opentikz_dt.memory import expected_memory
+    from opentikz_dt.spec import load_spec
+
+    for e in expected_memory(load_spec(runs[0].run_dir / "spec.yaml")):
+        got_bytes = runs[0].metrics["memory"][str(e.rank)]["activations"]
+        assert e.activations <= got_bytes <= e.activations * (1.25 if kind == "fsdp" else 1), (e.id, got_bytes)

@@ -152,8 +152,9 @@ def test_nan_loss_stops_the_run_naming_step_rank_and_precision(tmp_path):
     with pytest.raises(RunError) as err:
         launch_run(spec_path, out=out, progress=False, echo=lambda line: None)
     assert str(err.value) == (
-        "rank 0 (worker w1) diverged at step 4: the loss is nan in training.precision bf16; the run stopped before "
-        "step 4's update (lower training.optimizer.lr, set training.grad_clip, or use a wider precision)\n"
+        "rank 0 (worker w1) diverged at step 4: the loss is nan in training.precision bf16; the run stopped after "
+        "step 4's update (each loss is read a step later, so that no step waits for the device) (lower "
+        "training.optimizer.lr, set training.grad_clip, or use a wider precision)\n"
         f"log: {out.resolve()}/logs/rank0.log\nrun directory: {out} (partial trace kept)")
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "failed" and run["training"]["precision"] == "bf16"

@@ -15,11 +15,12 @@ such line too, never a traceback. options.py has what several commands share. On
 from __future__ import annotations
 
 import sys
+import warnings
 
 import click
 
 from .. import __version__
-from ..errors import EXIT_INVALID, DtgenError, error_text
+from ..errors import EXIT_INVALID, DtgenError, SpecNote, error_text
 
 # click >= 8.2 asks for the help of a bare `dtgen` with this error; it must stay help
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -80,6 +81,22 @@ def _click_error(exc: click.ClickException):
 def main(ctx, debug):
     """dtgen: one YAML spec -> a real torch.distributed run and matching TikZ figures."""
     ctx.ensure_object(dict)["debug"] = debug
+    _show_spec_notes()
+
+
+def _show_spec_notes() -> None:
+    """A spec read as the user meant rather than as written (errors.SpecNote) is one
+    `dtgen: warning:` line on stderr, once; other warnings keep Python's own display."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, SpecNote):
+            click.echo(f"dtgen: warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.simplefilter("default", SpecNote)
 
 
 def _register() -> None:

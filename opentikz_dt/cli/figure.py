@@ -10,14 +10,17 @@ from .options import WIDTH, writing
 
 @click.command()
 @click.argument("spec", type=click.Path(path_type=Path))
+@click.argument("more", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: figures/<spec name>/; for a run directory RUN_DIR/figures/).")
-@click.option("--kind", type=click.Choice(["topology", "timeline", "memory", "partitioning", "all"]), default="all",
+@click.option("--kind", type=click.Choice(["topology", "timeline", "memory", "partitioning", "comm", "schedules", "all"]), default="all",
               show_default=True,
               help="Which figure: the topology diagram, the expected timeline, or both; memory: the "
                    "expected memory per rank, by category (a run directory: the measured ones; all adds "
                    "the result plots, the memory figure and the table); partitioning (specs only): the "
-                   "model split vertically (pipeline) and horizontally (tensor), illustrative.")
+                   "model split vertically (pipeline) and horizontally (tensor), illustrative; schedules (pipeline "
+                   "specs only): GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV side by side on one time axis; comm "
+                   "(profiler traces only): the communication table.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["tex", "pdf", "svg", "png"]),
               help="Output format; repeat for several. The .tex is always written. Default: tex.")
 @click.option("--body-only", is_flag=True, help="Write the bare tikzpicture (for \\input into a paper) as the .tex.")
@@ -30,14 +33,39 @@ from .options import WIDTH, writing
 @click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Specs only: draw the expected timeline as predicted with this calibration (dtgen calibrate) "
                    "instead of the illustrative cost model.")
-def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
-    """Render SPEC's figures (or a run directory's measured ones) as standalone TeX (and PDF/SVG/PNG)."""
+@click.option("--mesh", default=None, metavar="DIM=N,...",
+              help="Profiler traces only: the device mesh, outermost first (pipeline=2,data=4,tensor=8), "
+                   "to name each process group's dimension.")
+def figure(spec, more, out_dir, kind, formats, body_only, steps, width, calibration, mesh):
+    """Render SPEC's figures (or a run directory's measured ones, or those of PyTorch profiler
+    traces: a folder or files, one per rank) as standalone TeX (and PDF/SVG/PNG)."""
+    from ..measured.profile_set import looks_like_kineto, parse_mesh
+
+    if more or looks_like_kineto(spec):
+        for given, option in ((calibration is not None, "--calibration"), (kind in ("memory", "partitioning"),
+                                                                             f"--kind {kind}")):
+            if given:
+                raise click.UsageError(f"{option} does not apply to profiler traces")
+        from ..measured.profile_figures import figure_profile_command
+
+        with writing(out_dir):
+            paths = figure_profile_command([spec, *more], out_dir, kind, formats, body_only, steps, width,
+                                           parse_mesh(mesh),
+                                           notify=lambda line: click.echo(f"dtgen: warning: {line}", err=True))
+        for path in paths:
+            click.echo(f"wrote {path}")
+        return
+    if mesh is not None:
+        raise click.UsageError("--mesh applies to profiler traces only")
+    if kind == "comm":
+        raise click.UsageError("--kind comm applies to profiler traces only")
     run_dir = spec.is_dir()  # a run directory: its resolved spec.yaml and trace.json (measured figures)
     # An option for the other kind of input would be silently ignored (or fail deep inside);
     # of a path that does not exist, the kind is unknown: its own error says it is missing.
     for given, option, needs in ((steps is not None and not run_dir, "--steps", "run directories"),
                                  (calibration is not None and run_dir, "--calibration", "specs"),
-                                 (kind == "partitioning" and run_dir, "--kind partitioning", "specs")):
+                                 (kind == "partitioning" and run_dir, "--kind partitioning", "specs"),
+                                 (kind == "schedules" and run_dir, "--kind schedules", "specs")):
         if given and spec.exists():
             raise click.UsageError(f"{option} applies to {needs} only; {spec} is "
                                    f"{'a run directory' if run_dir else 'a spec'}")
@@ -49,7 +77,10 @@ def figure(spec, out_dir, kind, formats, body_only, steps, width, calibration):
                                        notify=lambda line: click.echo(f"dtgen: warning: {line}", err=True))
         else:
             from ..figures.write import figure_command
+            from .predict import count_python_model
 
+            if calibration is None:  # a python model's expected timeline on a `hardware:` datasheet
+                count_python_model(spec)
             paths = figure_command(spec, out_dir, kind, formats, body_only, width=width,
                                    notify=lambda line: click.echo(line, err=True), calibration=calibration)
     for path in paths:

@@ -22,8 +22,12 @@ from .options import WIDTH, check_writable, writing
               show_default=True, help="Calibration file to write.")
 @click.option("--from", "from_run", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="Fit from a finished run directory's trace instead of measuring.")
+@click.option("--from-profile", "from_profile", type=click.Path(path_type=Path, exists=True),
+              help="Fit from a user's PyTorch profiler traces (a folder or one trace per rank's folder) of the "
+                   "run SPEC describes (its model and per-worker batch); see docs/profiles.md.")
 @click.option("--base", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="With --from: a measured calibration for what the run cannot show (message sizes, collectives).")
+              help="With --from or --from-profile: a measured calibration for what the run cannot show "
+                   "(message sizes, collectives).")
 @click.option("--ranks", type=click.IntRange(min=2, max=64),
               help="Processes to measure with (default: the spec's ranks); implies --probe-only.")
 @click.option("--run-steps", type=click.IntRange(min=4, max=1000), default=100, show_default=True,
@@ -31,7 +35,7 @@ from .options import WIDTH, check_writable, writing
                    "heavy-tailed on shared cores: fewer steps, a noisier mean).")
 @click.option("--probe-only", is_flag=True,
               help="Micro-benchmarks only, no run of SPEC (misses the runner's own per-step work).")
-def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
+def calibrate(spec, out, from_run, from_profile, base, ranks, run_steps, probe_only):
     """Measure what predictions need on this machine: micro-benchmarks (per-block compute,
     messages and collectives at several sizes, cores), then a short real run of SPEC for what
     they cannot see (the runner's untraced work, per-message framework costs, the spread),
@@ -40,6 +44,9 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
     times and the median run is fitted; the crowded run is repeated for 40 steps: how far the
     runs land apart widens predictions' intervals."""
     run_steps_given = click.get_current_context().get_parameter_source("run_steps") != ParameterSource.DEFAULT
+    if from_profile is not None:
+        _calibrate_from_profile(spec, out, from_run, from_profile, base, ranks, run_steps_given, probe_only)
+        return
     _check_calibrate_options(spec, from_run, base, ranks, run_steps_given, probe_only)
     if from_run is not None:
         from ..predict.calibration import load_calibration
@@ -59,6 +66,28 @@ def calibrate(spec, out, from_run, base, ranks, run_steps, probe_only):
     steps = 0 if probe_only or ranks else run_steps
     with writing(out):
         click.echo(f"wrote {measure(loaded, out, ranks, steps, spec, lambda line: click.echo(line, err=True))}")
+
+
+def _calibrate_from_profile(spec, out, from_run, from_profile, base, ranks, run_steps_given, probe_only) -> None:
+    """calibrate --from-profile DIR SPEC: SPEC says the model and batch the traces ran."""
+    others = [name for name, given in (("--from", from_run is not None), ("--probe-only", probe_only),
+                                       ("--ranks", ranks is not None), ("--run-steps", run_steps_given)) if given]
+    if others:
+        raise click.UsageError(f"--from-profile cannot be combined with {' or '.join(others)}: it fits the "
+                               "profiled run, not this machine")
+    if spec is None:
+        raise click.UsageError("--from-profile needs SPEC: the spec of the profiled run (its model and per-worker "
+                               "batch; a trace records neither)")
+    from ..predict.calibration import load_calibration
+    from ..predict.profile_fit import fit_from_profile
+    from ..spec import load_spec
+
+    check_writable(out)
+    cal, warnings = fit_from_profile([from_profile], load_spec(spec), load_calibration(base) if base else None)
+    for line in warnings:
+        click.echo(f"dtgen: warning: {line}", err=True)
+    with writing(out):
+        click.echo(f"wrote {cal.save(out)} (fitted from the profile {from_profile})")
 
 
 def _check_calibrate_options(spec, from_run, base, ranks, run_steps_given: bool, probe_only: bool) -> None:
@@ -110,9 +139,11 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
             formats, width):
     """Simulate SPEC's schedule and write a predicted run directory (trace.json, metrics.json)."""
     if list_presets:
+        from ..predict.datasheet import efficiency_lines
         from ..predict.presets import presets_table
 
         click.echo(presets_table())
+        click.echo("\n".join(efficiency_lines()))
         return
     if spec is None:
         raise click.UsageError("Missing argument 'SPEC'.")
@@ -136,16 +167,50 @@ def predict(spec, calibration, workers, sets, steps, out, sweep, link, device, l
                                       tuple(formats) or ("tex",), echo=click.echo, device=device)
         # warned once it predicted, as one prediction warns: a bad --sweep, --link or --set
         # found on the way is then the only message
-        if calibration is None:
+        if calibration is None and not _datasheet(spec, device, link):
             click.echo(f"dtgen: warning: {ILLUSTRATIVE_WARNING}", err=True)
         for path in paths:
             click.echo(f"wrote {path}")
         return
     from ..predict.predict import predict as run_prediction
 
+    if calibration is None and device is None and link is None:
+        count_python_model(spec, sets, workers)
     with writing(out):
         path, warnings = run_prediction(spec, out, calibration, sets, workers, steps, link, latency_ms, dedicated,
                                         device)
     for line in warnings:
         click.echo(f"dtgen: warning: {line}", err=True)
+    from ..predict.summary import prediction_summary
+
+    click.echo(prediction_summary(path))  # the answer, as `dtgen run` ends with its summary
     click.echo(f"wrote {path}")
+
+
+def count_python_model(spec_path, sets: tuple = (), workers: int | None = None) -> None:
+    """A python model predicted from the spec's `hardware:` datasheet: built once on the CPU
+    and one trial step counted (runner/describe.py, torch.utils.flop_counter), so the
+    datasheet costs know its FLOPs. Without torch the datasheet path says what it lacks; a
+    spec that does not load is left to the command's own message."""
+    from ..errors import DtgenError
+    from ..predict.predict import apply_overrides
+    from ..spec import load_spec
+
+    try:
+        loaded = apply_overrides(load_spec(spec_path), sets, workers)
+    except DtgenError:
+        return
+    if loaded.hardware is None or loaded.training.model_kind != "python" or importlib.util.find_spec("torch") is None:
+        return
+    from ..runner.describe import count_python_model as count
+
+    count(loaded, spec_path)
+
+
+def _datasheet(spec, device, link) -> bool:
+    """Whether the prediction came from the spec's `hardware:` datasheet (not illustrative)."""
+    if device is not None or link is not None:
+        return False
+    from ..spec import load_spec
+
+    return load_spec(spec).hardware is not None

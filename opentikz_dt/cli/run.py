@@ -27,7 +27,8 @@ from .options import writing
               help="Seconds to wait for the rendezvous endpoint and for every node to join.")
 @click.option("--emit", type=click.Choice(["slurm", "torchrun"]),
               help="Print a launch script for that engine (with these options) instead of running.")
-@click.option("--force", is_flag=True, help="Reuse a non-empty run directory (its previous run outputs are removed).")
+@click.option("--force", is_flag=True, help="Reuse a non-empty run directory (its previous run outputs are removed), and run a spec whose "
+                   "expected memory is over its hardware device's capacity.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run the spec N times, one after another, into OUT/r1..rN; `dtgen compare OUT` then shows their "
                    "mean and min-max. Not with --emit (run the emitted script again instead).")

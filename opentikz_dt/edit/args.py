@@ -132,6 +132,22 @@ def _fit(value: str) -> None:
 _VALUE_CHECKS = {"set-size": {"fit": _fit}}
 
 
+MAX_LISTED = 12  # a longer list of choices (set --key: every settable key) is cut to the close ones
+
+
+def _not_one_of(operation: str, option: str, value, choices: list) -> str:
+    """A value outside the choices: all of them where they are few; else the closest one as
+    the suggestion and at most three more close ones, and where to find the rest."""
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    if len(choices) <= MAX_LISTED:
+        return f"{operation}: {option} {value!r} is not one of {', '.join(map(repr, choices))}{hint}"
+    others = [c for c in difflib.get_close_matches(str(value), choices, n=4, cutoff=0.5) if c not in close][:3]
+    nearby = f" (also close: {', '.join(map(repr, others))})" if others else ""
+    return (f"{operation}: {option} {value!r} is not one of the {len(choices)} choices{hint}{nearby}; "
+            "`dtgen contract` lists them all")
+
+
 def _describe(operation: str, error, schema: dict) -> str:
     option = f"--{error.path[0]}" if error.path else ""
     value = error.instance
@@ -143,9 +159,7 @@ def _describe(operation: str, error, schema: dict) -> str:
     if error.validator == "minProperties":
         return f"{operation}: give at least one of {', '.join('--' + p for p in schema.get('properties', {}))}"
     if error.validator == "enum":
-        close = difflib.get_close_matches(str(value), [str(v) for v in error.validator_value], n=1, cutoff=0.6)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        return f"{operation}: {option} {value!r} is not one of {', '.join(map(repr, error.validator_value))}{hint}"
+        return _not_one_of(operation, option, value, [str(v) for v in error.validator_value])
     if error.validator in ("minimum", "maximum"):
         word = "less than the minimum" if error.validator == "minimum" else "greater than the maximum"
         return f"{operation}: {option} {value} is {word} of {error.validator_value}"

@@ -156,9 +156,12 @@ def _value_patterns(value, path: str, prose: bool = False) -> list[re.Pattern]:
     ('parameter-server' does not mention the icon 'server'); never where it is also the
     key's own name (the server role keeps its name when its icon changes: 'server' then
     names the role); and in prose only when it cannot be an ordinary word (a hyphenated
-    name such as 'parameter-server'), since 'Parameter server' in a label is English."""
+    name such as 'parameter-server'), since 'Parameter server' in a label is English; but
+    a strategy's names (ring, tree, gpipe) do count in prose: a title saying "Ring
+    all-reduce" names the method, and goes stale when the method changes."""
     if isinstance(value, str) and _identifier(path):
-        if value in path.split(".") or (prose and not re.search(r"[-_]", value)):
+        plain_word = prose and not re.search(r"[-_]", value) and not path.startswith("strategy.")
+        if value in path.split(".") or plain_word:
             return []
         return [re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])", re.IGNORECASE)]
     if isinstance(value, bool) or value is None:

@@ -15,8 +15,10 @@ import math
 from dataclasses import dataclass, field
 
 import yaml
+from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedSeq
 
+from ..schema import key_types, number_meant, yaml_number_text
 from ..spec import default_title
 from ..strategies import REGISTRY, all_strategies, outside_kinds, plugin, strategy
 from ..workload import workload_of
@@ -43,6 +45,9 @@ class OperationRefused(Exception):
         super().__init__(message)
         self.path = path
         self.message = message
+
+
+YAML_RT = YAML(typ="rt")  # loads a float as ruamel's ScalarFloat, which writes back as it was spelt
 
 
 @dataclass
@@ -309,6 +314,11 @@ def set_key(ctx: EditContext, key: str, value) -> None:
             value = yaml.safe_load(value) if value.strip() else value
         except yaml.YAMLError:
             pass
+    meant = number_meant(value, key_types(tuple(key.split(".")), ctx.kind))
+    if meant is not None:  # 3e-4 at a numeric key: YAML 1.1 reads it as text, the user meant a number
+        written = meant if isinstance(meant, int) else yaml_number_text(value)
+        ctx.notes.append(f"{key}: read {value} as the number {meant}, written {written} (YAML reads {value} as text)")
+        value = meant if isinstance(meant, int) else YAML_RT.load(written)  # a ScalarFloat keeps that spelling
     if isinstance(value, list):  # a short list reads best on one line, as the examples write layers
         value = CommentedSeq(value)
         value.fa.set_flow_style()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..memory import CATEGORIES
 from ..texsafe import escape_text
-from ..workload import human_count
+from ..workload import human_bytes, human_count
 from .fit import COLUMN_CM, target_width_cm
 from .model import Tex
 from .render import base_context, environment
@@ -116,12 +116,16 @@ def _stack(values: dict, x0: float, x1: float, scale: float, expected: bool) -> 
     return boxes, y
 
 
+CAPACITY_SPAN = 10  # the capacity line is drawn where it is at most this times the tallest bar
+
+
 def render_memory_plot(spec, expected, roles, measured: dict | None = None, body_only: bool = False,
-                       source: str | None = None, measured_note: str = "") -> str:
+                       source: str | None = None, measured_note: str = "", capacity: int | None = None) -> str:
     """The memory figure. `expected`: opentikz_dt.memory.expected_memory(spec) (None: the
     model's sizes are unknown); `roles`: (role, id) per rank; `measured`: {rank: metrics.json
     memory entry} or None (a spec: expected only); `measured_note`: where the measured
-    numbers come from."""
+    numbers come from; `capacity`: the device's bytes (its `hardware:` preset), drawn as a
+    line across the ranks when within CAPACITY_SPAN of the tallest bar, else said in a note."""
     has_expected, has_measured = expected is not None, measured is not None
     both = has_expected and has_measured  # two bars per rank, else one centred bar
     ranks = elide(_ranks(expected, measured, roles))
@@ -136,6 +140,10 @@ def render_memory_plot(spec, expected, roles, measured: dict | None = None, body
                 tops.append(sum(values.get(c) or 0 for c in CATEGORIES))
                 if side == "measured" and values.get("peak"):
                     tops.append(values["peak"])
+    tallest = max(tops, default=0)
+    draw_capacity = bool(capacity) and tallest > 0 and capacity <= CAPACITY_SPAN * tallest
+    if draw_capacity:
+        tops.append(capacity)
     scale, unit = unit_for(max(tops, default=0))
     half = 0.19 if both else 0.28  # half a bar's width, in slots
     slots, boxes, peaks = [], [], []
@@ -168,9 +176,29 @@ def render_memory_plot(spec, expected, roles, measured: dict | None = None, body
         rotate=rotate, legend_expected=not has_measured, ylabel=Tex(escape_text(unit)), boxes=boxes, peaks=peaks, legend=legend,
         legend_columns=4 if width >= 9.5 else 2, title=Tex(escape_text(title)),
         xlabel=Tex("rank"), sides=both,
-        notes=[Tex(escape_text(line)) for line in _notes(spec, expected, has_measured, measured_note, peaks, left_out)],
-        note_width=num(width), groups=[])
+        notes=[Tex(escape_text(line)) for line in _notes(spec, expected, has_measured, measured_note, peaks, left_out)
+               + _capacity_notes(spec, expected, capacity, draw_capacity)],
+        note_width=num(width), groups=[],
+        capacity=num(capacity / scale) if draw_capacity else None,
+        capacity_label=Tex(escape_text(human_bytes(capacity))) if draw_capacity else None)
     return environment().get_template("plot-memory.tex.j2").render(context)
+
+
+def _capacity_notes(spec, expected, capacity: int | None, drawn: bool) -> list:
+    """Where a device is known: its capacity (from its preset's datasheet) and whether the
+    expected memory fits it (opentikz_dt.memory.fit_check)."""
+    from ..memory import fit_check
+
+    if not capacity:
+        return []
+    hardware = getattr(spec, "hardware", None)
+    name = hardware.device_preset.short if hardware is not None else "the device"
+    where = "dashed line" if drawn else "far above the bars, not drawn"
+    lines = [f"capacity of {name}: {human_bytes(capacity)} (its datasheet; {where})"]
+    fit = fit_check(expected, capacity)
+    if fit is not None:
+        lines.append("expected " + fit.message())
+    return lines
 
 
 def _axis_width(spec, slots: int) -> float:
@@ -190,9 +218,11 @@ def _notes(spec, expected, has_measured: bool, measured_note: str, peaks: list, 
         lines.append("expected: not drawn, the model's sizes are known only once the runner builds it")
     else:
         states = optimizer_states(spec.training)
+        acts = ("activations from the memory model (docs/memory.md)" if any(e.activations is not None for e in expected)
+                else "activations not predicted")
         lines.append(f"expected: the spec's model of {human_count(sizes.params)} "
                      f"parameters in float32, {states} optimizer value{'s' if states != 1 else ''} per "
-                     "parameter; activations not predicted")
+                     f"parameter; {acts}")
     if has_measured:
         lines.append(f"measured: {measured_note}" + ("; line: CUDA allocator peak" if peaks else ""))
     if left_out:
@@ -203,20 +233,26 @@ def _notes(spec, expected, has_measured: bool, measured_note: str, peaks: list, 
 def render_spec_memory(spec, body_only: bool = False) -> str:
     """`dtgen figure SPEC --kind memory`: the expected bars alone."""
     from ..errors import DtgenError
-    from ..memory import expected_memory
+    from ..memory import device_capacity, expected_memory
 
     expected = expected_memory(spec)
     if expected is None:
         raise DtgenError(f"{spec.source}: no expected memory for a python model: its sizes are known only once "
                          "the runner builds it (run it, then dtgen figure RUN_DIR draws the measured memory)")
-    return render_memory_plot(spec, expected, [(e.role, e.id) for e in expected], None, body_only)
+    return render_memory_plot(spec, expected, [(e.role, e.id) for e in expected], None, body_only,
+                              capacity=device_capacity(spec))
 
 
 def render_run_memory(run, body_only: bool = False) -> str:
     """A run's memory figure: expected from its spec beside metrics.json's measured memory."""
-    from ..memory import expected_memory
+    from ..memory import device_capacity, expected_memory
 
     expected = expected_memory(run.spec)
+    capacity = device_capacity(run.spec)
+    sources = sorted({m["source"] for m in run.metrics["memory"].values() if m.get("source")})
+    if sources == ["model"] and expected is not None:  # a prediction's memory is the model's: the expected bars
+        return render_memory_plot(run.spec, expected, [(e.role, e.id) for e in expected], None, body_only,
+                                  source=str(run.path), capacity=capacity)
     ranks = run.info.get("ranks") or []
     if ranks and all(isinstance(r, dict) and "role" in r and "id" in r for r in ranks):
         roles = [(r["role"], r["id"]) for r in sorted(ranks, key=lambda r: r.get("rank", 0))]
@@ -224,12 +260,11 @@ def render_run_memory(run, body_only: bool = False) -> str:
         roles = [(e.role, e.id) for e in expected]
     else:
         roles = [("rank", f"r{rank}") for rank in sorted(run.metrics["memory"])]
-    sources = sorted({m["source"] for m in run.metrics["memory"].values() if m.get("source")})
     how = {"tensors": "bytes of the tensors each category holds",
            "cuda-allocator": "bytes of the tensors each category holds, and the CUDA allocator's peak"}
     note = (f"run {run.name}, its first step; " + "; ".join(how.get(s, s) for s in sources))
     return render_memory_plot(run.spec, expected, roles, run.metrics["memory"], body_only, source=str(run.path),
-                              measured_note=note)
+                              measured_note=note, capacity=capacity)
 
 
 # -- dtgen compare: memory per strategy -------------------------------------------------------
@@ -294,8 +329,11 @@ def render_compare_memory(runs: list, body_only: bool = False, source: str = "")
     width = min(max(5.5, AXIS_MARGIN_CM + span * SLOT_CM), COLUMN_CM - PLOT_BORDER_CM - 0.2)
     drawn = {c for _, bars in groups for _, _, e in bars for c in CATEGORIES if e.get(c)}
     legend = [(Tex(STYLE[c][0]), STYLE[c][1]) for c in CATEGORIES if c in drawn]
+    modelled = [run.label for run, bars in groups if all(e.get("source") == "model" for _, _, e in bars)]
     lines = ["each bar: its role's largest rank on the run's first step, the bytes of the tensors each "
              "category holds" + ("; line: CUDA allocator peak" if peaks else "")]
+    if modelled:
+        lines.append("not measured, from the memory model (docs/memory.md): " + ", ".join(modelled))
     if left_out:
         lines.append("no memory measured: " + ", ".join(left_out))
     context = base_context(spec, "memory plot", body_only, [], source=source or "runs")
@@ -303,6 +341,8 @@ def render_compare_memory(runs: list, body_only: bool = False, source: str = "")
         width=num(width), ymax=num(nice_max(max(tops, default=0) / scale)), xmin=num(-0.1), xmax=num(span + 0.1),
         xticks=Tex(",".join(num(s.x) for s in slots)), xticklabels=Tex(",".join("{%s}" % s.label for s in slots)),
         rotate=False, legend_expected=False, ylabel=Tex(escape_text(unit)), boxes=boxes, peaks=peaks, legend=legend,
-        legend_columns=2, title=Tex(escape_text("Measured memory per strategy")), xlabel=Tex(""), sides=False,
-        notes=[Tex(escape_text(line)) for line in lines], note_width=num(width), groups=names)
+        legend_columns=2, title=Tex(escape_text("Memory per strategy: measured and modelled" if modelled
+                                                 else "Measured memory per strategy")), xlabel=Tex(""), sides=False,
+        notes=[Tex(escape_text(line)) for line in lines], note_width=num(width), groups=names, capacity=None,
+        capacity_label=None)
     return environment().get_template("plot-memory.tex.j2").render(context)

@@ -34,7 +34,9 @@ TOPOLOGY_STYLES = ("icon", "slbl", "data", "grad", "wts", "act", "ring", "bus", 
 # (docs/dev/runner-interface.md), plus lanes, axis and panel titles.
 # `skipped` is no trace event of its own: an optimizer or update span whose arg `skipped`
 # is set (fp16 gradients overflowed, the scaler skipped the step) is drawn as it.
-BOX_KINDS = ("fetch", "forward", "backward", "slowdown", "optimizer", "update", "skipped", "push",
+# `wgrad` neither: a `backward` span with arg grad=weight (a zero-bubble schedule's W, the
+# weight-gradient half of a split backward); its style is defined only where one is drawn.
+BOX_KINDS = ("fetch", "forward", "backward", "wgrad", "slowdown", "optimizer", "update", "skipped", "push",
              "allreduce", "gossip", "send", "recv", "wait")
 # The box kind drawn per phase: a collective's phases (reduce-scatter, all-gather, ...) each
 # get a style of their own (tl-allreduce, -b, -c) and a legend entry (figures/timeline.py).

@@ -30,6 +30,11 @@ class CostModel:
     intra_host_factor: float = 10.0  # links inside a host are this much faster
     latency_ms: float = 0.3
     min_ms: float = 0.4  # shortest span (server update, optimizer step)
+    # The defaults above are invented numbers, so their times mean nothing in ms: an
+    # illustrative model's timeline is drawn in relative units. A cost model built from
+    # measured or published numbers (a calibration, a hardware datasheet) sets False and
+    # its timeline is drawn in ms.
+    illustrative: bool = True
 
 
 # A python model's size is known only once the runner builds it: the expected
@@ -111,5 +116,15 @@ def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
     """What each worker (and server) is expected to do over the first steps, from the spec alone
     (the strategy's figures plugin simulates it). Panel titles, axis title and note are the
     spec's words (figure.labels; English by default)."""
-    timeline = plugin_of(spec).expected_timeline(spec, cost or CostModel())
-    return replace(limit_boxes(timeline), widen_events=True)
+    cost = cost or CostModel()
+    timeline = plugin_of(spec).expected_timeline(spec, cost)
+    start, end = timeline.span()
+    # illustrative: the drawn span is 1 relative unit (only ratios of the invented costs mean something)
+    unit = (end - start) if cost.illustrative and end > start else None
+    # figure.labels.time_axis names its {unit}: relative units for an illustrative cost model,
+    # ms for one from measured or published numbers
+    axis = label_tex(spec, "time_axis", unit=RELATIVE_UNITS if unit is not None else "ms")
+    return replace(limit_boxes(timeline), widen_events=True, axis_unit_ms=unit, axis_label=axis)
+
+
+RELATIVE_UNITS = "relative units"

@@ -10,7 +10,9 @@
   push, allreduce, gossip, send, recv, wait; or `skipped`, an optimizer step or server
   update that did not apply (fp16 gradients overflowed). `label` is short plain text drawn inside
   the box when it fits ("F", "3", "reduce-scatter"); it is escaped when drawn. A fetch
-  or push box too narrow for its letter gets it above the box (timeline_tags.py).
+  or push box too narrow for its letter draws none (a letter set beside its box floated
+  between the lanes); the legend names the letter of the boxes that do hold one
+  ("fetch (F)").
 - A Lane is one process (its id: w1, ps, ps2, ...; role worker | server | stage) or,
   with role "gap", the ellipsis standing for elided lanes (no boxes; id w4-more: the
   first hidden lane's id plus "-more").
@@ -38,7 +40,6 @@ from ..errors import DtgenError
 from ..texsafe import escape_text, render_label
 from .model import Tex
 from .names import BOX_KINDS, PHASED_BOX
-from .timeline_tags import MAX_TAGS, TAG_GAP, TAG_KINDS, DrawnTag, place_tags
 
 MAX_BOXES = 4000
 WIDTH_CM = 12.0
@@ -48,11 +49,13 @@ PANEL_GAP = 1.35
 MIN_EVENT_CM = 0.12  # server updates are drawn at least this wide (over idle time, up to the next busy box)
 MIN_VISIBLE_CM = 0.03  # boxes closer than this merge: the eye cannot tell them apart
 HAIRLINE_CM = 0.01  # the narrowest box drawn: a short span stays visible
+ARRIVALS = ("push",)  # boxes that end when another lane's rank had the message: never drawn later
 ZERO_CM = 1e-4  # a span narrower than this once drawn has no length (clipping's float residue)
 AXIS_BELOW = 0.08  # the axis line runs this far under the last lane (templates/timeline.tex.j2)
 
 KIND_NAMES = {
-    "fetch": "fetch", "forward": "forward", "backward": "backward", "slowdown": "straggler delay",
+    "fetch": "fetch", "forward": "forward", "backward": "backward", "wgrad": "weight gradient",
+    "slowdown": "straggler delay",
     "optimizer": "optimizer step", "update": "server update",
     "skipped": "skipped (fp16 overflow)", "push": "push", "allreduce": "all-reduce",
     "gossip": "gossip", "send": "send", "recv": "recv", "wait": "idle / wait",
@@ -114,6 +117,7 @@ class Timeline:
     end_ms: float | None = None  # None: the end of the last box
     note: str = ""
     axis_label: str = "time (ms)"
+    axis_unit_ms: float | None = None  # ticks count this many ms as 1 (relative units); None: ticks in ms
     widen_events: bool = False  # draw server updates at least MIN_EVENT_CM wide (schedules and predictions, not measurements)
 
     def span(self) -> tuple[float, float]:
@@ -225,7 +229,6 @@ class DrawnPanel:
     boxes: tuple
     ticks: tuple  # (x, Tex label)
     title_lines: int = 1
-    tags: tuple = ()  # DrawnTag: fetch/push letters above boxes too narrow for them
     grid: tuple = ()  # (top, bottom) stretches of the tick lines: all but the elision rows
 
 
@@ -253,6 +256,11 @@ class TimelineDrawing:
     legend_top: float = 0.0
 
     @property
+    def styles_used(self) -> set:
+        """The box styles some box draws with (a style only some figures use is defined only there)."""
+        return {b.style for p in self.panels for b in p.boxes}
+
+    @property
     def text_width(self) -> float:
         """Width for wrapped text (title, note): labels and plot area together, less the nodes' padding."""
         return self.label_width + self.width - TEXT_PAD
@@ -262,7 +270,6 @@ class TimelineDrawing:
         for panel in self.panels:
             out.append(f"panel-{panel.name}")
             out += [f"{lane.name}-label" for lane in panel.lanes]
-            out += [tag.name for tag in panel.tags]
         out.append("axis-label")
         if self.note:
             out.append("note")
@@ -386,6 +393,8 @@ def _legend(kinds_used: list, phases: dict, names: dict, width: float, x0: float
     return tuple(entries)
 
 
+LETTER_KINDS = ("fetch", "push")  # boxes that name their phase with a letter (F, P), as seed 001 draws them
+
 # The order all-reduce phases run in, so a window that starts mid-step still gives the
 # first phase the plain fill and the legend lists them in order.
 PHASE_ORDER = ("reduce-scatter", "all-gather", "reduce", "broadcast", "intra-host reduce", "inter-host all-reduce",
@@ -429,15 +438,19 @@ class _Span:
     x1: float
     text: str  # TeX inside the box ('' when it does not fit)
     thin: bool  # send/recv: a bar through the middle of the lane
-    letter: str = ""  # TeX of the fetch/push letter that did not fit inside: it goes above the box
     kind: str = ""
 
 
-def _at_least_hairline(x0: float, x1: float, width: float) -> tuple[float, float]:
+def _at_least_hairline(x0: float, x1: float, width: float, keep_end: bool = False) -> tuple[float, float]:
     """A box's edges, at least HAIRLINE_CM apart so a short span stays visible, and inside the
-    plot: one at the window's end grows to the left, not past the plot's right edge."""
+    plot: one at the window's end grows to the left, not past the plot's right edge. With
+    `keep_end` (a message, whose end is when its receiver had it) it grows to the left too:
+    grown to the right, a push that arrived just before the server's update began was drawn
+    ending inside that update."""
     if x1 - x0 >= HAIRLINE_CM:
         return x0, x1
+    if keep_end and x1 >= HAIRLINE_CM:
+        return x1 - HAIRLINE_CM, x1
     x1 = min(max(x1, x0 + HAIRLINE_CM), width)
     return min(x0, x1 - HAIRLINE_CM), x1
 
@@ -471,28 +484,16 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
             x0 = covered
             if x1 - x0 < 0.005:
                 continue
-        x0, x1 = _at_least_hairline(x0, x1, width)
+        x0, x1 = _at_least_hairline(x0, x1, width, keep_end=box.kind in ARRIVALS)
         if box.kind == "update" and widen:  # the event a PS figure is about: never a hairline
             x1 = covered = _event_end(boxes, index, x0, x1, start, scale, width)
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
         plain, tex = _box_words(box, words)
         fits = bool(plain) and not thin and _fits(plain, x1 - x0)
-        lettered = box.kind in TAG_KINDS and box.count == 1 and not thin
-        letter = tex if plain and not fits and lettered else ""
-        spans.append(_Span(style, x0, x1, tex if fits else "", thin, letter, box.kind))
+        spans.append(_Span(style, x0, x1, tex if fits else "", thin, box.kind))
+        if fits and box.kind in LETTER_KINDS and box.count == 1 and len(plain) == 1:
+            shorts[style] = plain  # a letter in the box: the legend names it
     return spans
-
-
-def _letters(spans: list[_Span], name: str, width: float, top: float) -> list[DrawnTag]:
-    """The letters of the lane's narrow fetch/push boxes, named <lane>-<panel>-<kind><n>."""
-    seen: dict = {}
-    wanted = []
-    for span in spans:
-        if span.kind in TAG_KINDS:
-            seen[span.kind] = seen.get(span.kind, 0) + 1
-            if span.letter:
-                wanted.append(((span.x0 + span.x1) / 2, span.letter, f"{name}-{span.kind}{seen[span.kind]}"))
-    return place_tags(wanted, width, top)
 
 
 def _grid_runs(top: float, bottom: float, gap_tops: list, lane_gap: float) -> tuple:
@@ -537,16 +538,17 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, words: Wor
     if not end > start:
         end = start + 1.0
     scale = width_cm / (end - start)
-    step = nice_step(end - start, max(3, min(6, int(width_cm / 1.3))))
-    ticks_ms = [start + k * step for k in range(int((end - start) / step + 1e-9) + 1)]
+    unit = timeline.axis_unit_ms or 1.0  # ticks are chosen and labelled in the axis's unit
+    step = nice_step((end - start) / unit, max(3, min(6, int(width_cm / 1.3))))
+    ticks_ms = [start + k * step * unit for k in range(int((end - start) / unit / step + 1e-9) + 1)]
     phases = _phase_styles(panels_in)  # phase name -> tl-allreduce[-b|-c], the style drawing it
-    shorts: dict = {}  # phase name -> the abbreviation inside its boxes (RS), explained by the legend
+    # phase name -> the abbreviation inside its boxes (RS), fetch/push style -> its letter (F):
+    # explained by the legend
+    shorts: dict = {}
     spans = {(panel.id, lane.id): _lane_spans(merge_close(lane.boxes, MIN_VISIBLE_CM / scale), start, scale, width_cm,
                                               timeline.widen_events, words, phases, shorts)
              for panel in panels_in for lane in panel.lanes}
-    letters = sum(1 for lane in spans.values() for span in lane if span.letter)
-    tagged = 0 < letters <= MAX_TAGS
-    lane_gap = TAG_GAP if tagged else LANE_GAP  # room for letters above the boxes, the same between all lanes
+    lane_gap = LANE_GAP
     kinds_used = list(dict.fromkeys(span.style for lane in spans.values() for span in lane))
     text_room = label_width + width_cm
     panels, y = [], 0.0
@@ -558,9 +560,7 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, words: Wor
                  else tied_label(panel.title))
         y -= 0.45 * (lines - 1)
         top = y
-        if tagged and panel.lanes and any(span.letter for span in spans[(panel.id, panel.lanes[0].id)]):
-            y -= TAG_GAP - LANE_GAP  # the first lane's letters stay clear of the panel title
-        lanes, boxes, tags, gap_tops = [], [], [], []
+        lanes, boxes, gap_tops = [], [], []
         for lane in panel.lanes:
             name = f"{lane.id}-{panel.id}"
             label = Tex(render_label(lane.label if lane.role == "gap" else labels[(panel.id, lane.id)]))
@@ -570,18 +570,18 @@ def draw_timeline(timeline: Timeline, target_cm: float | None = None, words: Wor
             for span in spans[(panel.id, lane.id)]:
                 y0, y1 = (y - LANE_H * 0.62, y - LANE_H * 0.38) if span.thin else (y - LANE_H, y)
                 boxes.append(DrawnBox(span.style, span.x0, y0, span.x1, y1, Tex(span.text), f"{span.style}-text"))
-            if tagged:
-                tags += _letters(spans[(panel.id, lane.id)], name, width_cm, y)
             y -= LANE_H + lane_gap
         bottom = y + lane_gap
-        ticks = tuple(((t - start) * scale, _tick_text(t - start, step)) for t in ticks_ms)
-        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines, tuple(tags),
+        ticks = tuple(((t - start) * scale, _tick_text((t - start) / unit, step)) for t in ticks_ms)
+        panels.append(DrawnPanel(panel.id, Tex(title), top, bottom, tuple(lanes), tuple(boxes), ticks, lines,
                                  _grid_runs(top, bottom, gap_tops, lane_gap)))
         y = bottom - PANEL_GAP
     order = [f"tl-{kind}" for kind in BOX_KINDS]
     kinds_used.sort(key=lambda style: order.index(style) if style in order else order.index("tl-allreduce") + 0.5)
     phase_names = {style: words.phase(phase) + (f" ({shorts[phase]})" if phase in shorts else "")
                    for phase, style in phases.items()}
+    phase_names.update({style: f"{words.legend[style[3:]]} ({shorts[style]})" for style in kinds_used
+                        if style in shorts and not words.legend[style[3:]].endswith(f"({shorts[style]})")})
     legend = _legend(kinds_used, phase_names, words.legend, text_room, -label_width)
     first = panels[0] if panels else None
     legend_top = (first.top + 0.45 * (first.title_lines - 1) if first else 0.0) + 0.95

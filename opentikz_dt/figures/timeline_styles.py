@@ -30,6 +30,9 @@ BOX_STYLES = {
     "fetch": BoxStyle("weight", "!12!otpaper"),
     "forward": BoxStyle("otorange", "!30!otpaper"),
     "backward": BoxStyle("otorange", "!55!otink"),
+    # a zero-bubble schedule's weight-gradient half of the backward: dotted, a shade between
+    # the compute orange and the backward's (apart from a mesh's dotted data all-reduce)
+    "wgrad": BoxStyle("otorange", "!75!otink", "dotted"),
     "slowdown": BoxStyle("otorange", "!8!otpaper", "dashed"),
     "optimizer": BoxStyle("server", "!12!otpaper"),
     "update": BoxStyle("server", ""),

@@ -39,9 +39,26 @@ def render_texts(spec, kinds=KINDS, body_only: bool = False, timeline=None) -> d
             from .partitioning import partitioning_layout
 
             texts[kind] = render_topology(spec, body_only=body_only, layout=partitioning_layout(spec))
+        elif kind == "schedules":  # asked for by name only: pipeline schedules side by side (illustrative)
+            texts[kind] = render_timeline(spec, timeline=_schedules_timeline(spec), body_only=body_only)
         else:
-            raise DtgenError(f"unknown figure kind {kind!r} (one of {', '.join(KINDS + ('memory', 'partitioning'))})")
+            raise DtgenError(f"unknown figure kind {kind!r} (one of "
+                             f"{', '.join(KINDS + ('memory', 'partitioning', 'schedules'))})")
     return texts
+
+
+def _schedules_timeline(spec):
+    """GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV for the spec's pipeline, one time axis."""
+    from dataclasses import replace
+
+    from .schedule import CostModel
+    from ..strategies.pipeline.figures import schedules_timeline
+    from .timeline import limit_boxes
+
+    if spec.strategy.kind != "pipeline":
+        raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
+                         f"not {spec.strategy.kind}")
+    return replace(limit_boxes(schedules_timeline(spec, CostModel())), widen_events=True)
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,
@@ -123,6 +140,12 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
 
     spec = with_width(load_spec(Path(target)), width)
     kinds = KINDS if kind == "all" else (kind,)
+    if notify is not None:
+        from ..memory import fit_warning
+
+        over = fit_warning(spec)
+        if over:
+            notify(f"dtgen: warning: {over}")
     if notify is not None and "topology" in kinds:
         from .topology import build_layout
 
@@ -135,6 +158,16 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
         from ..predict.expected import predicted_timeline
 
         timeline, warnings = predicted_timeline(spec, calibration)
+        for line in warnings:
+            (notify or print)(f"dtgen: warning: {line}")
+    elif spec.hardware is not None and "timeline" in kinds:  # expected on that hardware, from its datasheet
+        from ..errors import DtgenError
+        from ..predict.expected import datasheet_timeline
+
+        try:
+            timeline, warnings = datasheet_timeline(spec)
+        except DtgenError as exc:  # a kind or model the datasheet model does not cover: illustrative
+            timeline, warnings = None, [f"{exc}; the timeline stays illustrative"]
         for line in warnings:
             (notify or print)(f"dtgen: warning: {line}")
     return render_figures(spec, out_dir, kinds, tuple(formats) or ("tex",), body_only, timeline=timeline,

@@ -28,11 +28,14 @@ from ..workload import human_bytes
 from .plots import stragglers
 from .clearance import (LINK_LABEL_OFF_PT, box_half, link_label_size, link_labels_cross_labels, links_cross_labels,
                         sloped_labels_clear_of_labels)
-from .run import Run
+from .run import Run, bytes_per_step, partial_ranks, steps_measured
 from .source import device_icons, source, source_note
 
 _WORKER = re.compile(r"^w([1-9][0-9]*)$")
 SENDING = ("grad", "act", "ring", "peer")
+# A flow link's symbol (the topology template's macros), for the links the spec's diagram
+# leaves unlabelled (it names each flow once): a measured link carries its bytes beside it.
+FLOW_SYMBOLS = {"grad": r"\gradlabel", "wts": r"\weightlabel"}
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,10 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     `seen` (measured | predicted) titles it; `source_line` (the hardware measured on, or the
     prediction's calibration) follows the footer's first line; `ranks` (run.json's: rank, id)
     name the ranks of metrics.json's memory (without them: the workers first, w1 rank 0)."""
-    steps = max(1, metrics["steps"])
+    # bytes per step, each rank's by the steps it completed (an interrupted run's stop short of
+    # metrics["steps"], the steps asked for, and not all at the same step)
+    traffic, steps = bytes_per_step(metrics), 1
     memory = node_memory(metrics, ranks)  # node id -> bytes; {} for runs that did not measure it
-    traffic = metrics["bytes"]
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
     # A fitted column's links converge on the server, too close for a label on each: where every
     # worker's links carry the same bytes (as printed), the flow labels say them once, stacked.
@@ -128,7 +132,10 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
         nodes = [replace(n, y=round(n.y - LINE_H / 2, 3))
                  if n.kind == "ellipsis" and _WORKER.match(n.name.removesuffix("-more")) else n for n in nodes]
     own = [n for n in nodes if n.name == "note"]
-    lines = [label_text(spec, f"{seen}_note", steps=f"{metrics['steps']:,}")]
+    lines = [label_text(spec, f"{seen}_note", steps=steps_measured(metrics))]
+    short = partial_ranks(metrics, {r["rank"]: r["id"] for r in ranks or [] if isinstance(r, dict) and r.get("id")})
+    if short:  # an interrupted or failed run: which ranks' counts end early, or are absent
+        lines.append(f"counts per rank up to its last completed step; {short}")
     if source_line:
         lines.append(source_line)
     if once:
@@ -280,7 +287,11 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
                 label = Tex(f"{edge.label}\\\\{text}" if edge.label else "")
                 side = f"{side}, align=center" if edge.label else side
             else:
-                label = Tex(f"{edge.label}~{text}" if edge.label else text)
+                # every link says what it carries, not only the one the spec's diagram labels
+                # (links to one server or an all-reduce bar; a sharded server's links, close
+                # together, and a pipeline's keep the spec's labels: the longer text collided)
+                flow = str(edge.label) or (FLOW_SYMBOLS.get(edge.style, "") if other in ("ps", "ar") else "")
+                label = Tex(f"{flow}~{text}" if flow else text)
             edge = replace(edge, label=label, label_pos=pos, label_side=side)
             links.append(LinkBytes(edge.name, worker, direction, per_step))
         edges.append(edge)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import DtgenError, UsageError
 from ..figures.memory import render_compare_memory, total_bytes
+from ..figures.fit import target_width_cm
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..figures.plugin import plugin_of
@@ -30,8 +31,8 @@ from ..workload import human_bytes
 from .export import write_outputs
 from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
 from ..lossfacts import DIVERGED_DEFINITION, FINAL_DEFINITION, divergence, final_loss
-from .repeats import aggregate, expand, group
-from .run import Run, load_run
+from .repeats import aggregate, expand, group, name_apart
+from .run import Run, bytes_per_step, load_run
 from .source import table_source
 
 
@@ -114,8 +115,7 @@ def summarize_repeats(runs: list, target: float | None) -> Summary:
     """One row: a run, or the repeats of one spec (means, with min--max in the Stats)."""
     run = runs[0]
     m = run.metrics
-    steps = max(1, m["steps"])
-    sent = sum(b["sent"] for b in m["bytes"].values())
+    sent = sum(b["sent"] for b in bytes_per_step(m).values())  # each rank's by the steps it completed
     stale = [v for r in runs for v in r.metrics["staleness"] if math.isfinite(v)]
     name = run.label
     diverged = [divergence(r.metrics["loss"]) is not None for r in runs]
@@ -124,7 +124,7 @@ def summarize_repeats(runs: list, target: float | None) -> Summary:
     return Summary(
         name, strategy_name(run.spec), stat(r.metrics["samples_per_s"] for r in runs),
         stat(statistics.fmean(r.metrics["step_time_s"].values()) * 1000 for r in runs if r.metrics["step_time_s"]),
-        stat(times), sent / steps, statistics.fmean(stale) if stale else None, max(stale) if stale else None,
+        stat(times), sent, statistics.fmean(stale) if stale else None, max(stale) if stale else None,
         any(r.failed for r in runs), stat(final_loss(r.metrics["loss"]) for r in runs),
         stat(e.get("loss") for e in evals), stat(e.get("perplexity") for e in evals), sum(diverged), len(runs),
         sum(t is not None for t in times), "; ".join(dict.fromkeys(table_source(r) for r in runs)),
@@ -179,11 +179,13 @@ def _eval_cell(s: Summary) -> str:
     return cell + (f" / {_cell(s.perplexity, '.3g')}" if s.perplexity is not None else "")
 
 
-def column_notes(summaries: list, target: float | None) -> list:
+def column_notes(summaries: list, target: float | None, compared: bool = False) -> list:
     """What each column means (the table's note), in column order; only the columns shown."""
+    diverged = any(s.diverged for s in summaries)  # the mark is defined only where a row carries it
     notes = ["Samples/s: all workers' samples after their first step, over the wall time from the end of "
              "step 0 to the last step's end (the per-worker bars add up to it). Step: mean step time per worker.",
-             f"Final loss: {FINAL_DEFINITION}. $^{{\\ddagger}}$Diverged: {DIVERGED_DEFINITION}."]
+             f"Final loss: {FINAL_DEFINITION}." + (f" $^{{\\ddagger}}$Diverged: {DIVERGED_DEFINITION}." if diverged
+                                                   else "")]
     if any(s.eval_loss is not None for s in summaries):
         ppl = " / perplexity (transformer)" if any(s.perplexity is not None for s in summaries) else ""
         notes.append(f"Eval loss{ppl}: the final model on the held-out samples of training.eval (no training "
@@ -194,7 +196,8 @@ def column_notes(summaries: list, target: float | None) -> list:
     notes.append("Bytes/step: sent by all ranks. Staleness: versions behind, per async update.")
     if any(s.memory is not None for s in summaries):
         notes.append("Memory/rank: the largest rank's parameters, gradients, optimizer state and activations, "
-                     "measured on its first step (compare-memory: each role's largest rank).")
+                     "measured on its first step" + (" (compare-memory: each role's largest rank)." if compared
+                                                     else "."))
     if any(s.repeats > 1 for s in summaries):
         notes.append("n runs: the mean over repeats of one spec, (min--max) over them.")
     if any(s.ended_early for s in summaries):
@@ -214,9 +217,15 @@ def source_notes(summaries: list) -> list:
     return [f"Source of {escape_text(', '.join(names))}: {escape_text(line)}." for line, names in rows.items()]
 
 
+NARROW_TABLE_CM = 13.0  # below this target width the table is turned: one column per run
+
+
 def render_summary_table(summaries: list, target: float | None, spec, body_only: bool = False,
-                         source: str = "") -> str:
-    """A booktabs table: one row per run (or per spec's repeats), each column defined in the note."""
+                         source: str = "", compared: bool = False, extra_notes: tuple = ()) -> str:
+    """A booktabs table: one row per run (or per spec's repeats), each column defined in the note.
+    At a narrow target width (figure.width / --width column) it is turned: one row per metric,
+    one column per run, so a single run's table fits a column. `compared`: the table of
+    `dtgen compare`, whose notes may name its other figures."""
     evals = any(s.eval_loss is not None for s in summaries)
     ppl = any(s.perplexity is not None for s in summaries)
     header = ["Run", "Strategy", "Samples/s", "Step (ms)", "Final loss"]
@@ -236,11 +245,20 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
         cells += [_time_cell(s)] if target is not None else []
         cells += [escape_text(human_bytes(s.bytes_per_step)), stale]
         cells += [_bytes_cell(s.memory)] if memory else []
-        rows.append(Tex(" & ".join(cells)))
-    notes = [Tex(note) for note in column_notes(summaries, target)]
+        rows.append(cells)
+    notes = [Tex(note) for note in column_notes(summaries, target, compared)]
+    notes[1:1] = [Tex(escape_text(note)) for note in extra_notes]  # beside Samples/s, the note they extend
     context = base_context(spec, "summary table", body_only, [], source=source or "runs")
-    context.update(colspec=Tex("ll" + "r" * (len(header) - 2)), header=Tex(" & ".join(header)), rows=rows,
-                   footnote=notes, ncols=len(header))
+    target_cm = target_width_cm(spec)
+    if target_cm is not None and target_cm < NARROW_TABLE_CM:
+        turned = [Tex(" & ".join([name] + [c[i] for c in rows])) for i, name in enumerate(header) if i > 0]
+        context.update(colspec=Tex("l" + "r" * len(rows)), header=Tex(" & ".join([header[0]] + [c[0] for c in rows])),
+                       rows=turned, footnote=notes, ncols=len(rows) + 1, size=Tex("\\footnotesize"),
+                       note_width=Tex(f"{target_cm - 2 * 6 / 28.45 - 0.05:.2f}cm"))
+    else:
+        context.update(colspec=Tex("ll" + "r" * (len(header) - 2)), header=Tex(" & ".join(header)),
+                       rows=[Tex(" & ".join(cells)) for cells in rows],
+                       footnote=notes, ncols=len(header), size=Tex(""), note_width=None)
     return environment().get_template("table-summary.tex.j2").render(context)
 
 
@@ -261,6 +279,7 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
         raise UsageError(f"--loss {loss:g}: no run's loss goes below 0 ({lowest_text}), so none could reach it")
     target = loss if loss is not None else default_loss_target(everything)
     groups = group(everything)
+    name_apart(groups)
     summaries = [summarize_repeats(members, target) for members in groups]
     runs = [aggregate(members) for members in groups]  # one series per spec, error bars over its repeats
     source = ", ".join(str(r.path) for r in everything)[:300]
@@ -271,7 +290,8 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
         makers["compare-staleness"] = lambda bare: render_staleness_plot(runs, bare)
     if any(run.metrics["memory"] for run in runs):  # one spec's repeats: its first run's memory (aggregate)
         makers["compare-memory"] = lambda bare: render_compare_memory(runs, bare, source)
-    makers["compare-table"] = lambda bare: render_summary_table(summaries, target, runs[0].spec, bare, source)
+    makers["compare-table"] = lambda bare: render_summary_table(summaries, target, runs[0].spec, bare, source,
+                                                                    compared=True)
     written = []
     for stem, make in makers.items():
         written += write_outputs(make(False), out_dir, stem, formats, body=make(True) if body_only else None)

@@ -20,7 +20,7 @@ from .annotate import render_annotated_topology
 from .compare import default_loss_target, render_summary_table, summarize
 from .export import write_outputs
 from ..figures.memory import render_run_memory
-from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
+from .plots import alike_note, render_loss_plot, render_staleness_plot, render_throughput_plot, workers_alike
 from .run import Run, load_run
 from .source import figure_stem, source_note
 from .timeline import measured_timeline
@@ -36,15 +36,18 @@ def render_run_figures(run: Run, steps: str | None = None, body_only: bool = Fal
     }
     if run.metrics["loss"]:
         makers["plot-loss"] = lambda: render_loss_plot([run], body_only)
-    if run.metrics["per_worker_samples_per_s"]:
+    rates = run.metrics["per_worker_samples_per_s"]
+    alike = workers_alike(rates)
+    if rates and not alike:  # bars of one height say nothing: the table's note gives the rate instead
         makers["plot-throughput"] = lambda: render_throughput_plot([run], body_only)
     if run.metrics["staleness"]:
         makers["plot-staleness"] = lambda: render_staleness_plot([run], body_only)
     if run.metrics["memory"]:
         makers["plot-memory"] = lambda: render_run_memory(run, body_only)
     target = default_loss_target([run])
+    extra = [alike_note(rates)] if rates and alike else []
     makers["table-summary"] = lambda: render_summary_table([summarize(run, target)], target, run.spec, body_only,
-                                                           str(run.path))
+                                                           str(run.path), extra_notes=extra)
     return {stem: make() for stem, make in makers.items() if not only or stem in only}
 
 

@@ -17,7 +17,7 @@ from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..figures.plugin import plugin_of
 from ..texsafe import escape_text, render_label
-from .run import Run
+from .run import Run, partial_ranks
 from .source import plot_sources
 
 MAX_POINTS = 400
@@ -105,13 +105,53 @@ def _nice_min(low: float, high: float) -> float:
     return math.floor((low - 0.05 * span) / power * 2) * power / 2
 
 
+def _nice_top(low: float, high: float) -> float:
+    """A round upper limit a little over `high`: from 0 (low is 0) the 1-2-5 ceiling of
+    high; above 0 a step of the data's own span, so the lines fill the axis instead of lying
+    squashed along its bottom (5.46-5.6 gets 5.62, not 6)."""
+    if low <= 0 or not math.isfinite(low) or not math.isfinite(high):
+        return _nice_max(high)
+    span = high - low or abs(high) or 1.0
+    step = 10 ** math.floor(math.log10(span)) / 2
+    return math.ceil((high + 0.03 * span) / step) * step
+
+
+COINCIDE_REL = 1e-4  # two losses this close (relative) at every step draw one line
+
+
+def coinciding(runs: list) -> list:
+    """Groups (2 or more) of runs whose loss lines coincide: the same number of steps and every
+    step's loss within COINCIDE_REL. The later ones are drawn over the first: say so."""
+    groups: list = []
+    for run in runs:
+        loss = run.metrics["loss"]
+        for group in groups:
+            other = group[0].metrics["loss"]
+            if len(other) == len(loss) and all(
+                    (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= COINCIDE_REL * max(abs(a), abs(b), 1e-12))
+                    or (not math.isfinite(a) and not math.isfinite(b)) for a, b in zip(loss, other)):
+                group.append(run)
+                break
+        else:
+            groups.append([run])
+    return [group for group in groups if len(group) > 1]
+
+
+def _names(runs: list) -> str:
+    labels = [run.label for run in runs]
+    return ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
 def _notes(runs: list, spread: str = "error bars") -> list:
     """Crashed runs; and, once, how repeats are drawn (the legend says "mean of N runs")."""
     notes = []
     for run in runs:
         if run.failed:
-            steps = run.metrics["steps"]
-            notes.append(Tex(escape_text(f"{run.name}: run ended early, after {steps} completed steps")))
+            steps = run.metrics.get("steps_done") or run.metrics["steps"]
+            short = partial_ranks(run.metrics, {r["rank"]: r["id"] for r in run.info.get("ranks") or []
+                                                if isinstance(r, dict) and "rank" in r and r.get("id")})
+            notes.append(Tex(escape_text(f"{run.name}: {run.ended} after {steps:,} of {run.metrics['steps']:,} steps"
+                                         + (f" ({short})" if short else ""))))
     if any(run.repeats > 1 for run in runs):
         notes.append(Tex(escape_text(f"{spread}: min\u2013max over the repeats")))
     return notes
@@ -161,10 +201,12 @@ def render_loss_plot(runs: list, body_only: bool = False) -> str:
     room = (target - PLOT_BORDER_CM - 0.3) if target is not None else 14.4
     context.update(stacked=stacked, plot_width=min(6.4, room if stacked else (room - 1.6) / 2),
                    series=series, legend=len(runs) > 1, legend_columns=min(len(series), 4),
-                   ymin=_nice_min(ymin, ymax), ymax=_nice_max(ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
+                   ymin=_nice_min(ymin, ymax), ymax=_nice_top(_nice_min(ymin, ymax), ymax), step_min=0, step_max=step_max, wall_max=_nice_max(wall_max),
                    ylabel=Tex("loss"), title_step=Tex("loss vs step"), title_wall=Tex("loss vs wall time"),
-                   notes=_notes(runs, "thin lines") + [Tex(escape_text(f"no loss: {run.label}")) for run in lossless],
-                   source_lines=_source_lines(runs))
+                   notes=_notes(runs, "thin lines") + [Tex(escape_text(f"no loss: {run.label}")) for run in lossless]
+                   + [Tex(escape_text(f"{_names(group)}: the same loss at every step, one line over the other"))
+                      for group in coinciding([run for run in runs if not any(run is o for o in lossless)])],
+                   source_lines=_source_lines(runs), note_width=_note_width_cm(runs))
     return environment().get_template("plot-loss.tex.j2").render(context)
 
 
@@ -236,6 +278,22 @@ def render_throughput_plot(runs: list, body_only: bool = False) -> str:
     return environment().get_template("plot-bars.tex.j2").render(context)
 
 
+ALIKE_REL = 0.005  # workers whose samples/s differ by less than this (relative) get no bar chart
+
+
+def workers_alike(rates: dict) -> bool:
+    """Every worker's samples/s within ALIKE_REL of the fastest (synchronous steps: each worker
+    does one batch per step, so their rates are one number); a bar chart of them says nothing."""
+    values = [v for v in rates.values() if math.isfinite(v)]
+    return bool(values) and len(values) == len(rates) and max(values) - min(values) <= ALIKE_REL * max(values)
+
+
+def alike_note(rates: dict) -> str:
+    """The note standing for the per-worker bar chart when every worker's rate is the same."""
+    value = statistics.fmean(rates.values())
+    return f"Per worker: {value:,.0f} samples/s, every worker alike (no per-worker bar chart)."
+
+
 def _tops(run: Run) -> list:
     """Bar heights, or the tops of their error bars."""
     spread = run.metrics.get("spread", {}).get("per_worker_samples_per_s", {})
@@ -273,6 +331,13 @@ def _target_cm(runs: list) -> float | None:
     from ..figures.fit import target_width_cm
 
     return target_width_cm(runs[0].spec)
+
+
+def _note_width_cm(runs: list) -> str | None:
+    """At a target width the notes under a plot wrap within it (a long hardware line would
+    otherwise widen the figure past its column); at natural width they keep one line each."""
+    target = _target_cm(runs)
+    return None if target is None else f"{target - PLOT_BORDER_CM - 0.3:.2f}"  # 0.3: the node's inner sep and air
 
 
 def _bar_width_cm(runs: list, slots: int) -> float:
@@ -332,7 +397,7 @@ def _bar_context(runs, kind, body_only, series, slots, labels, ymax) -> dict:
                    ymax=ymax, xmin=-0.6, xmax=slots - 0.4, xticks=Tex(",".join(str(i) for i in range(slots))),
                    xticklabels=Tex(labels), rotate=slots > 8, title=Tex(""),
                    legend=len(runs) > 1, legend_columns=max(2, min(len(runs), 4)), notes=_notes(runs),
-                   source_lines=_source_lines(runs))
+                   source_lines=_source_lines(runs), note_width=_note_width_cm(runs))
     return context
 
 

@@ -45,6 +45,29 @@ def group(runs: list) -> list[list]:
     return list(groups.values())
 
 
+def name_apart(groups: list) -> None:
+    """Groups of runs (`group`) that would be labelled alike (two specs of one name: a run
+    with 60 steps and one with 30) are named by their run folder instead: a repeat folder's
+    name for its repeats, else the run directory's (with its parent's where those coincide
+    too), so no two legend entries or table rows read the same. Sets each run's `display`."""
+    labels = [members[0].label for members in groups]
+    clashing = [members for members, label in zip(groups, labels) if labels.count(label) > 1]
+
+    def folder(members: list, parents: int) -> str:
+        path = members[0].path.resolve()
+        if len(members) > 1 or _REPEAT.match(path.name):  # r1, r2, ...: the repeat folder names them
+            path = path.parent
+        return "/".join(path.parts[len(path.parts) - 1 - parents:])
+
+    for parents in range(4):
+        names = [folder(members, parents) for members in clashing]
+        if len(set(names)) == len(names):
+            break
+    for members, name in zip(clashing, names):
+        for run in members:
+            run.display = name
+
+
 def _mean_range(values: list) -> tuple:
     values = [v for v in values if v is not None and math.isfinite(v)]
     if not values:
@@ -75,5 +98,5 @@ def aggregate(runs: list) -> Run:
                    steps_per_worker={},  # differs per async repeat: the table and each run's own figures say it
                    spread={"loss": loss_spread, "samples_per_s": total[1:],
                            "per_worker_samples_per_s": {w: v[1:] for w, v in rates.items()}})
-    info = dict(first.info, status="failed" if any(r.failed for r in runs) else first.info.get("status", "ok"))
-    return Run(first.path, first.spec, info, metrics, repeats=len(runs))
+    info = dict(first.info, status=next((r.info["status"] for r in runs if r.failed), None) if any(r.failed for r in runs) else first.info.get("status", "ok"))
+    return Run(first.path, first.spec, info, metrics, repeats=len(runs), display=first.display)

@@ -28,6 +28,9 @@ class Run:
     metrics: dict  # metrics.json, checked and with missing keys defaulted
     _trace: Trace | None = field(default=None, repr=False)
     repeats: int = 1  # >1: the mean of that many runs of one spec (measured.repeats), with metrics["spread"]
+    # The name figures and tables use when runs compared side by side share their spec's
+    # name (measured.repeats.name_apart: the run folder's name); None: the spec's name.
+    display: str | None = None
 
     @property
     def name(self) -> str:
@@ -36,8 +39,10 @@ class Run:
     @property
     def label(self) -> str:
         """The run as figures and tables name it: its spec's name, and "(predicted)" for a
-        prediction (a run and a prediction of it share their spec's name)."""
-        return f"{self.name} (predicted)" if self.info.get("predicted") is not None else self.name
+        prediction (a run and a prediction of it share their spec's name); its run folder's
+        name where compared runs of different specs share a name (`display`)."""
+        name = self.display or self.name
+        return f"{name} (predicted)" if self.info.get("predicted") is not None else name
 
     @property
     def trace(self) -> Trace:
@@ -47,7 +52,17 @@ class Run:
 
     @property
     def failed(self) -> bool:
-        return self.info.get("status") == "failed"
+        """Ended early: a rank failed, or Ctrl-C (`interrupted`)."""
+        return self.info.get("status") in ("failed", "interrupted")
+
+    @property
+    def interrupted(self) -> bool:
+        return self.info.get("status") == "interrupted"
+
+    @property
+    def ended(self) -> str:
+        """How a run that ended early ended, in a word: interrupted (Ctrl-C) or failed."""
+        return "interrupted" if self.interrupted else "failed"
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -126,6 +141,12 @@ def check_metrics(data: dict, where: Path) -> dict:
                                                                "steps_per_worker").items()},
         "eval": _eval(data.get("eval")),
         "memory": _memory(data.get("memory")),
+        # how far each rank got (an interrupted or failed run's counts end there)
+        "steps_done": done if type(done := data.get("steps_done")) is int and done >= 0 else steps,
+        "steps_per_rank": {int(r): v for r, v in (data.get("steps_per_rank") or {}).items()
+                           if str(r).isdigit() and type(v) is int and v > 0} if isinstance(data.get("steps_per_rank"), dict) else {},
+        "ranks_missing": [r for r in data.get("ranks_missing") or [] if type(r) is int]
+        if isinstance(data.get("ranks_missing"), list) else [],
     }
     for rank, value in _mapping(data.get("bytes", {}), where, "bytes").items():
         if str(rank).isdigit() and isinstance(value, dict):
@@ -139,6 +160,36 @@ def check_metrics(data: dict, where: Path) -> dict:
     samples = data.get("samples_per_s", 0.0)
     out["samples_per_s"] = float(samples) if isinstance(samples, (int, float)) and math.isfinite(samples) else 0.0
     return out
+
+
+def rank_steps(metrics: dict, rank: int) -> int:
+    """The steps rank `rank` completed as its counts were last written (at least 1): what its
+    bytes divide by. A finished run's ranks all completed metrics["steps"]."""
+    return max(1, metrics.get("steps_per_rank", {}).get(rank) or metrics.get("steps_done") or metrics["steps"])
+
+
+def bytes_per_step(metrics: dict) -> dict:
+    """metrics["bytes"] per step: each rank's by the steps it completed, not by the steps asked for."""
+    return {r: {d: b[d] / rank_steps(metrics, r) for d in ("sent", "recv")} for r, b in metrics["bytes"].items()}
+
+
+def steps_measured(metrics: dict) -> str:
+    """The steps the counts cover: 500, or 109–158 where ranks stopped at different steps."""
+    counts = [rank_steps(metrics, r) for r in metrics["bytes"]] or [metrics.get("steps_done") or metrics["steps"]]
+    low, high = min(counts), max(counts)
+    return f"{high:,}" if low == high else f"{low:,}\u2013{high:,}"
+
+
+def partial_ranks(metrics: dict, ids: dict | None = None) -> str:
+    """Which ranks' counts stop short of the others' (partial) or are absent (missing), in
+    words; '' when every rank counted every step it took part in."""
+    name = (lambda r: (ids or {}).get(r) or f"rank {r}")
+    done = max([rank_steps(metrics, r) for r in metrics["bytes"]] or [0])
+    partial = [f"{name(r)} ({rank_steps(metrics, r):,} steps)" for r in sorted(metrics["bytes"])
+               if rank_steps(metrics, r) < done]
+    missing = [name(r) for r in metrics.get("ranks_missing", [])]
+    parts = ([f"partial: {', '.join(partial)}"] if partial else []) + ([f"missing: {', '.join(missing)}"] if missing else [])
+    return "; ".join(parts)
 
 
 def _pair(value) -> list | None:

@@ -62,6 +62,8 @@ def prediction_note(run: Run) -> str:
     preset = predicted.get("link_preset")
     if isinstance(preset, dict):  # a preset's links: say which, from where, and whose compute
         note += f"; links {preset.get('name')} ({preset.get('source')}), compute of {preset.get('compute')}"
+    if predicted.get("calibration_note"):  # a calibration from a profile: its assumptions (profile_fit.py)
+        note += f"; {predicted['calibration_note']}"
     if predicted.get("transfer_note"):  # costs carried from another strategy or size
         note += f"; {predicted['transfer_note']}"
     return note

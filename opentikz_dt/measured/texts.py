@@ -38,11 +38,11 @@ def bubble_title_note(spec, seen: str, bubble) -> str:
     """The note after a pipeline panel's title: the bubble drawn beside the ideal (p-1)/(m+p-1)."""
     if _is_set(spec, "bubble_panel"):
         return label_text(spec, "bubble_panel", bubble=f"{bubble.measured:.0%}", theory=f"{bubble.theory:.0%}")
-    return f"bubble {bubble.measured:.0%} {seen}; $(p-1)/(m+p-1)$ = {bubble.theory:.0%}"
+    return f"bubble {bubble.measured:.0%} {seen}; {bubble.form} = {bubble.theory:.0%}"
 
 
 def _bubble_note(spec, seen: str, bubble) -> str:
-    ideal = f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1}"
+    ideal = bubble.ideal or f"{bubble.stages - 1}/{bubble.microbatches + bubble.stages - 1}"
     values = {"bubble": f"{bubble.measured:.1%}", "run_mean": f"{bubble.run_mean:.1%}", "ideal": ideal,
               "theory": f"{bubble.theory:.1%}"}
     if _is_set(spec, "bubble_note"):

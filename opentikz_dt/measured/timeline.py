@@ -24,8 +24,9 @@ from typing import NamedTuple
 from ..figures.model import elide
 from ..figures.names import BOX_KINDS, PHASED_BOX
 from ..figures.plugin import plugin_of
-from ..figures.texts import more_lanes_text
+from ..figures.texts import label_text, more_lanes_text
 from ..figures.timeline import MIN_VISIBLE_CM, WIDTH_CM, Box, Lane, Panel, Timeline
+from ..strategies.pipeline_schedules import reference_bubble, stages_per_rank
 from .texts import axis_title, bubble_title_note, comm_lane_name, lane_name, panel_title, timeline_note
 from .trace import COMM, Span, Trace
 from .window import MAX_BINS, MAX_BOXES, Cell, Window, bound_boxes, select_window, spans_in
@@ -48,9 +49,11 @@ FAST_FACTOR = 8  # a lane this many times over its box budget is binned in one p
 class Bubble:
     measured: float  # over the drawn steps
     run_mean: float  # over every complete step after the first
-    theory: float  # (p-1)/(m+p-1)
+    theory: float  # the schedule's paper: (p-1)/(m+p-1), (p-1)/(vm+p-1), or 1F1B's for zero bubble
     stages: int
     microbatches: int
+    form: str = "$(p-1)/(m+p-1)$"  # the theory's formula (TeX), as the caption writes it
+    ideal: str = ""  # its numbers, "3/11"; empty: (p-1)/(m+p-1)'s
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,10 @@ def box_label(span: Span, pipeline: bool, asynchronous: bool) -> str:
     """The short text drawn inside a box when it fits (the expected schedule's vocabulary)."""
     name, args = span.name, span.args
     if pipeline and name in ("forward", "backward") and isinstance(args.get("mb"), int):
-        return str(args["mb"] + 1)
+        # a multi-stage schedule's chunk as a letter (1a, 1b)
+        chunk = args.get("chunk")
+        text = f"{args['mb'] + 1}{'abcdefghijklmnop'[chunk] if isinstance(chunk, int) and 0 <= chunk < 16 else ''}"
+        return text
     if name == "update":
         return "U" if asynchronous else "Update"
     if name == PHASED_BOX:
@@ -155,7 +161,10 @@ def phase_name(label: str) -> str:
 
 def box_kind(name: str, args: dict) -> str:
     """The box kind a span is drawn as: its name, or `skipped` for an optimizer step or server
-    update the fp16 gradient scaler skipped (the runner marks the span with arg `skipped`)."""
+    update the fp16 gradient scaler skipped (the runner marks the span with arg `skipped`),
+    or `wgrad` for a backward's weight-gradient half (arg grad=weight: zero bubble)."""
+    if name == "backward" and args.get("grad") == "weight":
+        return "wgrad"
     return "skipped" if name in SKIPPABLE and args.get("skipped") else name
 
 
@@ -223,6 +232,9 @@ def _bubble(spec, trace: Trace, window: Window) -> Bubble | None:
     run_mean = pipeline_bubble(trace.events, steps[1] if len(steps) > 2 else steps[0], steps[-1])
     if measured is None:
         return None
+    if spec.strategy.kind == "pipeline":  # the schedule's own reference (pipeline_schedules.reference_bubble)
+        theory, form, ideal = reference_bubble(spec.strategy.schedule, p, m, stages_per_rank(spec.strategy))
+        return Bubble(measured, run_mean if run_mean is not None else measured, theory, p, m, form, ideal)
     return Bubble(measured, run_mean if run_mean is not None else measured, (p - 1) / (m + p - 1), p, m)
 
 
@@ -249,14 +261,29 @@ def _rows(spec, trace: Trace) -> list:
     shown = elide(len(workers), spec.figure.max_workers_drawn)
     rows: list = [_Row(ids[rank], lane_name(spec, ids[rank]), "server", rank) for rank in servers]
     role = plugin_of(spec).LANE_ROLE
+    stages = trace.metadata.get("lane_stages") or {}  # a cluster prediction: one rank stands for a stage
     for index in shown:
         if index is None:
             hidden = len(workers) - (len(shown) - 1)
-            rows.append(_Row("more", more_lanes_text(spec, hidden), "gap", None, hidden))
+            text = label_text(spec, "more_stages", n=f"{hidden:,}") if stages else more_lanes_text(spec, hidden)
+            rows.append(_Row("more", text, "gap", None, hidden))
         else:
             rank = workers[index - 1]
-            rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), role, rank))
+            if ids[rank] in stages:
+                rows.append(_Row(ids[rank], representative_lane(spec, stages[ids[rank]], trace), "stage", rank))
+            else:
+                rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), role, rank))
     return rows
+
+
+def representative_lane(spec, stage: int, trace: Trace) -> str:
+    """The lane of the rank standing for a pipeline stage's ranks: 'Stage 3, 64 ranks'; with
+    one stage, 'Each of 16 ranks' (the data replicas run alike)."""
+    ranks = int(trace.metadata.get("ranks_per_lane") or 1)
+    if len(trace.metadata.get("lane_stages") or {}) == 1:
+        return f"Each of {ranks:,} ranks" if ranks > 1 else lane_name(spec, "w1")
+    name = label_text(spec, "stage_lane", i=stage)
+    return f"{name}, {ranks:,} ranks" if ranks > 1 else name
 
 
 def _comm_row(spec, row: _Row) -> _Row:

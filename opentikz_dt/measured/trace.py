@@ -169,6 +169,8 @@ def _run_status(run: Path) -> str:
         info = json.loads((run / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ""
+    if isinstance(info, dict) and info.get("status") == "interrupted":
+        return "run interrupted (Ctrl-C)"
     if not isinstance(info, dict) or info.get("status") != "failed":
         return ""
     failure = info.get("failure") or {}

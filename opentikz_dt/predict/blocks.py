@@ -29,6 +29,9 @@ class Block:
 # `python` models, as a calibration or a run described them once built (runner/describe.py),
 # keyed by their training.model section: a process learns one when it loads such a file.
 _LEARNED: dict[str, Workload] = {}
+# and, where it was counted, one trial step's FLOPs per sample ({"forward", "backward"},
+# runner/describe.step_flops): what the datasheet costs of such a model use
+_STEP_FLOPS: dict[str, dict] = {}
 
 
 def _key(model: dict) -> str:
@@ -40,6 +43,14 @@ def learn_model(model: dict, description: dict) -> None:
     blocks = tuple(Unit(str(b["name"]), tuple((str(n), tuple(shape)) for n, shape in b["tensors"]),
                         float(b["flops"])) for b in description["blocks"])
     _LEARNED[_key(model)] = Workload("python", blocks, activations=tuple(description.get("activations", ())))
+    if description.get("step"):
+        _STEP_FLOPS[_key(model)] = {"forward": float(description["step"]["forward"]),
+                                    "backward": float(description["step"]["backward"])}
+
+
+def step_flops(spec) -> dict | None:
+    """A python model's counted trial step ({"forward", "backward"} FLOPs per sample), or None."""
+    return _STEP_FLOPS.get(_key(model_section(spec)))
 
 
 def _workload(spec):

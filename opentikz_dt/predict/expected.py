@@ -33,3 +33,24 @@ def predicted_timeline(spec, calibration) -> tuple[object, list]:
         timeline = measured_timeline(spec, load_trace(run_dir), None).timeline
     note = f"{label_text(spec, 'calibration_note', file=Path(str(calibration)).name)}; {timeline.note}"
     return dataclasses.replace(timeline, note=note), warnings
+
+
+def datasheet_timeline(spec) -> tuple[object, list]:
+    """(Timeline, warnings) of a spec with `hardware:` and no calibration: its first steps
+    as the device's datasheet predicts them (predict/cluster.py), one lane per stage,
+    noted "expected on N <device>, datasheet costs"."""
+    from ..rules import check_warnings
+    from .cluster import cluster_result
+
+    rec, steps, assumed = cluster_result(spec)
+    with tempfile.TemporaryDirectory(prefix="dtgen-expected-") as tmp:
+        run_dir = write_run_dir(Path(tmp) / "run", spec, rec.result, steps, predicted=assumed)
+        timeline = measured_timeline(spec, load_trace(run_dir), None).timeline
+    per_lane = assumed["ranks"] // assumed["lanes"]
+    if per_lane > 1:
+        lanes = (f"; a lane stands for its stage's {per_lane:,} ranks" if assumed["lanes"] > 1
+                 else f"; the lane stands for all {per_lane:,} ranks")
+    else:
+        lanes = ""
+    return (dataclasses.replace(timeline, note=f"{assumed['caption']}{lanes}; {timeline.note}"),
+            check_warnings(spec))

@@ -19,6 +19,7 @@ from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibrat
 from .costs import Costs, illustrative_calibration, parse_link
 from .interval import interval, probe_round_ends
 from .presets import DEVICES, device_preset, link_preset, matches
+from ..memory import predicted_memory
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .plugin import REGISTRY
@@ -112,7 +113,8 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     if calibration is None:
         if target is not None:
             raise UsageError(f"--device {target.name}: compute comes from a calibration made on that device "
-                             f"({target.device_key}); run dtgen calibrate SPEC there and pass --calibration FILE")
+                             f"({target.device_key}); run dtgen calibrate SPEC there and pass --calibration FILE, or give "
+                             f"the spec hardware: {{device: {target.name}}} for datasheet costs")
         cal: Calibration = illustrative_calibration(spec)
         warnings = [ILLUSTRATIVE_WARNING]
     else:
@@ -175,6 +177,9 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
         warnings += notes
     if target is not None:
         assumed["device_preset"] = {"name": target.name, "source": target.source}
+    profiled = (cal.data.get("provenance") or {}).get("caption")
+    if profiled:  # a calibration from a user's profile (profile_fit.py) states its modelling assumptions
+        assumed["calibration_note"] = str(profiled)
     return costs, assumed, warnings
 
 
@@ -199,6 +204,10 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     if steps is not None:
         spec = apply_overrides(spec, (f"training.steps={steps}",))
     steps = spec.training.steps
+    if spec.hardware is not None and calibration is None and device is None and link is None:
+        from .cluster import predict_cluster  # the datasheet's costs, one lane per stage
+
+        return predict_cluster(spec, out)
     check_size(spec, steps)
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
     if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after
@@ -219,7 +228,8 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
                          "use fewer --steps or workers")
     out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
     spread = interval(spec, costs, steps, metrics_of(result, spec, steps))
-    path = write_run_dir(out, spec, result, steps, predicted=assumed, extra_metrics=spread)
+    path = write_run_dir(out, spec, result, steps, predicted=assumed,
+                         extra_metrics={**spread, "memory": predicted_memory(spec)})
     return path, warnings
 
 

@@ -139,6 +139,9 @@ def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, m
                 "ended_early": failed}
     if predicted is not None:
         metadata["predicted"] = True
+        if predicted.get("lane_stages"):  # one representative rank per stage: the figures name it so
+            metadata["lane_stages"] = predicted["lane_stages"]
+            metadata["ranks_per_lane"] = predicted["ranks"] // predicted["lanes"]
     head = [encode(e) for e in _trace_events(result, roles)]
     with open(out / "trace.json", "w", encoding="utf-8") as handle:
         handle.write('{"traceEvents":[')

@@ -1,8 +1,8 @@
 """`dtgen predict SPEC --sweep shapes [--workers N]`: every layout of one worker count
 the strategy can take (a mesh: the factorizations of N into pipeline x data x tensor
 degrees, its plugin's `shapes` hook), each a full simulation, drawn as the figure people
-draw to choose a layout: one row per shape, fastest first, labelled `data x tensor x
-pipeline`, with its predicted step time (and interval where the calibration has a
+draw to choose a layout: one row per shape, fastest first, labelled `pipeline x data x
+tensor`, with its predicted step time (in ms, s, min or h as its size asks) (and interval where the calibration has a
 spread) beside the memory per worker the strategy's placement expects. Shapes the spec
 rules refuse (a tensor degree that does not divide the heads, more stages than blocks, a
 tensor group across hosts, ...) are left out and named in the caption. One column wide
@@ -41,11 +41,11 @@ PLOT_BORDER_CM = 2 * 6 / 72.27 * 2.54  # plot-base's border on both sides
 
 @dataclass(frozen=True)
 class ShapePoint:
-    label: str  # "data x tensor x pipeline"
+    label: str  # "pipeline x data x tensor"
     step_ms: float
     samples_per_s: float
     step_interval: tuple = ()  # (low, high) ms, () without one
-    memory_bytes: int | None = None  # the fullest rank's expected parameters, gradients and optimizer state
+    memory_bytes: int | None = None  # the fullest rank's expected states and activations
 
 
 def _reason(exc: DtgenError) -> str:
@@ -67,6 +67,7 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
     if layouts is None:
         raise UsageError(f"--sweep shapes: strategy kind '{base.strategy.kind}' has one layout per worker count; "
                          "the sweep compares a mesh's (strategy.parallelism) or use --sweep workers=...")
+    datasheet = base.hardware is not None and calibration is None and device is None and link is None
     planned, refused, assumed = [], [], {}
     for label, extra, refusal in layouts:
         if refusal:
@@ -77,15 +78,20 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
         except DtgenError as exc:
             refused.append((label, _reason(exc)))
             continue
+        if datasheet:  # every shape from the device's datasheet (predict/cluster.py), one lane per stage
+            planned.append((label, count, spec, None))
+            continue
         check_size(spec, spec.training.steps)
         costs, assumed, _ = costs_for(spec, calibration, link, latency_ms, dedicated=True, device=device)
         planned.append((label, count, spec, costs))
     if not planned:
         reasons = list(dict.fromkeys(reason for _, reason in refused))
         named = [f"{label.replace(' x ', 'x')}: {reason}" for label, reason in refused[:3]]
-        raise DtgenError(f"--sweep shapes: no shape of {count:,} worker{'s' if count != 1 else ''} (data x tensor x "
-                         f"pipeline) is valid for {base.source}: " + (reasons[0] if len(reasons) == 1 else
+        raise DtgenError(f"--sweep shapes: no shape of {count:,} worker{'s' if count != 1 else ''} (pipeline x data x "
+                         f"tensor) is valid for {base.source}: " + (reasons[0] if len(reasons) == 1 else
                          "; ".join(named) + (f"; ... ({len(refused)} shapes in all)" if len(refused) > 3 else "")))
+    if datasheet:
+        return _datasheet_points(planned, refused, base, count)
     check_sweep_size(planned)
     points = []
     for label, _, spec, costs in planned:
@@ -101,6 +107,23 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
     return points, refused, base, assumed, count
 
 
+def _datasheet_points(planned: list, refused: list, base, count: int) -> tuple:
+    """The shapes of a spec with `hardware:`: each step time from the datasheet model."""
+    from .cluster import assumptions, cluster_of, layout_of, model_of, recompute_of, step_seconds
+
+    points = []
+    for label, _, spec, _ in planned:
+        layout = layout_of(spec)
+        step = step_seconds(model_of(spec), layout, cluster_of(spec), recompute_of(spec))
+        batch = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
+        points.append(ShapePoint(label, step * 1000, batch / step, (), worker_memory(spec)))
+    spec = planned[0][2]
+    assumed = assumptions(spec, layout_of(spec), cluster_of(spec), recompute_of(spec))
+    assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
+    points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
+    return points, refused, base, assumed, count
+
+
 def _ticks(high: float) -> list[float]:
     """0 and up to three 1-2-5 steps up to `high`."""
     step = 10.0 ** math.floor(math.log10(max(high, 1e-12)))
@@ -108,13 +131,29 @@ def _ticks(high: float) -> list[float]:
         if high / (m * step) <= 3:
             step *= m
             break
-    return [k * step for k in range(int(high / step) + 1)]
+    # a tick at the axis' right end would print into the next panel's first tick label
+    return [k * step for k in range(int(high / step) + 1) if k * step <= 0.95 * high or k == 0]
+
+
+# (unit, ms per unit): the step-time axis reads in the largest unit its longest step is at
+# least 1 of, past a few thousand of the one below (1,000,000,000 ms reads 278 h)
+TIME_UNITS = (("ms", 1.0), ("s", 1e3), ("min", 6e4), ("h", 3.6e6))
+
+
+def time_unit(longest_ms: float) -> tuple[str, float]:
+    """The unit the step-time axis reads in: ms up to 10 s, s up to 10 min, min up to 10 h, then h."""
+    unit = TIME_UNITS[0]
+    for name, size in TIME_UNITS[1:]:
+        if longest_ms >= 10 * size:
+            unit = (name, size)
+    return unit
 
 
 def _memory_unit(largest: int) -> tuple[str, int]:
-    """The binary unit the largest memory reads in as 1 or more (B, KiB, MiB, GiB)."""
+    """The decimal unit the largest memory reads in as 1 or more (B, kB, MB, GB), as every
+    byte count dtgen prints (workload.human_bytes)."""
     unit, scale = "B", 1
-    for name, size in (("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30)):
+    for name, size in (("kB", 10**3), ("MB", 10**6), ("GB", 10**9)):
         if largest >= size:
             unit, scale = name, size
     return unit, scale
@@ -130,13 +169,15 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
     shown = points[:MAX_ROWS]
     label_cm = max(text_cm(p.label.replace(" x ", "x")) for p in shown) + 0.2
     axis_cm = max(2.0, (target - PLOT_BORDER_CM - label_cm - 0.55 - 0.35 - 0.45) / 2)
-    high_step = max(max(p.step_interval[1] if p.step_interval else p.step_ms, p.step_ms) for p in shown) * 1.08
+    high_ms = max(max(p.step_interval[1] if p.step_interval else p.step_ms, p.step_ms) for p in shown) * 1.08
+    step_unit, per = time_unit(high_ms)
+    high_step = high_ms / per
     unit, scale = _memory_unit(max((p.memory_bytes or 0) for p in shown))
     memory = [p.memory_bytes / scale for p in shown if p.memory_bytes]
     band = any(p.step_interval and p.step_interval[1] > p.step_interval[0] * 1.0005 for p in shown)
-    rows = [{"y": i + 1, "label": _label(p.label), "step": f"{p.step_ms:.6g}",
-             "low": f"{max(0.0, p.step_ms - p.step_interval[0]):.6g}" if band else None,
-             "high": f"{max(0.0, p.step_interval[1] - p.step_ms):.6g}" if band else None,
+    rows = [{"y": i + 1, "label": _label(p.label), "step": f"{p.step_ms / per:.6g}",
+             "low": f"{max(0.0, p.step_ms - p.step_interval[0]) / per:.6g}" if band else None,
+             "high": f"{max(0.0, p.step_interval[1] - p.step_ms) / per:.6g}" if band else None,
              "memory": f"{p.memory_bytes / scale:.6g}" if p.memory_bytes else None} for i, p in enumerate(shown)]
     left_out = [p.label for p in points[MAX_ROWS:]]
     notes = caption(assumed, [], spec.training.steps)
@@ -145,29 +186,29 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
         notes.append(escape_text(f"{len(names)} shape{'s' if len(names) != 1 else ''} not valid for this spec, "
                                  f"left out (the .txt table beside the figure says why): " + ", ".join(names[:8])
                                  + (f" and {len(names) - 8} more" if len(names) > 8 else "")))
-    notes.insert(0, escape_text(f"{workers:,} workers as data x tensor x pipeline, fastest first, each at the "
+    notes.insert(0, escape_text(f"{workers:,} workers as pipeline x data x tensor, fastest first, each at the "
                                 f"global batch of {assumed['global_batch']:,} samples"
                                 + (f"; {len(left_out)} slower shapes not drawn" if left_out else "")
                                 + ("; bars: the predicted interval" if band else "")))
     if memory:
         notes.append(escape_text("memory per worker: the fullest rank's parameters, gradients and optimizer state as "
-                                 "the mesh places them (its stage, 1/tensor of the split layers, 1/data with fsdp), "
-                                 "float32; activations not predicted"))
+                                 "the mesh places them (its stage, 1/tensor of the split layers, 1/data with fsdp) "
+                                 "and its activations, from the memory model (docs/memory.md)"))
     context = base_context(spec, "shapes plot", body_only, [], source=spec.source)
     context.update(rows=rows, count=len(rows), axis_width=f"{axis_cm:.3f}", height=f"{max(len(rows) * ROW_CM, MIN_HEIGHT_CM):.3f}",
                    step_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(high_step))), step_max=f"{high_step:.6g}",
                    memory=bool(memory), memory_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(max(memory or [1]) * 1.08))),
-                   memory_max=f"{max(memory or [1]) * 1.08:.6g}", memory_unit=unit, band=band,
+                   memory_max=f"{max(memory or [1]) * 1.08:.6g}", memory_unit=unit, band=band, step_unit=step_unit,
                    note_width=f"{target - PLOT_BORDER_CM - 0.25:.3f}", notes=notes)
     return environment().get_template("plot-shapes.tex.j2").render(context)
 
 
 def render_shapes_table(points: list, refused: list) -> str:
-    lines = [f"{'data x tensor x pipeline':26} {'step ms':>10} {'interval ms':>21} {'samples/s':>12} {'MiB/worker':>11}"]
+    lines = [f"{'pipeline x data x tensor':26} {'step ms':>10} {'interval ms':>21} {'samples/s':>12} {'MB/worker':>11}"]
     for p in points:
         spread = f"{p.step_interval[0]:.3f}..{p.step_interval[1]:.3f}" if p.step_interval else "-"
         lines.append(f"{p.label:26} {p.step_ms:>10.3f} {spread:>21} {p.samples_per_s:>12,.0f} "
-                     + (f"{p.memory_bytes / 2**20:>11.3f}" if p.memory_bytes else f"{'-':>11}"))
+                     + (f"{p.memory_bytes / 1e6:>11.3f}" if p.memory_bytes else f"{'-':>11}"))
     lines += [f"{label:26} refused: {reason}" for label, reason in refused]
     return "\n".join(lines) + "\n"
 

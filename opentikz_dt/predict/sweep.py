@@ -12,6 +12,7 @@ illustrative cost model's round numbers). Must not import torch.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +44,15 @@ class Point:
     step_ms: float
     rate_interval: tuple = ()   # (low, high) samples/s, () without one
     step_interval: tuple = ()   # (low, high) ms
-    memory_bytes: int | None = None  # the fullest rank's expected parameters, gradients and optimizer state
+    memory_bytes: int | None = None  # the fullest rank's expected states and activations
 
 
 def worker_memory(spec) -> int | None:
-    """The largest expected params + grads + optimizer state of any rank (opentikz_dt.memory,
-    the strategy's placement); None where the model's sizes are unknown (a python model)."""
+    """The largest expected params + grads + optimizer state + activations of any rank
+    (opentikz_dt.memory: the strategy's placement, the memory model's activations); None
+    where the model's sizes are unknown (a python model)."""
     ranks = expected_memory(spec)
-    return max(r.params + r.grads + r.optimizer for r in ranks) if ranks else None
+    return max(r.total for r in ranks) if ranks else None
 
 
 SWEEP_SEEDS = 2  # simulations per point besides its own, for its interval (each costs a point's time)
@@ -113,7 +115,9 @@ def _series(sets: tuple) -> tuple[list, tuple]:
         return [("", ())], tuple(fixed)
     if len(varying[1]) > MAX_SERIES:
         raise UsageError(f"--set {varying[0]}: {len(varying[1])} values, at most {MAX_SERIES} lines per figure")
-    return [(f"{varying[0].split('.')[-1]}={v}", (f"{varying[0]}={v}",)) for v in varying[1]], tuple(fixed)
+    # the legend's words, not the command line's: strategy.algorithm=ring -> "algorithm: ring"
+    words = varying[0].split(".")[-1].replace("_", " ")
+    return [(f"{words}: {v}", (f"{varying[0]}={v}",)) for v in varying[1]], tuple(fixed)
 
 
 def run_sweep(spec_path, sweep: str, calibration=None, sets: tuple = (), steps: int | None = None,
@@ -180,6 +184,12 @@ def check_sweep_size(planned: list) -> None:
 
 
 def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
+    if assumed.get("source") == "datasheet":  # a spec's hardware: (predict/cluster.py)
+        hw = assumed["hardware"]
+        notes = [f"{assumed['caption']}: {hw['device']} peaks x {assumed['matmul_efficiency']:.3g} measured matmul "
+                 f"efficiency, HBM at its datasheet bandwidth, {hw['intra_host']} inside a host of "
+                 f"{hw['gpus_per_host']}, {hw['inter_host']} between hosts, collectives as NCCL's cost model has them"]
+        return [escape_text(n) for n in notes]
     source = assumed.get("calibration", "")
     # The illustrative cost model measured nothing: its compute, links and latency are round
     # numbers (predict/costs.illustrative_calibration), none of them "as calibrated".
@@ -214,6 +224,15 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     return [escape_text(n) for n in notes]
 
 
+_URL = re.compile(r"https?://[^\s,;()]+")
+
+
+def _breakable_urls(tex: str) -> str:
+    """A source's URL in a note may break after a slash (no hyphen added); the notes never
+    break at a hyphen (plot-scaling.tex.j2), so a URL reads back as itself."""
+    return _URL.sub(lambda m: m.group(0).replace("/", "/\\allowbreak{}"), tex)
+
+
 def log_ticks(values: list) -> Tex:
     """1-2-5 ticks covering the values (a log axis with a tick or three per decade)."""
     lo, hi = min(values), max(values)
@@ -228,6 +247,16 @@ def log_ticks(values: list) -> Tex:
         # leave it with no labelled tick at all. Label both ends, rounded.
         ticks = sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")} | {t for t in ticks if lo <= t <= hi})
     return Tex(",".join(f"{t:.6g}" for t in ticks))
+
+
+def log_limits(values: list) -> Tex:
+    """', ymin=..., ymax=...' for a log axis whose values hardly change (2,722-2,760 ms): its
+    own limits so close together overflow pgfplots ("Dimension too large"); opened to a factor
+    of 1.2 either side. '' where the data span enough."""
+    lo, hi = min(values), max(values)
+    if hi >= 1.5 * lo:
+        return Tex("")
+    return Tex(f", ymin={lo / 1.2:.6g}, ymax={hi * 1.2:.6g}")
 
 
 def _band(points: list, key: str) -> Tex:
@@ -248,7 +277,7 @@ COINCIDE = 0.01  # two series within 1% at every worker count draw one line: the
 METRICS = (("samples_per_s", "throughput"), ("step_ms", "step time"), ("memory_bytes", "memory per worker"))
 
 
-def coincident(points: list, labels: list) -> list[str]:
+def coincident(points: list, labels: list, metrics: tuple = METRICS) -> list[str]:
     """Notes for series drawn under an earlier one (within COINCIDE at every worker count of
     both): "native coincides with ring", naming the plots where only some coincide."""
     def values(label, key):
@@ -257,7 +286,7 @@ def coincident(points: list, labels: list) -> list[str]:
     notes = []
     for j, later in enumerate(labels):
         hidden: dict = {}
-        for key, plot in METRICS:
+        for key, plot in metrics:
             mine = values(later, key)
             for earlier in labels[:j]:
                 theirs = values(earlier, key)
@@ -266,10 +295,11 @@ def coincident(points: list, labels: list) -> list[str]:
                     hidden.setdefault(earlier, []).append(plot)
                     break
         for earlier, plots in hidden.items():
-            drawn = [plot for key, plot in METRICS if values(later, key)]
+            drawn = [plot for key, plot in metrics if values(later, key)]
             where = "" if plots == drawn else " in " + ", ".join(plots)
+            # pgfplots draws the lines in order: the later one lies on top of the earlier
             notes.append(f"{later} coincides with {earlier}{where} (within 1% at every worker count): "
-                         "its line lies under that one")
+                         f"its line is drawn over that of {earlier}")
     return notes
 
 
@@ -287,12 +317,20 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                        "mark": MARKS[i % 5],
                        "throughput": Tex(" ".join(f"({p.workers},{max(p.samples_per_s, 1e-9):.6g})" for p in mine)),
                        "step": Tex(" ".join(f"({p.workers},{max(p.step_ms, 1e-9):.6g})" for p in mine)),
-                       "memory": Tex(" ".join(f"({p.workers},{p.memory_bytes / 2**20:.6g})" for p in mine
+                       "memory": Tex(" ".join(f"({p.workers},{p.memory_bytes / 1e6:.6g})" for p in mine
                                               if p.memory_bytes)),
                        "throughput_band": _band(mine, "rate_interval") if bands else None,
                        "step_band": _band(mine, "step_interval") if bands else None})
-    # memory per worker: expected from the spec (the same as dtgen figure SPEC --kind memory), MiB
-    memory = [p.memory_bytes / 2**20 for p in points if p.memory_bytes]
+    # memory per worker: expected from the spec (the same as dtgen figure SPEC --kind memory), MB;
+    # a panel only where it changes (a flat line on a log axis says one number and fails to compile)
+    memory = [p.memory_bytes / 1e6 for p in points if p.memory_bytes]
+    flat_memory = bool(memory) and max(memory) - min(memory) <= COINCIDE * max(memory)
+    memory_note = ("memory per worker: the fullest rank's parameters, gradients and optimizer state as the "
+                   "strategy places them and its activations, from the memory model (docs/memory.md)")
+    if flat_memory:
+        memory_note = memory_note.replace("memory per worker: ", f"memory per worker: {max(memory):,.3g} MB at every "
+                                          "worker count" + (" on every line" if len(labels) > 1 else "") + ", ")
+        memory = []
     context = base_context(spec, "scaling plot", body_only, [], source=spec.source)
     context.update(series=series, legend=len(labels) > 1 or bands,
                    legend_columns=min(len(labels) + bands, 4),
@@ -301,20 +339,21 @@ def render_scaling(points: list, skipped: list, spec, assumed: dict, body_only: 
                    xticklabels=Tex(",".join(f"{c:,}".replace(",", "{,}") for c in counts)),
                    yticks_rate=log_ticks([max(p.samples_per_s, 1e-9) for p in points]),
                    yticks_step=log_ticks([max(p.step_ms, 1e-9) for p in points]),
+                   ylim_rate=log_limits([max(p.samples_per_s, 1e-9) for p in points]),
+                   ylim_step=log_limits([max(p.step_ms, 1e-9) for p in points]),
                    memory=memory, yticks_memory=log_ticks(memory) if memory else None,
-                   notes=caption(assumed, skipped, spec.training.steps)
-                   + [Tex(escape_text(note)) for note in coincident(points, labels)]
-                   + ([Tex(escape_text(_band_note(assumed)))] if bands else []) + ([escape_text(
-                       "memory per worker: the fullest rank's parameters, gradients and optimizer state as the "
-                       "strategy places them, from the spec (float32 values; activations not predicted)")]
-                       if memory else []))
+                   ylim_memory=log_limits(memory) if memory else Tex(""),
+                   notes=[Tex(_breakable_urls(note)) for note in caption(assumed, skipped, spec.training.steps)]
+                   + [Tex(escape_text(note)) for note in coincident(points, labels, METRICS[:2] if flat_memory else METRICS)]
+                   + ([Tex(escape_text(_band_note(assumed)))] if bands else [])
+                   + ([Tex(escape_text(memory_note))] if memory or flat_memory else []))
     return environment().get_template("plot-scaling.tex.j2").render(context)
 
 
 def render_scaling_table(points: list) -> str:
-    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10} {'MiB/worker':>11}"]
+    lines = [f"{'series':28} {'workers':>8} {'samples/s':>14} {'step ms':>10} {'MB/worker':>11}"]
     lines += [f"{p.series:28} {p.workers:>8,} {p.samples_per_s:>14,.0f} {p.step_ms:>10.3f} "
-              + (f"{p.memory_bytes / 2**20:>11.3f}" if p.memory_bytes else f"{'-':>11}") for p in points]
+              + (f"{p.memory_bytes / 1e6:>11.3f}" if p.memory_bytes else f"{'-':>11}") for p in points]
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,7 @@
 RunnerPlugin) does not fit, the runner's other questions about the strategy:
 
   check_nodes(spec, spec_path, nnodes)       can it span nnodes machines (launch.py)
-  check_placement(placement, spec)           can it run on these devices (placement.py)
+  check_placement(placement, spec)           can it run on these devices, at what cost (placement.py)
   data_parallel_width(spec, roles)           ranks with their own batch slice (preflight)
   check_model(spec, model, names, where)     can the built model run it (preflight)
   figure_shards(spec, sizes)                 {server id: tensor names} for run.json

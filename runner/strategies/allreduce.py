@@ -61,7 +61,7 @@ def _train_manual(ctx, algorithm: str) -> None:
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
         ctx.record_memory(model.parameters(), opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())
@@ -104,7 +104,7 @@ def _train_ddp(ctx) -> None:
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
         ctx.record_memory(model.parameters(), opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())

@@ -56,7 +56,7 @@ def run_worker(ctx) -> None:
         with ctx.tracer.span("push", tid="comm", step=step, flow_out=ctx.tracer.flow_id(k, step, storage)):
             ctx.comm.reduce(grads, dst=storage)
         ctx.record_memory(tensors)  # a replica; the storage rank updates it
-        ctx.metrics.step_done(step, loss.item(), samples, perf_counter() - t0)
+        ctx.step_done(step, loss, samples, perf_counter() - t0)
         ctx.maybe_checkpoint(step, dict)  # the weights live on the storage rank
         ctx.tracer.maybe_flush()
 

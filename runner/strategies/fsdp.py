@@ -16,6 +16,23 @@ Precision: bf16/fp16 use FSDP's MixedPrecisionPolicy (parameters gathered and th
 computed in that dtype; gradients reduced and kept in fp32, the sharded parameters and
 the optimizer state in fp32), on top of the autocast every strategy's forward runs under.
 
+ZeRO stages (`strategy.shard`, docs/memory.md):
+
+- `parameters` (ZeRO-3, the default): as above.
+- `gradients` (ZeRO-2): the same FSDP2 units with reshard_after_forward false for every
+  unit. Each unit's parameters are all-gathered once a step, before its forward, and kept
+  gathered until its backward has run; its gradients are reduce-scattered then, so each
+  rank keeps 1/N of them and of the optimizer state. FSDP2 then frees the gathered
+  parameters (it has no way to keep them across the optimizer step: the update is on the
+  shards, and the next forward all-gathers the updated shards, which is ZeRO-2's
+  all-gather of the updated parameters moved to where they are next needed). So the
+  whole model is held from the forward to the backward, as in the paper, but only 1/N of
+  it between steps.
+- `optimizer` (ZeRO-1): torch's DDP (the gradients all-reduced, every rank holding the
+  whole model and gradients) with torch's ZeroRedundancyOptimizer: each rank keeps the
+  optimizer state of the parameters assigned to it (whole tensors, greedily by size),
+  updates them, and broadcasts them to the other ranks (`_TracedZero`).
+
 Tracing: every all-gather and reduce-scatter FSDP issues is an `allreduce` span on the
 comm thread, `phase` all-gather or reduce-scatter, with the unit, the pass (forward or
 backward) and the bytes of the collective's buffer (`_TracedCollective`).
@@ -34,7 +51,7 @@ from torch import nn
 from ...errors import InputError
 from ...strategies.fsdp.strategy import option
 from ..entry import spec_location
-from ..placement import GATHER_CRASHED
+from ..host_gather import full_tensors
 from ..trace import TIDS
 
 KIND = "fsdp"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
@@ -93,14 +110,6 @@ def _check_units(spec, model: nn.Module) -> None:
 def check_model(spec, model, names, where) -> None:
     """The units the spec names are modules of the built model (runner/preflight.py)."""
     _check_units(spec, model)
-
-
-def check_placement(placement, spec) -> None:
-    """Refused on GPUs shared over gloo (placement.GATHER_CRASHED: _full_state_dict) until
-    that gather goes through host memory and the GPU numerics test passes there."""
-    if placement.stage_through_host:
-        raise InputError(f"strategy fsdp cannot share GPUs over gloo: {GATHER_CRASHED}; give each worker its own "
-                         "GPU (nccl) or set runtime.device: cpu")
 
 
 def sent(spec) -> str:
@@ -212,7 +221,10 @@ def shard_model(ctx, model: nn.Module, state: _StepState, mesh=None, units: list
     where = spec_location(ctx.spec, ("strategy",))
     units = unit_names(ctx.spec, model) if units is None else units
     mesh = mesh if mesh is not None else init_device_mesh(ctx.device.type, (ctx.world_size,))
-    settings = {"mesh": mesh, "reshard_after_forward": bool(option(ctx.spec, "reshard_after_forward")),
+    # ZeRO-2 keeps every unit gathered until its backward (resolve_defaults and the rules
+    # make reshard_after_forward false for shard: gradients; said again here for the runner)
+    reshard = bool(option(ctx.spec, "reshard_after_forward")) and option(ctx.spec, "shard") != "gradients"
+    settings = {"mesh": mesh, "reshard_after_forward": reshard,
                 "mp_policy": _mixed_precision(ctx.precision)}
     for name in sorted(units, key=lambda n: -n.count(".")):  # a unit inside another is sharded first
         _shard(ctx, model.get_submodule(name), name, settings, state, where)
@@ -292,15 +304,83 @@ def _resume(ctx, model, opt) -> None:
     opt.load_state_dict(saved)
 
 
-def _full_state_dict(model) -> dict:
-    """The whole model's parameters (collective: every rank calls it, in the same order)."""
-    from torch.distributed.tensor import DTensor
+def _full_state_dict(model, gather) -> dict:
+    """The whole model's parameters (collective: every rank calls it, in the same order);
+    `gather`: runner/host_gather.py's, through host memory on GPUs shared over gloo."""
+    return {k: gather.full(v) for k, v in model.state_dict().items()}
 
-    return {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
+
+# --- ZeRO-1: DDP and torch's ZeroRedundancyOptimizer ------------------------------------------
+def _traced_zero(ctx, params):
+    """torch's ZeroRedundancyOptimizer over the spec's optimizer, whose parameter sync
+    (each rank broadcasting the parameters it updated) records one `allreduce` span per
+    source rank on the comm thread: algorithm zero, phase broadcast, `src` the rank
+    whose parameters are sent, `bytes` their size. The broadcasts of one source are
+    waited for before the next source's start (torch issues them all, then waits), so
+    each span is that source's broadcasts; on gloo (CPU) that is their time."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    from ..optim import optimizer_class
+
+    cls, settings = optimizer_class(ctx.spec)
+
+    class TracedZero(ZeroRedundancyOptimizer):
+        step_index = 0
+
+        def _sync_params(self):
+            for src in range(self.world_size):
+                sent = sum(p.numel() * p.element_size() for group in self._partition_parameters()[src]
+                           for p in group["params"])
+                # the source sends its parameters (once, as a tree's root does), the others receive them
+                ctx.metrics.add_bytes(sent=sent if src == self.rank else 0, recv=0 if src == self.rank else sent)
+                with ctx.tracer.span("allreduce", tid="comm", step=self.step_index, algorithm="zero",
+                                     phase="broadcast", src=src, bytes=sent):
+                    for handle in self._broadcast_params_from_rank(src):
+                        handle.wait()
+
+    return TracedZero(list(params), optimizer_class=cls, **settings)
+
+
+def _train_zero1(ctx) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from .allreduce import _traced_allreduce_hook
+
+    model = ctx.build_model()
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    opt = _traced_zero(ctx, model.parameters())
+    state = ctx.load_checkpoint()
+    if state:  # this rank's model and the optimizer state of the parameters it updates
+        model.load_state_dict(state["model"])
+        opt.optim.load_state_dict(state["opt"])
+    # DDP's averaged gradients are the same on every rank: the norm needs no reduction
+    stepper = ctx.stepper(opt, model.parameters())
+    hook_state = {"step": 0}
+    if ctx.spec.runtime.trace.get("enabled", True):
+        ddp.register_comm_hook(hook_state, _traced_allreduce_hook(ctx))
+    n = ctx.world_size
+    moved = sum(p.numel() * p.element_size() for p in model.parameters()) * 2 * (n - 1) // n
+    for step in range(ctx.start_step, ctx.steps):
+        ctx.fault_check(step)
+        hook_state["step"] = opt.step_index = step
+        t0 = time.perf_counter()
+        loss, samples = ctx.forward_backward(ddp, step, ctx.rank)
+        ctx.metrics.add_bytes(sent=moved, recv=moved)
+        with ctx.tracer.span("optimizer", step=step) as span:  # the local update and the broadcasts
+            stepper.step(step, span)
+        # the whole model and gradients; the optimizer state of this rank's parameters only
+        ctx.record_memory(model.parameters(), opt.optim)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
+        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.optim.state_dict()})
+    if ctx.rank == 0:
+        ctx.save_model(model.state_dict())
 
 
 # --- training ----------------------------------------------------------------------------
 def train(ctx) -> None:
+    if option(ctx.spec, "shard") == "optimizer":
+        _train_zero1(ctx)
+        return
     model = ctx.build_model()
     state = _StepState()
     shard_model(ctx, model, state)
@@ -333,8 +413,8 @@ def train(ctx) -> None:
         # this rank's shards (runner/memory.py counts a DTensor's local part); the gathered
         # parameters autograd keeps for a unit's backward count as its activations
         ctx.record_memory(params, opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
-    full = _full_state_dict(model)
+    full = _full_state_dict(model, full_tensors(ctx))
     if ctx.rank == 0:
         ctx.save_model(full)

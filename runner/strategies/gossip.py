@@ -47,7 +47,7 @@ def train(ctx) -> None:
                 mixed.div_(len(inbox) + 1)
                 _unflatten_into(params, mixed)
         ctx.record_memory(params, opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     with torch.no_grad():
         torch.cat([p.reshape(-1) for p in params], out=flat)

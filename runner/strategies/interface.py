@@ -10,7 +10,7 @@ never compares a kind, algorithm, sync mode or schedule name itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 Spec = Any  # the validated spec (opentikz_dt.spec_types.Spec)
 RankContext = Any  # runner/context.py's RankContext
@@ -66,8 +66,9 @@ class RunnerPlugin:
     # Before anything is started (launch.py, placement.py, preflight.py)
     # check_nodes(spec, spec_path, nnodes): raise InputError if it cannot span nnodes machines
     check_nodes: Callable[[Spec, Any, int], None] = default_check
-    # check_placement(placement, spec): raise InputError if it cannot run on these devices
-    check_placement: Callable[[Any, Spec], None] = default_check
+    # check_placement(placement, spec): raise InputError if it cannot run on these devices;
+    # else None, or what running there costs (said in the run's first line)
+    check_placement: Callable[[Any, Spec], Optional[str]] = default_check
     # data_parallel_width(spec, roles): ranks with their own slice of each global batch
     data_parallel_width: Callable[[Spec, list], int] = default_data_parallel_width
     # check_model(spec, model, names, where): raise InputError if the built model (parameter

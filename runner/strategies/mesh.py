@@ -28,9 +28,11 @@ strategies in torchtitan's order:
      (its tensor slices and the replicated parameters of its stage) with the ranks of its
      data group, which hold the same slices of the other replicas (DDP's average, without
      DDP: DDP does not take DTensor parameters).
-3. the stage, with pipeline above 1: `PipelineStage(stage, index, stages, device,
-   group=mesh["pipeline"].get_group())` and ScheduleGPipe / Schedule1F1B over
-   `strategy.microbatches` microbatches, as kind pipeline runs them.
+3. the stages, with pipeline above 1: `PipelineStage(part, index, stages x v, device,
+   group=mesh["pipeline"].get_group())` for each virtual stage the rank holds (one, or
+   under a multi-stage schedule v: kind pipeline's placement), all given to the class
+   strategy.schedule names, over `strategy.microbatches` microbatches, as kind pipeline
+   runs them.
 
 The batch: each replica takes its own slice of the global batch (batch_size x data); its
 tensor ranks share it (a tensor split needs the same input everywhere) and its stages pass
@@ -65,11 +67,11 @@ from time import perf_counter_ns
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
-from ...errors import InputError
 from ...strategies.mesh.strategy import data_method, degrees, groups, rank_of
-from ..entry import spec_location
-from ..placement import GATHER_CRASHED, SENDS_GPU_TENSORS
+from ..host_gather import full_tensors
+from ..stage_host import stage_through_host_if_needed
 from ..trace import TIDS
 from . import collectives, fsdp, pipeline, tensor
 
@@ -100,8 +102,14 @@ def train(ctx) -> None:
     sharded = data_method(spec) == "fsdp"
 
     whole = ctx.build_model()
-    # 0. pipeline: this rank's stage of the model (the whole model with one stage)
-    model = stage_module(whole, stage_no, stages) if stages > 1 else whole
+    # 0. pipeline: this rank's stages of the model (the whole model with one stage): one,
+    # or under a multi-stage schedule v virtual stages (kind pipeline's rank_stages: r,
+    # r+p, ... looped, or a V's r and 2p-1-r), held together as one module (_Held)
+    kind = spec.training.model.get("kind", "mlp")
+    layout = _StageLayout(spec, stage_no, stages)
+    parts = [stage_module(whole, i, layout.total) for i in layout.indices] if stages > 1 else [whole]
+    local_tie = _LocalTie.copy(parts, TIED.get(kind, ())) if layout.holds_both_ends else None
+    model = parts[0] if len(parts) == 1 else _Held(parts)
     # 1. tensor: split every layer of the stage over the tensor group (kind tensor's plan and split)
     plan, reordered = {}, {}
     if columns > 1:
@@ -116,19 +124,23 @@ def train(ctx) -> None:
     if stages > 1:
         from ..precision import autocast_forward
 
-        autocast_forward(model, ctx.precision, ctx.device)  # a stage's forward, as kind pipeline's
+        for part in parts:
+            autocast_forward(part, ctx.precision, ctx.device)  # a stage's forward, as kind pipeline's
     # 2. data: shard the split stage over the data group (FSDP2), or average its gradients
     state = fsdp._StepState(dim="data")
-    if sharded and rows > 1:
-        units = None if stages == 1 else [u for u in fsdp.default_units(whole) if _holds(model, u)]
-        fsdp.shard_model(ctx, model, state, mesh=data_mesh, units=units)
+    if sharded and rows > 1:  # each virtual stage is its own FSDP root (PipelineStage tells it the last backward)
+        for part in parts:
+            units = None if stages == 1 else [u for u in fsdp.default_units(whole) if _holds(part, u)]
+            fsdp.shard_model(ctx, part, state, mesh=data_mesh, units=units)
     del whole
-    params = list(model.parameters())
+    params = _unique_parameters(parts)  # with a V's tied copy, which `model` leaves out
     opt = ctx.build_optimizer(_groups(params))
     tensor._resume(ctx, model, opt)  # kind tensor's: its DTensor slices (FSDP's shards of them) alike
-    kind = spec.training.model.get("kind", "mlp")
-    tied_names = set(TIED.get(kind, ())) if stages > 1 else set()
-    tied_copy = tied_names if stage_no == stages - 1 else set()  # counted once: on the first stage
+    if local_tie is not None:
+        local_tie.bind(parts)
+    # the tied weight's pair on two ranks (the first and the last virtual stage's)
+    tied_names = set(TIED.get(kind, ())) if stages > 1 and not layout.holds_both_ends else set()
+    tied_copy = tied_names if layout.holds_last else set()  # counted once: on the first stage
     coords = {"data": row, "tensor": column}
     counted = [tensor._LocalGrad(p) for name, p in model.named_parameters()
                if name not in tied_copy and _counted_here(p, coords)]
@@ -142,14 +154,14 @@ def train(ctx) -> None:
     method = data_method(spec)
     mine = next(g for g in groups(spec, "data") if ctx.rank in g)
     average = None if sharded or rows == 1 else _GradientAverage(ctx, params, data_mesh.get_group(), method, mine)
-    tied = _TiedSum(ctx, model, tied_names, stage_no, stages, pipe_mesh) if tied_names else None
+    tied = _TiedSum(ctx, model, tied_names, stage_no, stages, pipe_mesh) if tied_names else local_tie
 
     def drop_grads():
         for p in params:  # fsdp.train's reason: the root's gathered parameters stand in for the shards
             p.grad = None
 
     if stages > 1:
-        run = _PipelineStep(ctx, model, (stage_no, stages), (row, rows), pipe_mesh, drop_grads, state)
+        run = _PipelineStep(ctx, parts, layout, (row, rows), pipe_mesh, drop_grads, state)
     else:
         def run(step):
             return ctx.forward_backward(model, step, row, rows, zero_grad=drop_grads)
@@ -169,11 +181,11 @@ def train(ctx) -> None:
             stepper.step(step, span)
         ctx.record_memory(params, opt)
         share = _share(samples, stage_no * columns + column, stages * columns)
-        ctx.metrics.step_done(step, None if loss is None else float(loss), share, time.perf_counter() - t0)
+        ctx.step_done(step, loss, share, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": tensor._local(model.state_dict()),
                                             "opt": tensor._local(opt.state_dict())})
         ctx.tracer.maybe_flush()
-    gathered = tensor.full_state_dict(model, reordered)  # collective: every rank of the stage gathers
+    gathered = tensor.full_state_dict(model, reordered, full_tensors(ctx))  # collective: every rank of the stage gathers
     if row == 0 and column == 0:  # one copy per stage (runner/merge.py joins the stages)
         ctx.save_model(gathered)
 
@@ -186,45 +198,139 @@ def _holds(model, name: str) -> bool:
     return True
 
 
-class _PipelineStep:
-    """One step of this rank's pipeline stage: its replica's slice of the global batch in
-    `strategy.microbatches` microbatches through torch's schedule over the pipeline group
-    (kind pipeline's run, its spans with dim: pipeline). Returns (loss, samples): the
-    loss on the last stage (None on the others), the replica's samples."""
+class _StageLayout:
+    """Which virtual stages this pipeline rank holds under strategy.schedule (kind
+    pipeline's placement: one per rank; looped r, r+p, ...; a V's r and 2p-1-r)."""
 
-    def __init__(self, ctx, model, stage: tuple[int, int], replica: tuple[int, int], pipe_mesh, drop_grads, state):
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    def __init__(self, spec, stage_no: int, stages: int):
+        from ...strategies.pipeline_schedules import SCHEDULES, rank_stages, stages_per_rank
+
+        self.name = spec.strategy.schedule
+        self.multi = stages > 1 and SCHEDULES[self.name].placement != "one"
+        v = stages_per_rank(spec.strategy) if stages > 1 else 1
+        self.total = stages * v
+        self.indices = rank_stages(self.name, stage_no, stages, v) if stages > 1 else [0]
+        self.holds_first, self.holds_last = 0 in self.indices, self.total - 1 in self.indices
+        self.holds_both_ends = stages > 1 and self.holds_first and self.holds_last
+
+
+class _Held(nn.Module):
+    """A rank's virtual stages as one module for what sees the rank's parameters whole
+    (the tensor split and its trace, the norm, checkpoints, the saved model): the parts'
+    children merged under the whole model's names (their block dicts joined). Never run:
+    each part runs as its own PipelineStage. A V's copy of the tied weight (its last part's)
+    is left out: the first part's is the one saved and counted."""
+
+    def __init__(self, parts):
+        super().__init__()
+        for part in parts:
+            for name, child in part.named_children():
+                if isinstance(child, nn.ModuleDict):
+                    if name not in self._modules:
+                        self.add_module(name, nn.ModuleDict())
+                    self._modules[name].update(child)
+                elif name not in self._modules:
+                    self.add_module(name, child)
+
+
+class _LocalTie:
+    """A V's first pipeline rank holds the first and the last virtual stage: the last gets its
+    own copy of the tied module (one Parameter under two PipelineStages ends off `single`:
+    runner/strategies/pipeline.py _local_tie), and after the schedule the two gradients are
+    summed into both, as two ranks' all-reduce would; the copies then stay equal."""
+
+    def __init__(self, names):
+        self.names, self.pairs = names, []
+
+    @classmethod
+    def copy(cls, parts, names):
+        if not names:
+            return None
+        for module in {name.rsplit(".", 1)[0] for name in names}:
+            setattr(parts[-1], module, copy.deepcopy(getattr(parts[0], module)))
+        return cls(names)
+
+    def bind(self, parts) -> None:
+        """The pairs as they are after the tensor split and FSDP (which replace the
+        Parameters); the copy set equal to the first's (a resumed run restores the first)."""
+        a, b = dict(parts[0].named_parameters()), dict(parts[-1].named_parameters())
+        self.pairs = [(a[n], b[n]) for n in self.names]
+        with torch.no_grad():
+            for p, q in self.pairs:
+                _local_tensor(q).copy_(_local_tensor(p))
+
+    def __call__(self, step: int) -> None:
+        for p, q in self.pairs:
+            if p.grad is None or q.grad is None:
+                grad = p.grad if q.grad is None else q.grad
+            else:
+                grad = p.grad + q.grad
+            if grad is not None:
+                p.grad, q.grad = grad, grad.clone()
+
+
+def _unique_parameters(parts) -> list:
+    seen, out = set(), []
+    for part in parts:
+        for p in part.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+class _PipelineStep:
+    """One step of this rank's pipeline stages: its replica's slice of the global batch in
+    `strategy.microbatches` microbatches through torch's schedule over the pipeline group
+    (kind pipeline's run: one PipelineStage per virtual stage, all given to the one
+    schedule object; its spans with dim: pipeline, and chunk under a multi-stage
+    schedule). Returns (loss, samples): the loss where the rank holds the last stage
+    (None on the others), the replica's samples."""
+
+    def __init__(self, ctx, parts, layout, replica: tuple[int, int], pipe_mesh, drop_grads, state):
+        from torch.distributed.pipelining import PipelineStage
+
+        from ..schedule_order import schedule_class
 
         spec = ctx.spec
-        (self.stage_no, self.stages), (self.row, self.rows) = stage, replica
-        stage_no, stages = stage
+        self.layout, (self.row, self.rows) = layout, replica
         self.ctx, self.drop_grads = ctx, drop_grads
         self.microbatches = spec.strategy.microbatches
-        torch_stage = PipelineStage(model, stage_no, stages, ctx.device, group=pipe_mesh.get_group())
-        self.hooks = pipeline._StageTrace(ctx, torch_stage, stage_no, dim="pipeline")
-        _mark_passes(torch_stage, state)
-        schedule_cls = ScheduleGPipe if spec.strategy.schedule == "gpipe" else Schedule1F1B
-        self.schedule = schedule_cls(torch_stage, self.microbatches, loss_fn=pipeline._stage_loss(ctx))
-        # the schedule talks to its neighbours itself: its traffic is counted as kind pipeline counts it
-        self.boundary = pipeline._BoundaryBytes(model, first=stage_no == 0, last=stage_no == stages - 1)
+        stage_through_host_if_needed(ctx)  # GPUs shared over gloo: the schedule's messages via host memory
+        schedule_cls = schedule_class(layout.name)
+        if schedule_cls is None:  # the spec was validated where torch has it; this rank's torch lacks it
+            raise InputError(f"strategy.schedule: {pipeline._refused(layout.name)}")
+        indices, total = layout.indices, layout.total
+        group = pipe_mesh.get_group()
+        torch_stages = [PipelineStage(part, i, total, ctx.device, group=group) for part, i in zip(parts, indices)]
+        self.hooks = [pipeline._StageTrace(ctx, st, i, chunk=c if layout.multi else None, dim="pipeline")
+                      for c, (st, i) in enumerate(zip(torch_stages, indices))]
+        for st in torch_stages:
+            _mark_passes(st, state)
+        loss_fn = pipeline._stage_loss(ctx)
+        self.schedule = (schedule_cls(torch_stages, self.microbatches, loss_fn=loss_fn) if layout.multi
+                         else schedule_cls(torch_stages[0], self.microbatches, loss_fn=loss_fn))
+        # the schedule talks to its neighbours itself: its traffic is counted as kind pipeline
+        # counts it (a boundary between two stages of this rank moves nothing)
+        self.boundaries = [pipeline._BoundaryBytes(part, first=i == 0 or (i - 1) in indices,
+                                                   last=i == total - 1 or (i + 1) in indices)
+                           for part, i in zip(parts, indices)]
 
     def __call__(self, step: int):
-        ctx = self.ctx
+        ctx, layout = self.ctx, self.layout
         x, y = ctx.batch(step, self.row, self.rows)
-        self.hooks.step = step
+        for hooks in self.hooks:
+            hooks.step = step
         self.drop_grads()
         losses: list = []
-        if self.stage_no == 0:
-            self.schedule.step(x)
-        elif self.stage_no == self.stages - 1:
-            self.schedule.step(target=y, losses=losses)
-        else:
-            self.schedule.step()
+        args = (x,) if layout.holds_first else ()
+        kwargs = {"target": y, "losses": losses} if layout.holds_last else {}
+        self.schedule.step(*args, **kwargs)
         loss = None
-        if losses:  # the last stage: stop before the update if the loss is not finite
+        if losses:  # the last stage's loss, read a step later (ctx.step_done)
             scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
-            loss = ctx.check_loss(torch.stack([v.detach() for v in losses]).mean() / scale, step)
-        moved = self.boundary.per_step(self.microbatches)
+            loss = torch.stack([v.detach() for v in losses]).mean() / scale
+        moved = sum(b.per_step(self.microbatches) for b in self.boundaries)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
         return loss, len(x)
 
@@ -233,7 +339,8 @@ def _mark_passes(stage, state) -> None:
     """FSDP's all-gathers name the pass of the chunk they run in: a stage runs several
     microbatches' forwards before their backwards, so counting a unit's gathers (kind
     fsdp's way) would call the second forward's a backward's."""
-    for method, name in (("forward_one_chunk", "forward"), ("backward_one_chunk", "backward")):
+    for method, name in (("forward_one_chunk", "forward"), ("backward_one_chunk", "backward"),
+                         ("backward_weight_one_chunk", "backward")):
         original = getattr(stage, method, None)
         if not callable(original):
             continue
@@ -364,9 +471,14 @@ def data_parallel_width(spec, roles) -> int:
 def check_model(spec, model, names: list[str], where: str) -> None:
     d = degrees(spec)
     if d["pipeline"] > 1:
+        from ...strategies.pipeline_schedules import stages_per_rank
+        from ..schedule_order import schedule_class
         from ..split import check_splittable
 
-        check_splittable(model, d["pipeline"], where)
+        if schedule_class(spec.strategy.schedule) is None:  # the oldest supported torch may lack a newer one
+            raise InputError(f"{spec_location(spec, ('strategy', 'schedule'))}: "
+                             f"{pipeline._refused(spec.strategy.schedule)}")
+        check_splittable(model, d["pipeline"] * stages_per_rank(spec.strategy), where)
     if d["tensor"] > 1:
         plan, source = tensor.plan_of(spec, model)
         tensor.check_plan(plan, model, d["tensor"], source)
@@ -374,18 +486,13 @@ def check_model(spec, model, names: list[str], where: str) -> None:
         fsdp._check_units(spec, model)
 
 
-def check_placement(placement, spec) -> None:
-    """A pipeline dimension cannot share GPUs over gloo, for kind pipeline's reason; the
-    data and tensor dimensions gather the final model as kinds fsdp and tensor do
-    (placement.py: the reasons)."""
-    if not placement.stage_through_host:
-        return
-    if degrees(spec)["pipeline"] > 1:
-        raise InputError(f"{spec_location(spec, ('strategy', 'parallelism', 'pipeline'))}: strategy mesh with "
-                         f"pipeline stages cannot share GPUs over gloo: {SENDS_GPU_TENSORS}; give each rank its own "
-                         "GPU (nccl) or set runtime.device: cpu")
-    raise InputError(f"strategy mesh cannot share GPUs over gloo: {GATHER_CRASHED}; give each rank its own GPU "
-                     "(nccl) or set runtime.device: cpu")
+def check_placement(placement, spec) -> str | None:
+    """On GPUs shared over gloo a pipeline dimension's messages go through host memory
+    (runner/stage_host.py, said in the run's first line), and the final gather too
+    (runner/host_gather.py)."""
+    from ..stage_host import COST
+
+    return COST if placement.stage_through_host and degrees(spec)["pipeline"] > 1 else None
 
 
 def sent(spec) -> str:

@@ -82,7 +82,6 @@ def run_worker(ctx) -> None:
         t0 = perf_counter()
         _finish_fetch(ctx, step, posted, fetches, bufs, owned)
         loss, samples = ctx.forward_backward(model, step, k, n)
-        loss_value = loss.item()
         ctx.unscale_for_push(model.parameters(), step)  # fp16: the optimizer is on the servers
         grads = [flatten_grads(tensors) for tensors in owned]
         with ctx.tracer.span("push", tid="comm", step=step, shards=[sid for _, sid, _ in shard_list]):
@@ -95,7 +94,7 @@ def run_worker(ctx) -> None:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, step, rank), step, tid="comm")
         posted = perf_counter_ns()  # the next fetch's wait starts where the push ends (one comm lane)
         ctx.record_memory(model.parameters())  # a replica; the servers update it
-        ctx.metrics.step_done(step, loss_value, samples, perf_counter() - t0)
+        ctx.step_done(step, loss, samples, perf_counter() - t0)
         ctx.maybe_checkpoint(step, dict)  # weights live on the servers: only metrics to keep here
         ctx.tracer.maybe_flush()
 
@@ -141,7 +140,6 @@ def run_async_worker(ctx) -> None:
             ctx.maybe_checkpoint(step - 1, dict)  # every worker crosses each boundary here, held by the first shard
         last_step = step
         loss, samples = ctx.forward_backward(model, step, ticket % n, n)
-        loss_value = loss.item()
         ctx.unscale_for_push(model.parameters(), step)  # fp16: the optimizer is on the servers
         if ctx.spec.training.grad_clip:  # async applies each push alone: clip it whole here
             torch.nn.utils.clip_grad_norm_(list(model.parameters()), ctx.spec.training.grad_clip)
@@ -155,7 +153,7 @@ def run_async_worker(ctx) -> None:
                 ctx.tracer.flow_start(ctx.tracer.flow_id(k, ticket, rank), step, tid="comm")
         posted = perf_counter_ns()
         ctx.record_memory(model.parameters())  # a replica; the servers update it
-        ctx.metrics.step_done(local, loss_value, samples, perf_counter() - t0, global_step=step)
+        ctx.step_done(local, loss, samples, perf_counter() - t0, global_step=step)
         local += 1
         ctx.tracer.maybe_flush()
     # The other shards replied to the last push too and wait for the next: tell them this worker is done.

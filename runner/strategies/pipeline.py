@@ -1,7 +1,11 @@
 """`pipeline`: the model cut into stages over the workers, one stage per rank (runner/split.py:
 the MLP's layers, the transformer's or cnn's blocks with the embedding on the first and the
 head on the last stage, an nn.Sequential's children), run by torch.distributed.pipelining
-(PipelineStage + ScheduleGPipe / Schedule1F1B).
+(PipelineStage + the schedule class strategy.schedule names:
+opentikz_dt/strategies/pipeline_schedules.py). Under a multi-stage schedule (interleaved
+1F1B, looped BFS, zero bubble, DualPipeV) the model is cut into p·v virtual stages and
+each rank holds v of them (`rank_stages`: r, r+p, ... or a V's r and 2p-1-r), one
+PipelineStage each, all given to the one schedule object.
 
 Split: L layers (blocks) over P stages in order, the first `L mod P` stages one more
 (`stage_bounds`). Stage i keeps the full model's parameters under their own names, so the
@@ -28,8 +32,10 @@ from time import perf_counter, perf_counter_ns
 import torch
 
 from ... import workload
+from ...errors import InputError
 from ..precision import autocast_forward
 from ..split import TIED, stage_module
+from ..stage_host import stage_through_host_if_needed
 
 KIND = "pipeline"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -45,55 +51,101 @@ def stage_bounds(layers: int, stages: int) -> list[int]:
 
 
 def train(ctx) -> None:
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage
 
-    spec, rank, stages = ctx.spec, ctx.rank, ctx.world_size
-    microbatches = spec.strategy.microbatches
-    part = stage_module(ctx.build_model(), rank, stages)
-    autocast_forward(part, ctx.precision, ctx.device)
-    tied = _tied_parameters(ctx, part, stages)
-    opt = ctx.build_optimizer(part.parameters())
-    stepper = _stage_stepper(ctx, opt, part, tied is not None and rank == stages - 1)
+    from ...strategies.pipeline_schedules import SCHEDULES, rank_stages, stages_per_rank
+    from ..schedule_order import schedule_class
+
+    spec, rank, ranks = ctx.spec, ctx.rank, ctx.world_size
+    microbatches, name = spec.strategy.microbatches, spec.strategy.schedule
+    schedule_cls = schedule_class(name)
+    if schedule_cls is None:  # the spec was validated where torch has it; this rank's torch lacks it
+        raise InputError(f"strategy.schedule: {_refused(name)}")
+    stage_through_host_if_needed(ctx)  # GPUs shared over gloo: the schedules' messages via host memory
+    v = stages_per_rank(spec.strategy)
+    total = ranks * v  # virtual stages; rank `rank` holds rank_stages(...), its chunk 0 first
+    indices = rank_stages(name, rank, ranks, v)
+    whole = ctx.build_model()
+    parts = [stage_module(whole, i, total) for i in indices]
+    for part in parts:
+        autocast_forward(part, ctx.precision, ctx.device)
+    holds_first, holds_last = 0 in indices, total - 1 in indices
+    tied = _tied_parameters(ctx, parts, name, ranks, total)
+    if tied is None and holds_first and holds_last and total > 1:  # a V's first worker: both ends here
+        tied = _local_tie(ctx, parts[0], parts[-1])
+    params = _unique_parameters(parts)
+    opt = ctx.build_optimizer(params)
+    copy_part = parts[-1] if tied is not None and holds_last else None  # its tied weight is the copy
+    stepper = _stage_stepper(ctx, opt, parts, params, copy_part)
     state = ctx.load_checkpoint()
     if state:
-        part.load_state_dict(state["model"])
+        for part in parts:
+            part.load_state_dict({k: t for k, t in state["model"].items() if k in part.state_dict()})
         opt.load_state_dict(state["opt"])
-    stage = PipelineStage(part, rank, stages, ctx.device, group=ctx.group)
-    hooks = _StageTrace(ctx, stage, rank)
-    schedule_cls = ScheduleGPipe if spec.strategy.schedule == "gpipe" else Schedule1F1B
-    schedule = schedule_cls(stage, microbatches, loss_fn=_stage_loss(ctx))
+    stages = [PipelineStage(part, i, total, ctx.device, group=ctx.group) for part, i in zip(parts, indices)]
+    chunked = SCHEDULES[name].placement != "one"  # spans name the rank's chunk under a multi-stage schedule
+    traces = [_StageTrace(ctx, stage, i, chunk=c if chunked else None) for c, (stage, i) in enumerate(zip(stages, indices))]
+    if SCHEDULES[name].placement == "one":
+        schedule = schedule_cls(stages[0], microbatches, loss_fn=_stage_loss(ctx))
+    else:
+        schedule = schedule_cls(stages, microbatches, loss_fn=_stage_loss(ctx))
     # The schedule talks to its neighbours itself, so its traffic is counted here: per
     # step every microbatch's activation crosses each stage boundary once forward and
-    # its gradient once back (sizes measured on the stage's own forward).
-    boundary = _BoundaryBytes(part, first=rank == 0, last=rank == stages - 1)
+    # its gradient once back (sizes measured on the stage's own forward); a boundary
+    # between two stages of this rank (a V's turn) moves nothing over the network.
+    boundaries = [_BoundaryBytes(part, first=i == 0 or (i - 1) in indices, last=i == total - 1 or (i + 1) in indices)
+                  for part, i in zip(parts, indices)]
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = perf_counter()
         x, y = ctx.batch(step, 0, 1)
-        hooks.step = step
+        for trace in traces:
+            trace.step = step
         opt.zero_grad(set_to_none=True)
         losses: list = []
-        if rank == 0:
-            schedule.step(x)
-        elif rank == stages - 1:
-            schedule.step(target=y, losses=losses)
-        else:
-            schedule.step()
+        args = (x,) if holds_first else ()
+        kwargs = {"target": y, "losses": losses} if holds_last else {}
+        schedule.step(*args, **kwargs)
         loss = None
-        if losses:  # the last stage: stop before the update if the loss is not finite
+        if losses:  # the last stage's loss, read a step later (ctx.step_done)
             scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
-            loss = ctx.check_loss(torch.stack(losses).mean() / scale, step)
+            loss = torch.stack([v.detach() for v in losses]).mean() / scale
         if tied is not None:
             tied(step)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
-        ctx.record_memory(part.parameters(), opt)
-        moved = boundary.per_step(microbatches)
+        ctx.record_memory(params, opt)
+        moved = sum(b.per_step(microbatches) for b in boundaries)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        ctx.metrics.step_done(step, loss, len(x), perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": part.state_dict(), "opt": opt.state_dict()})
+        ctx.step_done(step, loss, len(x), perf_counter() - t0)
+        ctx.maybe_checkpoint(step, lambda: {"model": _state_dict(parts), "opt": opt.state_dict()})
         ctx.tracer.maybe_flush()
-    ctx.save_model(part.state_dict())
+    ctx.save_model(_state_dict(parts))
+
+
+def _refused(name: str) -> str:
+    from ...strategies.pipeline_schedules import SCHEDULES
+
+    return (f"{name} needs torch.distributed.pipelining.{SCHEDULES[name].torch_class}, "
+            f"which torch {torch.__version__} lacks (use gpipe or 1f1b, or a newer torch)")
+
+
+def _unique_parameters(parts) -> list:
+    seen, out = set(), []
+    for part in parts:
+        for p in part.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def _state_dict(parts) -> dict:
+    """The rank's parameters under the whole model's names (its parts' state dicts joined)."""
+    out: dict = {}
+    for part in parts:
+        out.update(part.state_dict())
+    return out
 
 
 def _stage_loss(ctx):
@@ -107,33 +159,69 @@ def _stage_loss(ctx):
     return loss_fn
 
 
-def _stage_stepper(ctx, opt, part, tied_copy: bool):
+def _stage_stepper(ctx, opt, parts, params, copy_part):
     """Each stage holds part of the model: the clip norm and fp16's skip decision use the
     squared norm summed over all stages (an all-reduce, only when clipping or in fp16),
-    the tied weight counted once (by the first stage)."""
+    the tied weight counted once (by the first stage; `copy_part`: the last stage's part
+    where this rank holds the copy, else None)."""
     kind = ctx.spec.training.model.get("kind", "mlp")
-    skip = set(TIED.get(kind, ())) if tied_copy else set()
-    counted = [p for name, p in part.named_parameters() if name not in skip]
+    skip = set(TIED.get(kind, ()))
+    skipped = set() if copy_part is None else {id(p) for n, p in copy_part.named_parameters() if n in skip}
+    counted = [p for p in params if id(p) not in skipped]
 
     def reduce_sq(sq):
         ctx.comm.all_reduce(sq, group=ctx.group)
         return sq
 
-    return ctx.stepper(opt, part.parameters(), norm_params=counted, reduce_sq=reduce_sq)
+    return ctx.stepper(opt, params, norm_params=counted, reduce_sq=reduce_sq)
 
 
-def _tied_parameters(ctx, part, stages: int):
-    """For a model whose first and last stage share a parameter (the transformer's token
-    embedding, reused as its output layer): a function summing the two copies'
-    gradients, traced as an `allreduce`; None otherwise. Every rank creates the group."""
+def _local_tie(ctx, first, last):
+    """A V's first worker holds the first and the last stage. The two stages must not share
+    the tied Parameter object: shared, the run ended 3.4e-2 off `single` after 3 steps (ZB-V
+    and DualPipeV with the transformer; torch's stages keep per-stage gradient state that
+    one Parameter under two stages defeats). So the last stage gets its own copy
+    of the tied module, and after the schedule the two gradients are summed into both, as
+    two workers' all-reduce would; the copies then stay equal. None for an untied model."""
+    import copy
+
     kind = ctx.spec.training.model.get("kind", "mlp")
     names = TIED.get(kind, ())
-    if not names or stages < 2:
+    if not names:
         return None
-    group = ctx.new_group([0, stages - 1])
-    if ctx.rank not in (0, stages - 1):
+    for module in {name.rsplit(".", 1)[0] for name in names}:
+        setattr(last, module, copy.deepcopy(getattr(first, module)))
+    a, b = dict(first.named_parameters()), dict(last.named_parameters())
+    pairs = [(a[name], b[name]) for name in names]
+
+    def add(step: int) -> None:
+        for p, q in pairs:
+            if p.grad is None or q.grad is None:
+                grad = p.grad if q.grad is None else q.grad
+            else:
+                grad = p.grad + q.grad
+            if grad is not None:
+                p.grad, q.grad = grad, grad.clone()
+
+    return add
+
+
+def _tied_parameters(ctx, parts, schedule: str, ranks: int, stages: int):
+    """For a model whose first and last stage share a parameter (the transformer's token
+    embedding, reused as its output layer): a function summing the two copies'
+    gradients, traced as an `allreduce`; None otherwise, and None where one rank holds
+    both stages (a V: its two parts hold the one parameter). Every rank creates the group."""
+    from ...strategies.pipeline_schedules import stage_rank
+
+    kind = ctx.spec.training.model.get("kind", "mlp")
+    names = TIED.get(kind, ())
+    first, last = stage_rank(schedule, 0, ranks), stage_rank(schedule, stages - 1, ranks)
+    if not names or stages < 2 or first == last:
         return None
-    params = dict(part.named_parameters())
+    group = ctx.new_group([first, last])
+    if ctx.rank not in (first, last):
+        return None
+    params = {name: p for part in parts for name, p in part.named_parameters()}
     tensors = [params[name] for name in names]
 
     def all_reduce(step: int) -> None:
@@ -167,18 +255,24 @@ _WRAPPED = ("forward_one_chunk", "backward_one_chunk", "get_fwd_recv_ops", "get_
 
 class _StageTrace:
     """Wraps one PipelineStage's chunk methods to record per-microbatch spans;
-    `span_args` go on every send and recv span (a mesh names its dimension: dim=pipeline)."""
+    `span_args` go on every span (a rank's chunk: chunk=0, 1 under a multi-stage schedule;
+    a mesh names its dimension on send and recv: dim=pipeline). A backward is split where
+    the schedule splits it (zero bubble): `backward` with grad=input (I), then later
+    `backward` with grad=weight (W, backward_weight_one_chunk); a full one has grad=both."""
 
-    def __init__(self, ctx, stage, rank: int, **span_args):
+    def __init__(self, ctx, stage, index: int, chunk: int | None = None, **span_args):
         missing = [m for m in _WRAPPED if not callable(getattr(stage, m, None))]
         if missing:  # private API (checked on torch 2.13): train on, without per-microbatch spans
             ctx.log(f"dtgen: torch {torch.__version__} PipelineStage lacks {missing}; no per-microbatch spans")
             return
-        self.tracer, self.stage_no, self.step, self.span_args = ctx.tracer, rank + 1, 0, span_args
-        self.device, self.cuda = ctx.device, ctx.device.type == "cuda"
+        self.tracer, self.stage_no, self.step, self.span_args = ctx.tracer, index + 1, 0, span_args
+        self.compute_args = {} if chunk is None else {"chunk": chunk}
+        self.device_span = ctx.device_span
         self.recv_posted: dict[tuple[str, int], int] = {}
         self._wrap_compute(stage, "forward_one_chunk", "forward", "fwd", not stage.is_first)
         self._wrap_compute(stage, "backward_one_chunk", "backward", "bwd", not stage.is_last)
+        if callable(getattr(stage, "backward_weight_one_chunk", None)):
+            self._wrap_compute(stage, "backward_weight_one_chunk", "backward", "", False)
         self._wrap_recv(stage, "get_fwd_recv_ops", "fwd")
         self._wrap_recv(stage, "get_bwd_recv_ops", "bwd")
         self._wrap_send(stage, "get_fwd_send_ops", "fwd", not stage.is_last)
@@ -192,12 +286,13 @@ class _StageTrace:
             posted = self.recv_posted.pop((direction, mb), None)
             if receives and posted is not None:
                 self.tracer.add_span("recv", posted, start, self.step, tid="comm", mb=mb, stage=self.stage_no,
-                                     direction=direction, **self.span_args)
-            out = original(mb, *args, **kwargs)
-            if self.cuda:
-                torch.cuda.synchronize(self.device)  # host stamps of queued kernels would be launch times
-            self.tracer.add_span(name, start, perf_counter_ns(), self.step, mb=mb, stage=self.stage_no)
-            return out
+                                     direction=direction, **self.span_args, **self.compute_args)
+            extra = dict(self.compute_args)
+            if name == "backward":
+                extra["grad"] = "weight" if not direction else ("both" if kwargs.get("full_backward", True) else "input")
+            # on a GPU CUDA events, resolved after the fact (runner/device_spans.py): no wait here
+            with self.device_span(name, step=self.step, mb=mb, stage=self.stage_no, **extra):
+                return original(mb, *args, **kwargs)
 
         setattr(stage, method, traced)
 
@@ -220,7 +315,8 @@ class _StageTrace:
                 # the payload: the activations (or their gradients) the ops carry
                 nbytes = sum(op.tensor.numel() * op.tensor.element_size() for op in ops or () if hasattr(op, "tensor"))
                 self.tracer.add_span("send", start, perf_counter_ns(), self.step, tid="comm", mb=mb,
-                                     stage=self.stage_no, direction=direction, bytes=nbytes, **self.span_args)
+                                     stage=self.stage_no, direction=direction, bytes=nbytes, **self.span_args,
+                                     **self.compute_args)
             return ops
 
         setattr(stage, method, traced)
@@ -233,20 +329,27 @@ def data_parallel_width(spec, roles) -> int:
 
 
 def check_model(spec, model, names: list[str], where: str) -> None:
+    """The schedule's class in this torch (one located line where it is missing: the
+    oldest supported torch may lack a newer schedule), and a model long enough for
+    stages x stages_per_rank stages."""
+    from ..entry import spec_location
+    from ..schedule_order import schedule_class
     from ..split import check_splittable
 
-    check_splittable(model, spec.strategy.stages, where)
+    if schedule_class(spec.strategy.schedule) is None:
+        raise InputError(f"{spec_location(spec, ('strategy', 'schedule'))}: {_refused(spec.strategy.schedule)}")
+
+    from ...strategies.pipeline_schedules import stages_per_rank
+
+    check_splittable(model, spec.strategy.stages * stages_per_rank(spec.strategy), where)
 
 
-def check_placement(placement, spec) -> None:
-    """dtgen's own messages go through host copies, the schedules' do not
-    (placement.SENDS_GPU_TENSORS)."""
-    from ...errors import InputError
-    from ..placement import SENDS_GPU_TENSORS
+def check_placement(placement, spec) -> str | None:
+    """On GPUs shared over gloo the schedules' messages go through host memory
+    (runner/stage_host.py); the run's first line says so."""
+    from ..stage_host import COST
 
-    if placement.stage_through_host:
-        raise InputError(f"strategy pipeline cannot share GPUs over gloo: {SENDS_GPU_TENSORS}; give each stage its "
-                         "own GPU (nccl) or set runtime.device: cpu")
+    return COST if placement.stage_through_host else None
 
 
 def sent(spec) -> str:

@@ -23,7 +23,7 @@ def train(ctx) -> None:
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
         ctx.record_memory(model.parameters(), opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
     ctx.save_model(model.state_dict())
 

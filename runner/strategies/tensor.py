@@ -61,7 +61,7 @@ from time import perf_counter_ns
 import torch
 
 from ...errors import InputError
-from ..placement import GATHER_CRASHED
+from ..host_gather import full_tensors
 
 KIND = "tensor"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -214,14 +214,13 @@ def split_model(model, plan: dict[str, str], mesh) -> dict[str, torch.Tensor]:
     return reordered
 
 
-def full_state_dict(model, reordered: dict) -> dict:
+def full_state_dict(model, reordered: dict, gather) -> dict:
     """The whole model under `single`'s names and row order (every rank must call it:
-    each split parameter is gathered)."""
-    from torch.distributed.tensor import DTensor
-
+    each split parameter is gathered); `gather`: runner/host_gather.py's, through host
+    memory on GPUs shared over gloo."""
     state = {}
     for name, value in model.state_dict().items():
-        value = value.full_tensor() if isinstance(value, DTensor) else value
+        value = gather.full(value)
         if name in reordered:
             order = reordered[name].to(value.device)
             restored = torch.empty_like(value)
@@ -360,9 +359,9 @@ def train(ctx) -> None:
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
         ctx.record_memory(params, opt)  # this rank's slices, the replicated parameters whole
-        ctx.metrics.step_done(step, loss.item(), _share(samples, ctx), time.perf_counter() - t0)
+        ctx.step_done(step, loss, _share(samples, ctx), time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
-    state = full_state_dict(model, reordered)
+    state = full_state_dict(model, reordered, full_tensors(ctx))
     if ctx.rank == 0:
         ctx.save_model(state)
 
@@ -525,14 +524,6 @@ def data_parallel_width(spec, roles) -> int:
 def check_model(spec, model, names: list[str], where: str) -> None:
     plan, source = plan_of(spec, model)
     check_plan(plan, model, spec.topology.workers.count, source)
-
-
-def check_placement(placement, spec) -> None:
-    """Refused on GPUs shared over gloo (placement.GATHER_CRASHED: full_state_dict) until
-    that gather goes through host memory and the GPU numerics test passes there."""
-    if placement.stage_through_host:
-        raise InputError(f"strategy tensor cannot share GPUs over gloo: {GATHER_CRASHED}; give each worker its own "
-                         "GPU (nccl) or set runtime.device: cpu")
 
 
 def sent(spec) -> str:

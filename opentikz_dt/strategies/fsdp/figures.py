@@ -35,9 +35,26 @@ def layout(spec, spacing):
     the bar, where no worker label can run into it)."""
     drawn = allreduce_layout(spec, spacing)
     lines = [render_label(line) for line in bar_lines(spec.topology.workers.count)]
-    bar = Tex(f"\\textbf{{{lines[0]}}}\\\\[1pt]{lines[1]}\\\\{lines[2]}\\\\[4pt]{lines[3]}\\\\{lines[4]}")
-    nodes = tuple(dataclasses.replace(node, text=bar) if node.name == "ar" else node for node in drawn.nodes)
-    return dataclasses.replace(drawn, nodes=nodes)
+    # the bar names each collective with the symbol of what it moves, as the link does
+    bar = Tex(f"\\textbf{{{lines[0]}}}\\\\[1pt]{lines[1]} (\\weightlabel)\\\\{lines[2]} (\\gradlabel)"
+              f"\\\\[4pt]{lines[3]}\\\\{lines[4]}")
+    # the links' label names both flows, so the bar moves right by the added text's width
+    nodes = tuple(dataclasses.replace(node, text=bar, x=node.x + CARRIED_EXTRA_CM) if node.name == "ar" else node
+                  for node in drawn.nodes)
+    return dataclasses.replace(drawn, nodes=nodes, edges=tuple(_carried(spec, edge) for edge in drawn.edges))
+
+
+CARRIED_EXTRA_CM = 0.75  # "θ, " before "∇θ" at \footnotesize, and a little air
+
+
+def _carried(spec, edge):
+    """A worker's link to the bar carries parameters in (all-gathered, weight colour) and
+    gradients out (reduce-scattered): labelled with both symbols, not the gradient's alone."""
+    if str(edge.label) != r"\gradlabel":
+        return edge
+    weight = spec.figure.colors["weight"]
+    return dataclasses.replace(edge, label=Tex(f"{{\\color{{{weight}!85!otink}}\\weightlabel}}, \\gradlabel"),
+                               label_pos=0.5)
 
 
 def bar_lines(workers: int) -> list[str]:
@@ -155,12 +172,26 @@ def schedule(spec, cost) -> tuple[Sim, float]:
 
 
 def expected_timeline(spec, cost):
+    if option(spec, "shard") == "optimizer":
+        return _zero1_timeline(spec, cost)
     sim, end = schedule(spec, cost)
     gathers = "forward and backward" if option(spec, "reshard_after_forward") else "forward"
     title = spec.figure.labels.get("panel") or (f"FSDP, per unit: all-gather before its {gathers}, reduce-scatter "
                                                 "after its backward; step on the 1/N shard")
     panel = Panel("main", title, _lanes(spec, sim))
     return Timeline(spec.title, (panel,), 0.0, end, label_tex(spec, "timeline_note"), label_tex(spec, "time_axis"))
+
+
+def _zero1_timeline(spec, cost):
+    """shard: optimizer (ZeRO-1) runs DDP's all-reduce of the whole gradients, as kind
+    allreduce's native algorithm draws it; the update's broadcasts of each rank's
+    parameters are not played (the panel title says so)."""
+    from ..allreduce import figures as allreduce
+
+    drawn = allreduce.expected_timeline(spec, cost)
+    title = spec.figure.labels.get("panel") or ("ZeRO-1 (DDP): compute, all-reduce the gradients, step; "
+                                                "the parameter broadcasts after the step not drawn")
+    return dataclasses.replace(drawn, panels=tuple(dataclasses.replace(p, title=title) for p in drawn.panels))
 
 
 def _lanes(spec, sim: Sim) -> tuple:

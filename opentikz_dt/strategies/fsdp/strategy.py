@@ -13,17 +13,21 @@ from .._base import Strategy
 
 KIND = "fsdp"
 STRATEGY = Strategy(KIND, "Sharded data-parallel training (FSDP)", ("allreduce", "optimizer"),
-                    options=("reshard_after_forward", "units"), workers=(2, None), order=70)
+                    options=("reshard_after_forward", "units", "shard"), workers=(2, None), order=70)
 
 # This kind's own keys when the spec leaves them out (resolve_defaults writes them into
 # an fsdp spec; a schema default would land in every spec, whatever its kind).
 #   reshard_after_forward: free each unit's gathered parameters after its forward and
 #     gather them again for its backward (true, ZeRO-3: least memory), or keep them
 #     until the backward (false, ZeRO-2-like: one all-gather per unit and step).
+#   shard: what is sharded over the workers, ZeRO's stages: optimizer (ZeRO-1: torch's
+#     ZeroRedundancyOptimizer over DDP), gradients (ZeRO-2: FSDP2 keeping each unit's
+#     gathered parameters from its forward to its backward) or parameters (ZeRO-3: FSDP2).
 #   units: module names to shard one by one (absent: each block of the built-in models,
 #     each child of an nn.Sequential or of the model's outermost nn.ModuleLists).
 ROOT = "root"  # what fully_shard(model) holds itself: what no unit holds (embedding, head)
-OPTION_DEFAULTS = {"reshard_after_forward": True, "units": None}
+OPTION_DEFAULTS = {"reshard_after_forward": True, "units": None, "shard": "parameters"}
+SHARD_LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO stages 1, 2, 3
 
 
 def option(spec, key: str):
@@ -33,26 +37,60 @@ def option(spec, key: str):
 
 
 def resolve_defaults(data: dict, given: dict) -> None:
-    data["strategy"].setdefault("reshard_after_forward", OPTION_DEFAULTS["reshard_after_forward"])
+    # ZeRO-2 keeps the gathered parameters until the backward: reshard_after_forward false
+    # (a spec saying true is refused by `rules`); shard itself is not written, so a spec
+    # without it resolves as before
+    keep = data["strategy"].get("shard") == "gradients"
+    data["strategy"].setdefault("reshard_after_forward", not keep and OPTION_DEFAULTS["reshard_after_forward"])
+
+
+def rules(spec, model_blocks):
+    level = option(spec, "shard")
+    if level == "gradients" and spec.strategy.options.get("reshard_after_forward") is True:
+        yield (("strategy", "reshard_after_forward"),
+               "true frees each unit's gathered parameters after its forward, which is shard: parameters "
+               "(ZeRO-3); shard: gradients keeps them until the backward (false, or leave it out)")
+    if level == "optimizer" and option(spec, "units"):
+        yield (("strategy", "units"), "shard: optimizer replicates the model (DDP) and shards the optimizer "
+               "state by whole parameters: it has no units (remove them, or use shard: gradients or parameters)")
 
 
 def starter_block(kind: str) -> str:
     return """\
 strategy:
   kind: fsdp                  # sharded data parallel: each worker holds 1/N of every layer
+  shard: parameters           # ZeRO stage: optimizer (1) | gradients (2) | parameters (3)
   reshard_after_forward: true # free gathered layers after forward (less memory, one more all-gather)"""
 
 
 def expected_memory(spec, sizes) -> list:
-    """Each worker holds 1/N of every parameter tensor (FSDP shards dim 0 into N chunks),
+    """shard: parameters (and gradients, see below): each worker holds 1/N of every parameter tensor (FSDP shards dim 0 into N chunks),
     its gradient and its optimizer state: ZeRO-3's placement. The split here is by
     values, each tensor's remainder going to the first ranks; FSDP splits whole rows, so
     where a tensor's first dimension is not a multiple of N a rank may hold up to a row
     more or less than said. Not counted: the gathered copy of the unit being computed."""
     ids = spec.topology.workers.ids
     n = len(ids)
+    if option(spec, "shard") == "optimizer":
+        # ZeRO-1: the whole model and its gradients on every rank (DDP); the optimizer state
+        # of the parameters this rank updates
+        whole = sizes.rank("worker", "", sizes.params)
+        return [{**whole, "id": w, "optimizer": sizes.rank("worker", w, elements)["optimizer"]}
+                for w, elements in zip(ids, zero_partition(list(sizes.tensors.values()), n))]
+    # ZeRO-3, and ZeRO-2 as FSDP2 runs it: between steps each rank holds 1/N of the
+    # parameters too (the gathered ones live from a unit's forward to its backward)
     held = [sum(e // n + (r < e % n) for e in sizes.tensors.values()) for r in range(n)]
     return [sizes.rank("worker", w, elements) for w, elements in zip(ids, held)]
+
+
+def zero_partition(elements: list[int], ranks: int) -> list[int]:
+    """Parameter values each rank updates under torch's ZeroRedundancyOptimizer, which
+    assigns whole tensors: largest first (a stable sort, so ties keep model order), each
+    to the rank with the fewest values so far (the first such rank)."""
+    held = [0] * ranks
+    for size in sorted(elements, reverse=True):
+        held[held.index(min(held))] += size
+    return held
 
 
 # --- units as the predictor and the expected figures see them -------------------------------

@@ -11,16 +11,19 @@ of the forward, its tensor group's all-reduces (`tp AR`), the backward and its t
 all-reduces, then the data dimension (`dp AR`: one gradient all-reduce; with fsdp the
 all-gather `dp AG` before the forward and the reduce-scatter `dp RS`, whole-model here
 for simplicity: the runner gathers and scatters unit by unit, overlapped with the
-passes), then the update of its slices. With a pipeline dimension (> 1) the stages run
-their microbatches in GPipe or 1F1B order, each pass followed by its tensor all-reduce and
-its send to the neighbouring stage (`pp`), before the data dimension and the update.
+passes), then the update of its slices. With a pipeline dimension (> 1) each pipeline rank
+runs its microbatches (and, under a multi-stage schedule, its chunks: virtual stages a, b,
+...) in the order torch's schedule issues (pipeline_schedules.rank_orders, kind pipeline's
+one source), each pass followed by its tensor all-reduce and its send to a stage on
+another rank (`pp`); a zero-bubble weight gradient (W) is its own box kind, local, with
+neither; then the data dimension and the update.
 Must not import torch."""
 
 from __future__ import annotations
 
 from ...errors import DtgenError
 from .strategy import coordinates, data_method, degrees
-from ..pipeline.strategy import stage_ops
+from ..pipeline_schedules import SCHEDULES, op_label, play, rank_orders, rank_stages, stage_rank, stages_per_rank
 from ...figures.model import elide
 from ...figures.schedule import STEPS, Sim, one_panel
 from ...figures.texts import label_tex, label_text, lane_text
@@ -31,7 +34,7 @@ KIND = "mesh"
 # Every collective is an all-reduce box whose phase names its dimension ("tensor
 # all-reduce", "data reduce-scatter"): the timeline gives each phase its own fill (plain,
 # dotted, crosshatched) and legend entry.
-TIMELINE_BOXES = ("forward", "backward", "slowdown", "allreduce", "allreduce-b", "allreduce-c", "send", "wait",
+TIMELINE_BOXES = ("forward", "backward", "wgrad", "slowdown", "allreduce", "allreduce-b", "allreduce-c", "send", "wait",
                   "optimizer", "skipped")
 
 
@@ -98,13 +101,20 @@ def _pipelined_timeline(spec, cost, d):
         label = lane_text(spec, w) + (f" (stage {stage})" if shown else "")
         lanes.append(Lane(w, label, tuple(boxes)))
     title = spec.figure.labels.get("panel") or (
-        f"{d['data']} data x {d['tensor']} tensor x {d['pipeline']} pipeline, {PIPE_NAMES.get(schedule, schedule)}, "
-        f"{micro} microbatches{shown}")
+        f"{d['data']} data x {d['tensor']} tensor x {d['pipeline']} pipeline{_chunks(spec)}, "
+        f"{SCHEDULES[schedule].printed}, {micro} microbatches{shown}")
     panel = Panel("main", title, tuple(lanes))
     return Timeline(spec.title, (panel,), 0.0, end, label_tex(spec, "timeline_note"), label_tex(spec, "time_axis"))
 
 
-PIPE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+# Compute time of one operation per unit of a virtual stage's forward (kind pipeline's:
+# B = 2F, a split backward's halves I = W = F).
+OP_COST = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+
+
+def _chunks(spec) -> str:
+    v = stages_per_rank(spec.strategy)
+    return f" x {v} chunks ({', '.join('abcdefghijklmnop'[:v])})" if v > 1 else ""
 
 
 def _pipelined_schedule(spec, cost, d) -> tuple[Sim, float, dict]:
@@ -112,14 +122,23 @@ def _pipelined_schedule(spec, cost, d) -> tuple[Sim, float, dict]:
     sim = Sim(spec, cost)
     tp, dp, stages = d["tensor"], d["data"], d["pipeline"]
     micro, schedule = _micro(spec)
+    v = stages_per_rank(spec.strategy)
+    total = stages * v  # virtual stages: v per pipeline rank under a multi-stage schedule
     samples = spec.training.batch_size / micro
     widths = sim.workload.activations if sim.workload is not None and sim.workload.activations else (1,)
-    pairs = max(1, len(widths) // stages)  # a stage's share of the layer pairs
+    pairs = max(1, len(widths) // total)  # a virtual stage's share of the layer pairs
     reduce_tp = pairs * sim.link(4 * samples * max(widths) * 2 * (tp - 1) / tp) if tp > 1 else 0.0
     send = sim.link(4 * samples * max(widths))  # a microbatch's activations (its gradient back)
     held = sim.params / tp / stages
     reduce_dp = sim.link(4 * held * 2 * (dp - 1) / dp) if dp > 1 else 0.0
-    fwd = samples * sim.flops / tp / stages / cost.flops_per_ms
+    fwd = samples * sim.flops / tp / total / cost.flops_per_ms
+    orders = rank_orders(schedule, stages, micro, v)
+    chunk_of = {st: c for r in range(stages) for c, st in enumerate(rank_stages(schedule, r, stages, v))}
+
+    def duration(rank, op, stage):
+        sent = send if _sends(schedule, op, stage, total, stages) else 0.0
+        return fwd * OP_COST[op] + (0.0 if op == "W" else reduce_tp) + sent
+
     opt = max(cost.min_ms, 2 * held / (dp if _fsdp(spec) else 1) / cost.flops_per_ms)
     t = 0.0
     for _ in range(STEPS):
@@ -127,36 +146,20 @@ def _pipelined_schedule(spec, cost, d) -> tuple[Sim, float, dict]:
         if _fsdp(spec):
             free = [sim.add(f"s{k + 1}", t, t + reduce_dp / 2, "allreduce", "dp AG", phase="data all-gather")
                     for k in range(stages)]
-        ops = [stage_ops(schedule, k, stages, micro) for k in range(stages)]
-        arrived: dict[tuple, float] = {}
-        nxt = [0] * stages
-        remaining = sum(len(o) for o in ops)
-        while remaining:
-            progressed = False
-            for k in range(stages):
-                if nxt[k] >= len(ops[k]):
-                    continue
-                op, m = ops[k][nxt[k]]
-                need = ("F", k - 1, m) if op == "F" and k else ("B", k + 1, m) if op == "B" and k < stages - 1 else None
-                if op == "B" and ("F", k, m) not in arrived:
-                    continue
-                if need is not None and need not in arrived:
-                    continue
-                lane = f"s{k + 1}"
-                begin = max(free[k], arrived.get(need, t))
-                sim.add(lane, free[k], begin, "wait", "")
-                end = sim.add(lane, begin, begin + (fwd if op == "F" else 2 * fwd),
-                              "forward" if op == "F" else "backward", str(m + 1))
+        # each pipeline rank's operations in torch's order (pipeline_schedules.rank_orders, as
+        # kind pipeline draws them), played as early as their inputs allow; a pass's tensor
+        # all-reduce and its send to a stage on another rank are part of its time
+        for a in play(orders, stages, total, schedule, duration, lambda op, src, dst: 0.0, start=free):
+            lane = f"s{a.rank + 1}"
+            sim.add(lane, a.free, a.start, "wait", "")
+            kind = {"F": "forward", "W": "wgrad"}.get(a.op, "backward")
+            end = sim.add(lane, a.start, a.start + fwd * OP_COST[a.op], kind,
+                          op_label(a.op, a.mb, chunk_of[a.stage], v))
+            if a.op != "W":  # a weight gradient is local: no tensor all-reduce, nothing sent
                 end = sim.add(lane, end, end + reduce_tp, "allreduce", "tp AR", phase="tensor all-reduce")
-                if (op == "F" and k < stages - 1) or (op == "B" and k > 0):
-                    end = sim.add(lane, end, end + send, "send", "pp")
-                arrived[(op, k, m)] = end
-                free[k] = end
-                nxt[k] += 1
-                remaining -= 1
-                progressed = True
-            if not progressed:  # cannot happen for GPipe/1F1B; guards against an endless loop
-                raise DtgenError(f"pipeline schedule '{schedule}' deadlocked")
+            if _sends(schedule, a.op, a.stage, total, stages):
+                end = sim.add(lane, end, end + send, "send", "pp")
+            free[a.rank] = end
         flush = max(free)
         for k in range(stages):
             lane = f"s{k + 1}"
@@ -170,6 +173,15 @@ def _pipelined_schedule(spec, cost, d) -> tuple[Sim, float, dict]:
         t = max(free)
     stage_of = {w: f"s{coordinates(spec, int(w[1:]) - 1)['pipeline'] + 1}" for w in spec.topology.workers.ids}
     return sim, t, stage_of
+
+
+def _sends(schedule: str, op: str, stage: int, total: int, ranks: int) -> bool:
+    """Whether the pass sends to a stage on another rank (not at the pipeline's ends, nor
+    across a V's turn, where both stages are one rank's)."""
+    if op == "W":
+        return False
+    peer = stage + 1 if op == "F" else stage - 1
+    return 0 <= peer < total and stage_rank(schedule, peer, ranks) != stage_rank(schedule, stage, ranks)
 
 
 def _fsdp(spec) -> bool:

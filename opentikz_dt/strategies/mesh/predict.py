@@ -39,7 +39,7 @@ import statistics
 from ...errors import DtgenError
 from ...memory import model_sizes
 from .strategy import data_method, degrees, stage_slices
-from ..pipeline.strategy import stage_ops
+from ..pipeline_schedules import rank_orders, rank_stages, stage_rank, stages_per_rank
 from ...workload import model_section, tensor_plan
 from ...predict.blocks import boundary_values, stage_units, tensor_sizes, tied_names
 from ..pipeline.predict import SEND_US
@@ -76,7 +76,8 @@ def resize(strategy: dict, workers: int) -> None:
 
 def shapes(spec, workers: int) -> list:
     """Every factorization of `workers` into pipeline x data x tensor degrees, labelled
-    `data x tensor x pipeline` (the figure's rows), data-major, at the spec's global batch
+    `pipeline x data x tensor` (the figure's rows, in the order every other text names the
+    dimensions), data-major, at the spec's global batch
     (training.batch_size per data replica x its data degree: a layout is chosen for a
     batch, so each shape's replicas share that one; a data degree that does not divide it
     is refused here). Whether the model can take the rest is the spec rules' answer (the
@@ -86,13 +87,17 @@ def shapes(spec, workers: int) -> list:
     for data in _divisors(workers):
         for tensor in _divisors(workers // data):
             pipeline = workers // data // tensor
-            label = f"{data} x {tensor} x {pipeline}"
+            label = f"{pipeline} x {data} x {tensor}"
             sets = (f"strategy.parallelism={{pipeline: {pipeline}, data: {data}, tensor: {tensor}}}",
                     f"training.batch_size={max(1, total // data)}")
             refusal = (None if total % data == 0 else
                        f"the global batch of {total} samples does not split over data {data} (set training.batch_size)")
             out.append((label, sets, refusal))
-    return sorted(out, key=lambda item: tuple(-int(v) for v in item[0].split(" x ")))
+    def data_major(item):
+        pipeline, data, tensor = (int(v) for v in item[0].split(" x "))
+        return -data, -tensor, -pipeline
+
+    return sorted(out, key=data_major)
 
 
 def _divisors(n: int) -> list[int]:
@@ -100,7 +105,7 @@ def _divisors(n: int) -> list[int]:
 
 
 # What simulate_steps costs per rank and step (CPU µs), fitted to 1,024-rank meshes of a
-# 32-block transformer, 16 microbatches, 10 steps, every valid data x tensor x pipeline
+# 32-block transformer, 16 microbatches, 10 steps, every valid pipeline x data x tensor
 # (64x1x16 8.7 µs, 128x8x1 8.1, 512x2x1 16.5, 8x8x16 18.4, 64x2x8 42.7, 64x8x2 65.4;
 # each within 20% of the fit, rounded up): per microbatch and stage op OP_US, per tensor
 # all-reduce COLLECTIVE_US plus GROUP_US shared by the tensor group's ranks.
@@ -178,9 +183,10 @@ def fit_compute(fit) -> tuple[list, list]:
     d = degrees(spec)
     first = fit.run.trace.steps[0] if fit.run.trace.steps else 0
     rows = spec.training.batch_size / _microbatches(spec)
-    bounds = stage_units(spec, d["pipeline"])
+    total = d["pipeline"] * (stages_per_rank(spec.strategy) if d["pipeline"] > 1 else 1)  # virtual stages
+    bounds = stage_units(spec, total)
     pieces = _unit_pieces(spec, len(fit.blocks))
-    chunks: dict = {}  # (stage, pass) -> [compute µs of each chunk]
+    chunks: dict = {}  # (virtual stage, pass) -> [compute µs of each chunk]; a split backward's halves apart
     by_rank: dict = {}
     for e in events:
         if e["args"].get("step") != first and e.get("ph", "X") == "X":
@@ -191,9 +197,15 @@ def fit_compute(fit) -> tuple[list, list]:
         for e in mine:
             if e["name"] in ("forward", "backward"):
                 inside = sum(w["dur"] for w in waits if e["ts"] <= w["ts"] < e["ts"] + e["dur"])
-                chunks.setdefault((stage, e["name"]), []).append(max(e["dur"] / 4, e["dur"] - inside))
+                virtual = e["args"].get("stage", stage + 1) - 1 if total > 1 else 0
+                half = e["args"].get("grad") if e["args"].get("grad") in ("input", "weight") else ""
+                chunks.setdefault((virtual, e["name"] + half), []).append(max(e["dur"] / 4, e["dur"] - inside))
+    for key in [k for k in chunks if k[1] == "backwardinput"]:  # I + W: the backward whole
+        weight = chunks.get((key[0], "backwardweight"))
+        if weight:
+            chunks.setdefault((key[0], "backward"), []).append(statistics.fmean(chunks[key]) + statistics.fmean(weight))
     fwd_us, bwd_us = [0.0] * len(fit.blocks), [0.0] * len(fit.blocks)
-    for stage in range(d["pipeline"]):
+    for stage in range(total):
         lo, hi = bounds[stage], bounds[stage + 1]
         # a unit's share of the stage's chunk: its FLOPs, 1/tensor of the pieces the group splits
         done = [fit.flops[u] * sum(p["share"] / (d["tensor"] if p["split"] and lo <= p["span"][0] and
@@ -254,16 +266,28 @@ def simulate_steps(sim, steps: int) -> None:
     sharded = data_method(spec) == "fsdp"
     m = _microbatches(spec)
     rows = spec.training.batch_size / m
-    bounds = stage_units(spec, pp)
-    if any(bounds[s + 1] <= bounds[s] for s in range(pp)):
-        raise DtgenError(f"{pp} pipeline stages for a model of {len(sim.blocks)} units: a stage would be empty")
+    # virtual stages: v per pipeline rank under a multi-stage schedule (kind pipeline's
+    # placement), each rank's operations in torch's order (pipeline_schedules.rank_orders)
+    schedule = spec.strategy.schedule
+    v = stages_per_rank(spec.strategy) if pp > 1 else 1
+    total = pp * v
+    bounds = stage_units(spec, total)
+    if any(bounds[s + 1] <= bounds[s] for s in range(total)):
+        raise DtgenError(f"{total} pipeline stages for a model of {len(sim.blocks)} units: a stage would be empty")
     active = active_ranks(spec)
-    programs = [_programs(spec, c, bounds[s], bounds[s + 1], rows, active, tp) for s in range(pp)]
-    orders = [stage_ops(spec.strategy.schedule, s, pp, m) for s in range(pp)]
-    out_bytes = [4 * rows * v for v in boundary_values(spec, pp)] + [0.0]
-    slices, stage_tensors = _stage_sizes(sim, spec, bounds)
-    updated = [-(-v // dp) for v in slices] if sharded else slices
-    tied = 4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec)) if pp > 1 else 0
+    programs = [_programs(spec, c, bounds[s], bounds[s + 1], rows, active, tp) for s in range(total)]
+    orders = rank_orders(schedule, pp, m, v) if pp > 1 else ((("F", 0, 0), ("B", 0, 0)),)
+    owner = [stage_rank(schedule, s, pp) for s in range(total)]
+    chunk_of = {st: k for r in range(pp) for k, st in enumerate(rank_stages(schedule, r, pp, v))}
+    chunked = {} if v == 1 else None  # spans name the chunk under a multi-stage schedule
+    out_bytes = [4 * rows * x for x in boundary_values(spec, total)] + [0.0]
+    virtual_slices, virtual_tensors = _stage_sizes(sim, spec, bounds)
+    slices = [sum(x for st, x in enumerate(virtual_slices) if owner[st] == r) for r in range(pp)]
+    stage_tensors = [sum(x for st, x in enumerate(virtual_tensors) if owner[st] == r) for r in range(pp)]
+    updated = [-(-x // dp) for x in slices] if sharded else slices
+    # the tied embedding's two copies on two ranks are summed (a V holds both ends on one: a local sum)
+    tied = (4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec))
+            if pp > 1 and owner[0] != owner[-1] else 0)
     method = data_method(spec)
     algorithm = {"fsdp": "fsdp", "ring": "ring", "tree": "tree"}.get(method, "native")
     slow = sim.slow
@@ -305,18 +329,24 @@ def simulate_steps(sim, steps: int) -> None:
         left = sum(len(o) for o in orders)
         while left:
             progressed = False
-            for s in range(pp):
-                if pos[s] >= len(orders[s]):
+            for r in range(pp):
+                if pos[r] >= len(orders[r]):
                     continue
-                op, mb = orders[s][pos[s]]
+                op, mb, st = orders[r][pos[r]]
                 forward = op == "F"
-                first = s == 0 if forward else s == pp - 1  # no peer to wait for
-                dep = None if first else done.get(("F", s - 1, mb) if forward else ("B", s + 1, mb))
-                if dep is None and not first:
-                    continue
-                msg = out_bytes[s - 1] if forward else out_bytes[s]
-                now, row = free[s], slow[s * width:(s + 1) * width]
-                if dep is not None:  # the peer stage's message: activations forward, their gradient backward
+                # the stage whose output this one waits for (None: none, or its own earlier op)
+                src = None if op == "W" else (st - 1 if st > 0 else None) if forward else (
+                    st + 1 if st < total - 1 else None)
+                dep = None
+                if src is not None:
+                    dep = done.get(("F", src, mb)) if forward else done.get(("B", src, mb), done.get(("I", src, mb)))
+                    if dep is None:
+                        continue
+                direction = "fwd" if forward else "bwd"
+                extra = chunked if chunked is not None else {"chunk": chunk_of[st]}
+                now, row = free[r], slow[r * width:(r + 1) * width]
+                if dep is not None and owner[src] != r:  # the peer's message: activations forward, gradient back
+                    msg = out_bytes[src] if forward else out_bytes[st]
                     if plain:
                         p2p = c.p2p(msg)
                         arrive = [t + p2p for t in dep]
@@ -324,39 +354,49 @@ def simulate_steps(sim, steps: int) -> None:
                         arrive = [t + c.noisy(c.p2p(msg), step) for t in dep]
                     if record:
                         for j in range(width):
-                            rec.span(s * width + j, "recv", COMM_TID, now[j], arrive[j], step, mb=mb, stage=s + 1,
-                                     direction="fwd" if forward else "bwd", dim="pipeline")
+                            rec.span(r * width + j, "recv", COMM_TID, now[j], arrive[j], step, mb=mb, stage=st + 1,
+                                     direction=direction, dim="pipeline", **extra)
                     now[:] = [max(t, a) for t, a in zip(now, arrive)]
+                elif dep is not None:  # a stage of this rank (a V's turn): no message
+                    now[:] = [max(t, a) for t, a in zip(now, dep)]
                 start = list(now) if record else None
                 name = "forward" if forward else "backward"
-                for us, values, layer in programs[s][0 if forward else 1]:
+                # a split backward: I runs the backward's collectives on half its compute, W
+                # the other half with none (the calibration measures the backward whole)
+                program = programs[st][0 if forward else 1]
+                if op == "I":
+                    program = [(us / 2, values, layer) for us, values, layer in program]
+                elif op == "W":
+                    program = [(sum(us for us, _, _ in program) / 2, 0, "")]
+                for us, values, layer in program:
                     if plain and uniform:
                         now[:] = [t + us for t in now]
                     elif plain:
-                        now[:] = [t + us * r for t, r in zip(now, row)]
+                        now[:] = [t + us * q for t, q in zip(now, row)]
                     else:
-                        now[:] = [t + c.noisy(us * r, step) for t, r in zip(now, row)]
+                        now[:] = [t + c.noisy(us * q, step) for t, q in zip(now, row)]
                     if values:
                         nbytes = 4 * rows * values
-                        collectives(s, t_groups, now, step, nbytes, c.allreduce(nbytes, tp), "all-reduce", "tensor",
-                                    name, layer=layer, mb=mb, stage=s + 1)
+                        collectives(r, t_groups, now, step, nbytes, c.allreduce(nbytes, tp), "all-reduce", "tensor",
+                                    name, layer=layer, mb=mb, stage=st + 1)
                 if record:
+                    grad = {"I": {"grad": "input"}, "W": {"grad": "weight"}}.get(op, {})
                     for j in range(width):
-                        rec.span(s * width + j, name, 0, start[j], now[j], step, mb=mb, stage=s + 1)
-                done[(op, s, mb)] = list(now)
-                peer = s + 1 if forward else s - 1
-                if 0 <= peer < pp:
-                    sent[s] += out_bytes[min(s, peer)]
-                    received[peer] += out_bytes[min(s, peer)]
+                        rec.span(r * width + j, name, 0, start[j], now[j], step, mb=mb, stage=st + 1, **grad, **extra)
+                done[(op, st, mb)] = list(now)
+                peer = None if op == "W" else st + 1 if forward else st - 1
+                if peer is not None and 0 <= peer < total and owner[peer] != r:
+                    sent[r] += out_bytes[min(st, peer)]
+                    received[owner[peer]] += out_bytes[min(st, peer)]
                     if record:
                         for j in range(width):
-                            rec.span(s * width + j, "send", COMM_TID, now[j], now[j] + SEND_US, step, mb=mb,
-                                     stage=s + 1, direction="fwd" if forward else "bwd", dim="pipeline")
-                pos[s] += 1
+                            rec.span(r * width + j, "send", COMM_TID, now[j], now[j] + SEND_US, step, mb=mb,
+                                     stage=st + 1, direction=direction, dim="pipeline", **extra)
+                pos[r] += 1
                 left -= 1
                 progressed = True
             if not progressed:
-                raise DtgenError(f"pipeline schedule '{spec.strategy.schedule}' deadlocked in the simulation")
+                raise DtgenError(f"pipeline schedule '{schedule}' deadlocked in the simulation")
         if tied:  # the first and last stage of each pipeline group sum their copies of the tied embedding
             cost = c.allreduce(tied, 2)
             moved[0] += tied

@@ -7,7 +7,8 @@ ranks, outermost first.
 - pipeline: the model is cut into `pipeline` stages as `kind: pipeline` cuts it (one block
   of `data x tensor` consecutive ranks per stage), every data replica's batch slice
   going through its stages in `strategy.microbatches` microbatches under
-  `strategy.schedule` (gpipe | 1f1b, the pipeline kind's keys and rules);
+  `strategy.schedule` (any of kind pipeline's, with strategy.stages_per_rank virtual stages
+  per pipeline rank where the schedule takes them: the pipeline kind's keys and rules);
 - data: the replicas of the (split, staged) model each take their own slice of the
   global batch and synchronise as `data_parallel` says:
 
@@ -42,11 +43,14 @@ from __future__ import annotations
 
 from ..tensor import strategy as _tensor
 from .._base import Strategy
+from ..pipeline.strategy import microbatch_rules
+from ..pipeline_schedules import SCHEDULES, stages_per_rank
 
 KIND = "mesh"
-STRATEGY = Strategy(KIND, "Hybrid data x tensor x pipeline parallel training",
+STRATEGY = Strategy(KIND, "Hybrid pipeline x data x tensor parallel training",
                     ("allreduce", "send", "recv", "optimizer"),
-                    options=("parallelism", "data_parallel", "plan"), workers=(2, None), default_workers=4, order=90)
+                    options=("parallelism", "data_parallel", "plan", "stages_per_rank"),
+                    workers=(2, None), default_workers=4, order=90)
 
 DIMENSIONS = ("pipeline", "data", "tensor")  # outermost first (ranks: the last varies fastest)
 # the data-parallel methods the runner composes with the other dimensions: gloo's all-reduce,
@@ -182,9 +186,26 @@ def _pipeline_rules(spec, d: dict, model_blocks):
     if blocks is not None and stages > blocks[0]:
         yield ("strategy", "parallelism", "pipeline"), (f"{stages} pipeline stages need at least {stages} "
                                                         f"{blocks[1]}s; the model has {blocks[0]}")
+    schedule = SCHEDULES[s.schedule]
+    if "stages_per_rank" in s.options and schedule.fixed_v is not None:
+        yield ("strategy", "stages_per_rank"), (
+            f"{s.schedule} holds {schedule.fixed_v} stage{'s' if schedule.fixed_v > 1 else ''} per pipeline rank; "
+            f"stages_per_rank applies to {', '.join(n for n, x in SCHEDULES.items() if x.fixed_v is None)} (remove it)")
+    v = stages_per_rank(s)
+    if v > 1 and blocks is not None and stages * v > blocks[0] >= stages:
+        key = ("strategy", "stages_per_rank") if "stages_per_rank" in s.options else ("training", "model", "layers")
+        yield key, (f"{s.schedule} cuts the model into {stages} x {v} = {stages * v} stages, one per {blocks[1]} "
+                    f"at least; the model has {blocks[0]}")
+    if schedule.splits_backward and data_method(spec) == "fsdp" and d["data"] > 1:
+        yield ("strategy", "data_parallel"), (
+            f"fsdp does not combine with {s.schedule}: under its backward split into input and weight gradients "
+            "FSDP2's gradient reduction ran off `single` (zbv-zero-bubble: 0.12 after 6 steps); use allreduce, ring or tree, or a "
+            "schedule with a whole backward (interleaved-1f1b, looped-bfs)")
     if s.schedule == "1f1b" and s.microbatches < stages:
         yield ("strategy", "microbatches"), (f"1f1b needs at least as many microbatches as pipeline stages "
                                              f"({stages}), got {s.microbatches}")
+    else:  # the multi-stage schedules' own (kind pipeline's rules, per pipeline group)
+        yield from microbatch_rules(s.schedule, s.microbatches, stages)
     if t.batch_size % s.microbatches:
         yield ("strategy", "microbatches"), (f"batch_size {t.batch_size} (one data replica's slice) does not split "
                                              f"into {s.microbatches} equal microbatches")
@@ -279,4 +300,5 @@ strategy:
   parallelism: {{data: 2, tensor: 2}}  # degrees (product = topology.workers.count); tensor inside a host
   data_parallel: {DEFAULT_DATA_METHOD:<12} # how the replicas synchronise: {" | ".join(DATA_METHODS)}
   # pipeline stages: add pipeline: 2 to parallelism (and double the workers); then
-  # microbatches: 4 and schedule: 1f1b (gpipe | 1f1b) apply per data replica"""
+  # microbatches: 4 and schedule: 1f1b (any pipeline schedule: docs/pipeline-schedules.md)
+  # apply per data replica"""

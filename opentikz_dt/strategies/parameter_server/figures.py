@@ -1,14 +1,14 @@
 """Figures of the parameter server: the server (or its shards) right of the worker column,
-a barrier bar in front of a single sync server, and the expected schedule of both modes
+a note under a single server (a sync one is a barrier), and the expected schedule of both modes
 side by side (sync and async), the spec's own marked. Must not import torch."""
 
 from __future__ import annotations
 
 import heapq
 
-from ...figures.model import Edge, Node, Port, Tex
+from ...figures.model import Node, Tex
 from ...figures.schedule import STEPS, Sim, lanes
-from ...figures.spacing import icon_size, parameter_server_needs
+from ...figures.spacing import parameter_server_needs
 from ...figures.texts import FLOW_MACROS, label_lines_tex, label_tex
 from ...figures.timeline import Panel, Timeline, window
 from ...figures.topology_common import count_text
@@ -30,10 +30,6 @@ def spacing_needs(sizes):
     return parameter_server_needs(sizes)
 
 
-def barrier(spec) -> bool:
-    return spec.topology.servers.count == 1 and spec.strategy.sync == "sync"
-
-
 def flow_run(spec) -> bool:
     return True
 
@@ -50,9 +46,9 @@ def _sync_note(spec, count: str) -> Tex:
     if spec.figure.labels.get(key):
         return label_lines_tex(spec, key, tex=FLOW_MACROS, n=count)
     if spec.strategy.sync == "sync":
-        lines = [f"sync: waits for all {count}", "\\gradlabel{}, then one update"]
+        lines = [f"sync: a barrier waits for all {count}", "\\gradlabel{}, then one update"]
         if fitted(spec):
-            lines = ["sync: waits for", f"all {count} \\gradlabel{{}}, then", "one update"]
+            lines = ["sync: a barrier waits", f"for all {count} \\gradlabel{{}}, then", "one update"]
     else:
         lines = ["async: each worker pushes and", "pulls at its own pace, no barrier"]
         if fitted(spec):
@@ -61,16 +57,13 @@ def _sync_note(spec, count: str) -> Tex:
 
 
 def _sync_or_async(spec, server_x, nodes, edges):
-    """A single server. Sync: a barrier bar in front of it, which waits for every worker's
-    gradient. Async: no bar; each worker pushes and pulls at its own pace (the seed's
-    distinction). Sharded servers: nothing more."""
+    """A single server. Sync: the note says it is a barrier, waiting for every worker's
+    gradient; async: each worker pushes and pulls at its own pace (the seed's distinction).
+    The barrier is said, not drawn: a bar in front of the server crossed every arrow into
+    it and no legend said what it was. Sharded servers: nothing more."""
     if spec.topology.servers.count != 1:
         return nodes, edges
     count = count_text(spec.topology.workers.count)
-    if barrier(spec):
-        x = server_x - icon_size(spec, "server")[0] / 2 - 0.65  # clear of the arrowheads
-        nodes = nodes + [Node("ps-bartop", x, 0.78, kind="coord"), Node("ps-barbottom", x, -0.78, kind="coord")]
-        edges = edges + [Edge(Port("ps-bartop"), Port("ps-barbottom"), "barrier")]
     return nodes + [Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
                          text=_sync_note(spec, count))], edges
 

@@ -1,25 +1,26 @@
-"""Figures of pipeline parallelism: the stages left to right, the expected GPipe or 1F1B
-schedule with its bubble, and lanes named after the stages. Must not import torch."""
+"""Figures of pipeline parallelism: the stages left to right, the expected schedule (in the
+order torch's schedule runs it: strategies/pipeline_schedules.py) with its bubble, and
+lanes named after the stages. Must not import torch."""
 
 from __future__ import annotations
 
 from ...errors import DtgenError
-from .strategy import stage_ops
+from ..pipeline_schedules import SCHEDULES, ScheduleOrderError, op_label, play, rank_orders, rank_stages, reference_bubble, schedule_of, stages_per_rank
 from ...figures.schedule import Sim, one_panel
 from ...figures.spacing import pipeline_needs
 from ...figures.texts import label_text
 from ...figures.topology_peer import pipeline_layout
 
 KIND = "pipeline"
-TIMELINE_BOXES = ("forward", "backward", "slowdown", "send", "recv", "optimizer", "skipped", "wait")
+TIMELINE_BOXES = ("forward", "backward", "wgrad", "slowdown", "send", "recv", "optimizer", "skipped", "wait")
 LANE_ROLE = "stage"
 PIPELINED = True
 WINDOW_STEPS = 2
-SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
+SCHEDULE_NAMES = {name: s.printed for name, s in SCHEDULES.items()}
 
 
 def schedule_name(spec) -> str:
-    """The schedule as printed: GPipe, 1F1B."""
+    """The schedule as printed: GPipe, 1F1B, Interleaved 1F1B, ZB-V, ..."""
     return SCHEDULE_NAMES.get(spec.strategy.schedule, spec.strategy.schedule)
 
 
@@ -50,56 +51,45 @@ def more_lanes_text(spec, hidden: int) -> str:
 
 
 def expected_timeline(spec, cost):
-    sim, end = _schedule(spec, cost)
+    try:
+        sim, end = _schedule(spec, cost)
+    except ScheduleOrderError as e:
+        raise DtgenError(f"strategy.schedule: {e}") from None
     return one_panel(spec, sim, end, _title(spec, drawn_bubble(sim, spec.strategy.stages, sim.flush_ms)))
 
 
-def _schedule(spec, cost) -> tuple[Sim, float]:
+# Compute time of one operation per unit of a stage's forward: the usual B = 2F, and a
+# split backward's two halves I = W = F (Qi et al.'s equal-cost case).
+OP_COST = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+
+
+def _schedule(spec, cost, op_cost=None) -> tuple[Sim, float]:
+    """Each rank's operations in torch's order (pipeline_schedules.rank_orders), played as
+    early as their dependencies allow (`play`). `op_cost` overrides OP_COST (the bubble
+    tests run F = B)."""
     sim = Sim(spec, cost)
     s, workers = spec.strategy, spec.topology.workers
-    stages, micro = s.stages, s.microbatches
+    ranks, micro, v = s.stages, s.microbatches, stages_per_rank(s)
     samples = spec.training.batch_size // micro
-    # The ideal pipeline the caption's (p-1)/(m+p-1) describes: balanced stages (each a
-    # p-th of the model's FLOPs) and activation transfers hidden behind compute. A straggler
-    # stage (topology.workers.slowdown) still stretches its own boxes.
-    even = samples * sim.flops / stages / cost.flops_per_ms
-    fwd = [even * workers.slowdown_of(f"w{k + 1}") for k in range(stages)]
-    comm = [0.0] * stages
-    ops = [stage_ops(s.schedule, k, stages, micro) for k in range(stages)]
-    done: dict[tuple, float] = {}
-    free = [0.0] * stages
-    nxt = [0] * stages
-    remaining = sum(len(o) for o in ops)
-    while remaining:
-        progressed = False
-        for k in range(stages):
-            if nxt[k] >= len(ops[k]):
-                continue
-            op, m = ops[k][nxt[k]]
-            if op == "F":
-                deps = [done.get(("F", k - 1, m), None) if k else 0.0]
-                deps = [d + comm[k - 1] if (d is not None and k) else d for d in deps]
-            else:
-                deps = [done.get(("F", k, m))]
-                if k < stages - 1:
-                    d = done.get(("B", k + 1, m))
-                    deps.append(None if d is None else d + comm[k])
-            if any(d is None for d in deps):
-                continue
-            begin = max([free[k]] + deps)
-            length = fwd[k] if op == "F" else 2 * fwd[k]
-            lane = f"w{k + 1}"
-            sim.add(lane, free[k], begin, "wait", "bubble" if free[k] == 0.0 else "")
-            free[k] = sim.add(lane, begin, begin + length, "forward" if op == "F" else "backward", str(m + 1))
-            done[(op, k, m)] = free[k]
-            nxt[k] += 1
-            remaining -= 1
-            progressed = True
-        if not progressed:  # cannot happen for GPipe/1F1B; guards against an endless loop
-            raise DtgenError(f"pipeline schedule '{s.schedule}' deadlocked")
+    # The ideal pipeline the caption's formula describes: balanced stages (each rank a p-th
+    # of the model's FLOPs, each of its v chunks a v-th of that) and activation transfers
+    # hidden behind compute. A straggler (topology.workers.slowdown) still stretches its boxes.
+    even = samples * sim.flops / ranks / v / cost.flops_per_ms
+    unit = [even * workers.slowdown_of(f"w{k + 1}") for k in range(ranks)]
+    costs = op_cost or OP_COST
+    orders = rank_orders(s.schedule, ranks, micro, v)
+    chunk_of = {st: c for r in range(ranks) for c, st in enumerate(rank_stages(s.schedule, r, ranks, v))}
+    played = play(orders, ranks, ranks * v, s.schedule, lambda r, op, st: unit[r] * costs[op],
+                  lambda op, src, dst: 0.0)
+    free = [0.0] * ranks
+    for a in played:
+        lane = f"w{a.rank + 1}"
+        sim.add(lane, a.free, a.start, "wait", "bubble" if a.free == 0.0 else "")
+        kind = {"F": "forward", "W": "wgrad"}.get(a.op, "backward")
+        free[a.rank] = sim.add(lane, a.start, a.end, kind, op_label(a.op, a.mb, chunk_of[a.stage], v))
     end = max(free)
-    opt = max(cost.min_ms, 2 * sim.params / stages / cost.flops_per_ms)
-    for k in range(stages):
+    opt = max(cost.min_ms, 2 * sim.params / ranks / cost.flops_per_ms)
+    for k in range(ranks):
         lane = f"w{k + 1}"
         sim.add(lane, free[k], end, "wait", "bubble")
         sim.add(lane, end, end + opt, "optimizer", "opt")
@@ -121,11 +111,15 @@ def drawn_bubble(sim: Sim, stages: int, end: float) -> float:
 
 def _title(spec, drawn: float) -> str:
     s = spec.strategy
-    bubble = bubble_fraction(s.stages, s.microbatches)
-    head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages"
+    v = stages_per_rank(s)
+    bubble, form, _ = reference_bubble(s.schedule, s.stages, s.microbatches, v)
+    chunks = f" x {v} chunks ({', '.join('abcdefghijklmnop'[:v])})" if v > 1 else ""
+    head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages{chunks}"
+    if schedule_of(s.schedule).splits_backward:  # no closed form in p and m: 1F1B's as the reference
+        return f"{head}, bubble {drawn:.0%} (1F1B: {bubble:.0%})"
     if abs(drawn - bubble) < 0.005:
-        return f"{head}, bubble {bubble:.0%} = $(p-1)/(m+p-1)$"
-    return f"{head}, bubble {drawn:.0%} (balanced stages: $(p-1)/(m+p-1)$ = {bubble:.0%})"
+        return f"{head}, bubble {bubble:.0%} = {form}"
+    return f"{head}, bubble {drawn:.0%} (balanced stages: {form} = {bubble:.0%})"
 
 
 # ---------------------------------------------------------------- measured figures
@@ -137,3 +131,57 @@ def run_name(spec) -> str:
 
 def table_name(spec) -> str:
     return f"{schedule_name(spec)} pipeline"
+
+
+# ---------------------------------------------------------------- schedules side by side
+
+# The schedules a comparison of pipeline schedules draws (`dtgen figure SPEC --kind schedules`).
+COMPARED = ("gpipe", "1f1b", "interleaved-1f1b", "zbv-zero-bubble", "dualpipev")
+
+
+def schedules_timeline(spec, cost):
+    """One panel per schedule of COMPARED for the spec's stages, microbatches and model, on
+    one time axis (each in torch's order, balanced stages, illustrative costs). A schedule
+    the spec's shape cannot take (DualPipeV's 2p microbatches, the model's blocks for
+    p x 2 stages) is left out and said so in the note."""
+    from dataclasses import replace
+
+    from .strategy import microbatch_rules
+    from ...figures.schedule import lanes
+    from ...figures.timeline import Panel, Timeline
+
+    s = spec.strategy
+    blocks = workload_blocks(spec)
+    panels, ends, left_out = [], [], []
+    for k, name in enumerate(COMPARED):
+        options = {key: val for key, val in s.options.items() if key != "stages_per_rank"}
+        if schedule_of(name).fixed_v is None:
+            options["stages_per_rank"] = stages_per_rank(replace(s, schedule=name))
+        one = replace(spec, strategy=replace(s, schedule=name, options=options))
+        v = stages_per_rank(one.strategy)
+        problems = [m for _, m in microbatch_rules(name, s.microbatches, s.stages)]
+        if blocks is not None and s.stages * v > blocks:
+            problems.append(f"{s.stages} x {v} stages, the model has {blocks} blocks")
+        if problems:
+            left_out.append(schedule_of(name).printed)
+            continue
+        try:
+            sim, end = _schedule(one, cost)
+        except ScheduleOrderError as e:
+            raise DtgenError(f"strategy.schedule: {e}") from None
+        ends.append(end)
+        panels.append(Panel("abcdefgh"[k] * 2, _title(one, drawn_bubble(sim, s.stages, sim.flush_ms)),
+                            lanes(one, sim, False)))
+    note = "illustrative cost model, balanced stages, each schedule in torch's order"
+    if left_out:  # (dtgen validate with that schedule says why)
+        note += "; not drawn (the spec's shape does not fit): " + ", ".join(left_out)
+    return Timeline(f"Pipeline schedules: {s.stages} stages, {s.microbatches} microbatches", tuple(panels), 0.0,
+                    max(ends), note, "time (ms)")
+
+
+def workload_blocks(spec) -> int | None:
+    """The model's blocks (layers) a stage is cut from; None for a python model."""
+    from ...workload import workload_of
+
+    w = workload_of(spec)
+    return None if w is None else len(w.blocks)

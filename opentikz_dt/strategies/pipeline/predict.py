@@ -1,5 +1,6 @@
-"""Pipelines (GPipe and 1F1B), as runner/strategies/pipeline.py runs them with
-torch.distributed.pipelining: one stage per worker (role `stage`), not data-parallel.
+"""Pipelines, as runner/strategies/pipeline.py runs them with torch.distributed.pipelining:
+every schedule torch has (GPipe, 1F1B, interleaved 1F1B, looped BFS, the zero-bubble ones,
+DualPipeV), each rank holding one stage or v virtual stages (role `stage`), not data-parallel.
 
 Stage i owns blocks bounds[i]..bounds[i+1]-1; a microbatch's forward on stage i waits
 for stage i-1's forward plus the activation message, its backward for stage i+1's
@@ -13,7 +14,7 @@ from __future__ import annotations
 import statistics
 
 from ...errors import DtgenError
-from .strategy import stage_ops
+from ..pipeline_schedules import ScheduleOrderError, play, rank_orders, rank_stages, schedule_of, stage_rank, stages_per_rank
 from ...predict.blocks import boundary_values, stage_units, tensor_sizes, tied_names
 from ...predict.calibration import Calibration
 from ...predict.fit import solved_message_latency, with_message_latency
@@ -50,82 +51,96 @@ def synthetic_strategy(name: str, topology: dict, microbatches: int) -> dict:
 
 
 def simulate_steps(sim, steps: int) -> None:
+    """Each rank runs its operations in the order torch's schedule issues them
+    (pipeline_schedules.rank_orders; `play` places each as early as its input allows).
+    A split backward's two halves (zero bubble: I, the input gradient, and W, the weight
+    gradient) are each taken as half the stage's backward: the calibration measures the
+    backward whole."""
     spec, c, rec = sim.spec, sim.costs, sim.rec
-    p, m = sim.n_workers, spec.strategy.microbatches
-    bounds = stage_units(spec, p)
+    p, m, schedule = sim.n_workers, spec.strategy.microbatches, spec.strategy.schedule
+    v = stages_per_rank(spec.strategy)
+    n = p * v  # virtual stages
+    try:
+        orders = rank_orders(schedule, p, m, v)
+    except ScheduleOrderError as e:
+        raise DtgenError(f"strategy.schedule: {e}") from None
+    bounds = stage_units(spec, n)
     rows = spec.training.batch_size / m
-    orders = [stage_ops(spec.strategy.schedule, s, p, m) for s in range(p)]
-    out_bytes = [4 * rows * v for v in boundary_values(spec, p)] + [0.0]
-    stage_params = [sum(b.params for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
-    stage_tensors = [sum(b.tensors for b in sim.blocks[bounds[s]:bounds[s + 1]]) for s in range(p)]
-    tied = 4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec)) if p > 1 else 0
+    out_bytes = [4 * rows * val for val in boundary_values(spec, n)] + [0.0]
+    held = [rank_stages(schedule, r, p, v) for r in range(p)]
+    chunk_of = {st: k for r in range(p) for k, st in enumerate(held[r])}
+    stage_params = [sum(b.params for st in held[r] for b in sim.blocks[bounds[st]:bounds[st + 1]]) for r in range(p)]
+    stage_tensors = [sum(b.tensors for st in held[r] for b in sim.blocks[bounds[st]:bounds[st + 1]]) for r in range(p)]
+    tied_ranks = {stage_rank(schedule, 0, p), stage_rank(schedule, n - 1, p)}
+    tied = 4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec)) \
+        if len(tied_ranks) > 1 else 0
     active = active_ranks(spec)
+    chunked = v > 1 or schedule_of(schedule).placement != "one"
     free_at = [0.0] * p
     for step in range(steps):
-        start = [free_at[s] + c.overhead(step) for s in range(p)]
-        free, pos, end = list(start), [0] * p, {}
-        fwd = [c.noisy(c.forward(rows, bounds[s], bounds[s + 1], active=active), step) * sim.slow[s] for s in range(p)]
-        bwd = [c.noisy(c.backward(rows, bounds[s], bounds[s + 1], active=active), step) * sim.slow[s] for s in range(p)]
-        left = sum(len(o) for o in orders)
-        while left:
-            progressed = False
-            for s in range(p):
-                if pos[s] >= len(orders[s]):
-                    continue
-                op, mb = orders[s][pos[s]]
-                if op == "F":
-                    dep = start[s] if s == 0 else end.get(("F", s - 1, mb))
-                    msg = 0.0 if s == 0 else out_bytes[s - 1]
-                else:
-                    dep = end.get(("F", s, mb)) if s == p - 1 else end.get(("B", s + 1, mb))
-                    msg = 0.0 if s == p - 1 else out_bytes[s]
-                if dep is None:
-                    continue
-                ready = dep + (c.noisy(c.p2p(msg), step) if msg else 0.0)
-                begin = max(free[s], ready)
-                if msg:
-                    rec.span(s, "recv", 1, free[s], begin, step, mb=mb, stage=s + 1,
-                             direction="fwd" if op == "F" else "bwd")
-                length = fwd[s] if op == "F" else bwd[s]
-                done = rec.span(s, "forward" if op == "F" else "backward", 0, begin, begin + length, step, mb=mb,
-                                stage=s + 1)
-                end[(op, s, mb)] = free[s] = done
-                peer = s + 1 if op == "F" else s - 1
-                if 0 <= peer < p:
-                    rec.span(s, "send", 1, done, done + SEND_US, step, mb=mb, stage=s + 1,
-                             direction="fwd" if op == "F" else "bwd")
-                    nbytes = out_bytes[min(s, peer)]
-                    rec.send(s, peer, nbytes)
-                pos[s] += 1
-                left -= 1
-                progressed = True
-            if not progressed:
-                raise DtgenError(f"pipeline schedule '{spec.strategy.schedule}' deadlocked in the simulation")
+        start = [free_at[r] + c.overhead(step) for r in range(p)]
+        fwd = [c.noisy(c.forward(rows, bounds[st], bounds[st + 1], active=active), step) * sim.slow[stage_rank(schedule, st, p)]
+               for st in range(n)]
+        bwd = [c.noisy(c.backward(rows, bounds[st], bounds[st + 1], active=active), step) * sim.slow[stage_rank(schedule, st, p)]
+               for st in range(n)]
+        cost = {"F": fwd, "B": bwd, "I": [b / 2 for b in bwd], "W": [b / 2 for b in bwd]}
+
+        def message(op, src, dst, step=step):
+            return c.noisy(c.p2p(out_bytes[min(src, dst)]), step)
+
+        free = list(start)
+        for a in play(orders, p, n, schedule, lambda r, op, st: cost[op][st], message, start):
+            extra = {"chunk": chunk_of[a.stage]} if chunked else {}
+            direction = "fwd" if a.op == "F" else "bwd"
+            if a.op != "W" and a.start > a.free and a.ready > a.free:
+                src = a.stage - 1 if a.op == "F" else a.stage + 1
+                if 0 <= src < n and stage_rank(schedule, src, p) != a.rank:
+                    rec.span(a.rank, "recv", 1, a.free, a.start, step, mb=a.mb, stage=a.stage + 1,
+                             direction=direction, **extra)
+            if a.op in ("B", "I", "W"):
+                extra["grad"] = {"B": "both", "I": "input", "W": "weight"}[a.op]
+            free[a.rank] = rec.span(a.rank, "forward" if a.op == "F" else "backward", 0, a.start, a.end, step,
+                                    mb=a.mb, stage=a.stage + 1, **extra)
+            if a.op == "W":
+                continue
+            peer = a.stage + 1 if a.op == "F" else a.stage - 1
+            if 0 <= peer < n and stage_rank(schedule, peer, p) != a.rank:
+                extra.pop("grad", None)
+                rec.span(a.rank, "send", 1, a.end, a.end + SEND_US, step, mb=a.mb, stage=a.stage + 1,
+                         direction=direction, **extra)
+                rec.send(a.rank, stage_rank(schedule, peer, p), out_bytes[min(a.stage, peer)])
         if tied:  # the first and last stage sum their copies of the tied embedding's gradient
-            done = max(free[0], free[-1]) + c.noisy(c.allreduce(tied, 2), step)
-            for s in (0, p - 1):
-                free[s] = rec.span(s, "allreduce", 1, free[s], done, step, algorithm="native", phase="tied", chunk=0)
-                rec.moved(s, tied, tied)
-        for s in range(p):
-            o = c.noisy(c.optimizer(stage_params[s], stage_tensors[s], active), step)
-            began = free_at[s]
-            free_at[s] = rec.span(s, "optimizer", 0, free[s], free[s] + o, step)
-            rec.step(sim.ids[s], step, began, free_at[s])
+            first, last = stage_rank(schedule, 0, p), stage_rank(schedule, n - 1, p)
+            done = max(free[first], free[last]) + c.noisy(c.allreduce(tied, 2), step)
+            for r in (first, last):
+                free[r] = rec.span(r, "allreduce", 1, free[r], done, step, algorithm="native", phase="tied", chunk=0)
+                rec.moved(r, tied, tied)
+        for r in range(p):
+            o = c.noisy(c.optimizer(stage_params[r], stage_tensors[r], active), step)
+            began = free_at[r]
+            free_at[r] = rec.span(r, "optimizer", 0, free[r], free[r] + o, step)
+            rec.step(sim.ids[r], step, began, free_at[r])
 
 
 def fit_compute(fit) -> tuple[list, list]:
-    """Per microbatch and stage: each stage's mean time split over its blocks by FLOPs."""
-    run, spec, flops, n = fit.run, fit.spec, fit.flops, fit.workers
+    """Per microbatch and stage: each virtual stage's mean time split over its blocks by
+    FLOPs (spans matched by their `stage`; a split backward's I and W summed per microbatch)."""
+    run, spec, flops, n = fit.run, fit.spec, fit.flops, fit.workers * stages_per_rank(fit.spec.strategy)
     fwd_us = [0.0] * len(fit.blocks)
     bwd_us = [0.0] * len(fit.blocks)
     rows = spec.training.batch_size / spec.strategy.microbatches
     bounds = stage_units(spec, n)
+    totals: dict = {}
+    for e in run.trace.events:
+        a = e["args"]
+        if e["name"] in ("forward", "backward") and a["step"] != run.trace.steps[0]:
+            key = (e["name"], a.get("stage", e["pid"] + 1) - 1, a["step"], a.get("mb"))
+            totals[key] = totals.get(key, 0.0) + e["dur"]
     for s in range(n):
         lo, hi = bounds[s], bounds[s + 1]
         part = sum(flops[lo:hi]) or 1.0
         for name, into in (("forward", fwd_us), ("backward", bwd_us)):
-            d = [e["dur"] for e in run.trace.events if e["name"] == name and e["pid"] == s
-                 and e["args"]["step"] != run.trace.steps[0]]
+            d = [dur for (kind, stage, _, _), dur in totals.items() if kind == name and stage == s]
             mean = statistics.fmean(d) if d else 0.0
             for i in range(lo, hi):
                 into[i] = mean * flops[i] / part / rows

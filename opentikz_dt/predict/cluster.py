@@ -1,0 +1,286 @@
+"""A step on a cluster from its datasheet, simulated with one representative rank per stage.
+
+The ranks of one pipeline stage (its data replicas and tensor peers) run the same
+schedule at the same times on a datasheet (no noise, no stragglers), so one rank per
+stage stands for all of them: the simulation is p lanes, not p·d·t, and the trace holds
+those lanes only (what the timeline draws). 1,024 GPUs of GPT-3 175B are 16 lanes.
+
+The schedule is dtgen's: a stage's microbatches in GPipe or 1F1B order
+(strategies/pipeline.stage_ops), activations sent to the next stage after each forward
+and their gradients back after each backward (on the critical path), the tied embedding
+summed between the first and the last stage, then the data-parallel gradient all-reduce
+(a mesh reduces after the pipeline flush: no overlap; kind allreduce's DDP buckets overlap
+the backward), then Adam. The costs of each piece: datasheet.py. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from ..errors import DtgenError
+from ..hardware import DEVICES, LINKS
+from ..strategies.pipeline.strategy import stage_ops
+from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency,
+                        optimizer_seconds, stage_params, stage_pass)
+from .engine import Recorder
+from .nccl import NCCL_TUNING
+
+KINDS = ("single", "allreduce", "fsdp", "tensor", "pipeline", "mesh")
+DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb default: the last bucket reduces after the backward
+MAX_LANE_EVENTS = 3_000_000    # trace events a cluster prediction may write (predict.MAX_EVENTS)
+
+
+def recompute_of(spec) -> str:
+    """training.recompute where the spec has it (none | selective | full), else none."""
+    return str((spec.data.get("training") or {}).get("recompute") or "none")
+
+
+def layout_of(spec) -> Layout:
+    """The spec's strategy as pipeline x data x tensor degrees."""
+    kind, n = spec.strategy.kind, spec.topology.workers.count
+    batch = spec.training.batch_size
+    if kind not in KINDS:
+        raise DtgenError(_located(spec, ("strategy", "kind"), f"datasheet costs (hardware:) cover kinds "
+                                  f"{', '.join(KINDS)}; '{kind}' is predicted from a calibration (--calibration)"))
+    if kind == "mesh":
+        given = spec.strategy.options.get("parallelism") or {}
+        p, d, t = (int(given.get(k, 1)) for k in ("pipeline", "data", "tensor"))
+        method = spec.strategy.options.get("data_parallel") or "allreduce"
+        sharded = method == "fsdp"
+        algorithm = method if method in ("ring", "tree") else "native"
+    else:
+        p, d, t = {"pipeline": (n, 1, 1), "tensor": (1, 1, n)}.get(kind, (1, n, 1) if kind != "single" else (1, 1, 1))
+        sharded = kind == "fsdp"
+        algorithm = (spec.strategy.algorithm or "native") if kind == "allreduce" else "native"
+    m = spec.strategy.microbatches if p > 1 else 1
+    return Layout(p, d, t, m, batch // m, spec.strategy.schedule if p > 1 else "gpipe", algorithm, sharded,
+                  overlap_data=kind == "allreduce")
+
+
+def model_of(spec):
+    """The transformer's shape (every piece modelled), else the model's counted FLOPs and
+    parameters (model_blocks: mlp and cnn from opentikz_dt.workload, a python model as a
+    calibration or run described it), which data parallelism alone can split."""
+    m = spec.training.model
+    if m.get("kind") == "transformer":
+        return Model(int(m["layers"]), int(m["d_model"]), int(m["heads"]), int(m["seq_len"]), int(m["vocab"]))
+    from .blocks import is_known, model_blocks, step_flops
+
+    if not is_known(spec):
+        raise DtgenError(_located(spec, ("training", "model", "kind"), "datasheet costs (hardware:) need the "
+                                  "model's FLOPs: a python model is counted once built, which needs PyTorch "
+                                  "(dtgen predict counts one trial step where it is installed)"))
+    layout = layout_of(spec)
+    if layout.pipeline > 1 or layout.tensor > 1:
+        raise DtgenError(_located(spec, ("strategy", "kind"), f"datasheet costs split a '{m.get('kind')}' model "
+                                  "over data parallelism only (single, allreduce, fsdp, a mesh of data); a "
+                                  "pipeline or tensor split is modelled for the built-in transformer"))
+    blocks = model_blocks(spec)
+    params = float(sum(b.params for b in blocks))
+    step = step_flops(spec)  # a python model's counted trial step (runner/describe.count_python_model)
+    if step is not None:
+        return Counted(str(m.get("kind")), step["forward"], params, step["backward"])
+    return Counted(str(m.get("kind")), sum(b.flops for b in blocks), params)
+
+
+def _located(spec, path: tuple, message: str) -> str:
+    """file:line:col: key: message, at the key (or where its section would be)."""
+    return str(spec.located.issue(path, message)) if spec.located is not None else f"{'.'.join(path)}: {message}"
+
+
+def cluster_of(spec) -> Cluster:
+    hw = spec.hardware
+    return Cluster(DEVICES[hw.device], hw.gpus_per_host, LINKS[hw.intra_host], LINKS[hw.inter_host],
+                   hw.precision or spec.training.precision)
+
+
+def representatives(layout: Layout) -> list[int]:
+    """The 0-based worker rank standing for each stage (its first rank: tensor innermost)."""
+    return [s * layout.data * layout.tensor for s in range(layout.pipeline)]
+
+
+def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: str, steps: int,
+                     record: bool = True) -> Recorder:
+    """Simulate `steps` steps; one lane per stage. Times in µs, as every trace."""
+    p, d, t, m = layout.pipeline, layout.data, layout.tensor, layout.microbatches
+    ids = [f"w{r + 1}" for r in representatives(layout)]
+    rec = Recorder(ids, ["worker"] * p, record)
+    us = 1e6
+    passes = [stage_pass(model, layout, cluster, recompute, s) for s in range(p)]
+    e = 2 if cluster.precision in ("bf16", "fp16", "fp8") else 4
+    # a stage boundary's activations (and their gradient); a Counted model has one stage
+    act = e * layout.micro_batch * model.seq * model.hidden if p > 1 else 0.0
+    hop = cluster.p2p(act, d * t) * us
+    params = [stage_params(model, layout, s) for s in range(p)]
+    grad_bytes = [4 * v for v in params]  # dtgen reduces gradients in fp32
+    tied = 4 * model.vocab * model.hidden / t if p > 1 else 0.0  # p > 1: a transformer
+    tied_us = cluster.collective("all-reduce", tied, (p - 1) * d * t, 2) * us
+    orders = [stage_ops(layout.schedule, s, p, m) for s in range(p)]
+    free_at = [0.0] * p
+    for step in range(steps):
+        previous = list(free_at)
+        free = list(free_at)
+        if layout.sharded and d > 1 and p > 1:  # FSDP in a mesh: gather before the pipeline runs
+            for s in range(p):
+                end = free[s] + cluster.collective("all-gather", e * params[s], t, d) * us
+                free[s] = rec.span(s, "allreduce", 1, free[s], end, step, phase="all-gather", dim="data",
+                                   bytes=e * params[s], **{"pass": "forward"})
+        pos, done, left = [0] * p, {}, sum(len(o) for o in orders)
+        backward_start = [None] * p
+        while left:
+            progressed = False
+            for s in range(p):
+                if pos[s] >= len(orders[s]):
+                    continue
+                op, mb = orders[s][pos[s]]
+                forward = op == "F"
+                first = s == 0 if forward else s == p - 1
+                dep = None if first else done.get(("F", s - 1, mb) if forward else ("B", s + 1, mb))
+                if dep is None and not first:
+                    continue
+                now = free[s]
+                if dep is not None:
+                    arrive = dep + hop
+                    if arrive > now:
+                        rec.span(s, "recv", 1, now, arrive, step, mb=mb, stage=s + 1,
+                                 direction="fwd" if forward else "bwd", dim="pipeline")
+                    now = max(now, arrive)
+                cost = passes[s]
+                compute = (cost.forward if forward else cost.backward) * us
+                comm = (cost.forward_comm if forward else cost.backward_comm) * us
+                if not forward and backward_start[s] is None:
+                    backward_start[s] = now
+                end = rec.span(s, "forward" if forward else "backward", 0, now, now + compute + comm, step,
+                               mb=mb, stage=s + 1, tensor_allreduce_us=round(comm, 1))
+                peer = s + 1 if forward else s - 1
+                if 0 <= peer < p:
+                    rec.span(s, "send", 1, end, end + hop, step, mb=mb, stage=s + 1,
+                             direction="fwd" if forward else "bwd", dim="pipeline")
+                    rec.moved(s, act, 0)
+                    rec.moved(peer, 0, act)
+                done[(op, s, mb)] = end
+                free[s] = end
+                pos[s] += 1
+                left -= 1
+                progressed = True
+            if not progressed:
+                raise DtgenError(f"pipeline schedule '{layout.schedule}' deadlocked in the simulation")
+        if tied:
+            end = max(free[0], free[-1]) + tied_us
+            for s in (0, p - 1):
+                rec.span(s, "allreduce", 1, free[s], end, step, phase="tied", dim="pipeline", bytes=tied,
+                         **{"pass": "backward"})
+                free[s] = end
+        if d > 1:
+            for s in range(p):
+                if layout.sharded:
+                    # FSDP: gradients reduce-scattered; alone (p = 1) the gathers and the scatter overlap
+                    # the compute through prefetch, so only what outlasts the backward is added
+                    gather = cluster.collective("all-gather", e * params[s], t, d) * us
+                    scatter = cluster.collective("reduce-scatter", grad_bytes[s], t, d) * us
+                    busy = free[s] - previous[s]
+                    extra = scatter if p > 1 else max(0.0, 2 * gather + scatter - busy)
+                    phase = "reduce-scatter"
+                else:
+                    reduce = cluster.collective("all-reduce", grad_bytes[s], t, d, layout.algorithm) * us
+                    if layout.overlap_data:  # DDP: buckets reduce while the backward runs; the last after it
+                        hidden_until = (backward_start[s] or free[s]) + reduce
+                        tail = cluster.collective("all-reduce", min(DDP_BUCKET_BYTES, grad_bytes[s]), t, d,
+                                                  layout.algorithm) * us
+                        extra = max(tail, hidden_until - free[s])
+                    else:
+                        extra = reduce
+                    phase = "all-reduce"
+                start = free[s]
+                free[s] = rec.span(s, "allreduce", 1, start, start + extra, step, phase=phase, dim="data",
+                                   bytes=grad_bytes[s], **{"pass": "backward"})
+                rec.moved(s, grad_bytes[s], grad_bytes[s])
+        for s in range(p):
+            held = params[s] / (d if layout.sharded else 1)
+            end = rec.span(s, "optimizer", 0, free[s], free[s] + optimizer_seconds(held, cluster) * us, step)
+            free_at[s] = end
+            rec.step(ids[s], step, previous[s], end)
+    return rec
+
+
+def step_seconds(model: Model, layout: Layout, cluster: Cluster, recompute: str) -> float:
+    """The steady step time: the second of two simulated steps, without recording."""
+    rec = simulate_cluster(model, layout, cluster, recompute, 2, record=False)
+    ends = rec.result.step_end
+    return (ends[1] - ends[0]) / 1e6
+
+
+def flops_source(model) -> str:
+    """Where the model's FLOPs come from, for run.json's `predicted`."""
+    if isinstance(model, Counted) and model.backward_flops is not None:
+        return (f"counted: one trial step on one sample with torch.utils.flop_counter, forward "
+                f"{model.forward_flops:.6g}, backward {model.backward_flops:.6g} FLOPs per sample")
+    if isinstance(model, Counted):
+        return f"the model description's forward, {model.forward_flops:.6g} FLOPs per sample; backward twice it"
+    return "the transformer's matmuls by shape (Narayanan et al., SC'21, Eq. 2-3)"
+
+
+def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=None) -> dict:
+    """What a datasheet prediction assumed, for run.json's `predicted` and captions."""
+    hw = spec.hardware
+    efficiency, measured = matmul_efficiency(cluster.device.name, cluster.precision)
+    return {"model_flops": flops_source(model) if model is not None else None,
+            "calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
+            "hardware": {"device": hw.device, "gpus_per_host": hw.gpus_per_host, "intra_host": hw.intra_host,
+                         "inter_host": hw.inter_host, "precision": cluster.precision},
+            "device_source": cluster.device.source, "intra_source": cluster.intra.source,
+            "inter_source": cluster.inter.source,
+            "matmul_efficiency": round(efficiency, 4), "matmul_efficiency_source": f"{measured}; {MAMF_SOURCE}",
+            "matmul_shapes": f"each GEMM at its wave fill or on the HBM roofline, whichever is slower: {WAVE_SOURCE}",
+            "hbm_efficiency": 1.0, "collectives": f"NCCL's cost model (ring, tree; Simple protocol): {NCCL_TUNING}",
+            "data_all_reduce": layout.algorithm,
+            "recompute": recompute,
+            "ranks": layout.gpus, "lanes": layout.pipeline,
+            "representatives": "one rank per pipeline stage stands for its data replicas and tensor peers",
+            "lane_stages": {f"w{r + 1}": s + 1 for s, r in enumerate(representatives(layout))},
+            "caption": f"expected on {hw.describe(layout.gpus)}, datasheet costs"}
+
+
+RECORDED_STEPS = 3  # a datasheet step repeats exactly: the first (warm-up in a figure's window) and two more
+
+
+def size_check(spec, layout: Layout, steps: int) -> None:
+    """Refuse a trace too large even with one lane per stage, naming the bound."""
+    events = layout.pipeline * steps * layout.microbatches * 4
+    if events > MAX_LANE_EVENTS:
+        raise DtgenError(f"{spec.source}: hardware: the prediction would write about {events:,} trace events with one lane "
+                         f"per stage ({layout.pipeline} stages x {layout.microbatches} microbatches x {steps} steps; "
+                         f"at most {MAX_LANE_EVENTS:,}): use fewer microbatches or --steps")
+
+
+def cluster_result(spec, steps: int | None = None):
+    """(Recorder, steps simulated, what was assumed) of the spec's hardware prediction."""
+    model, layout, cluster = model_of(spec), layout_of(spec), cluster_of(spec)
+    recompute = recompute_of(spec)
+    steps = min(RECORDED_STEPS, spec.training.steps if steps is None else steps)
+    steps = max(2, steps)
+    size_check(spec, layout, steps)
+    rec = simulate_cluster(model, layout, cluster, recompute, steps)
+    assumed = assumptions(spec, layout, cluster, recompute, model)
+    ends = rec.result.step_end
+    step_s = (ends[steps - 1] - ends[steps - 2]) / 1e6
+    flops = model.iteration_flops(layout.data * layout.microbatches * layout.micro_batch, recompute == "full")
+    assumed["step_s"] = float(f"{step_s:.9g}")
+    assumed["model_tflops_per_gpu"] = round(flops / step_s / layout.gpus / 1e12, 2)
+    assumed["steps_simulated"] = steps
+    return rec, steps, assumed
+
+
+def predict_cluster(spec, out) -> tuple:
+    """`dtgen predict` of a spec with `hardware:` and no calibration: the run directory
+    (one lane per stage) and the warnings to print."""
+    from pathlib import Path
+
+    from ..rules import check_warnings
+    from .rundir import write_run_dir
+
+    rec, steps, assumed = cluster_result(spec)
+    out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
+    from ..memory import predicted_memory
+
+    path = write_run_dir(out, spec, rec.result, steps, predicted=assumed,
+                         extra_metrics={"memory": predicted_memory(spec)})
+    return path, check_warnings(spec)

@@ -1,0 +1,53 @@
+"""Published throughput rows against the datasheet model: shared by the benchmark
+(benchmarks/bench_cluster_published.py) and its CI test. A row is a model, a layout and a
+cluster; the prediction is the same model for every row (predict/datasheet.py and
+predict/cluster.py), with nothing taken from the row but what the source says it ran.
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hardware import DEVICES, LINKS, resolve_hardware
+from .cluster import simulate_cluster
+from .datasheet import Cluster, Layout, Model
+
+
+@dataclass(frozen=True)
+class Checked:
+    name: str
+    published: float        # TFLOP/s per GPU
+    predicted: float
+    step_s: float
+    published_step_s: float | None
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.published) / self.published
+
+
+def row_setup(row: dict, hardware: dict) -> tuple:
+    """(Model, Layout, Cluster) of one published row."""
+    hw = resolve_hardware(hardware)
+    model = Model(row["layers"], row["hidden"], row["heads"], row["seq"], row["vocab"], bool(row.get("dropout")))
+    d = row["gpus"] // (row["tensor"] * row["pipeline"])
+    per_replica = row["batch"] // d
+    # the replica's batch in microbatches of micro_batch samples (gradient accumulation without
+    # a pipeline): the GEMMs' shapes (their wave fill) depend on it
+    schedule = "1f1b" if row["pipeline"] > 1 else "gpipe"
+    layout = Layout(row["pipeline"], d, row["tensor"], per_replica // row["micro_batch"], row["micro_batch"], schedule)
+    cluster = Cluster(DEVICES[hw.device], hw.gpus_per_host, LINKS[hw.intra_host], LINKS[hw.inter_host],
+                      row["precision"])
+    return model, layout, cluster
+
+
+def check_row(row: dict, hardware: dict) -> Checked:
+    model, layout, cluster = row_setup(row, hardware)
+    rec = simulate_cluster(model, layout, cluster, row["recompute"], 2, record=False)
+    ends = rec.result.step_end
+    step = (ends[1] - ends[0]) / 1e6
+    flops = model.iteration_flops(row["batch"], row["recompute"] == "full")
+    return Checked(row["name"], float(row["tflops_per_gpu"]), flops / step / row["gpus"] / 1e12, step,
+                   row.get("iteration_s"))
+

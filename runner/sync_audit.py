@@ -1,0 +1,73 @@
+"""A count of the host reads a rank's training makes (`DTGEN_SYNC_AUDIT=<folder>`).
+
+Each call of `Tensor.item`, `Tensor.cpu`, `Tensor.tolist`, `torch.cuda.synchronize` and
+`torch.cuda.Event.synchronize` made from Python while the strategy trains is counted,
+and written to `<folder>/rank<r>.json` when training ends: `total`, over the whole of
+`train` (setup and the final gather included), and `loop`, between the end of the rank's
+first step and the end of its last (Metrics.step_done), the steady state of the loop. On a GPU
+each is a point where the host waits for the device; a training loop that makes one
+per step runs at the speed of its launches. The counts make that visible on any
+machine: `loop` should be all zeros (tests check it on the CPU for every strategy that
+uses the shared step, runner/step_losses.py).
+Off unless the variable is set; the wrappers are only installed then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .metrics import Metrics
+
+ENV = "DTGEN_SYNC_AUDIT"
+_COUNTED = ((torch.Tensor, "item"), (torch.Tensor, "cpu"), (torch.Tensor, "tolist"),
+            (torch.cuda, "synchronize"), (torch.cuda.Event, "synchronize"))
+
+
+def _name(owner, attr: str) -> str:
+    return f"{'Event.' if owner is torch.cuda.Event else 'cuda.' if owner is torch.cuda else 'Tensor.'}{attr}"
+
+
+@contextlib.contextmanager
+def audited(rank: int):
+    """Count the calls meanwhile when DTGEN_SYNC_AUDIT names a folder; a no-op otherwise."""
+    folder = os.environ.get(ENV)
+    if not folder:
+        yield
+        return
+    counts = {_name(owner, attr): 0 for owner, attr in _COUNTED}
+    marks: list[dict] = []  # the counts at each step's end
+    saved = []
+    for owner, attr in _COUNTED:
+        original = getattr(owner, attr)
+        saved.append((owner, attr, original))
+        setattr(owner, attr, _counting(original, counts, _name(owner, attr)))
+    step_done = Metrics.step_done
+
+    def marked(self, *args, **kwargs):
+        marks.append(dict(counts))
+        return step_done(self, *args, **kwargs)
+
+    Metrics.step_done = marked
+    try:
+        yield
+    finally:
+        Metrics.step_done = step_done
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
+        loop = {k: marks[-1][k] - marks[0][k] for k in counts} if marks else dict.fromkeys(counts, 0)
+        path = Path(folder) / f"rank{rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"total": counts, "loop": loop, "steps": len(marks)}), encoding="utf-8")
+
+
+def _counting(original, counts: dict, name: str):
+    def counted(*args, **kwargs):
+        counts[name] += 1
+        return original(*args, **kwargs)
+
+    return counted

@@ -1,0 +1,206 @@
+"""Predictions from the datasheet (a spec's `hardware:`, predict/datasheet.py and
+cluster.py): the physics pieces, one lane per pipeline stage, what the run directory and
+the figure say, and the one-line refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from opentikz_dt.cli import main
+from opentikz_dt.errors import DtgenError
+from opentikz_dt.hardware import DEVICES, LINKS
+from opentikz_dt.predict.cluster import size_check, step_seconds
+from opentikz_dt.predict.datasheet import Cluster, Layout, Model, stage_pass
+
+A100 = Cluster(DEVICES["a100-sxm-80gb"], 8, LINKS["nvlink3-a100"], LINKS["ib-hdr"], "fp16")
+GPT3 = Model(96, 12288, 96, 2048, 51200)
+SMALL = ("strategy: {kind: mesh, parallelism: {pipeline: 2, data: 2, tensor: 2}, microbatches: 4}\n"
+         "topology: {workers: {count: 8}}\n"
+         "training:\n  model: {kind: transformer, layers: 4, d_model: 256, heads: 4, seq_len: 128, vocab: 512}\n"
+         "  batch_size: 8\n  precision: bf16\n")
+
+
+def test_ring_collectives_cross_the_slowest_link_their_group_spans():
+    gb, us = 1e9, 1e-6
+    # 8 consecutive ranks share a host: NVLink at NCCL's A100 bus cap (235 GB/s), 2(n-1)/n of
+    # the bytes, NCCL's ring latency 8.4 us + 14 steps x 3.4 us
+    assert A100.collective("all-reduce", gb, 1, 8, "ring") == pytest.approx(
+        (8.4 + 14 * 3.4) * us + gb * 2 * 7 / 8 / 235e9)
+    assert A100.collective("all-gather", gb, 1, 8) == pytest.approx((8.4 + 7 * 3.4) * us + gb * 7 / 8 / 235e9)
+    # ranks 8 apart are on different hosts: the NIC port, 25 GB/s, 6 network steps, x1.9 (NCCL's plateau)
+    assert A100.collective("all-reduce", gb, 8, 4, "ring") == pytest.approx(
+        1.9 * (8.4 + 6 * 9.6) * us + gb * 2 * 3 / 4 / 25e9)
+    assert A100.link(2, 4) is A100.intra and A100.link(4, 4) is A100.inter
+    assert A100.collective("all-reduce", gb, 1, 1) == 0.0
+
+
+def test_the_model_counts_the_papers_flops_exactly():
+    """Every stage's matmuls x microbatches x replicas x tensor ranks = SC'21 Eq. 3."""
+    layout = Layout(16, 8, 8, 192, 1)
+    counted = sum(stage_pass(GPT3, layout, A100, "full", s).matmul_flops for s in range(16)) * 192 * 8 * 8
+    assert counted == pytest.approx(GPT3.iteration_flops(1536, recompute=True), rel=1e-12)
+    plain = sum(stage_pass(GPT3, layout, A100, "none", s).matmul_flops for s in range(16)) * 192 * 8 * 8
+    assert plain == pytest.approx(GPT3.iteration_flops(1536, recompute=False), rel=1e-12)
+
+
+def test_recomputation_bubbles_and_precision_move_the_step_the_right_way():
+    layout = Layout(16, 8, 8, 192, 1)
+    none, full = (step_seconds(GPT3, layout, A100, r) for r in ("none", "full"))
+    assert 1.25 < full / none < 1.4  # one more forward of four passes' three
+    fewer = step_seconds(GPT3, Layout(16, 8, 8, 32, 6), A100, "none")  # the same batch in 32 microbatches
+    assert fewer > none  # the bubble (p - 1)/m grows
+    h100 = Cluster(DEVICES["h100-sxm"], 8, LINKS["nvlink4-h100"], LINKS["ib-ndr"], "bf16")
+    fp8 = Cluster(DEVICES["h100-sxm"], 8, LINKS["nvlink4-h100"], LINKS["ib-ndr"], "fp8")
+    assert step_seconds(GPT3, layout, fp8, "none") < step_seconds(GPT3, layout, h100, "none") < none
+
+
+def test_predict_writes_one_lane_per_stage_from_the_datasheet(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "illustrative" not in result.output
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["predicted"]["source"] == "datasheet" and run["world_size"] == 2  # 2 stages stand for 8 ranks
+    assert run["predicted"]["caption"] == "expected on 8 H100 SXM, datasheet costs"
+    assert run["predicted"]["device_source"] == DEVICES["h100-sxm"].source
+    trace = json.loads((tmp_path / "out" / "trace.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
+    assert {e["args"]["id"] for e in trace["traceEvents"] if e["ph"] == "X"} == {"w1", "w5"}
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["samples_per_s"] > 0
+
+
+def test_a_tensor_group_across_hosts_is_predicted_with_a_located_warning(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm, gpus_per_host: 1}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert f"dtgen: warning: {spec}:7:45:" in result.output and "cross the NIC" in result.output
+
+
+def test_a_kind_the_datasheet_model_does_not_cover_is_one_located_line(tmp_path):
+    spec = tmp_path / "ps.yaml"
+    spec.write_text("strategy: {kind: parameter-server}\ntopology: {workers: {count: 8}, servers: {count: 1}}\n"
+                    "training: {model: {kind: transformer}}\nhardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output == (f"dtgen: error: {spec}:1:18: strategy.kind: datasheet costs (hardware:) cover kinds "
+                             "single, allreduce, fsdp, tensor, pipeline, mesh; 'parameter-server' is predicted "
+                             "from a calibration (--calibration)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_too_large_even_with_one_lane_per_stage_is_refused():
+    class Spec:
+        source = "big.yaml"
+    with pytest.raises(DtgenError, match=r"big.yaml: hardware: the prediction would write about 3,145,728 trace"):
+        size_check(Spec(), Layout(64, 1, 1, 4096, 1), 3)
+
+
+def test_figure_draws_the_expected_timeline_from_the_datasheet_and_says_so(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["figure", str(spec), "-o", str(tmp_path / "fig"), "--kind", "timeline",
+                                       "--format", "pdf"])
+    assert result.exit_code == 0, result.output
+    tex = (tmp_path / "fig" / "s-timeline.tex").read_text()
+    assert "expected on 8 H100 SXM, datasheet costs" in tex and "predicted" in tex
+    # each lane is named by the stage its representative stands for, with the ranks it stands for
+    assert "Stage 1, 4 ranks" in tex and "Stage 2, 4 ranks" in tex and "Worker" not in tex
+    assert (tmp_path / "fig" / "s-timeline.pdf").stat().st_size > 0
+    spec.write_text(SMALL)  # without hardware: the illustrative schedule, as before
+    CliRunner().invoke(main, ["figure", str(spec), "-o", str(tmp_path / "plain"), "--kind", "timeline"])
+    assert "datasheet" not in (tmp_path / "plain" / "s-timeline.tex").read_text()
+
+
+def test_ddp_hides_its_all_reduce_behind_the_backward_and_a_mesh_does_not():
+    """Kind allreduce (DDP buckets) adds only what outlasts the backward; a mesh reduces after
+    the flush, so the same layout is slower by about the whole all-reduce."""
+    model = Model(24, 2304, 24, 2048, 51200)  # 1.7B: 6.8 GB of fp32 gradients over the NIC
+    overlapped = step_seconds(model, Layout(1, 32, 1, 1, 16, "gpipe", overlap_data=True), A100, "none")
+    after = step_seconds(model, Layout(1, 32, 1, 1, 16, "gpipe"), A100, "none")
+    reduce = A100.collective("all-reduce", 4 * model.params, 1, 32)
+    last_bucket = A100.collective("all-reduce", 25 * 2**20, 1, 32)
+    # the backward (about 1.1 s) outlasts the all-reduce (0.51 s): all of it hidden but the last bucket
+    assert after - overlapped == pytest.approx(reduce - last_bucket, rel=1e-6)
+
+
+def test_a_model_known_by_its_flop_count_splits_over_data_only(tmp_path):
+    """An mlp (or cnn, or a python model once described) is its FLOPs and parameters: data
+    parallelism predicts it; a pipeline of it is one located line."""
+    from opentikz_dt.predict.blocks import model_blocks
+    from opentikz_dt.predict.cluster import model_of
+    from opentikz_dt.spec import load_spec
+
+    spec = load_spec("examples/allreduce-ring.yaml")
+    result = CliRunner().invoke(main, ["predict", "examples/allreduce-ring.yaml", "--set", "hardware.device=h100-sxm",
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    counted = model_of(load_spec(tmp_path / "out" / "spec.yaml"))
+    assert counted.params == sum(b.params for b in model_blocks(spec))
+    assert run["predicted"]["step_s"] > 3 * counted.forward_flops * spec.training.batch_size / 989.5e12
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text("strategy: {kind: pipeline, microbatches: 4}\ntopology: {workers: {count: 2}}\n"
+                    "training: {model: {kind: mlp, layers: [32, 64, 64, 10]}}\nhardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(pipe), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "split a 'mlp' model over data parallelism only" in result.output
+
+
+def test_the_heads_score_products_are_memory_bound_and_dropout_moves_more_bytes():
+    from opentikz_dt.predict.datasheet import elementwise_bytes, gemm_seconds, layer_gemms
+
+    layout = Layout(16, 8, 8, 192, 1)
+    qkv, scores = layer_gemms(GPT3, layout, 8)[:2]
+    assert scores == (12, 2048, 128, 2048)  # b·a/t heads, s x h/a by h/a x s
+    moved = 2 * 12 * (2048 * 128 * 2 + 2048 * 2048)
+    assert gemm_seconds(*scores, A100, 2) == pytest.approx(moved / A100.hbm_rate)  # below the ridge
+    # QKV is compute-bound: 8 x 36 tiles of 256 x 128 fill 288 of 3 waves of 108 SMs
+    assert gemm_seconds(*qkv, A100, 2) == pytest.approx(2 * 2048 * 12288 * 4608 / (A100.matmul_rate * 288 / 324))
+    dropped = Model(96, 12288, 96, 2048, 51200, dropout=True)
+    extra = elementwise_bytes(dropped, layout, 8, 2) - elementwise_bytes(GPT3, layout, 8, 2)
+    assert extra == pytest.approx(5 * 12 * 2048 * 2048 + 2 * 2048 * 12288)  # scores' dropout, two masks
+
+
+def test_a_gemm_whose_tiles_leave_a_wave_part_empty_runs_at_that_fill():
+    from opentikz_dt.predict.datasheet import wave_fill
+
+    assert wave_fill("a100-sxm-80gb", 1, 256 * 9, 128 * 12) == 1.0  # 108 tiles: one full wave
+    assert wave_fill("a100-sxm-80gb", 1, 256 * 9, 128 * 12 + 1) == pytest.approx(117 / 216)  # a 2nd wave of 9
+    assert wave_fill("h100-sxm", 1, 256, 128 * 133) == pytest.approx(133 / 264)  # 132 SMs
+    assert wave_fill("b200", 1, 256, 128 * 133) == 1.0  # no sourced SM count: not quantized
+
+
+def test_each_microbatch_but_the_first_adds_its_gradients_into_the_accumulated_ones():
+    from opentikz_dt.predict.datasheet import accumulate_seconds, stage_params
+
+    layout = Layout(16, 8, 8, 192, 1)
+    held = stage_params(GPT3, layout, 3)
+    # fp16 gradients read, fp32 accumulated ones read and written: 10 bytes a parameter, 191 of 192 times
+    assert accumulate_seconds(GPT3, layout, A100, 3) == pytest.approx(held * 10 / A100.hbm_rate * 191 / 192)
+    assert accumulate_seconds(GPT3, Layout(16, 8, 8, 1, 192), A100, 3) == 0.0  # one microbatch: nothing to add
+
+
+def test_the_data_all_reduce_is_costed_by_the_algorithm_the_spec_names():
+    from opentikz_dt.predict.cluster import layout_of
+    from opentikz_dt.spec import spec_from_data
+
+    model = {"kind": "transformer", "layers": 2, "d_model": 64, "heads": 2, "seq_len": 16, "vocab": 64}
+
+    def layout(strategy: dict):
+        return layout_of(spec_from_data({"strategy": strategy, "topology": {"workers": {"count": 16}},
+                                         "training": {"model": model, "batch_size": 16},
+                                         "hardware": {"device": "h100-sxm"}}))
+
+    assert layout({"kind": "allreduce", "algorithm": "tree"}).algorithm == "tree"
+    assert layout({"kind": "allreduce"}).algorithm == "native"
+    mesh = {"kind": "mesh", "parallelism": {"data": 16}}
+    assert layout({**mesh, "data_parallel": "ring"}).algorithm == "ring"
+    assert layout(mesh).algorithm == "native"
+    # 16 ranks on 2 hosts: the tree and the ring of 64 MB cost what nccl.py says, and differ
+    ring, tree = (A100.collective("all-reduce", 64e6, 1, 16, a) for a in ("ring", "tree"))
+    assert ring != tree and A100.collective("all-reduce", 64e6, 1, 16) == min(ring, tree)
