@@ -118,13 +118,17 @@ def expected_timeline(spec, cost: CostModel | None = None) -> Timeline:
     spec's words (figure.labels; English by default)."""
     cost = cost or CostModel()
     timeline = plugin_of(spec).expected_timeline(spec, cost)
+    return with_time_axis(spec, replace(limit_boxes(timeline), widen_events=True), cost)
+
+
+def with_time_axis(spec, timeline: Timeline, cost: CostModel) -> Timeline:
+    """The timeline with its time axis: an illustrative cost model's span is 1 relative unit
+    (only ratios of the invented costs mean something); one from measured or published
+    numbers is in ms. figure.labels.time_axis names its {unit}."""
     start, end = timeline.span()
-    # illustrative: the drawn span is 1 relative unit (only ratios of the invented costs mean something)
     unit = (end - start) if cost.illustrative and end > start else None
-    # figure.labels.time_axis names its {unit}: relative units for an illustrative cost model,
-    # ms for one from measured or published numbers
     axis = label_tex(spec, "time_axis", unit=RELATIVE_UNITS if unit is not None else "ms")
-    return replace(limit_boxes(timeline), widen_events=True, axis_unit_ms=unit, axis_label=axis)
+    return replace(timeline, axis_unit_ms=unit, axis_label=axis)
 
 
 RELATIVE_UNITS = "relative units"

@@ -51,14 +51,15 @@ def _schedules_timeline(spec):
     """GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV for the spec's pipeline, one time axis."""
     from dataclasses import replace
 
-    from .schedule import CostModel
+    from .schedule import CostModel, with_time_axis
     from ..strategies.pipeline.figures import schedules_timeline
     from .timeline import limit_boxes
 
     if spec.strategy.kind != "pipeline":
         raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
                          f"not {spec.strategy.kind}")
-    return replace(limit_boxes(schedules_timeline(spec, CostModel())), widen_events=True)
+    cost = CostModel()
+    return with_time_axis(spec, replace(limit_boxes(schedules_timeline(spec, cost)), widen_events=True), cost)
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,

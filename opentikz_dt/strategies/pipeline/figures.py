@@ -109,17 +109,24 @@ def drawn_bubble(sim: Sim, stages: int, end: float) -> float:
     return idle / (stages * end) if end > 0 else 0.0
 
 
-def _title(spec, drawn: float) -> str:
+def _title(spec, drawn: float, shape: bool = True) -> str:
+    """The panel title: the schedule, its shape (left out where the figure's title gives it)
+    and its bubble, drawn beside the paper's form."""
     s = spec.strategy
     v = stages_per_rank(s)
     bubble, form, _ = reference_bubble(s.schedule, s.stages, s.microbatches, v)
-    chunks = f" x {v} chunks ({', '.join('abcdefghijklmnop'[:v])})" if v > 1 else ""
-    head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages{chunks}"
+    letters = ", ".join("abcdefghijklmnop"[:v])
+    if shape:
+        chunks = f" x {v} chunks ({letters})" if v > 1 else ""
+        head = f"{schedule_name(spec)}: {s.microbatches} microbatches, {s.stages} stages{chunks}"
+    else:
+        head = schedule_name(spec) + (f": {v} chunks a stage ({letters})" if v > 1 else "")
+    sep = ": " if ":" not in head else ", "
     if schedule_of(s.schedule).splits_backward:  # no closed form in p and m: 1F1B's as the reference
-        return f"{head}, bubble {drawn:.0%} (1F1B: {bubble:.0%})"
+        return f"{head}{sep}bubble {drawn:.0%} (1F1B: {bubble:.0%})"
     if abs(drawn - bubble) < 0.005:
-        return f"{head}, bubble {bubble:.0%} = {form}"
-    return f"{head}, bubble {drawn:.0%} (balanced stages: {form} = {bubble:.0%})"
+        return f"{head}{sep}bubble {bubble:.0%} = {form}"
+    return f"{head}{sep}bubble {drawn:.0%} (balanced stages: {form} = {bubble:.0%})"
 
 
 # ---------------------------------------------------------------- measured figures
@@ -170,7 +177,7 @@ def schedules_timeline(spec, cost):
         except ScheduleOrderError as e:
             raise DtgenError(f"strategy.schedule: {e}") from None
         ends.append(end)
-        panels.append(Panel("abcdefgh"[k] * 2, _title(one, drawn_bubble(sim, s.stages, sim.flush_ms)),
+        panels.append(Panel("abcdefgh"[k] * 2, _title(one, drawn_bubble(sim, s.stages, sim.flush_ms), shape=False),
                             lanes(one, sim, False)))
     note = "illustrative cost model, balanced stages, each schedule in torch's order"
     if left_out:  # (dtgen validate with that schedule says why)
