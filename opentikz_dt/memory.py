@@ -130,38 +130,10 @@ def expected_memory(spec) -> list[RankMemory] | None:
             for i, r in enumerate(ranks)]
 
 
-@dataclass(frozen=True)
-class ActivationPlan:
-    """What decides one rank's activations: its pipeline stage (of `stages`), its tensor
-    degree, the samples of one microbatch and how many microbatches it keeps at once."""
-
-    stage: int = 0
-    stages: int = 1
-    tensor: int = 1
-    micro_batch: int = 1
-    in_flight: int = 1
-    microbatches: int = 1  # of one step: the first stage's inputs and the last's targets are views of its batch
-
-
-def activation_plan(spec, rank: int) -> ActivationPlan:
-    """The plan of worker `rank` (the runner's rank order) for the spec's strategy."""
-    kind, s, batch = spec.strategy.kind, spec.strategy, spec.training.batch_size
-    if kind == "pipeline":
-        stages = spec.topology.workers.count
-        return ActivationPlan(rank, stages, 1, batch // s.microbatches,
-                              mm.in_flight(s.schedule, s.microbatches, stages, rank), s.microbatches)
-    if kind == "tensor":
-        return ActivationPlan(tensor=spec.topology.workers.count, micro_batch=batch)
-    if kind == "mesh":
-        from .strategies.mesh.strategy import coordinates, degrees
-
-        d, at = degrees(spec), coordinates(spec, rank)
-        stages, micro = d["pipeline"], max(1, s.microbatches or 1)
-        if stages == 1:
-            return ActivationPlan(tensor=d["tensor"], micro_batch=batch)
-        return ActivationPlan(at["pipeline"], stages, d["tensor"], batch // micro,
-                              mm.in_flight(s.schedule or "1f1b", micro, stages, at["pipeline"]), micro)
-    return ActivationPlan(micro_batch=batch)  # a data-parallel worker: its whole slice at once
+def activation_plan(spec, rank: int) -> mm.ActivationPlan:
+    """The plan of worker `rank` (the runner's rank order) for the spec's strategy: its
+    plugin's `activation_plan` hook (data-parallel by default: the whole slice at once)."""
+    return plugin(spec.strategy.kind).activation_plan(spec, rank)
 
 
 def rank_activations(spec, rank: int, role: str) -> int | None:
@@ -212,7 +184,7 @@ def _targets(m: dict, kind: str, b: int) -> int:
     return b * int(m["seq_len"]) if kind == "transformer" else b
 
 
-def _stage_activations(spec, m: dict, kind: str, plan: ActivationPlan, first: bool, last: bool):
+def _stage_activations(spec, m: dict, kind: str, plan: mm.ActivationPlan, first: bool, last: bool):
     """One microbatch on a pipeline stage of an mlp or cnn in fp32: its layers' inputs as
     a whole model keeps them, plus the input it received (kept by its first layer); None
     in bf16/fp16 or with recomputation (not modelled per stage)."""

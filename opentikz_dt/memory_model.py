@@ -167,13 +167,19 @@ def layer_activations(s: int, b: int, h: int, a: int, style: LayerStyle = PAPER_
 
 # ---------------------------------------------------------------- pipelines
 
-def in_flight(schedule: str, microbatches: int, stages: int, stage: int) -> int:
-    """Microbatches whose activations stage `stage` (0-based) holds at its peak: GPipe
-    all of them (every forward before any backward); 1F1B its warm-up forwards plus one,
-    min(m, p - stage): p on the first stage."""
-    if schedule == "gpipe" or stages <= 1:
-        return microbatches
-    return min(microbatches, stages - stage)
+@dataclass(frozen=True)
+class ActivationPlan:
+    """What decides one rank's activations: its pipeline stage (of `stages`), its tensor
+    degree, the samples of one microbatch and how many microbatches it keeps at once
+    (the strategy plugin's `activation_plan` hook builds it; the microbatches in flight
+    per schedule: strategies/pipeline_schedules.in_flight)."""
+
+    stage: int = 0
+    stages: int = 1
+    tensor: int = 1
+    micro_batch: int = 1
+    in_flight: int = 1
+    microbatches: int = 1  # of one step: the first stage's inputs and the last's targets are views of its batch
 
 
 # ---------------------------------------------------------------- whole models (dtgen's built-ins)

@@ -111,11 +111,9 @@ def _hardware_rule(spec: Spec):
 
 
 def tensor_degree(spec: Spec) -> int:
-    """GPUs one tensor-parallel group spans: the mesh's tensor degree, every worker for kind
-    tensor, else 1."""
-    if spec.strategy.kind == "tensor":
-        return spec.topology.workers.count
-    return int((spec.strategy.options.get("parallelism") or {}).get("tensor", 1))
+    """GPUs one tensor-parallel group spans: the strategy plugin's `tensor_degree` (the
+    mesh's tensor degree, every worker for kind tensor, else 1)."""
+    return plugin(spec.strategy.kind).tensor_degree(spec)
 
 
 def check_warnings(spec: Spec) -> list[str]:

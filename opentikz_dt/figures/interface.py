@@ -61,6 +61,19 @@ def default_table_name(spec: Spec) -> str:
     return spec.strategy.kind
 
 
+def default_bubble_reference(spec: Spec, stages: int, microbatches: int) -> tuple[float, str, str]:
+    """GPipe's (p-1)/(m+p-1)."""
+    return (stages - 1) / (microbatches + stages - 1), "$(p-1)/(m+p-1)$", ""
+
+
+def default_schedules_timeline(spec: Spec, cost: Any) -> Timeline:
+    """Refused: only a pipeline has schedules to put side by side."""
+    from ..errors import DtgenError
+
+    raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
+                     f"not {spec.strategy.kind}")
+
+
 # --- the interface ---------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -120,6 +133,12 @@ class FiguresPlugin:
     run_name: Callable[[Spec], str] = default_run_name
     # table_name(spec): its short name in the comparison table ("PS sync")
     table_name: Callable[[Spec], str] = default_table_name
+    # bubble_reference(spec, p, m) -> (fraction, TeX formula, its numbers or ""): the bubble a
+    # measured pipelined run's is compared with (a pipeline: its schedule's)
+    bubble_reference: Callable[[Spec, int, int], tuple[float, str, str]] = default_bubble_reference
+    # schedules_timeline(spec, cost) -> timeline.Timeline: the `--kind schedules` figure, the
+    # pipeline schedules side by side on one axis
+    schedules_timeline: Callable[[Spec, Any], Timeline] = default_schedules_timeline
 
     def __repr__(self) -> str:
         return f"<{self.KIND} figures plugin>"

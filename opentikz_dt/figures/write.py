@@ -51,15 +51,14 @@ def _schedules_timeline(spec):
     """GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV for the spec's pipeline, one time axis."""
     from dataclasses import replace
 
+    from .plugin import plugin_of
     from .schedule import CostModel, with_time_axis
-    from ..strategies.pipeline.figures import schedules_timeline
     from .timeline import limit_boxes
 
-    if spec.strategy.kind != "pipeline":
-        raise DtgenError(f"strategy.kind: --kind schedules draws the pipeline schedules of a kind: pipeline spec, "
-                         f"not {spec.strategy.kind}")
+    # the strategy's figures plugin draws them, or refuses (a kind without schedules)
     cost = CostModel()
-    return with_time_axis(spec, replace(limit_boxes(schedules_timeline(spec, cost)), widen_events=True), cost)
+    timeline = replace(limit_boxes(plugin_of(spec).schedules_timeline(spec, cost)), widen_events=True)
+    return with_time_axis(spec, timeline, cost)
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,

@@ -26,7 +26,6 @@ from ..figures.names import BOX_KINDS, PHASED_BOX
 from ..figures.plugin import plugin_of
 from ..figures.texts import label_text, more_lanes_text
 from ..figures.timeline import MIN_VISIBLE_CM, WIDTH_CM, Box, Lane, Panel, Timeline
-from ..strategies.pipeline_schedules import reference_bubble, stages_per_rank
 from .texts import axis_title, bubble_title_note, comm_lane_name, lane_name, panel_title, timeline_note
 from .trace import COMM, Span, Trace
 from .window import MAX_BINS, MAX_BOXES, Cell, Window, bound_boxes, select_window, spans_in
@@ -232,10 +231,8 @@ def _bubble(spec, trace: Trace, window: Window) -> Bubble | None:
     run_mean = pipeline_bubble(trace.events, steps[1] if len(steps) > 2 else steps[0], steps[-1])
     if measured is None:
         return None
-    if spec.strategy.kind == "pipeline":  # the schedule's own reference (pipeline_schedules.reference_bubble)
-        theory, form, ideal = reference_bubble(spec.strategy.schedule, p, m, stages_per_rank(spec.strategy))
-        return Bubble(measured, run_mean if run_mean is not None else measured, theory, p, m, form, ideal)
-    return Bubble(measured, run_mean if run_mean is not None else measured, (p - 1) / (m + p - 1), p, m)
+    theory, form, ideal = plugin_of(spec).bubble_reference(spec, p, m)  # the paper's bubble, its plugin's
+    return Bubble(measured, run_mean if run_mean is not None else measured, theory, p, m, form, ideal)
 
 
 def default_width(spec) -> int:

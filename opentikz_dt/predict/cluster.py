@@ -22,6 +22,7 @@ from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Mode
                         optimizer_seconds, stage_params, stage_pass)
 from .engine import Recorder
 from .nccl import NCCL_TUNING
+from .strategies import REGISTRY
 
 KINDS = ("single", "allreduce", "fsdp", "tensor", "pipeline", "mesh")
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb default: the last bucket reduces after the backward
@@ -34,25 +35,16 @@ def recompute_of(spec) -> str:
 
 
 def layout_of(spec) -> Layout:
-    """The spec's strategy as pipeline x data x tensor degrees."""
-    kind, n = spec.strategy.kind, spec.topology.workers.count
-    batch = spec.training.batch_size
+    """The spec's strategy as pipeline x data x tensor degrees (its predict plugin's
+    `cluster_layout`)."""
+    kind, batch = spec.strategy.kind, spec.training.batch_size
     if kind not in KINDS:
         raise DtgenError(_located(spec, ("strategy", "kind"), f"datasheet costs (hardware:) cover kinds "
                                   f"{', '.join(KINDS)}; '{kind}' is predicted from a calibration (--calibration)"))
-    if kind == "mesh":
-        given = spec.strategy.options.get("parallelism") or {}
-        p, d, t = (int(given.get(k, 1)) for k in ("pipeline", "data", "tensor"))
-        method = spec.strategy.options.get("data_parallel") or "allreduce"
-        sharded = method == "fsdp"
-        algorithm = method if method in ("ring", "tree") else "native"
-    else:
-        p, d, t = {"pipeline": (n, 1, 1), "tensor": (1, 1, n)}.get(kind, (1, n, 1) if kind != "single" else (1, 1, 1))
-        sharded = kind == "fsdp"
-        algorithm = (spec.strategy.algorithm or "native") if kind == "allreduce" else "native"
+    p, d, t, algorithm, sharded, overlap = REGISTRY.get(kind).cluster_layout(spec)
     m = spec.strategy.microbatches if p > 1 else 1
     return Layout(p, d, t, m, batch // m, spec.strategy.schedule if p > 1 else "gpipe", algorithm, sharded,
-                  overlap_data=kind == "allreduce")
+                  overlap_data=overlap)
 
 
 def model_of(spec):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..memory import expected_memory
 from ..spec import load_spec
+from ..strategies import plugin
 
 
 def prediction_summary(run_dir: str | Path) -> str:
@@ -28,7 +29,7 @@ def prediction_summary(run_dir: str | Path) -> str:
     rows = _grouped_rows(run["ranks"], metrics, {m.rank: m for m in memory or ()})
     table = _table([("ranks", "ids", "role", "step time", "samples/s", "memory MB")] + rows)
     s = spec.strategy
-    method = s.kind + (f" ({s.algorithm})" if s.algorithm != "native" else "") + (f", {s.sync}" if s.sync != "sync" else "")
+    method = plugin(s.kind).method_words(s)
     head = (f"{spec.name}: predicted {method}, {run['world_size']} rank(s), {metrics['steps']} steps, "
             f"from {source_of(run['predicted'])}")
     tail = [f"throughput {metrics['samples_per_s']:,.0f} samples/s" + _interval(metrics)]

@@ -27,6 +27,9 @@ does not fit, hooks:
   strategy_set(ctx, args, workers) set-strategy switched to this kind: fix what it needs
   node_spec_path(node, parts)      the spec key behind a figure node only this kind draws
   expected_memory(spec, sizes)     memory per rank by category, in rank order (opentikz_dt/memory.py)
+  activation_plan(spec, rank)      what decides a worker's activations (memory_model.ActivationPlan)
+  tensor_degree(spec)              GPUs one tensor-parallel group spans (rules' hardware warnings)
+  method_words(strategy)           the strategy in a summary line: kind, non-default algorithm, sync
 
 Code outside the plugins asks these; it never compares a kind, algorithm, sync mode or
 schedule name itself. Must not import torch (the runner imports this, never the other

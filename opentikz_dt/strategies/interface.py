@@ -98,6 +98,24 @@ def default_expected_memory(spec: Spec, sizes: Any) -> list:
     return [sizes.rank("worker", w, sizes.params) for w in spec.topology.workers.ids]
 
 
+def default_activation_plan(spec: Spec, rank: int) -> Any:
+    """A data-parallel worker computing its whole slice at once."""
+    from ..memory_model import ActivationPlan
+
+    return ActivationPlan(micro_batch=spec.training.batch_size)
+
+
+def default_tensor_degree(spec: Spec) -> int:
+    """The mesh's tensor degree where the strategy has one (strategy.parallelism), else 1."""
+    return int((spec.strategy.options.get("parallelism") or {}).get("tensor", 1))
+
+
+def default_method_words(strategy: Any) -> str:
+    """The kind, its algorithm and sync mode where they are not the defaults (native, sync)."""
+    return (strategy.kind + (f" ({strategy.algorithm})" if strategy.algorithm != "native" else "")
+            + (f", {strategy.sync}" if strategy.sync != "sync" else ""))
+
+
 # --- the interface ---------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -140,6 +158,13 @@ class StrategyPlugin:
     node_spec_path: Callable[[str, list[str]], Optional[tuple]] = default_node_spec_path
     # expected_memory(spec, sizes): memory per rank by category, in rank order (memory.py)
     expected_memory: Callable[[Spec, Any], list] = default_expected_memory
+    # activation_plan(spec, rank): what decides worker `rank`'s activations
+    # (memory_model.ActivationPlan: microbatch, microbatches in flight, tensor degree, ...)
+    activation_plan: Callable[[Spec, int], Any] = default_activation_plan
+    # tensor_degree(spec): GPUs one tensor-parallel group spans (the rules' hardware warnings)
+    tensor_degree: Callable[[Spec], int] = default_tensor_degree
+    # method_words(strategy): the strategy as a summary line names it
+    method_words: Callable[[Any], str] = default_method_words
 
     def __repr__(self) -> str:
         return f"<{self.KIND} strategy plugin>"

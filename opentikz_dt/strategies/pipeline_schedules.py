@@ -209,3 +209,12 @@ def op_label(op: str, mb: int, chunk: int, chunks: int) -> str:
     """A box's text: the microbatch (1-based), its chunk as a letter where a rank holds
     several (1a, 1b); a weight-gradient box is told by its own style (wgrad)."""
     return f"{mb + 1}{'abcdefghijklmnop'[chunk] if chunks > 1 else ''}"
+
+
+def in_flight(schedule: str, microbatches: int, stages: int, stage: int) -> int:
+    """Microbatches whose activations stage `stage` (0-based) holds at its peak: GPipe
+    all of them (every forward before any backward); 1F1B its warm-up forwards plus one,
+    min(m, p - stage): p on the first stage."""
+    if schedule == "gpipe" or stages <= 1:
+        return microbatches
+    return min(microbatches, stages - stage)

@@ -331,3 +331,8 @@ def _hop_spans(run) -> list:
 def _ring_hops(run) -> list:
     """One ring hop's time (µs) per rank and step: the mean of its hops after the first."""
     return [sum(spans) / len(spans) for spans in _hop_spans(run)]
+
+
+def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+    """Every worker data-parallel; its algorithm's all-reduce, bucketed under the backward."""
+    return 1, spec.topology.workers.count, 1, spec.strategy.algorithm or "native", False, True

@@ -170,3 +170,8 @@ def finish_fit(cal, run):
     while step_time(hi) < target and hi < 64:
         lo, hi = hi, 2 * hi
     return scaled(solve_increasing(step_time, target, lo, hi, 25))
+
+
+def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+    """Every worker data-parallel on sharded parameters."""
+    return 1, spec.topology.workers.count, 1, "native", True, False

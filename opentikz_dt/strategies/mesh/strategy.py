@@ -302,3 +302,18 @@ strategy:
   # pipeline stages: add pipeline: 2 to parallelism (and double the workers); then
   # microbatches: 4 and schedule: 1f1b (any pipeline schedule: docs/pipeline-schedules.md)
   # apply per data replica"""
+
+
+def activation_plan(spec, rank: int):
+    """Rank `rank`'s pipeline stage and tensor degree on the mesh; without a pipeline
+    dimension its whole slice at once."""
+    from ...memory_model import ActivationPlan
+    from ..pipeline_schedules import in_flight
+
+    s, batch = spec.strategy, spec.training.batch_size
+    d, at = degrees(spec), coordinates(spec, rank)
+    stages, micro = d["pipeline"], max(1, s.microbatches or 1)
+    if stages == 1:
+        return ActivationPlan(tensor=d["tensor"], micro_batch=batch)
+    return ActivationPlan(at["pipeline"], stages, d["tensor"], batch // micro,
+                          in_flight(s.schedule or "1f1b", micro, stages, at["pipeline"]), micro)

@@ -192,3 +192,10 @@ def workload_blocks(spec) -> int | None:
 
     w = workload_of(spec)
     return None if w is None else len(w.blocks)
+
+
+def bubble_reference(spec, stages: int, microbatches: int) -> tuple[float, str, str]:
+    """The spec's schedule's own reference bubble (pipeline_schedules.reference_bubble)."""
+    from ...strategies.pipeline_schedules import reference_bubble, stages_per_rank
+
+    return reference_bubble(spec.strategy.schedule, stages, microbatches, stages_per_rank(spec.strategy))

@@ -184,3 +184,8 @@ def _traced_latency(run, beta: float) -> float | None:
         if sent is not None and e["ts"] < sent and 0 <= min(peer, e["pid"]) < len(out_bytes):
             seen.append((e["ts"] + e["dur"] - sent) / 1e6 - out_bytes[min(peer, e["pid"])] * beta)
     return max(0.0, statistics.fmean(seen)) if len(seen) >= 5 else None
+
+
+def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+    """Every worker one pipeline stage."""
+    return spec.topology.workers.count, 1, 1, "native", False, False

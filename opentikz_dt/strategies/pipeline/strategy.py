@@ -87,3 +87,14 @@ def expected_memory(spec, sizes) -> list:
     gradients and their optimizer state."""
     ids = spec.topology.workers.ids
     return [sizes.rank("stage", w, n) for w, n in zip(ids, sizes.stage_params(len(ids)))]
+
+
+def activation_plan(spec, rank: int):
+    """Worker `rank` is stage `rank` of the pipeline: one microbatch's activations, as many
+    at once as its schedule keeps in flight."""
+    from ...memory_model import ActivationPlan
+    from ..pipeline_schedules import in_flight
+
+    s, stages = spec.strategy, spec.topology.workers.count
+    return ActivationPlan(rank, stages, 1, spec.training.batch_size // s.microbatches,
+                          in_flight(s.schedule, s.microbatches, stages, rank), s.microbatches)

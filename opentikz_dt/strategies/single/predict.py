@@ -16,3 +16,8 @@ def simulate_steps(sim, steps: int) -> None:
         end = sim.optimizer(0, step, sim.compute(0, step, start, batch, 1))
         rec.step(sim.ids[0], step, t, end)
         t = end
+
+
+def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+    """One worker: no parallel dimension."""
+    return 1, 1, 1, "native", False, False

@@ -132,3 +132,8 @@ def sweep_note(points: list) -> str | None:
     (n0, s0), (n1, s1) = shares
     return (f"tensor parallel: {count} all-reduces per step, one per layer pair and pass, on the critical "
             f"path; their share of a step: {100 * s0:.0f} percent at {n0:,} workers, {100 * s1:.0f} at {n1:,}")
+
+
+def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+    """Every worker one tensor-parallel shard."""
+    return 1, 1, spec.topology.workers.count, "native", False, False

@@ -120,3 +120,15 @@ strategy:
   kind: tensor                # model parallelism: every worker holds a slice of every layer
   # plan:                     # python models only: module name -> colwise | rowwise | replicate
   #   layers.0: colwise"""
+
+
+def activation_plan(spec, rank: int):
+    """Every worker holds its 1/n of the whole batch's split activations."""
+    from ...memory_model import ActivationPlan
+
+    return ActivationPlan(tensor=spec.topology.workers.count, micro_batch=spec.training.batch_size)
+
+
+def tensor_degree(spec) -> int:
+    """One tensor-parallel group spans every worker."""
+    return spec.topology.workers.count
