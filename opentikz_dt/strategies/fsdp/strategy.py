@@ -37,10 +37,11 @@ def option(spec, key: str):
 
 
 def resolve_defaults(data: dict, given: dict) -> None:
+    # The resolved spec states its ZeRO stage (the starter shows it as the default it is).
     # ZeRO-2 keeps the gathered parameters until the backward: reshard_after_forward false
-    # (a spec saying true is refused by `rules`); shard itself is not written, so a spec
-    # without it resolves as before
-    keep = data["strategy"].get("shard") == "gradients"
+    # (a spec saying true is refused by `rules`)
+    data["strategy"].setdefault("shard", OPTION_DEFAULTS["shard"])
+    keep = data["strategy"]["shard"] == "gradients"
     data["strategy"].setdefault("reshard_after_forward", not keep and OPTION_DEFAULTS["reshard_after_forward"])
 
 
