@@ -36,7 +36,12 @@ def test_a_prediction_without_calibration_says_illustrative_everywhere(tmp_path)
                         "not from this machine (dtgen calibrate SPEC measures it)"]
     texts = _figures(tmp_path / "pred", tmp_path / "figs")
     # synchronous steps: every worker's rate is one number, given in the table's note (no bar chart)
-    assert sorted(texts) == ["predicted-pred-table.tex", "predicted-pred-timeline.tex", "predicted-pred-topology.tex"]
+    assert sorted(texts) == ["predicted-pred-memory.tex", "predicted-pred-table.tex", "predicted-pred-timeline.tex",
+                             "predicted-pred-topology.tex"]
+    # memory is modelled from the spec (closed forms, no cost model): it says so, and nothing measured
+    memory = texts["predicted-pred-memory.tex"]
+    assert "Expected memory per rank" in memory and "expected: the spec's model of" in memory
+    assert "activations from the memory model" in memory and "measured" not in memory.lower()
     topology = texts["predicted-pred-topology.tex"]
     assert "Predicted: " in topology and "Measured:" not in topology and "measured," not in topology
     assert "predicted, mean of 8 steps" in topology and ILLUSTRATIVE in topology
