@@ -75,7 +75,8 @@ HAPPY = [
     ("pipeline-gpipe.yaml", "set-strategy", {"kind": "central-storage"},
      lambda s: (s.strategy.kind, s.topology.servers.ids) == ("central-storage", ["ps"])),
     ("allreduce-ring.yaml", "set-strategy", {"kind": "fsdp"},
-     lambda s: (s.strategy.kind, s.strategy.algorithm, s.strategy.options) == ("fsdp", "native", {"shard": "parameters", "reshard_after_forward": True})),
+     lambda s: (s.strategy.kind, s.strategy.algorithm, s.strategy.options)
+     == ("fsdp", "native", {"shard": "parameters", "reshard_after_forward": True})),
     ("fsdp-transformer.yaml", "set-strategy", {"kind": "allreduce"},
      lambda s: (s.strategy.kind, s.strategy.options) == ("allreduce", {})),
     ("fsdp-transformer.yaml", "set", {"key": "strategy.units", "value": "[blocks.1]"},
