@@ -27,10 +27,22 @@ class _StandInStage:
         self.stage_index_to_group_rank: dict = {}
 
 
+# The multi-stage schedules run from torch 2.13 on, the oldest release they were checked on:
+# torch 2.10 has the classes, but its V schedules send a stage's shapes to the same rank
+# over gloo ("Pair is not connected") and its stages call other chunk methods than the ones
+# dtgen traces, so a run there would fail or draw no microbatch.
+MULTI_STAGE_SINCE = (2, 13)
+
+
 def schedule_class(name: str):
-    """torch's class for `name`; None where this torch lacks it."""
+    """torch's class for `name`; None where this torch lacks it or predates MULTI_STAGE_SINCE
+    for a multi-stage schedule."""
+    import torch
     from torch.distributed.pipelining import schedules
 
+    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if SCHEDULES[name].placement != "one" and release < MULTI_STAGE_SINCE:
+        return None
     return getattr(schedules, SCHEDULES[name].torch_class, None)
 
 

@@ -163,9 +163,19 @@ def test_a_schedule_this_torch_lacks_is_refused_in_one_located_line(torch_mod, m
     monkeypatch.delattr(schedules, "ScheduleDualPipeV")
     with pytest.raises(InputError) as caught:
         runner_pipeline.check_model(spec, None, [], "training.model")
-    assert str(caught.value) == (f"{path}:2:38: strategy.schedule: dualpipev needs "
-                                 f"torch.distributed.pipelining.ScheduleDualPipeV, which torch {torch_mod.__version__} "
-                                 "lacks (use gpipe or 1f1b, or a newer torch)")
+    assert str(caught.value) == (f"{path}:2:38: strategy.schedule: dualpipev runs through "
+                                 "torch.distributed.pipelining.ScheduleDualPipeV from torch 2.13 on; this is torch "
+                                 f"{torch_mod.__version__} (use gpipe or 1f1b, or torch 2.13 or newer)")
+
+
+def test_multi_stage_schedules_are_refused_before_torch_2_13(torch_mod, monkeypatch):
+    """torch 2.10 has the classes but fails their runs (a V's self-send over gloo) or draws no
+    microbatch (other chunk methods): before 2.13 they are refused as if absent."""
+    from opentikz_dt.runner.schedule_order import schedule_class
+
+    monkeypatch.setattr(torch_mod, "__version__", "2.10.0+cu128")
+    assert schedule_class("dualpipev") is None and schedule_class("interleaved-1f1b") is None
+    assert schedule_class("1f1b") is not None and schedule_class("gpipe") is not None
 
 
 @needs_torch

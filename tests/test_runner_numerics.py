@@ -343,6 +343,10 @@ MESH_SCHEDULE_MLP = {"layers": [16, 32, 32, 32, 4]}
 
 
 def _mesh_schedule_data(schedule: str, training: dict, **strategy) -> dict:
+    from opentikz_dt.runner.schedule_order import schedule_class
+
+    if schedule_class(schedule) is None:  # refused in one line before torch 2.13 (runner/schedule_order.py)
+        pytest.skip(f"{schedule} runs from torch 2.13 on")
     return small_spec_data("mesh", topology={"workers": {"count": 4}}, training=training,
                            strategy={"parallelism": {"pipeline": 2, "data": 2}, "schedule": schedule,
                                      "microbatches": 4, **strategy})

@@ -126,8 +126,11 @@ def train(ctx) -> None:
 def _refused(name: str) -> str:
     from ...strategies.pipeline_schedules import SCHEDULES
 
-    return (f"{name} needs torch.distributed.pipelining.{SCHEDULES[name].torch_class}, "
-            f"which torch {torch.__version__} lacks (use gpipe or 1f1b, or a newer torch)")
+    from ..schedule_order import MULTI_STAGE_SINCE
+
+    since = ".".join(map(str, MULTI_STAGE_SINCE))
+    return (f"{name} runs through torch.distributed.pipelining.{SCHEDULES[name].torch_class} from torch "
+            f"{since} on; this is torch {torch.__version__} (use gpipe or 1f1b, or torch {since} or newer)")
 
 
 def _unique_parameters(parts) -> list:
