@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import TraceError
+from .trace import complete_events
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 # bytes per element of the dtypes collectives carry (Kineto's names: gloo spans' "Input
@@ -178,20 +179,7 @@ def _salvage(text: str) -> dict:
         header = json.loads(text[:at].rstrip().rstrip(",") + "}")
     except ValueError:
         header = {}
-    decoder = json.JSONDecoder()
-    events = []
-    pos = text.find("[", at) + 1
-    size = len(text)
-    while 0 < pos < size:
-        while pos < size and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= size or text[pos] == "]":
-            break
-        try:
-            event, pos = decoder.raw_decode(text, pos)
-        except ValueError:
-            break
-        events.append(event)
+    events = complete_events(text, text.find("[", at) + 1)
     header = header if isinstance(header, dict) else {}
     header["traceEvents"] = events
     return header

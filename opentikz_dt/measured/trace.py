@@ -223,12 +223,12 @@ def _loads_nogc(text: str):
         return json.loads(text)
 
 
-def _salvage(text: str, raw: _Raw) -> _Raw:
-    """Every complete event of a merged trace whose end is missing."""
+def complete_events(text: str, pos: int) -> list:
+    """Every complete JSON value of the array whose items start at `pos`, up to its end or
+    the first one cut off (a trace whose writer died mid-file)."""
     decoder = json.JSONDecoder()
-    pos = text.index("[", text.index('"traceEvents"')) + 1
-    size = len(text)
-    while pos < size:
+    events, size = [], len(text)
+    while 0 < pos < size:
         while pos < size and text[pos] in " \t\r\n,":
             pos += 1
         if pos >= size or text[pos] == "]":
@@ -237,7 +237,13 @@ def _salvage(text: str, raw: _Raw) -> _Raw:
             event, pos = decoder.raw_decode(text, pos)
         except ValueError:
             break
-        raw.events.append(event)
+        events.append(event)
+    return events
+
+
+def _salvage(text: str, raw: _Raw) -> _Raw:
+    """Every complete event of a merged trace whose end is missing."""
+    raw.events.extend(complete_events(text, text.index("[", text.index('"traceEvents"')) + 1))
     raw.truncated = True
     return raw
 

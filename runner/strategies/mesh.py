@@ -133,7 +133,7 @@ def train(ctx) -> None:
             units = None if stages == 1 else [u for u in fsdp.default_units(whole) if _holds(part, u)]
             fsdp.shard_model(ctx, part, state, mesh=data_mesh, units=units)
     del whole
-    params = _unique_parameters(parts)  # with a V's tied copy, which `model` leaves out
+    params = pipeline._unique_parameters(parts)  # with a V's tied copy, which `model` leaves out
     opt = ctx.build_optimizer(_groups(params))
     tensor._resume(ctx, model, opt)  # kind tensor's: its DTensor slices (FSDP's shards of them) alike
     if local_tie is not None:
@@ -267,16 +267,6 @@ class _LocalTie:
                 grad = p.grad + q.grad
             if grad is not None:
                 p.grad, q.grad = grad, grad.clone()
-
-
-def _unique_parameters(parts) -> list:
-    seen, out = set(), []
-    for part in parts:
-        for p in part.parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-    return out
 
 
 class _PipelineStep:
