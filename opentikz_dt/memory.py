@@ -3,7 +3,7 @@
 The model's tensors come from opentikz_dt.workload (the built-in kinds; a `python` model
 is known only once the runner builds it, so it has no expectation). Where they live is
 the strategy's answer: its plugin's `expected_memory(spec, sizes)` hook
-(opentikz_dt/strategies/<kind>.py, default in _defaults.py: every worker a replica)
+(opentikz_dt/strategies/<kind>/strategy.py, default in strategies/interface.py: every worker a replica)
 lists the ranks in the runner's rank order, each made with `sizes.rank(...)`.
 
 Bytes per value: the runner keeps weights, gradients and optimizer state in float32 in

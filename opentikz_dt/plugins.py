@@ -1,14 +1,15 @@
 """Strategy plugins: how each side of dtgen finds the module that answers its questions
 about one strategy.
 
-Every side keeps one module per strategy in its own `strategies` package, and each such
-module names the `strategy.kind` it serves in `KIND`:
+A strategy is one folder, opentikz_dt/strategies/<kind with '-' as '_'>/, holding a module
+per side that does not import torch, and one runner module; each names the
+`strategy.kind` it serves in `KIND`:
 
-  side        package                              answers
-  strategy    opentikz_dt.strategies               descriptor (STRATEGY), rules, defaults, edit, captions
-  figures     opentikz_dt.figures.strategies       topology drawer, expected schedule, measured annotations
-  predict     opentikz_dt.predict.strategies       simulation and calibration fit
-  runner      opentikz_dt.runner.strategies        ranks' roles and train loop (the only side with torch)
+  side        module                                     interface (hooks, signatures, defaults)
+  strategy    opentikz_dt.strategies.<kind>.strategy     strategies/interface.py   descriptor, rules, edit
+  figures     opentikz_dt.strategies.<kind>.figures      figures/interface.py      drawing, expected schedule
+  predict     opentikz_dt.strategies.<kind>.predict      predict/interface.py      simulation, calibration fit
+  runner      opentikz_dt.runner.strategies.<kind>       runner/strategies/interface.py  roles, train (torch)
 
 A side asks its registry for the plugin of a kind and calls it; it never compares the
 kind itself. Strategies from outside dtgen come as a Python package named in the
@@ -19,6 +20,7 @@ runner's ranks (which inherit the environment) find the same plugins.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -34,23 +36,19 @@ def external_packages() -> list[str]:
     return [name.strip() for name in os.environ.get(ENV, "").split(",") if name.strip()]
 
 
-class _WithDefaults:
-    """A plugin module seen through its side's defaults: an attribute the module lacks is
-    the side's default (so a plugin writes only what differs)."""
-
-    def __init__(self, module, defaults):
-        self._module, self._defaults = module, defaults
-
-    def __getattr__(self, name):
-        try:
-            return getattr(self._module, name)
-        except AttributeError:
-            if self._defaults is None:
-                raise
-            return getattr(self._defaults, name)
-
-    def __repr__(self) -> str:
-        return f"<{getattr(self._module, '__name__', self._module)} plugin>"
+def bind(module, interface):
+    """The plugin object of `module` for a side whose interface is the dataclass
+    `interface`: each of its fields the module defines is the module's, every other field
+    keeps the interface's default. A required field (no default) the module lacks is an
+    InputError naming it."""
+    names = [f.name for f in dataclasses.fields(interface)]
+    given = {name: getattr(module, name) for name in names if hasattr(module, name)}
+    missing = [f.name for f in dataclasses.fields(interface) if f.name not in given
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise InputError(f"the plugin {getattr(module, '__name__', module)} lacks {', '.join(missing)} "
+                         f"(required by {interface.__module__}.{interface.__qualname__})")
+    return interface(**given)
 
 
 def module_name(kind: str) -> str:
@@ -65,18 +63,31 @@ class SideRegistry:
     `register` added. A lookup imports only the module it needs (the runner's import
     torch); listing every kind imports them all."""
 
-    def __init__(self, side: str, package: str, defaults: str | None = None):
-        self.side, self.package, self.defaults = side, package, defaults
+    def __init__(self, side: str, package: str, interface: str, submodule: str | None = None):
+        # package: where a kind's module is found, `<package>.<kind>` or, with `submodule`,
+        # `<package>.<kind>.<submodule>` (a strategy's folder: opentikz_dt/strategies/<kind>/).
+        # interface: "module:Class", the side's plugin dataclass (imported on first lookup:
+        # it may sit in a higher layer than this module)
+        self.side, self.package, self.interface = side, package, interface
+        self.submodule = submodule
+        self._bound: dict = {}
         self._own: dict = {}
         self._external: dict | None = None
         self._registered: dict = {}
 
     def _own_module(self, name: str):
         if name not in self._own:
-            full = f"{self.package}.{name}"
-            module = importlib.import_module(full) if importlib.util.find_spec(full) else None
+            full = f"{self.package}.{name}" + (f".{self.submodule}" if self.submodule else "")
+            module = importlib.import_module(full) if self._findable(full) else None
             self._own[name] = module if getattr(module, "KIND", None) else None
         return self._own[name]
+
+    @staticmethod
+    def _findable(full: str) -> bool:
+        try:
+            return importlib.util.find_spec(full) is not None
+        except (ModuleNotFoundError, ValueError):  # its parent is no package (no kind's folder)
+            return False
 
     def _externals(self) -> dict:
         if self._external is None:
@@ -112,7 +123,8 @@ class SideRegistry:
         own = []
         package = importlib.import_module(self.package)
         for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-            module = None if info.name.startswith("_") else self._own_module(info.name)
+            skip = info.name.startswith("_") or (self.submodule is not None and not info.ispkg)
+            module = None if skip else self._own_module(info.name)
             if module is not None:
                 own.append(module.KIND)
         return tuple(dict.fromkeys(own + list(self._externals()) + list(self._registered)))
@@ -136,7 +148,12 @@ class SideRegistry:
         raise InputError(f"no {self.side} plugin for strategy kind {kind!r} (known: {', '.join(self.kinds())})")
 
     def get(self, kind: str):
-        """The plugin of `kind`, with the side's defaults for what it leaves out."""
+        """The plugin of `kind`: the side's interface dataclass, with its defaults for what
+        the module leaves out."""
         module = self.raw(kind)
-        defaults = importlib.import_module(self.defaults) if self.defaults else None
-        return _WithDefaults(module, defaults)
+        cached = self._bound.get(kind)
+        if cached is None or cached[0] is not module:
+            where, name = self.interface.split(":")
+            cached = (module, bind(module, getattr(importlib.import_module(where), name)))
+            self._bound[kind] = cached
+        return cached[1]

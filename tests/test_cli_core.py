@@ -92,7 +92,7 @@ def _listed_values():
     """(kind, strategy key) -> every value a spec of that kind may give the key, for the keys
     whose starter comment lists their values."""
     from opentikz_dt.strategies import strategy
-    from opentikz_dt.strategies.mesh import DATA_METHODS
+    from opentikz_dt.strategies.mesh.strategy import DATA_METHODS
 
     return {("allreduce", "algorithm"): strategy("allreduce").algorithms,
             ("parameter-server", "sync"): strategy("parameter-server").sync_modes,

@@ -369,7 +369,7 @@ def test_fsdp_gathers_each_unit_before_its_forward_and_scatters_it_after_its_bac
     (reshard_after_forward) before its backward, and each unit's gradients are
     reduce-scattered after its backward, the root's last; the optimizer waits for that."""
     from opentikz_dt.figures.schedule import CostModel
-    from opentikz_dt.figures.strategies.fsdp import schedule
+    from opentikz_dt.strategies.fsdp.figures import schedule
 
     spec = _spec("fsdp", 2, strategy={"reshard_after_forward": reshard}, **FSDP_MODEL)
     assert [lane.id for lane in expected_timeline(spec).panels[0].lanes] == ["w1", "w1-comm", "w2", "w2-comm"]

@@ -220,7 +220,7 @@ def test_a_predicted_run_carries_memory_per_rank_from_the_model(tmp_path):
 
 
 def test_zero_partition_is_torchs_greedy_assignment_of_whole_tensors():
-    from opentikz_dt.strategies.fsdp import zero_partition
+    from opentikz_dt.strategies.fsdp.strategy import zero_partition
 
     # largest first, each to the rank holding the fewest values so far (the first on a tie):
     # 6 -> r0, 5 -> r1, 4 -> r1 (5 < 6), 3 -> r0 (6 < 9), 2 -> r0 (9 = 9: the first)

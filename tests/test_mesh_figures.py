@@ -10,7 +10,7 @@ import pytest
 from opentikz_dt.figures.render import render_topology
 from opentikz_dt.figures.topology import build_layout
 from opentikz_dt.spec import spec_from_data
-from opentikz_dt.strategies.mesh import groups
+from opentikz_dt.strategies.mesh.strategy import groups
 
 TRANSFORMER = {"kind": "transformer", "layers": 16, "d_model": 64, "heads": 8, "seq_len": 16, "vocab": 64}
 SHAPES = {4: (2, 2, 1), 8: (2, 2, 2), 64: (4, 4, 4), 1024: (8, 8, 16)}  # workers: (data, tensor, pipeline)

@@ -38,8 +38,8 @@ def _wanted(schedule: str, rank: int, micro: int = 4):
 @needs_torch
 @pytest.mark.parametrize("schedule", ["interleaved-1f1b", "zbv-zero-bubble", "dualpipev"])
 def test_expected_mesh_timeline_follows_the_schedule_s_order(schedule):
-    from opentikz_dt.figures.strategies.mesh import _pipelined_schedule
-    from opentikz_dt.strategies.mesh import degrees
+    from opentikz_dt.strategies.mesh.figures import _pipelined_schedule
+    from opentikz_dt.strategies.mesh.strategy import degrees
 
     spec = _mesh(schedule)
     sim, _, _ = _pipelined_schedule(spec, CostModel(), degrees(spec))

@@ -19,9 +19,9 @@ from opentikz_dt.predict.costs import Costs, illustrative_calibration
 from opentikz_dt.predict.predict import check_size
 from opentikz_dt.predict.shapes import render_shapes, run_shapes
 from opentikz_dt.predict.simulate import simulate
-from opentikz_dt.predict.strategies import REGISTRY
+from opentikz_dt.predict.plugin import REGISTRY
 from opentikz_dt.spec import spec_from_data
-from opentikz_dt.strategies.mesh import groups
+from opentikz_dt.strategies.mesh.strategy import groups
 
 # 2 blocks of d_model 32 (each 12,704 values: ln 64, qkv 3,168, attn.proj 1,056, ln 64, fc
 # 4,224, mlp.proj 4,128), embedding 64 x 32 + 16 x 32 = 2,560, head norm 64; tied tok.weight 2,048
@@ -151,7 +151,7 @@ def test_the_sweep_takes_exactly_the_shapes_the_model_can(spec_file):
     # adamw moments)
     from opentikz_dt.predict.predict import apply_overrides
     from opentikz_dt.spec import load_spec
-    from opentikz_dt.predict.strategies import REGISTRY
+    from opentikz_dt.predict.plugin import REGISTRY
 
     base = load_spec(spec_file(MESH_YAML))
     layouts = {label: extra for label, extra, refusal in REGISTRY.get("mesh").shapes(base, 8) if not refusal}
@@ -234,7 +234,7 @@ def test_a_trace_too_large_is_refused_from_two_simulated_steps(spec_file, tmp_pa
 def test_more_workers_grow_the_data_degree_and_a_spec_of_over_64_takes_overrides(spec_file):
     from opentikz_dt.predict.predict import apply_overrides
     from opentikz_dt.spec import load_spec
-    from opentikz_dt.strategies.mesh import degrees
+    from opentikz_dt.strategies.mesh.strategy import degrees
 
     base = load_spec(spec_file(MESH_YAML))
     assert degrees(apply_overrides(base, workers=32)) == {"pipeline": 1, "data": 16, "tensor": 2}

@@ -19,7 +19,7 @@ from opentikz_dt.predict.costs import Costs, illustrative_calibration
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.runner.testing import TINY_TRANSFORMER
 from opentikz_dt.spec import load_spec, spec_from_data
-from opentikz_dt.strategies.mesh import coordinates, degrees, groups, rank_groups, rank_of
+from opentikz_dt.strategies.mesh.strategy import coordinates, degrees, groups, rank_groups, rank_of
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fsdp-tensor.yaml"
 # 2 column/row pairs: per step 2 tensor all-reduces forward, 1 backward (the first pair's

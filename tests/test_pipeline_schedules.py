@@ -10,7 +10,7 @@ import json
 import pytest
 
 from opentikz_dt.figures.schedule import CostModel
-from opentikz_dt.figures.strategies.pipeline import _schedule, drawn_bubble
+from opentikz_dt.strategies.pipeline.figures import _schedule, drawn_bubble
 from opentikz_dt.spec import spec_from_data
 from opentikz_dt.strategies.pipeline_schedules import (SCHEDULES, ScheduleOrderError, play, rank_orders,
                                                        reference_bubble)
@@ -191,7 +191,7 @@ def test_expected_zero_bubble_draws_each_w_as_a_weight_gradient_box():
 
 @needs_torch
 def test_schedules_figure_puts_the_five_on_one_axis_and_names_what_it_leaves_out():
-    from opentikz_dt.figures.strategies.pipeline import schedules_timeline
+    from opentikz_dt.strategies.pipeline.figures import schedules_timeline
 
     timeline = schedules_timeline(_spec("1f1b", 2, 4), CostModel())
     assert [p.title.split(":")[0] for p in timeline.panels] == ["GPipe", "1F1B", "Interleaved 1F1B", "ZB-V",

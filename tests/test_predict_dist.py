@@ -36,7 +36,7 @@ CASES = {
     # fastest one, was 50% off); gossip: an exchange's spread makes neighbours wait
     "central-storage": {"strategy": {"kind": "central-storage"}, "topology": {"workers": {"count": 3}}},
     "gossip": {"strategy": {"kind": "gossip"}, "topology": {"workers": {"count": 3}}},
-    # a mesh of 2 stages x 2 tensor columns (fit_compute of predict/strategies/mesh.py: per
+    # a mesh of 2 stages x 2 tensor columns (fit_compute of opentikz_dt/strategies/mesh/predict.py: per
     # stage, its chunks less the tensor all-reduces they waited for). At this size the
     # default fit also holds 35%; on the examples it missed by -31% (fsdp-tensor) and -62%
     # (mesh-3d), the mesh's own +6% and -10% (2026-11-26)

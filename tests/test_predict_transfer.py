@@ -79,7 +79,7 @@ def test_a_ring_fit_solves_its_hop_latency_so_its_own_prediction_gives_the_runs_
     from opentikz_dt.predict.calibration import Calibration
     from opentikz_dt.predict.fit import run_step_s, simulated_step_s
     from opentikz_dt.predict.predict import costs_for
-    from opentikz_dt.predict.strategies import allreduce
+    from opentikz_dt.strategies.allreduce import predict as allreduce
     from opentikz_dt.spec import spec_from_data
 
     run = load_run(write_synthetic_run(tmp_path / "run", "allreduce-ring", workers=4, steps=20))
@@ -555,7 +555,7 @@ def test_a_gossip_exchange_from_a_ring_calibration_draws_each_receive_from_its_m
 def exchanges(result, spec, unit) -> set:
     """Each simulated gossip exchange from the moment its rank and every neighbour were
     ready (their spans' starts) to its end, over `unit`."""
-    from opentikz_dt.strategies.gossip import neighbours
+    from opentikz_dt.strategies.gossip.strategy import neighbours
 
     spans = {(rank, e["args"]["step"]): e for rank, events in result.events.items() for e in events
              if e["name"] == "gossip"}
@@ -762,7 +762,7 @@ def test_a_sync_fit_counts_the_fetches_as_the_message_behind_the_sends(message_u
     """The fit inverts the simulator's fetch (`_fetch_us`): the mean of n fetches gives back
     the message that made them. Fitting from the pushes alone instead ran 35-44% low on the
     2-worker self-fit here, where a fetch took 420 us and a push 100."""
-    from opentikz_dt.predict.strategies import parameter_server as ps
+    from opentikz_dt.strategies.parameter_server import predict as ps
 
     queued = 35.0
     mean_fetch = sum(ps._fetch_us(message_us, queued, send_us, k) for k in range(workers)) / workers

@@ -156,7 +156,7 @@ def test_calibrate_from_profile_predicts_the_profiled_compute(traces, tmp_path):
     assert "by FLOPs" in run["predicted"]["calibration_note"]
     events = json.loads((tmp_path / "pred" / "trace.json").read_text())["traceEvents"]
     # the predicted compute per rank and step: dtgen's DDP backward span also holds its wait
-    # for the bucket's all-reduce (predict/strategies/allreduce.py), which is not compute
+    # for the bucket's all-reduce (opentikz_dt/strategies/allreduce/predict.py), which is not compute
     per_rank_step: dict = {}
     spans = [e for e in events if e.get("ph") == "X"]
     for e in spans:

@@ -228,7 +228,7 @@ def test_pipeline_1f1b_microbatch_spans(tmp_path_factory):
     # 1F1B: each stage runs its ops in the order the expected timeline and the simulator
     # schedule by (strategies/pipeline.stage_ops); the first stage starts backward of mb 0
     # before it runs forward of mb 3
-    from opentikz_dt.strategies.pipeline import stage_ops
+    from opentikz_dt.strategies.pipeline.strategy import stage_ops
 
     for rank in range(3):
         spans = sorted((e["ts"], e["name"][0].upper(), e["args"]["mb"]) for e in _spans(events)

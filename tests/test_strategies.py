@@ -15,7 +15,7 @@ from opentikz_dt.errors import SpecError
 from opentikz_dt.figures.names import BOX_KINDS
 from opentikz_dt.figures.schedule import expected_timeline
 from opentikz_dt.figures.spacing import Sizes, effective_spacing
-from opentikz_dt.figures.strategies import REGISTRY as FIGURES
+from opentikz_dt.figures.plugin import REGISTRY as FIGURES
 from opentikz_dt.figures.topology import build_layout
 from opentikz_dt.measured import compare
 from opentikz_dt.spec import load_spec, spec_from_data
@@ -109,7 +109,7 @@ def test_starter_spec_exists_and_loads(s, tmp_path):
     assert load_spec(path).strategy.kind == s.kind
 
 
-# A figures plugin (opentikz_dt/figures/strategies) must answer these itself: no default exists.
+# A figures plugin (opentikz_dt/strategies/<kind>/figures.py) must answer these itself: no default exists.
 FIGURES_REQUIRED = ("layout", "spacing_needs", "expected_timeline")
 
 

@@ -15,8 +15,15 @@ from conftest import REPO
 
 from opentikz_dt.strategies import all_strategies
 
-PLUGIN_PACKAGES = ("opentikz_dt/strategies", "opentikz_dt/figures/strategies", "opentikz_dt/predict/strategies",
-                   "runner/strategies")
+# The plugin packages: a strategy's folder (opentikz_dt/strategies/<kind>/), the strategies
+# package itself (descriptor type, interface) and the runner's strategy modules.
+PLUGIN_PACKAGES = ("opentikz_dt/strategies", "runner/strategies")
+
+
+def _in_plugins(rel: str) -> bool:
+    folder = rel.rsplit("/", 1)[0]
+    return folder in PLUGIN_PACKAGES or folder.rsplit("/", 1)[0] == "opentikz_dt/strategies"
+
 # (file, the compared name): comparisons that are not about a strategy, each with its reason.
 ALLOWED: dict[tuple[str, str], str] = {
     ("opentikz_dt/measured/profile_figures.py", "allreduce"):
@@ -64,7 +71,7 @@ def leaks(root=REPO) -> list[str]:
     for top in ("opentikz_dt", "runner"):
         for path in sorted((root / top).rglob("*.py")):
             rel = path.relative_to(root).as_posix()
-            if rel.rsplit("/", 1)[0] in PLUGIN_PACKAGES:
+            if _in_plugins(rel):
                 continue
             out += [f"{rel}:{line}: compares against {name!r}" for line, name in comparisons(path, names)
                     if (rel, name) not in ALLOWED]
@@ -82,5 +89,29 @@ def test_the_check_finds_a_planted_switch(tmp_path):
     planted.parent.mkdir(parents=True)
     planted.write_text('def f(spec):\n    return spec.strategy.kind == "pipeline" or spec.strategy.algorithm in ("ring",)\n')
     (tmp_path / "runner").mkdir()
+    in_a_strategy = tmp_path / "opentikz_dt" / "strategies" / "pipeline" / "figures.py"
+    in_a_strategy.parent.mkdir(parents=True)
+    in_a_strategy.write_text(planted.read_text())  # a plugin module may compare its own
     assert leaks(tmp_path) == ["opentikz_dt/figures/planted.py:2: compares against 'pipeline'",
                                "opentikz_dt/figures/planted.py:2: compares against 'ring'"]
+
+
+def test_a_strategy_is_one_folder_and_one_runner_module():
+    """Every built-in kind: opentikz_dt/strategies/<kind>/ with a module per side that does
+    not import torch, and runner/strategies/<kind>.py; nothing else in those folders. The
+    toy plugin from outside (tests/plugins/dtgen_toy) has the same modules, its runner's
+    beside them."""
+    from opentikz_dt.plugins import module_name
+    from opentikz_dt.strategies import outside_kinds
+
+    sides = {"__init__.py", "strategy.py", "figures.py", "predict.py"}
+    folders = {p.name for p in (REPO / "opentikz_dt" / "strategies").iterdir()
+               if p.is_dir() and p.name != "__pycache__"}
+    builtin = {module_name(k) for k in (s.kind for s in all_strategies()) if k not in outside_kinds()}
+    assert folders == builtin
+    for name in sorted(folders):
+        files = {p.name for p in (REPO / "opentikz_dt" / "strategies" / name).glob("*.py")}
+        assert files == sides, name
+        assert (REPO / "runner" / "strategies" / f"{name}.py").is_file(), name
+    toy = {p.name for p in (REPO / "tests" / "plugins" / "dtgen_toy").glob("*.py")}
+    assert toy == sides | {"runner.py"}

@@ -2,7 +2,7 @@
 
 A small cost model (CostModel: compute rate, link bandwidth and latency) turns the
 model size, batch and worker slowdowns into durations; each strategy's figures plugin
-(figures/strategies/<kind>.py, `expected_timeline`) orders the spans as its runner will,
+(strategies/<kind>/figures.py, `expected_timeline`) orders the spans as its runner will,
 with the Sim below, and assembles its panels with `lanes` / `one_panel`. Absolute times
 are illustrative; relative sizes, waits and bubbles are the point. The measured timeline (from trace.json) uses the same Timeline model,
 so both figures share one template and one ms axis.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from ..workload import Workload, workload_of
 from .model import elide
-from .strategies import plugin_of
+from .plugin import plugin_of
 from .texts import label_tex, lane_text, more_lanes_text
 from .timeline import Box, Lane, Panel, Timeline, limit_boxes
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..shards import shard_tensors
 from .topology_fit import PT_PER_CM, fitted, hosts_drawn
 from .model import elide
-from .strategies import plugin_of
+from .plugin import plugin_of
 from .texts import label_text
 from .textwidth import split_in_two, text_cm
 

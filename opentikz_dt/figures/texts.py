@@ -20,7 +20,7 @@ import re
 from ..texsafe import render_label
 from ..workload import human_bytes, human_count, model_section, workload_of
 from .model import Tex
-from .strategies import plugin_of
+from .plugin import plugin_of
 from .timeline import Words
 
 # The TeX a template's {grad} and {weight} stand for: the flow labels' macros (topology.tex.j2).

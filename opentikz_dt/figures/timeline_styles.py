@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..palette import PALETTE_NAMES
 from .colorvision import contrast_ratio, indistinguishable, rgb
-from .strategies import REGISTRY, plugin_of
+from .plugin import REGISTRY, plugin_of
 
 
 @dataclass(frozen=True)

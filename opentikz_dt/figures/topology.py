@@ -6,7 +6,7 @@ the next pipeline stage). Past figure.max_workers_drawn the workers are elided t
 first few, an ellipsis and the last, and a brace with the true count stands for them,
 so the number of drawn objects is bounded whatever the worker count is.
 
-Each strategy's figures plugin (figures/strategies/<kind>.py) draws its layout, mostly
+Each strategy's figures plugin (strategies/<kind>/figures.py) draws its layout, mostly
 through one module per strategy family (topology_ps, topology_allreduce, topology_peer)
 over shared pieces (topology_common); the gaps come from spacing.effective_spacing: the
 spec's colsep / rowsep, widened where labels or icons would collide (the plugin's
@@ -20,7 +20,7 @@ import dataclasses
 
 from .model import Layout
 from .spacing import effective_spacing
-from .strategies import plugin_of
+from .plugin import plugin_of
 from .topology_fit import compact_spec, fitted
 
 

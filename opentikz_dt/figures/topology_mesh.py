@@ -22,7 +22,7 @@ ones, an ellipsis and the last; fewer at a narrow target width), so 1,024 worker
 
 from __future__ import annotations
 
-from ..strategies.mesh import degrees, rank_of
+from ..strategies.mesh.strategy import degrees, rank_of
 from ..texsafe import render_label
 from .memory import total_bytes
 from .names import PHASED_BOX

@@ -1,7 +1,7 @@
 """Topology layout of the parameter server and central storage: workers in a column,
 gradients to the server (or the group box of its shards) and weights back. What differs
 between the two (a sync barrier, the note under the server) their figures plugins add
-(figures/strategies/parameter_server.py, central_storage.py). Must not import torch.
+(opentikz_dt/strategies/parameter_server/figures.py, central_storage/figures.py). Must not import torch.
 """
 
 from __future__ import annotations

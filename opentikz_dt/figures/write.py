@@ -51,8 +51,8 @@ def _schedules_timeline(spec):
     """GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV for the spec's pipeline, one time axis."""
     from dataclasses import replace
 
+    from .plugin import plugin_of
     from .schedule import CostModel, with_time_axis
-    from .strategies import plugin_of
     from .timeline import limit_boxes
 
     # the strategy's figures plugin draws them, or refuses (a kind without schedules)

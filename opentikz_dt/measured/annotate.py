@@ -21,7 +21,7 @@ from ..figures.spacing import (GAP, LINE_H, MEASURED_BREAK, effective_spacing, f
 from ..figures.textwidth import wrap_line
 from ..figures.texts import label_tex, label_text, lane_text, sized_model_note
 from ..figures.topology_fit import compact_spec, fitted
-from ..figures.strategies import plugin_of
+from ..figures.plugin import plugin_of
 from ..figures.topology import build_layout
 from ..texsafe import escape_text
 from ..workload import human_bytes
@@ -71,7 +71,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     step_ms = {w: t * 1000 for w, t in metrics["step_time_s"].items()}
     # A fitted column's links converge on the server, too close for a label on each: where every
     # worker's links carry the same bytes (as printed), the flow labels say them once, stacked.
-    plugin = plugin_of(spec)  # its strategy's figures plugin (figures/strategies)
+    plugin = plugin_of(spec)  # its strategy's figures plugin (strategies/<kind>/figures.py)
     once = fitted(spec) and plugin.flow_labels_once(spec) and \
         _alike([traffic.get(_rank_of(w), {}) for w in step_ms if _WORKER.match(w)], steps)
     given = layout is not None

@@ -25,7 +25,7 @@ from ..figures.memory import render_compare_memory, total_bytes
 from ..figures.fit import target_width_cm
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
-from ..figures.strategies import plugin_of
+from ..figures.plugin import plugin_of
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .export import write_outputs

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
-from ..figures.strategies import plugin_of
+from ..figures.plugin import plugin_of
 from ..texsafe import escape_text, render_label
 from .run import Run, partial_ranks
 from .source import plot_sources

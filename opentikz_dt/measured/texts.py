@@ -12,7 +12,7 @@ the run's own failure status is quoted as the run wrote it. Must not import torc
 from __future__ import annotations
 
 from ..figures.model import Tex
-from ..figures.strategies import plugin_of
+from ..figures.plugin import plugin_of
 from ..figures.texts import label_tex, label_text, lane_text
 
 

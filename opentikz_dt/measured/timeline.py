@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from ..figures.model import elide
 from ..figures.names import BOX_KINDS, PHASED_BOX
-from ..figures.strategies import plugin_of
+from ..figures.plugin import plugin_of
 from ..figures.texts import label_text, more_lanes_text
 from ..figures.timeline import MIN_VISIBLE_CM, WIDTH_CM, Box, Lane, Panel, Timeline
 from .texts import axis_title, bubble_title_note, comm_lane_name, lane_name, panel_title, timeline_note
@@ -449,7 +449,7 @@ def async_updates_note(spec, trace: Trace) -> str:
 
 def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
     """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
-    plugin = plugin_of(spec)  # its strategy's figures plugin (figures/strategies)
+    plugin = plugin_of(spec)  # its strategy's figures plugin (strategies/<kind>/figures.py)
     asynchronous, pipeline = plugin.asynchronous(spec), plugin.PIPELINED
     window = select_window(trace, steps, default_width(spec), asynchronous)
     rows = _rows(spec, trace)

@@ -190,7 +190,7 @@ def check_calibration(data, where: str) -> None:
             for j in (0, 1):
                 _number(data, f"comm.{kind}.rounds.{i}.{j}", where)
     # optional: a fitted latency's two mechanisms (fit.py); the latency a trace showed directly
-    # where the fitted one was solved from the step time (predict/strategies/pipeline.py)
+    # where the fitted one was solved from the step time (opentikz_dt/strategies/pipeline/predict.py)
     for key in ("alpha_floor_s", "core_wait_s", "alpha_traced_s"):
         if key in data["comm"]["p2p"]:
             _number(data, f"comm.p2p.{key}", where)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from ..errors import DtgenError
 from ..hardware import DEVICES, LINKS
-from ..strategies.pipeline import stage_ops
+from ..strategies.pipeline.strategy import stage_ops
 from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency,
                         optimizer_seconds, stage_params, stage_pass)
 from .engine import Recorder
 from .nccl import NCCL_TUNING
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 KINDS = ("single", "allreduce", "fsdp", "tensor", "pipeline", "mesh")
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb default: the last bucket reduces after the backward

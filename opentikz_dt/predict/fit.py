@@ -9,7 +9,7 @@ machine's cores, which gives the run's own times back at the run's own size. Wha
 run cannot show (a second message size, other collectives) falls back on
 `base` (a probe calibration) or on the message latency it did show. What is particular
 to a strategy (which spans hold its messages, how its compute splits) its predict
-plugin's fit hooks read (predict/strategies/: fit_compute, fit_message_latency, ...).
+plugin's fit hooks read (strategies/<kind>/predict.py: fit_compute, fit_message_latency, ...).
 Must not import torch.
 """
 
@@ -27,7 +27,7 @@ from .blocks import learn_model, model_blocks, model_signature
 from .calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
 from .costs import illustrative_calibration
 from .phases import compute_ratios, duty, phase_times, roles_of, server_gaps, untraced
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 DEFAULT_BETA = 1 / 2.4e9  # s/byte: gloo over loopback on this kind of machine (RUNNER_NOTES: 10 MB at 2.4 GB/s)
 
@@ -35,7 +35,7 @@ DEFAULT_BETA = 1 / 2.4e9  # s/byte: gloo over loopback on this kind of machine (
 @dataclass
 class RunFit:
     """A run being fitted, as the fit hooks of a predict plugin see it
-    (predict/strategies/__init__.py)."""
+    (predict/interface.py)."""
 
     run: object  # the loaded run directory (measured/run.py)
     role: str  # the role whose ranks compute forward/backward (the plugin's COMPUTE_ROLE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 
 def roles_of(run):

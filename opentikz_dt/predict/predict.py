@@ -22,7 +22,7 @@ from .presets import DEVICES, device_preset, link_preset, matches
 from ..memory import predicted_memory
 from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 from ..strategies import strategy as described
 from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wait, crowd_untraced, crowd_wait, short,
                        untraced_floor, untraced_typical, wait_scale)

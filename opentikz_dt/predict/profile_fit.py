@@ -38,7 +38,7 @@ from .blocks import model_blocks, model_signature
 from .calibration import FORMAT, Calibration, training_of
 from .costs import illustrative_calibration
 from .fit import DEFAULT_BETA
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 COMPUTE = ("forward", "backward", "optimizer")
 FLOP_SPLIT = "forward and backward split over the spec's blocks by FLOPs (the traces have no span per block)"

@@ -30,7 +30,7 @@ from .interval import interval
 from .predict import apply_overrides, check_size, costs_for
 from .rundir import metrics_of
 from .simulate import simulate
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 from .sweep import SWEEP_SEEDS, caption, check_sweep_size, worker_memory
 
 MAX_ROWS = 24  # rows drawn (the fastest); the rest are named in the caption

@@ -1,6 +1,6 @@
 """One entry point: simulate(spec, costs) runs the strategy's schedule and returns a Result.
 
-Each strategy's schedule lives in its predict plugin (predict/strategies/<kind>.py,
+Each strategy's schedule lives in its predict plugin (strategies/<kind>/predict.py,
 `simulate_steps`), which mirrors the runner's module of that kind (runner/strategies/).
 `Simulation` holds what every schedule shares: ranks, ids, model sizes, stragglers, and
 the pieces of a step most strategies have (untraced start, compute, optimizer step).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .blocks import model_blocks
 from .engine import Recorder, Result
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 
 def roles(spec) -> list[tuple[str, str]]:

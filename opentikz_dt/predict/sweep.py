@@ -30,7 +30,7 @@ from .interval import interval
 from .rundir import metrics_of
 from ..memory import expected_memory
 from .simulate import roles, simulate
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 MAX_POINTS = 64
 MAX_SERIES = 5  # palette colours

@@ -21,7 +21,7 @@ from .calibration import Calibration
 from .costs import Costs, illustrative_calibration
 from .rundir import write_run_dir
 from .simulate import simulate
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 
 def synthetic_plugins() -> dict:

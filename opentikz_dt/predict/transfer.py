@@ -28,7 +28,7 @@ from ..strategies import kinds, strategy
 from .costs import wait_ratio
 from .fit import FLOOR_QUANTILE
 from .simulate import roles
-from .strategies import REGISTRY
+from .plugin import REGISTRY
 
 STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
 # collective_wait's caveat, which predict.py drops where the strategy ran no collective
@@ -239,7 +239,7 @@ def crowd_wait(cal, spec, dedicated: bool) -> float | None:
 
 def crowded_hop(crowding: dict) -> float:
     """The crowded ring run's hop latency (s): as its fit solved it from its step time
-    (`hop_s`, predict/strategies/allreduce.finish_fit), else, in calibrations made before
+    (`hop_s`, strategies/allreduce/predict.py: finish_fit), else, in calibrations made before
     it was recorded, its message alone and its wait."""
     if "hop_s" in crowding:
         return float(crowding["hop_s"])

@@ -12,7 +12,8 @@ package's `strategy.py`) holds:
                                    theirs in schemas/spec.schema.json), merged into the
                                    spec schema's strategy block for specs of this kind
 
-and, where the default (_defaults.py, which documents each) does not fit, hooks:
+and, where the default (interface.py: StrategyPlugin, which types and documents each)
+does not fit, hooks:
 
   title(block)                     the default figure title for a resolved strategy block
   resolve_defaults(data, given)    defaults that follow the kind (spec.resolve)
@@ -44,7 +45,7 @@ from ..errors import InputError
 from ..plugins import SideRegistry
 from ._base import COMMON_PHASES, Strategy
 
-REGISTRY = SideRegistry("strategy", __name__, defaults=f"{__name__}._defaults")
+REGISTRY = SideRegistry("strategy", __name__, "opentikz_dt.strategies.interface:StrategyPlugin", submodule="strategy")
 
 __all__ = ["COMMON_PHASES", "Strategy", "REGISTRY", "all_strategies", "kinds", "strategy", "plugin", "kinds_with",
            "outside_kinds", "spec_schema"]

@@ -1,7 +1,7 @@
 """The runner's strategy plugins: one module per `strategy.kind` (named after it, '-' as
 '_'; DTGEN_PLUGINS adds `<package>.runner` modules), each with `KIND`, `roles(spec)` and
-`train(ctx)` (docs/dev/runner-interface.md), and where _defaults.py's answer does not
-fit, the runner's other questions about the strategy:
+`train(ctx)` (docs/dev/runner-interface.md), and where the default (interface.py:
+RunnerPlugin) does not fit, the runner's other questions about the strategy:
 
   check_nodes(spec, spec_path, nnodes)       can it span nnodes machines (launch.py)
   check_placement(placement, spec)           can it run on these devices, at what cost (placement.py)
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from ...plugins import SideRegistry
 
-REGISTRY = SideRegistry("runner", __name__, defaults=f"{__name__}._defaults")
+REGISTRY = SideRegistry("runner", __name__, "opentikz_dt.runner.strategies.interface:RunnerPlugin")
 
 
 def load_strategy(kind: str):
-    """The runner plugin for a spec's `strategy.kind` (with _defaults.py's answers for
+    """The runner plugin for a spec's `strategy.kind` (with interface.py's defaults for
     what it leaves out)."""
     from ...errors import InputError, RunError
 

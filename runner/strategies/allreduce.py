@@ -142,7 +142,7 @@ def _traced_allreduce_hook(ctx):
     return hook
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def process_environment(spec, backend: str) -> dict:
     # On NCCL, ring and tree are NCCL's own algorithms (module docstring, _reducer).

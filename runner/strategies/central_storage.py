@@ -96,7 +96,7 @@ def run_storage(ctx) -> None:
     ctx.save_model(model.state_dict())
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def check_nodes(spec, spec_path, nnodes: int) -> None:
     from ...errors import InputError

@@ -49,7 +49,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...errors import InputError
-from ...strategies.fsdp import option
+from ...strategies.fsdp.strategy import option
 from ..entry import spec_location
 from ..host_gather import full_tensors
 from ..trace import TIDS
@@ -106,7 +106,7 @@ def _check_units(spec, model: nn.Module) -> None:
                              f"with parameters ({hint})")
 
 
-# --- questions the launcher asks before spawning (runner/strategies/_defaults.py) -------------
+# --- questions the launcher asks before spawning (runner/strategies/interface.py) -------------
 def check_model(spec, model, names, where) -> None:
     """The units the spec names are modules of the built model (runner/preflight.py)."""
     _check_units(spec, model)

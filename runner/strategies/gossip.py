@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from ...strategies.gossip import neighbours
+from ...strategies.gossip.strategy import neighbours
 
 KIND = "gossip"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -64,7 +64,7 @@ def _unflatten_into(params, flat) -> None:
         offset += p.numel()
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def sent(spec) -> str:
     return "weights"

@@ -69,7 +69,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...strategies.mesh import data_method, degrees, groups, rank_of
+from ...strategies.mesh.strategy import data_method, degrees, groups, rank_of
 from ..host_gather import full_tensors
 from ..stage_host import stage_through_host_if_needed
 from ..trace import TIDS
@@ -452,7 +452,7 @@ def _share(samples: int, index: int, count: int) -> int:
     return share + (left if index == 0 else 0)
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def data_parallel_width(spec, roles) -> int:
     return degrees(spec)["data"]  # the rows; a row's ranks share one slice

@@ -397,7 +397,7 @@ def _next_boundary(ctx, version: int, n: int) -> float:
     return float("inf")
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def check_model(spec, model, names: list[str], where: str) -> None:
     from ...errors import InputError

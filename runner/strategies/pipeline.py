@@ -325,7 +325,7 @@ class _StageTrace:
         setattr(stage, method, traced)
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def data_parallel_width(spec, roles) -> int:
     return 1  # every stage sees the whole batch, in microbatches

@@ -28,7 +28,7 @@ def train(ctx) -> None:
     ctx.save_model(model.state_dict())
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def sent(spec) -> str:
     return ""

@@ -22,7 +22,7 @@ Which layers are split (the plan):
   vocab-parallel loss; at dtgen's sizes replication is the cheaper and clearer choice.
 - built-in mlp: Linear layers in pairs, colwise then rowwise; an odd last layer (the
   classifier) stays whole.
-- built-in cnn: refused by the spec rules (opentikz_dt/strategies/tensor.py).
+- built-in cnn: refused by the spec rules (opentikz_dt/strategies/tensor/strategy.py).
 - python model: `strategy.plan` (module-name patterns -> colwise | rowwise | replicate,
   '*' matching one name part, as parallelize_module reads them), else the model's own
   `tp_plan` / `_tp_plan` (Hugging Face) in the same words.
@@ -515,7 +515,7 @@ def _share(samples: int, ctx) -> int:
     return share + (left if ctx.rank == 0 else 0)
 
 
-# --- the runner's other questions (runner/strategies/_defaults.py) ------------------------
+# --- the runner's other questions (runner/strategies/interface.py) ------------------------
 
 def data_parallel_width(spec, roles) -> int:
     return 1  # every worker sees the whole batch

@@ -1,0 +1,3 @@
+"""The `fsdp` strategy (opentikz_dt/plugins.py): strategy.py (descriptor, rules,
+edit hooks), figures.py (drawing), predict.py (simulation); its torch side is
+runner/strategies/fsdp.py. Must not import torch."""

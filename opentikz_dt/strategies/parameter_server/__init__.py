@@ -1,0 +1,3 @@
+"""The `parameter-server` strategy (opentikz_dt/plugins.py): strategy.py (descriptor, rules,
+edit hooks), figures.py (drawing), predict.py (simulation); its torch side is
+runner/strategies/parameter_server.py. Must not import torch."""
