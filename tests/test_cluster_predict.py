@@ -204,3 +204,18 @@ def test_the_data_all_reduce_is_costed_by_the_algorithm_the_spec_names():
     # 16 ranks on 2 hosts: the tree and the ring of 64 MB cost what nccl.py says, and differ
     ring, tree = (A100.collective("all-reduce", 64e6, 1, 16, a) for a in ("ring", "tree"))
     assert ring != tree and A100.collective("all-reduce", 64e6, 1, 16) == min(ring, tree)
+
+
+def test_a_mesh_of_16384_gpus_validates_and_is_predicted_one_lane_a_stage(tmp_path):
+    spec = tmp_path / "gpt3-16k.yaml"
+    spec.write_text("strategy: {kind: mesh, parallelism: {pipeline: 16, data: 128, tensor: 8}, microbatches: 16}\n"
+                    "topology: {workers: {count: 16384}}\n"
+                    "training:\n  model: {kind: transformer, layers: 96, d_model: 12288, heads: 96, seq_len: 2048,"
+                    " vocab: 51200}\n  batch_size: 16\n  precision: fp16\n"
+                    "runtime: {device: cuda}\nhardware: {device: a100-sxm-80gb}\n")
+    assert CliRunner().invoke(main, ["validate", str(spec)]).exit_code == 0
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    predicted = json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]
+    assert (predicted["ranks"], predicted["lanes"]) == (16384, 16)
+    assert 3.0 < predicted["step_s"] < 4.0  # 16 microbatches of 2,048 tokens a replica, 128 replicas
