@@ -219,3 +219,43 @@ def test_a_mesh_of_16384_gpus_validates_and_is_predicted_one_lane_a_stage(tmp_pa
     predicted = json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]
     assert (predicted["ranks"], predicted["lanes"]) == (16384, 16)
     assert 3.0 < predicted["step_s"] < 4.0  # 16 microbatches of 2,048 tokens a replica, 128 replicas
+
+
+INTERLEAVED = ("strategy: {kind: mesh, parallelism: {pipeline: 4, data: 2, tensor: 8}, microbatches: 8,\n"
+               "           schedule: SCHEDULE}\n"
+               "topology: {workers: {count: 64}}\n"
+               "training:\n  model: {kind: transformer, layers: 32, d_model: 8192, heads: 64, seq_len: 2048,"
+               " vocab: 51200}\n  batch_size: 8\n  precision: bf16\n"
+               "runtime: {device: cuda}\nhardware: {device: a100-sxm-80gb}\n")
+
+
+def test_an_interleaved_schedule_is_simulated_in_torchs_order_with_v_chunks_a_rank(tmp_path):
+    from opentikz_dt.predict.cluster import cluster_result, layout_of
+    from opentikz_dt.spec import load_spec
+
+    def spec(schedule: str):
+        path = tmp_path / f"{schedule}.yaml"
+        path.write_text(INTERLEAVED.replace("SCHEDULE", schedule))
+        return load_spec(path)
+
+    plain, looped = spec("1f1b"), spec("interleaved-1f1b")
+    assert (layout_of(plain).chunks, layout_of(looped).chunks) == (1, 2)  # stages_per_rank's default
+    one, two = (cluster_result(s, steps=2)[2]["step_s"] for s in (plain, looped))
+    # the bubble (p - 1)/m = 3/8 of the compute under 1F1B, 3/16 with two chunks a rank (SC'21 §2.2.2),
+    # less what the chunks' extra sends cost: the step is shorter, by less than the bubbles' difference
+    assert one / two == pytest.approx((1 + 3 / 8) / (1 + 3 / 16), rel=0.06)
+    assert 1.0 < one / two < (1 + 3 / 8) / (1 + 3 / 16)
+    rec = cluster_result(looped, steps=2)[0]
+    # the model in 4 x 2 stages, rank r holding r and r + 4: the first lane runs stages 1 and 5
+    assert {e["args"]["stage"] for e in rec.result.events[0] if e["name"] == "forward"} == {1, 5}
+    assert {e["args"]["stage"] for e in rec.result.events[3] if e["name"] == "forward"} == {4, 8}
+
+
+def test_a_schedule_that_splits_the_backward_is_refused_at_its_key(tmp_path):
+    spec = tmp_path / "zb.yaml"
+    spec.write_text(INTERLEAVED.replace("SCHEDULE", "zbv-zero-bubble"))
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output == (f"dtgen: error: {spec}:2:22: strategy.schedule: datasheet costs (hardware:) simulate "
+                             "the schedules with a whole backward (gpipe, 1f1b, interleaved-1f1b, looped-bfs); "
+                             "'zbv-zero-bubble' splits it into input and weight gradients\n")

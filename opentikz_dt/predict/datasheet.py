@@ -119,10 +119,11 @@ class Layout:
     tensor: int
     microbatches: int       # per replica and step
     micro_batch: int        # samples per microbatch
-    schedule: str = "1f1b"  # gpipe | 1f1b
+    schedule: str = "1f1b"  # a pipeline schedule's name (pipeline_schedules.SCHEDULES)
     algorithm: str = "native"  # the data all-reduce: native (NCCL's choice) | ring | tree | hierarchical
     sharded: bool = False   # data parallel as FSDP (all-gather + reduce-scatter), else all-reduce
     overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce); a mesh reduces after
+    chunks: int = 1         # virtual stages per pipeline rank (interleaved 1F1B: v)
 
     @property
     def gpus(self) -> int:
