@@ -206,21 +206,6 @@ def test_the_data_all_reduce_is_costed_by_the_algorithm_the_spec_names():
     assert ring != tree and A100.collective("all-reduce", 64e6, 1, 16) == min(ring, tree)
 
 
-def test_a_mesh_of_16384_gpus_validates_and_is_predicted_one_lane_a_stage(tmp_path):
-    spec = tmp_path / "gpt3-16k.yaml"
-    spec.write_text("strategy: {kind: mesh, parallelism: {pipeline: 16, data: 128, tensor: 8}, microbatches: 16}\n"
-                    "topology: {workers: {count: 16384}}\n"
-                    "training:\n  model: {kind: transformer, layers: 96, d_model: 12288, heads: 96, seq_len: 2048,"
-                    " vocab: 51200}\n  batch_size: 16\n  precision: fp16\n"
-                    "runtime: {device: cuda}\nhardware: {device: a100-sxm-80gb}\n")
-    assert CliRunner().invoke(main, ["validate", str(spec)]).exit_code == 0
-    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
-    predicted = json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]
-    assert (predicted["ranks"], predicted["lanes"]) == (16384, 16)
-    assert 3.0 < predicted["step_s"] < 4.0  # 16 microbatches of 2,048 tokens a replica, 128 replicas
-
-
 INTERLEAVED = ("strategy: {kind: mesh, parallelism: {pipeline: 4, data: 2, tensor: 8}, microbatches: 8,\n"
                "           schedule: SCHEDULE}\n"
                "topology: {workers: {count: 64}}\n"
@@ -259,3 +244,40 @@ def test_a_schedule_that_splits_the_backward_is_refused_at_its_key(tmp_path):
     assert result.output == (f"dtgen: error: {spec}:2:22: strategy.schedule: datasheet costs (hardware:) simulate "
                              "the schedules with a whole backward (gpipe, 1f1b, interleaved-1f1b, looped-bfs); "
                              "'zbv-zero-bubble' splits it into input and weight gradients\n")
+
+
+def test_sequence_parallelism_splits_the_norms_over_t_and_keeps_the_bytes_moved():
+    from dataclasses import replace
+
+    from opentikz_dt.predict.datasheet import elementwise_bytes, layer_costs
+
+    dropped = Model(96, 12288, 96, 2048, 51200, dropout=True)
+    layout = Layout(8, 1, 8, 64, 1)
+    sequence = replace(layout, sequence_parallel=True)
+    tokens = 2048 * 12288
+    # two norms (read, write) and two residual adds (two reads, a write) at 2 bytes, two 1-byte
+    # dropout masks: on 1/8 of the tokens on each tensor rank (Korthikanti et al. 2022, §4.2.2)
+    saved = elementwise_bytes(dropped, layout, 8, 2) - elementwise_bytes(dropped, sequence, 8, 2)
+    assert saved == pytest.approx((2 * (2 * 2 + 2 * 3) + 2) * tokens * 7 / 8)
+    plain, split = layer_costs(dropped, layout, A100, "none"), layer_costs(dropped, sequence, A100, "none")
+    assert plain.forward - split.forward == pytest.approx(saved / A100.hbm_rate)
+    # each all-reduce becomes a reduce-scatter and an all-gather of the same b·s·h: the same bytes
+    rs_ag = A100.collective("reduce-scatter", 2 * tokens, 1, 8) + A100.collective("all-gather", 2 * tokens, 1, 8)
+    assert split.forward_comm == pytest.approx(2 * rs_ag)
+    assert layer_costs(dropped, replace(Layout(1, 8, 1, 1, 1), sequence_parallel=True), A100, "none") == \
+        layer_costs(dropped, Layout(1, 8, 1, 1, 1), A100, "none")  # t = 1: nothing to split
+
+
+def test_a_mesh_of_16384_gpus_validates_and_is_predicted_one_lane_a_stage(tmp_path):
+    spec = tmp_path / "gpt3-16k.yaml"
+    spec.write_text("strategy: {kind: mesh, parallelism: {pipeline: 16, data: 128, tensor: 8}, microbatches: 16}\n"
+                    "topology: {workers: {count: 16384}}\n"
+                    "training:\n  model: {kind: transformer, layers: 96, d_model: 12288, heads: 96, seq_len: 2048,"
+                    " vocab: 51200}\n  batch_size: 16\n  precision: fp16\n"
+                    "runtime: {device: cuda}\nhardware: {device: a100-sxm-80gb}\n")
+    assert CliRunner().invoke(main, ["validate", str(spec)]).exit_code == 0
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    predicted = json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]
+    assert (predicted["ranks"], predicted["lanes"]) == (16384, 16)
+    assert 3.0 < predicted["step_s"] < 4.0  # 16 microbatches of 2,048 tokens a replica, 128 replicas
