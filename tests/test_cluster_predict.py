@@ -204,3 +204,80 @@ def test_the_data_all_reduce_is_costed_by_the_algorithm_the_spec_names():
     # 16 ranks on 2 hosts: the tree and the ring of 64 MB cost what nccl.py says, and differ
     ring, tree = (A100.collective("all-reduce", 64e6, 1, 16, a) for a in ("ring", "tree"))
     assert ring != tree and A100.collective("all-reduce", 64e6, 1, 16) == min(ring, tree)
+
+
+INTERLEAVED = ("strategy: {kind: mesh, parallelism: {pipeline: 4, data: 2, tensor: 8}, microbatches: 8,\n"
+               "           schedule: SCHEDULE}\n"
+               "topology: {workers: {count: 64}}\n"
+               "training:\n  model: {kind: transformer, layers: 32, d_model: 8192, heads: 64, seq_len: 2048,"
+               " vocab: 51200}\n  batch_size: 8\n  precision: bf16\n"
+               "runtime: {device: cuda}\nhardware: {device: a100-sxm-80gb}\n")
+
+
+def test_an_interleaved_schedule_is_simulated_in_torchs_order_with_v_chunks_a_rank(tmp_path):
+    from opentikz_dt.predict.cluster import cluster_result, layout_of
+    from opentikz_dt.spec import load_spec
+
+    def spec(schedule: str):
+        path = tmp_path / f"{schedule}.yaml"
+        path.write_text(INTERLEAVED.replace("SCHEDULE", schedule))
+        return load_spec(path)
+
+    plain, looped = spec("1f1b"), spec("interleaved-1f1b")
+    assert (layout_of(plain).chunks, layout_of(looped).chunks) == (1, 2)  # stages_per_rank's default
+    one, two = (cluster_result(s, steps=2)[2]["step_s"] for s in (plain, looped))
+    # the bubble (p - 1)/m = 3/8 of the compute under 1F1B, 3/16 with two chunks a rank (SC'21 §2.2.2),
+    # less what the chunks' extra sends cost: the step is shorter, by less than the bubbles' difference
+    assert one / two == pytest.approx((1 + 3 / 8) / (1 + 3 / 16), rel=0.06)
+    assert 1.0 < one / two < (1 + 3 / 8) / (1 + 3 / 16)
+    rec = cluster_result(looped, steps=2)[0]
+    # the model in 4 x 2 stages, rank r holding r and r + 4: the first lane runs stages 1 and 5
+    assert {e["args"]["stage"] for e in rec.result.events[0] if e["name"] == "forward"} == {1, 5}
+    assert {e["args"]["stage"] for e in rec.result.events[3] if e["name"] == "forward"} == {4, 8}
+
+
+def test_a_schedule_that_splits_the_backward_is_refused_at_its_key(tmp_path):
+    spec = tmp_path / "zb.yaml"
+    spec.write_text(INTERLEAVED.replace("SCHEDULE", "zbv-zero-bubble"))
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output == (f"dtgen: error: {spec}:2:22: strategy.schedule: datasheet costs (hardware:) simulate "
+                             "the schedules with a whole backward (gpipe, 1f1b, interleaved-1f1b, looped-bfs); "
+                             "'zbv-zero-bubble' splits it into input and weight gradients\n")
+
+
+def test_sequence_parallelism_splits_the_norms_over_t_and_keeps_the_bytes_moved():
+    from dataclasses import replace
+
+    from opentikz_dt.predict.datasheet import elementwise_bytes, layer_costs
+
+    dropped = Model(96, 12288, 96, 2048, 51200, dropout=True)
+    layout = Layout(8, 1, 8, 64, 1)
+    sequence = replace(layout, sequence_parallel=True)
+    tokens = 2048 * 12288
+    # two norms (read, write) and two residual adds (two reads, a write) at 2 bytes, two 1-byte
+    # dropout masks: on 1/8 of the tokens on each tensor rank (Korthikanti et al. 2022, §4.2.2)
+    saved = elementwise_bytes(dropped, layout, 8, 2) - elementwise_bytes(dropped, sequence, 8, 2)
+    assert saved == pytest.approx((2 * (2 * 2 + 2 * 3) + 2) * tokens * 7 / 8)
+    plain, split = layer_costs(dropped, layout, A100, "none"), layer_costs(dropped, sequence, A100, "none")
+    assert plain.forward - split.forward == pytest.approx(saved / A100.hbm_rate)
+    # each all-reduce becomes a reduce-scatter and an all-gather of the same b·s·h: the same bytes
+    rs_ag = A100.collective("reduce-scatter", 2 * tokens, 1, 8) + A100.collective("all-gather", 2 * tokens, 1, 8)
+    assert split.forward_comm == pytest.approx(2 * rs_ag)
+    assert layer_costs(dropped, replace(Layout(1, 8, 1, 1, 1), sequence_parallel=True), A100, "none") == \
+        layer_costs(dropped, Layout(1, 8, 1, 1, 1), A100, "none")  # t = 1: nothing to split
+
+
+def test_a_mesh_of_16384_gpus_validates_and_is_predicted_one_lane_a_stage(tmp_path):
+    spec = tmp_path / "gpt3-16k.yaml"
+    spec.write_text("strategy: {kind: mesh, parallelism: {pipeline: 16, data: 128, tensor: 8}, microbatches: 16}\n"
+                    "topology: {workers: {count: 16384}}\n"
+                    "training:\n  model: {kind: transformer, layers: 96, d_model: 12288, heads: 96, seq_len: 2048,"
+                    " vocab: 51200}\n  batch_size: 16\n  precision: fp16\n"
+                    "runtime: {device: cuda}\nhardware: {device: a100-sxm-80gb}\n")
+    assert CliRunner().invoke(main, ["validate", str(spec)]).exit_code == 0
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    predicted = json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]
+    assert (predicted["ranks"], predicted["lanes"]) == (16384, 16)
+    assert 3.0 < predicted["step_s"] < 4.0  # 16 microbatches of 2,048 tokens a replica, 128 replicas

@@ -14,7 +14,7 @@ from opentikz_dt.errors import SpecError
 from opentikz_dt.spec import load_spec
 from opentikz_dt.strategies import kinds, strategy
 
-COUNTS = (1, 65, 1024, 4096)
+COUNTS = (1, 65, 1024, 4096, 16384)
 
 
 def _spec_text(kind: str, count: int) -> str:

@@ -322,7 +322,7 @@ def test_cli_bad_input_is_one_line_and_nothing_written(tmp_path):
         (["--sweep", "workers=2,4,x"], "worker counts must be whole numbers", 2),
         (["--sweep", "hosts=2,4"], "expected workers=N,N,...", 2),
         (["--sweep", "workers=" + ",".join(str(i) for i in range(1, 80))], "at most 64 per figure", 2),
-        (["--workers", "4096"], "4,097 ranks: predictions go up to 4,096 ranks", 1),
+        (["--workers", "16384"], "16,385 ranks: predictions go up to 16,384 ranks", 1),
         (["--workers", "4000", "--steps", "1000"], "rank-steps", 1),
         (["--link", "fast"], "is not a bandwidth", 2),
         (["--set", "topology.workers.count=-3"], "the overrides make an invalid spec", 2),

@@ -62,7 +62,7 @@ def max_drawn(spec) -> tuple[int, int]:
 def mesh_layout(spec, sp) -> Layout:
     d = degrees(spec)
     cols_drawn, stages_drawn = max_drawn(spec)
-    node_w = NODE_W  # holds "4,096" (0.64 cm of \footnotesize digits and its inner sep), the most workers a spec has
+    node_w = NODE_W  # holds "16,384" (0.64 cm of \footnotesize digits and its inner sep), the most workers a spec has
     rows, cols = elide(d["data"], MAX_DRAWN), elide(d["tensor"], cols_drawn)
     hosts = spec.topology.hosts
 

@@ -5,8 +5,10 @@ schedule at the same times on a datasheet (no noise, no stragglers), so one rank
 stage stands for all of them: the simulation is p lanes, not p·d·t, and the trace holds
 those lanes only (what the timeline draws). 1,024 GPUs of GPT-3 175B are 16 lanes.
 
-The schedule is dtgen's: a stage's microbatches in GPipe or 1F1B order
-(strategies/pipeline.stage_ops), activations sent to the next stage after each forward
+The schedule is dtgen's: each rank's microbatches in the order torch runs its schedule
+(GPipe, 1F1B; interleaved 1F1B and looped BFS with v virtual stages per rank, the model
+cut into p·v stages, rank r holding r, r + p, ...: pipeline_schedules.rank_orders),
+activations sent to the next stage after each forward
 and their gradients back after each backward (on the critical path), the tied embedding
 summed between the first and the last stage, then the data-parallel gradient all-reduce
 (a mesh reduces after the pipeline flush: no overlap; kind allreduce's DDP buckets overlap
@@ -15,9 +17,12 @@ the backward), then Adam. The costs of each piece: datasheet.py. Must not import
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import DtgenError
 from ..hardware import DEVICES, LINKS
-from ..strategies.pipeline.strategy import stage_ops
+from ..strategies.pipeline_schedules import SCHEDULES, ScheduleOrderError, single_stage_ops, stages_per_rank
+from ..strategies.pipeline_schedules import rank_orders as schedule_orders
 from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency,
                         optimizer_seconds, stage_params, stage_pass)
 from .engine import Recorder
@@ -43,8 +48,11 @@ def layout_of(spec) -> Layout:
                                   f"{', '.join(KINDS)}; '{kind}' is predicted from a calibration (--calibration)"))
     p, d, t, algorithm, sharded, overlap = REGISTRY.get(kind).cluster_layout(spec)
     m = spec.strategy.microbatches if p > 1 else 1
+    v = stages_per_rank(spec.strategy) if p > 1 else 1  # a multi-stage schedule's virtual stages per rank
+    if p > 1 and not simulated(spec.strategy.schedule):
+        raise DtgenError(_located(spec, ("strategy", "schedule"), WHOLE_BACKWARD.format(spec.strategy.schedule)))
     return Layout(p, d, t, m, batch // m, spec.strategy.schedule if p > 1 else "gpipe", algorithm, sharded,
-                  overlap_data=overlap)
+                  overlap_data=overlap, chunks=v)
 
 
 def model_of(spec):
@@ -89,6 +97,30 @@ def representatives(layout: Layout) -> list[int]:
     return [s * layout.data * layout.tensor for s in range(layout.pipeline)]
 
 
+WHOLE_BACKWARD = ("datasheet costs (hardware:) simulate the schedules with a whole backward (gpipe, 1f1b, "
+                  "interleaved-1f1b, looped-bfs); '{}' splits it into input and weight gradients")
+
+
+def simulated(schedule: str) -> bool:
+    """Whether the datasheet simulation runs `schedule`: one stage per rank, or v looped ones,
+    each backward whole (the zero-bubble schedules' split one has no datasheet cost yet)."""
+    return not SCHEDULES[schedule].splits_backward and SCHEDULES[schedule].placement in ("one", "loop")
+
+
+def rank_orders(layout: Layout, p: int, m: int) -> tuple:
+    """Each rank's operations, ((op, microbatch, global stage), ...), in the order torch runs
+    them: GPipe and 1F1B from its code (single_stage_ops), the looped schedules from the table
+    torch computes (pipeline_schedules.rank_orders)."""
+    if not simulated(layout.schedule):
+        raise DtgenError(WHOLE_BACKWARD.format(layout.schedule))
+    if SCHEDULES[layout.schedule].placement == "one":
+        return tuple(tuple((op, mb, r) for op, mb in single_stage_ops(layout.schedule, r, p, m)) for r in range(p))
+    try:
+        return schedule_orders(layout.schedule, p, m, layout.chunks)
+    except ScheduleOrderError as e:
+        raise DtgenError(f"pipeline schedule '{layout.schedule}': {e}") from None
+
+
 def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: str, steps: int,
                      record: bool = True) -> Recorder:
     """Simulate `steps` steps; one lane per stage. Times in µs, as every trace."""
@@ -96,16 +128,20 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
     ids = [f"w{r + 1}" for r in representatives(layout)]
     rec = Recorder(ids, ["worker"] * p, record)
     us = 1e6
-    passes = [stage_pass(model, layout, cluster, recompute, s) for s in range(p)]
+    v = layout.chunks
+    virtual = replace(layout, pipeline=p * v)  # the model cut into p·v stages, v on each rank
+    passes = [stage_pass(model, virtual, cluster, recompute, g) for g in range(p * v)]
     e = 2 if cluster.precision in ("bf16", "fp16", "fp8") else 4
     # a stage boundary's activations (and their gradient); a Counted model has one stage
     act = e * layout.micro_batch * model.seq * model.hidden if p > 1 else 0.0
-    hop = cluster.p2p(act, d * t) * us
-    params = [stage_params(model, layout, s) for s in range(p)]
-    grad_bytes = [4 * v for v in params]  # dtgen reduces gradients in fp32
+    owner = [g % p for g in range(p * v)]  # the looped placement: rank r holds stages r, r + p, ...
+    hops = [cluster.p2p(act, max(1, abs(owner[g] - owner[g - 1])) * d * t) * us if g else 0.0
+            for g in range(p * v)]  # into stage g from stage g - 1
+    params = [sum(stage_params(model, virtual, g) for g in range(r, p * v, p)) for r in range(p)]
+    grad_bytes = [4 * n for n in params]  # dtgen reduces gradients in fp32
     tied = 4 * model.vocab * model.hidden / t if p > 1 else 0.0  # p > 1: a transformer
     tied_us = cluster.collective("all-reduce", tied, (p - 1) * d * t, 2) * us
-    orders = [stage_ops(layout.schedule, s, p, m) for s in range(p)]
+    orders = rank_orders(layout, p, m)
     free_at = [0.0] * p
     for step in range(steps):
         previous = list(free_at)
@@ -122,33 +158,34 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
             for s in range(p):
                 if pos[s] >= len(orders[s]):
                     continue
-                op, mb = orders[s][pos[s]]
+                op, mb, g = orders[s][pos[s]]
                 forward = op == "F"
-                first = s == 0 if forward else s == p - 1
-                dep = None if first else done.get(("F", s - 1, mb) if forward else ("B", s + 1, mb))
+                first = g == 0 if forward else g == p * v - 1
+                dep = None if first else done.get(("F", g - 1, mb) if forward else ("B", g + 1, mb))
                 if dep is None and not first:
                     continue
                 now = free[s]
                 if dep is not None:
-                    arrive = dep + hop
+                    arrive = dep + (hops[g] if forward else hops[g + 1])
                     if arrive > now:
-                        rec.span(s, "recv", 1, now, arrive, step, mb=mb, stage=s + 1,
+                        rec.span(s, "recv", 1, now, arrive, step, mb=mb, stage=g + 1,
                                  direction="fwd" if forward else "bwd", dim="pipeline")
                     now = max(now, arrive)
-                cost = passes[s]
+                cost = passes[g]
                 compute = (cost.forward if forward else cost.backward) * us
                 comm = (cost.forward_comm if forward else cost.backward_comm) * us
                 if not forward and backward_start[s] is None:
                     backward_start[s] = now
                 end = rec.span(s, "forward" if forward else "backward", 0, now, now + compute + comm, step,
-                               mb=mb, stage=s + 1, tensor_allreduce_us=round(comm, 1))
-                peer = s + 1 if forward else s - 1
-                if 0 <= peer < p:
-                    rec.span(s, "send", 1, end, end + hop, step, mb=mb, stage=s + 1,
+                               mb=mb, stage=g + 1, tensor_allreduce_us=round(comm, 1))
+                peer = g + 1 if forward else g - 1
+                if 0 <= peer < p * v:
+                    out = hops[peer] if forward else hops[g]
+                    rec.span(s, "send", 1, end, end + out, step, mb=mb, stage=g + 1,
                              direction="fwd" if forward else "bwd", dim="pipeline")
                     rec.moved(s, act, 0)
-                    rec.moved(peer, 0, act)
-                done[(op, s, mb)] = end
+                    rec.moved(owner[peer], 0, act)
+                done[(op, g, mb)] = end
                 free[s] = end
                 pos[s] += 1
                 left -= 1

@@ -18,6 +18,9 @@ The model (docs/planning.md states it in full, with its sources):
 - Tensor parallelism (Megatron-style, dtgen's mesh): two all-reduces of the layer's
   output (b·s·h values) per layer forward, two backward, two more in a recomputed
   forward; none overlaps compute (they sit between the matmuls that need their result).
+  With sequence parallelism (Layout.sequence_parallel; Korthikanti et al. 2022, §4.2.2)
+  each all-reduce is a reduce-scatter and an all-gather of the same tensor, and the
+  norms, residual adds and hidden dropout run on 1/t of the tokens.
 
 Must not import torch.
 """
@@ -119,10 +122,12 @@ class Layout:
     tensor: int
     microbatches: int       # per replica and step
     micro_batch: int        # samples per microbatch
-    schedule: str = "1f1b"  # gpipe | 1f1b
+    schedule: str = "1f1b"  # a pipeline schedule's name (pipeline_schedules.SCHEDULES)
     algorithm: str = "native"  # the data all-reduce: native (NCCL's choice) | ring | tree | hierarchical
     sharded: bool = False   # data parallel as FSDP (all-gather + reduce-scatter), else all-reduce
     overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce); a mesh reduces after
+    chunks: int = 1         # virtual stages per pipeline rank (interleaved 1F1B: v)
+    sequence_parallel: bool = False  # Korthikanti et al. 2022, §4.2.2: norms and dropout on 1/t of the tokens
 
     @property
     def gpus(self) -> int:
@@ -222,12 +227,14 @@ def elementwise_bytes(model: Model, layout: Layout, t: int, e: int) -> float:
     rank), GELU over b·s·4h/t, the causal mask and softmax (one fused pass) over the
     b·(a/t)·s² scores; with dropout (Megatron's GPT: attention and hidden dropout 0.1),
     the scores' dropout (read, write, a 1-byte mask) and a 1-byte mask in each fused
-    bias-dropout-add."""
+    bias-dropout-add. With sequence parallelism (Korthikanti et al. 2022, §4.2.2) the norms,
+    the residual adds and the hidden dropout run on 1/t of the tokens on each tensor rank."""
     b, s, h, a = layout.micro_batch, model.seq, model.hidden, model.heads
     tokens, scores = b * s * h, b * a * s * s / t
-    moved = e * (2 * 2 * tokens + 2 * 3 * tokens + 2 * 4 * tokens / t + 2 * scores)
+    split = tokens / (t if layout.sequence_parallel else 1)  # what the norms and residual adds run on
+    moved = e * (2 * 2 * split + 2 * 3 * split + 2 * 4 * tokens / t + 2 * scores)
     if model.dropout:
-        moved += (2 * e + 1) * scores + 2 * tokens
+        moved += (2 * e + 1) * scores + 2 * split
     return moved
 
 
@@ -247,7 +254,10 @@ def layer_costs(model: Model, layout: Layout, cluster: Cluster, recompute: str) 
     elementwise = elementwise_bytes(model, layout, t, e) / cluster.hbm_rate
     fwd = sum(gemm_seconds(*g, cluster, e) for g in gemms) + elementwise
     bwd = sum(backward_gemm_seconds(*g, cluster, e) for g in gemms) + 2 * elementwise
-    ar = cluster.collective("all-reduce", e * b * s * h, 1, t)
+    if layout.sequence_parallel:  # each all-reduce a reduce-scatter and an all-gather of the same b·s·h (§4.2.2)
+        ar = sum(cluster.collective(kind, e * b * s * h, 1, t) for kind in ("reduce-scatter", "all-gather"))
+    else:
+        ar = cluster.collective("all-reduce", e * b * s * h, 1, t)
     passes = 3
     if recompute == "full":
         bwd += fwd

@@ -29,7 +29,7 @@ from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wai
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
-MAX_RANKS = 4096
+MAX_RANKS = 16384
 MAX_RANK_STEPS = 2_000_000  # ranks x steps a prediction may simulate (about a minute here)
 MAX_EVENTS = 3_000_000      # trace events a predicted trace.json may hold (about 300 MB)
 PROBE_STEPS = 2             # steps simulated first to foresee a trace's size
