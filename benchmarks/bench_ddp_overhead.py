@@ -80,12 +80,16 @@ def plain_ddp(steps: int, batch: int, layers: list, out: str) -> None:
 
 
 def run_plain(workers: int, steps: int, batch: int, layers: list) -> float:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "plain.json")
+        # the agent's logs in the folder removed after: without a log dir it makes a
+        # torchelastic_* folder in the temporary directory and leaves it there
         cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=workers, rdzv_backend="c10d",
-                           rdzv_endpoint="localhost:0", max_restarts=0, run_id=f"plain-{time.time_ns()}")
+                           rdzv_endpoint="localhost:0", max_restarts=0, run_id=f"plain-{time.time_ns()}",
+                           logs_specs=DefaultLogsSpecs(log_dir=str(Path(tmp) / "elastic")))
         elastic_launch(cfg, plain_ddp)(steps, batch, layers, out)
         ends = json.loads(Path(out).read_text())["ends"]
     return batch * workers * (steps - WARMUP) / (ends[-1] - ends[WARMUP - 1])

@@ -68,6 +68,22 @@ def test_async_throughput_adds_up_to_the_table(tmp_path):
     assert done["w3"] < done["w1"] and sum(done.values()) <= 12 * 3
 
 
+def test_compare_draws_no_chart_of_identical_bars_and_says_each_runs_rate(tmp_path):
+    """Synchronous steps give every worker of a run one rate: `dtgen compare` then draws no
+    throughput chart (a group of identical bars per run), as a single run's figures do not, and
+    the table's note gives each run's rate per worker; a run whose workers differ brings it back."""
+    sync, ring = _synth(tmp_path, "ps-sync"), _synth(tmp_path, "allreduce-ring")
+    written = compare_runs([sync, ring], tmp_path / "alike", ("tex",))
+    assert sorted(p.name for p in written) == ["compare-loss.tex", "compare-table.tex"]
+    sync_rate, ring_rate = (sum(rates.values()) / len(rates)
+                            for rates in (load_run(r).metrics["per_worker_samples_per_s"] for r in (sync, ring)))
+    assert (f"Per worker (samples/s): synth-ps-sync {sync_rate:,.0f}; synth-allreduce-ring {ring_rate:,.0f}; "
+            "every run's workers alike (no per-worker bar chart).") in (tmp_path / "alike" / "compare-table.tex").read_text()
+    written = compare_runs([sync, _synth(tmp_path, "ps-async")], tmp_path / "differ", ("tex",))
+    assert "compare-throughput.tex" in {p.name for p in written}  # the async straggler's workers differ
+    assert "every run's workers alike" not in (tmp_path / "differ" / "compare-table.tex").read_text()
+
+
 def test_repeats_are_one_row_with_their_spread_and_error_bars(tmp_path):
     folder = tmp_path / "rep"
     for index, scale in ((1, 1.0), (2, 1.2)):
@@ -75,7 +91,7 @@ def test_repeats_are_one_row_with_their_spread_and_error_bars(tmp_path):
         metrics = json.loads((run_dir / "metrics.json").read_text())
         _edit_metrics(run_dir, samples_per_s=metrics["samples_per_s"] * scale,
                       per_worker_samples_per_s={w: v * scale for w, v in metrics["per_worker_samples_per_s"].items()})
-    other = _synth(tmp_path, "allreduce-ring")
+    other = _synth(tmp_path, "ps-async")  # its straggler's workers differ: the bar chart is drawn
     written = compare_runs([folder, other], tmp_path / "out", ("tex",))
     table = (tmp_path / "out" / "compare-table.tex").read_text()
     row = next(line for line in table.splitlines() if line.startswith("synth-ps-sync"))
@@ -111,7 +127,9 @@ def test_run_repeat_writes_r1_to_rn_and_compare_draws_them_with_error_bars(tmp_p
     compare_runs([out], tmp_path / "cmp", ("tex",))
     table = (tmp_path / "cmp" / "compare-table.tex").read_text()
     assert "t-single (2 runs)" in table and "Time to loss" not in table
-    assert "y explicit" in (tmp_path / "cmp" / "compare-throughput.tex").read_text()
+    # one worker: no bar chart of it (the error bars of repeats: test_repeats_are_one_row_...)
+    assert "t-single (mean of 2 runs)" in table and "every run's workers alike" in table
+    assert not (tmp_path / "cmp" / "compare-throughput.tex").exists()
 
 
 @pytest.mark.latex

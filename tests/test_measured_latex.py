@@ -368,3 +368,35 @@ def test_a_link_along_its_own_sloped_label_is_a_problem():
     assert problems(sloped, off=0.4) != []
     assert problems(sloped, off=1.0) == []
     assert problems("BBOX w1-ps-grad-label 0.0pt 20.0pt 30.0pt 34.0pt\n") == []
+
+
+# The flow each link of a measured topology carries, as the spec's diagram names it (once, on one
+# link of each flow): the pipeline's activations and their gradients, the server's gradients and
+# weights. Every link says it, with or without its bytes.
+FLOWS = {"pipeline-1f1b": {"act": "act.", "grad": "$\\nabla$act."},
+         "ps-sharded": {"grad": "\\gradlabel", "wts": "\\weightlabel"}}
+
+
+@pytest.mark.parametrize("width", [None, "column"])
+@pytest.mark.parametrize("example", sorted(FLOWS))
+def test_every_measured_link_carries_its_flow_symbol_clear_of_the_others(tmp_path, repo, example, width):
+    """A pipeline's middle links (no exact bytes: a stage sends both ways) and a sharded server's
+    links (close together) name their flow like the rest, at natural and at column width, and
+    no label runs into another, an icon or a link."""
+    import dataclasses
+
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    run = load_run(_example_run(tmp_path / "run", repo, example))
+    if width:
+        run = dataclasses.replace(run, spec=with_width(run.spec, width))
+    tex = render_annotated_topology(run)
+    lines = [line for line in tex.splitlines() if re.match(r"^  \\draw\[(act|grad|wts)\b", line)]
+    assert len(lines) == (4 if example == "pipeline-1f1b" else 6)  # two stage pairs; three workers x two
+    for line in lines:
+        style = re.match(r"^  \\draw\[(\w+)", line).group(1)
+        label = re.search(r"-label\) \{(.*)\} [(\[]", line)
+        assert label and FLOWS[example][style] in label.group(1), line
+    assert check_figure_geometry(compile_pdf(tex).log) == []

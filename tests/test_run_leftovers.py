@@ -208,3 +208,25 @@ def _answers(path: Path) -> bool:
         except OSError:
             return False
     return True
+
+
+def test_every_elastic_launch_names_its_log_folder():
+    """torch's elastic launcher, given no log folder (LaunchConfig without logs_specs, or
+    DefaultLogsSpecs without log_dir), makes a torchelastic_* folder in the temporary directory
+    and never removes it: every launch in the repository (the runner, the benchmarks, the tests)
+    names the folder its logs go to."""
+    import ast
+
+    repo = Path(__file__).resolve().parent.parent
+    unnamed = []
+    for folder in ("runner", "opentikz_dt", "benchmarks", "scripts", "tests"):
+        for path in sorted((repo / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                keywords = {k.arg for k in node.keywords}
+                if (name == "LaunchConfig" and "logs_specs" not in keywords) or \
+                        (name == "DefaultLogsSpecs" and "log_dir" not in keywords and not node.args):
+                    unnamed.append(f"{path.relative_to(repo)}:{node.lineno}: {name}")
+    assert unnamed == []

@@ -27,14 +27,14 @@ from ..texsafe import escape_text
 from ..workload import human_bytes
 from .plots import stragglers
 from .clearance import (LINK_LABEL_OFF_PT, box_half, link_label_size, link_labels_cross_labels, links_cross_labels,
-                        sloped_labels_clear_of_labels)
+                        link_length, sloped_labels_clear_of_labels, sloped_labels_cross)
 from .run import Run, bytes_per_step, partial_ranks, steps_measured
 from .source import device_icons, source, source_note
 
 _WORKER = re.compile(r"^w([1-9][0-9]*)$")
 SENDING = ("grad", "act", "ring", "peer")
-# A flow link's symbol (the topology template's macros), for the links the spec's diagram
-# leaves unlabelled (it names each flow once): a measured link carries its bytes beside it.
+# A flow link's symbol (the topology template's macros) where the spec's diagram labels no
+# link of that flow: a measured link carries its symbol beside its bytes (_flow_symbols).
 FLOW_SYMBOLS = {"grad": r"\gradlabel", "wts": r"\weightlabel"}
 
 
@@ -113,7 +113,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
                 printed[node.name].append(label_text(spec, "rank_memory", bytes=human_bytes(memory[node.name])))
         nodes.append(node)
     edges, links, out_edges = _link_labels(spec, layout, traffic, steps, run, once)
-    nodes = _level_links_hold_labels(spec, nodes, edges)
+    nodes = _level_links_hold_labels(spec, nodes, edges, printed)
     # (a label sloped along a link moves along it, clear of a worker's label reaching under the link)
     edges = sloped_labels_clear_of_labels(spec, replace(layout, nodes=tuple(nodes)), edges, printed)
     totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
@@ -182,20 +182,26 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     return Annotation(annotated, tuple(links), step_ms, slow)
 
 
-def _level_links_hold_labels(spec, nodes: list, edges) -> list:
+def _level_links_hold_labels(spec, nodes: list, edges, printed: dict | None = None) -> list:
     """Where a level link's label, now holding its bytes, is wider than the link (the drawer
     spaced its ends for its own shorter label: an all-reduce bar right of the column, a
     pipeline's next stage), what stands right of the link moves right until it holds the label
-    and a gap; the data fan and the nodes left of the link stay."""
+    and a gap; the data fan and the nodes left of the link stay. A label hung below its link
+    reaches down beside the workers' labels (`printed`: their lines, in words): it must fit
+    between those where they are wider than their icons."""
+    printed = printed or {}
     at = {n.name: n for n in nodes}
     level = [e for e in edges if e.route == "line" and str(e.label) and e.src.dy == e.dst.dy
              and all(_holds_level_link(at.get(p.node)) for p in (e.src, e.dst))
              and (at[e.src.node].y == at[e.dst.node].y or e.src.level or e.dst.level)]
     for edge in sorted(level, key=lambda e: min(at[e.src.node].x, at[e.dst.node].x)):
         left, right = sorted((at[edge.src.node], at[edge.dst.node]), key=lambda n: n.x)
-        length = right.x - _half_width(spec, right) - left.x - _half_width(spec, left)
+        below = "below" in edge.label_side
+        length = right.x - _half_width(spec, right, printed if below else {}) - left.x \
+            - _half_width(spec, left, printed if below else {})
         pos = min(edge.label_pos, 1 - edge.label_pos)  # its label is centred this far along, from the nearer end
-        short = (link_label_size(spec, edge.label)[0] + GAP) / 2 / max(pos, 0.1) - length
+        # (between two workers' labels, both estimates conservative: their excess is most of the gap)
+        short = (link_label_size(spec, edge.label)[0] + (GAP / 4 if below else GAP)) / 2 / max(pos, 0.1) - length
         if short > SHORT_SPARE_CM:
             edge_x = right.x
             nodes = [replace(n, x=round(n.x + short, 3)) if not n.rel and n.x >= edge_x else n for n in nodes]
@@ -214,8 +220,13 @@ def _holds_level_link(node) -> bool:
     return bar or (node.kind == "icon" and bool(_WORKER.match(node.name)))
 
 
-def _half_width(spec, node) -> float:
-    return box_half(node) if node.kind == "box" else icon_size(spec, "worker")[0] / 2
+def _half_width(spec, node, printed: dict | None = None) -> float:
+    """Half a link end's width: a box's, or a worker's icon's, or its label's where `printed`
+    holds its lines and they are wider."""
+    if node.kind == "box":
+        return box_half(node)
+    lines = (printed or {}).get(node.name, [])
+    return max([icon_size(spec, "worker")[0] / 2] + [text_cm(line) / 2 for line in lines])
 
 
 def _bytes_beside_flow_labels(spec) -> bool:
@@ -242,9 +253,14 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
         if edge.style in SENDING + ("wts",) and _WORKER.match(edge.dst.node):
             in_edges.setdefault(edge.dst.node, []).append(edge.name)
     boxed = {m for g in layout.groups if _HOST.match(g.name) for m in g.members}
+    symbols = _flow_symbols(layout)
+    # an activation link's return link (the gradients a pipeline stage sends back): its label
+    # stacks like the activations', two short lines in the gap between the stages
+    returns = {(e.dst.node, e.src.node) for e in layout.edges if e.style == "act"}
     edges, links = [], []
     for edge in layout.edges:
         src, dst = edge.src.node, edge.dst.node
+        flow = str(edge.label) or symbols.get(_flow_key(edge), "")
         found = None
         if edge.style in SENDING and out_edges.get(src) == [edge.name]:
             found = (src, "sent")
@@ -273,30 +289,64 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
             if run is None and other in _SERVER_ENDS and worker not in boxed and _bytes_beside_flow_labels(spec):
                 pos = edge.label_pos  # mid-link: the bar moves right until the link holds it (_level_links_hold_labels)
             if run is not None and other in _SERVER_ENDS:  # between the column and the server
-                if once:  # the flow labels where the figure has them: bytes on those links only
+                if once and str(edge.label):  # the flow labels where the figure has them: bytes on those links only
                     pos, side = edge.label_pos, edge.label_side
+                elif once:  # the other links: their symbol alone, sloped beside them, mid-link
+                    pos = 0.5
                 else:
                     pos = run.centre_pos() if _WORKER.match(src) else round(1 - run.centre_pos(), 3)
                     side = "above" if edge.both else side
             if edge.route == "ortho":  # a ring link: its traffic per step, not the chunk it carries first
                 label = label_tex(spec, "link_bytes", bytes=human_bytes(per_step))
-            elif edge.style == "act":  # between pipeline stages: two short lines fit the gap
-                label, side = Tex(f"{edge.label}\\\\{text}" if edge.label else text), f"{side}, align=center"
+            elif edge.style == "act" or (src, dst) in returns:  # between pipeline stages: two short lines fit the gap
+                label, side = Tex(f"{flow}\\\\{text}" if flow else text), f"{side}, align=center"
             elif once and run is not None and other in _SERVER_ENDS:
                 # the bytes under the flow label: the gap to the server is sized for the label alone
-                label = Tex(f"{edge.label}\\\\{text}" if edge.label else "")
+                label = Tex(f"{edge.label}\\\\{text}" if edge.label else flow)
                 side = f"{side}, align=center" if edge.label else side
-            else:
-                # every link says what it carries, not only the one the spec's diagram labels
-                # (links to one server or an all-reduce bar; a sharded server's links, close
-                # together, and a pipeline's keep the spec's labels: the longer text collided)
-                flow = str(edge.label) or (FLOW_SYMBOLS.get(edge.style, "") if other in ("ps", "ar") else "")
+            else:  # every link says what it carries, not only the one the spec's diagram labels
                 label = Tex(f"{flow}~{text}" if flow else text)
+                # (between two workers, on a link shorter than that line: its symbol over its bytes)
+                if flow and edge.route == "line" and _WORKER.match(src) and _WORKER.match(dst) and \
+                        link_label_size(spec, label)[0] > (link_length(spec, layout, edge) or 0.0):
+                    label, side = Tex(f"{flow}\\\\{text}"), f"{side}, align=center"
             edge = replace(edge, label=label, label_pos=pos, label_side=side)
             links.append(LinkBytes(edge.name, worker, direction, per_step))
+        elif flow and not edge.elided and not once and not str(edge.label):
+            # no exact bytes (a worker with several links): the symbol alone, beside its link as
+            # the labels with bytes sit (the diagram's side suits the link it labels only)
+            side = f"{'above' if edge.src.dy >= 0 else 'below'}={LINK_LABEL_OFF_PT:g}pt, sloped"
+            edge = replace(edge, label=Tex(flow), label_side=side)
         edges.append(edge)
     edges = _ring_return_clear_of_labels(edges)
     return edges, links, out_edges
+
+
+def _flow_key(edge) -> tuple | None:
+    """What a link carries, as the spec's diagram names it: its style and the kind of node
+    at its far end (a worker, the server, the shard group, the all-reduce bar), for a straight
+    link from a worker; None for the others (the data fan, ring and tree routes, whose labels
+    are chunks and phases)."""
+    if edge.route != "line" or edge.style not in SENDING + ("wts",):
+        return None
+    src, dst = edge.src.node, edge.dst.node
+    if _WORKER.match(src) and _WORKER.match(dst):
+        return edge.style, "worker"
+    end = dst if _WORKER.match(src) else src if _WORKER.match(dst) else None
+    return (edge.style, end) if end in _SERVER_ENDS else None
+
+
+def _flow_symbols(layout: Layout) -> dict:
+    """Each flow's symbol (_flow_key -> TeX) as the spec's diagram labels it, on one link of the
+    flow (sync_pairs: the first worker's gradients, the last one's weights; a pipeline's first
+    stages): every measured link of the flow carries it. Links to a server or a bar whose
+    diagram labels none take the template's gradient and weight macros."""
+    symbols = {(style, end): macro for style, macro in FLOW_SYMBOLS.items() for end in _SERVER_ENDS}
+    for edge in layout.edges:
+        key = _flow_key(edge)
+        if key is not None and str(edge.label):
+            symbols[key] = str(edge.label)
+    return symbols
 
 
 def node_memory(metrics: dict, ranks: list | None) -> dict:
@@ -382,7 +432,8 @@ def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False, 
     are a line further apart than the spacing its labels needed without it."""
     layout = build_layout(spec)
     plain = not fitted(spec) and spec.topology.hosts < 2 and not _column_elided(spec)
-    if plain and not memory:
+    converge = plain and _links_converge(spec)
+    if plain and not memory and not converge:
         return layout
     # (a plain layout keeps the spec's labels: its drawers may show them elsewhere, a pipeline's stage boxes)
     spaced = spec if plain else _spaced_spec(spec, step_ms, once, crowded, memory)
@@ -392,7 +443,48 @@ def _layout_for(spec, step_ms: dict, once: bool = False, crowded: bool = False, 
             not _time_on_own_line(spec, w, ms, crowded) for w, ms in step_ms.items() if _WORKER.match(w))
         rowsep = effective_spacing(spaced, plugin_of(spec).spacing_needs).rowsep + LINE_H * (1 + moved)
         spaced = replace(spaced, figure=replace(spaced.figure, rowsep=round(rowsep, 2)))
+    if converge:
+        return replace(_converging_layout(spec, spaced), macros=layout.macros)
     return replace(build_layout(spaced), macros=layout.macros)
+
+
+WIDEN_CM, WIDEN_STEPS = 0.25, 24  # how a server moves right until its links' labels clear each other, and how far
+
+
+def _converging_layout(spec, spaced) -> Layout:
+    """The layout of links converging on a server (_links_converge), every one labelled with
+    its flow and its bytes: spaced for the labels with their bytes (_flows_with_bytes), then
+    the server moved right, WIDEN_CM at a time, until no two labels, sloped along their links,
+    run into each other or into another link (clearance.sloped_labels_cross: estimates, the
+    geometry check judges); at most WIDEN_STEPS times, else as first spaced."""
+    spaced = _flows_with_bytes(spaced)
+    colsep = effective_spacing(spaced, plugin_of(spec).spacing_needs).colsep
+    first = build_layout(spaced)
+    widest = {k: {"sent": _WIDEST_BYTES, "recv": _WIDEST_BYTES} for k in range(spec.topology.workers.count)}
+    for step in range(WIDEN_STEPS + 1):
+        wide = replace(spaced, figure=replace(spaced.figure, colsep=round(colsep + step * WIDEN_CM, 2))) \
+            if step else spaced
+        layout = build_layout(wide) if step else first
+        if not sloped_labels_cross(spec, layout, _link_labels(spec, layout, widest, 1, None, False)[0]):
+            return layout
+    return first
+
+
+_WIDEST_BYTES = 888e3  # bytes printed with three digits and a unit: as wide as a link's bytes get
+
+
+def _links_converge(spec) -> bool:
+    """Whether every worker's links run to one server (or its shards), converging on it, their
+    labels sloped beside them (a parameter server's, flow_labels_once)."""
+    plugin = plugin_of(spec)
+    return plugin.flow_run(spec) and plugin.flow_labels_once(spec)
+
+
+def _flows_with_bytes(spec):
+    """The spec with its flow labels as a measured link prints them, with their bytes ("888 kB",
+    a little spare), for the layout's spacing."""
+    flows = {k: f"{v}~{_BYTES}" for k, v in spec.figure.labels.items() if k in ("grad", "weight")}
+    return replace(spec, figure=replace(spec.figure, labels={**spec.figure.labels, **flows}))
 
 
 def _column_elided(spec) -> bool:

@@ -83,6 +83,68 @@ def sloped_labels_clear_of_labels(spec, layout: Layout, edges, printed: dict) ->
     return out
 
 
+def sloped_labels_cross(spec, layout: Layout, edges) -> bool:
+    """True when two labels sloped along straight links (`edges`, as annotate labels them) would
+    run into each other, or one into a link it does not name: links converging on a server
+    carry their labels, each on its own side, closer together the nearer the server they sit."""
+    nodes = {n.name: n for n in layout.nodes if not n.rel}
+    quads, links = [], []
+    for edge in edges:
+        if edge.route != "line":
+            continue
+        a, b = (_point(spec, layout, nodes, port, outline=True) for port in (edge.src, edge.dst))
+        if a is None or b is None or a == b:
+            continue
+        links.append((edge.name, a, b))
+        if edge.label and "sloped" in edge.label_side:
+            size = link_label_size(spec, edge.label)
+            grown = (size[0] + 2 * LABELS_GAP_CM, size[1] + LABELS_GAP_CM)
+            quads.append((edge.name, _sloped_box(a, b, edge.label_pos, grown, "above" in edge.label_side)))
+    for k, (name, quad) in enumerate(quads):
+        if any(_quads_meet(quad, other) for _, other in quads[k + 1:]):
+            return True
+        sides = list(zip(quad, quad[1:] + quad[:1]))
+        if any(_segments_meet(a, b, p, q) for link, a, b in links if link != name for p, q in sides):
+            return True
+    return False
+
+
+def link_length(spec, layout: Layout, edge) -> float | None:
+    """A straight link's length (cm) between the outlines of the nodes it joins, estimated
+    (_point); None where an end cannot be placed."""
+    nodes = {n.name: n for n in layout.nodes if not n.rel}
+    a, b = (_point(spec, layout, nodes, port, outline=True) for port in (edge.src, edge.dst))
+    if a is None or b is None:
+        return None
+    length = ((b[0] - a[0]) ** 2 + (b[1] - a[1]) ** 2) ** 0.5
+    if length and edge.src.anchor == "center" and edge.dst.anchor == "center":
+        # centre to centre, drawn from border to border: less each icon's reach along the link
+        width, height = icon_size(spec, "worker")
+        cos, sin = abs(b[0] - a[0]) / length, abs(b[1] - a[1]) / length
+        reach = min(width / 2 / cos if cos else float("inf"), height / 2 / sin if sin else float("inf"))
+        return max(0.0, length - 2 * reach)
+    return length
+
+
+def _quads_meet(one: list, two: list) -> bool:
+    """Whether two convex quadrilaterals (corner lists) overlap: no side of either separates them."""
+    for quad in (one, two):
+        for (x0, y0), (x1, y1) in zip(quad, quad[1:] + quad[:1]):
+            axis = (y0 - y1, x1 - x0)
+            a = [x * axis[0] + y * axis[1] for x, y in one]
+            b = [x * axis[0] + y * axis[1] for x, y in two]
+            if max(a) <= min(b) or max(b) <= min(a):
+                return False
+    return True
+
+
+def _segments_meet(a: tuple, b: tuple, p: tuple, q: tuple) -> bool:
+    """Whether the segments a-b and p-q cross."""
+    def turn(o, s, t):
+        return (s[0] - o[0]) * (t[1] - o[1]) - (s[1] - o[1]) * (t[0] - o[0])
+    return turn(a, b, p) * turn(a, b, q) < 0 and turn(p, q, a) * turn(p, q, b) < 0
+
+
 LABELS_GAP_CM = 1.5 / PT_PER_CM  # kept between a sloped link label and a worker's label (text_cm is conservative)
 POS_STEP = 0.01  # how far along its link a label moves at a time (of the link's length)
 

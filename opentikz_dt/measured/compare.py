@@ -29,7 +29,7 @@ from ..figures.plugin import plugin_of
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .export import write_outputs
-from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot
+from .plots import render_loss_plot, render_staleness_plot, render_throughput_plot, runs_alike, runs_alike_note
 from ..lossfacts import DIVERGED_DEFINITION, FINAL_DEFINITION, divergence, final_loss
 from .repeats import aggregate, expand, group, name_apart
 from .run import Run, bytes_per_step, load_run
@@ -183,7 +183,7 @@ def column_notes(summaries: list, target: float | None, compared: bool = False) 
     """What each column means (the table's note), in column order; only the columns shown."""
     diverged = any(s.diverged for s in summaries)  # the mark is defined only where a row carries it
     notes = ["Samples/s: all workers' samples after their first step, over the wall time from the end of "
-             "step 0 to the last step's end (the per-worker bars add up to it). Step: mean step time per worker.",
+             "step 0 to the last step's end (the per-worker rates add up to it). Step: mean step time per worker.",
              f"Final loss: {FINAL_DEFINITION}." + (f" $^{{\\ddagger}}$Diverged: {DIVERGED_DEFINITION}." if diverged
                                                    else "")]
     if any(s.eval_loss is not None for s in summaries):
@@ -264,8 +264,9 @@ def render_summary_table(summaries: list, target: float | None, spec, body_only:
 
 def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "pdf"),
                  loss: float | None = None, body_only: bool = False, echo=None) -> list:
-    """Write compare-loss, compare-throughput, compare-staleness (async runs), compare-memory (runs
-    that measured memory per rank) and compare-table; return the paths.
+    """Write compare-loss, compare-throughput (where some run's workers differ: plots.runs_alike),
+    compare-staleness (async runs), compare-memory (runs that measured memory per rank) and
+    compare-table; return the paths.
     A run and a prediction of it also get compare-phases (per phase, with the error), echoed as text."""
     if not run_dirs:
         raise DtgenError("dtgen compare needs at least one run directory")
@@ -284,14 +285,17 @@ def compare_runs(run_dirs: list, out_dir: str | Path, formats: tuple = ("tex", "
     runs = [aggregate(members) for members in groups]  # one series per spec, error bars over its repeats
     source = ", ".join(str(r.path) for r in everything)[:300]
     out_dir = Path(out_dir)
-    makers = {"compare-loss": lambda bare: render_loss_plot(runs, bare),
-              "compare-throughput": lambda bare: render_throughput_plot(runs, bare)}
+    makers = {"compare-loss": lambda bare: render_loss_plot(runs, bare)}
+    alike = runs_alike(runs)
+    if not alike:  # bars of one height per run say nothing: the table's note gives the rates instead
+        makers["compare-throughput"] = lambda bare: render_throughput_plot(runs, bare)
+    extra = [runs_alike_note(runs)] if alike and any(run.metrics["per_worker_samples_per_s"] for run in runs) else []
     if any(run.metrics["staleness"] for run in runs):
         makers["compare-staleness"] = lambda bare: render_staleness_plot(runs, bare)
     if any(run.metrics["memory"] for run in runs):  # one spec's repeats: its first run's memory (aggregate)
         makers["compare-memory"] = lambda bare: render_compare_memory(runs, bare, source)
     makers["compare-table"] = lambda bare: render_summary_table(summaries, target, runs[0].spec, bare, source,
-                                                                    compared=True)
+                                                                    compared=True, extra_notes=extra)
     written = []
     for stem, make in makers.items():
         written += write_outputs(make(False), out_dir, stem, formats, body=make(True) if body_only else None)

@@ -294,6 +294,22 @@ def alike_note(rates: dict) -> str:
     return f"Per worker: {value:,.0f} samples/s, every worker alike (no per-worker bar chart)."
 
 
+def runs_alike(runs: list) -> bool:
+    """Whether no run's workers differ (workers_alike): `dtgen compare`'s bar chart of them,
+    a group of identical bars per run, says nothing. Runs without per-worker rates draw nothing."""
+    rates = [run.metrics["per_worker_samples_per_s"] for run in runs if run.metrics["per_worker_samples_per_s"]]
+    return all(workers_alike(r) for r in rates)
+
+
+def runs_alike_note(runs: list) -> str:
+    """The note standing for `dtgen compare`'s bar chart when every run's workers are alike:
+    each run's rate per worker, named as its legend would name it."""
+    each = [f"{run.label}{f' (mean of {run.repeats} runs)' if run.repeats > 1 else ''} "
+            f"{statistics.fmean(run.metrics['per_worker_samples_per_s'].values()):,.0f}"
+            for run in runs if run.metrics["per_worker_samples_per_s"]]  # (plain text: the table escapes it)
+    return f"Per worker (samples/s): {'; '.join(each)}; every run's workers alike (no per-worker bar chart)."
+
+
 def _tops(run: Run) -> list:
     """Bar heights, or the tops of their error bars."""
     spread = run.metrics.get("spread", {}).get("per_worker_samples_per_s", {})
