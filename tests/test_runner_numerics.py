@@ -199,6 +199,34 @@ def test_zero_stages_trace_their_collectives_and_match_single():
             assert torch.allclose(got[name], want[name], **dict(zip(("atol", "rtol"), TOLERANCE["fp32"]))), name
 
 
+def _step_collectives(events, rank: int, step: int) -> list[tuple]:
+    """A rank's collectives of one step, as (algorithm, phase, unit or source rank or
+    bucket, pass, bytes), sorted: what the runner traces and the predictor must play."""
+    return sorted((a["algorithm"], a["phase"], str(a.get("unit", a.get("src", a.get("chunk")))), a.get("pass", ""),
+                   a.get("bytes", 0)) for e in events for a in [e["args"]]
+                  if e["name"] == "allreduce" and e["pid"] == rank and a["step"] == step)
+
+
+@pytest.mark.parametrize("shard", ["optimizer", "gradients", "parameters"])
+def test_a_prediction_plays_the_collectives_each_zero_stage_runs(shard):
+    """`dtgen predict` of each ZeRO stage issues the collectives its real run traced, per
+    rank and step, kind for kind and byte for byte: ZeRO-1 DDP's bucket all-reduce and one
+    broadcast per source rank; ZeRO-2 one all-gather per unit; ZeRO-3 two per block."""
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.simulate import simulate
+
+    run = _fsdp_run() if shard == "parameters" else _fsdp_run(shard=shard)
+    spec = load_run(run.run_dir).spec
+    events = [e for e in json.loads((run.run_dir / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    predicted = simulate(spec, Costs(illustrative_calibration(spec), spec), steps=3)
+    for rank in (0, 1):
+        want = _step_collectives(events, rank, 1)
+        assert _step_collectives(predicted.events[rank], rank, 1) == want, rank
+    gathers = [c for c in want if c[1] == "all-gather"]
+    assert len(gathers) == {"optimizer": 0, "gradients": 3, "parameters": 5}[shard]
+
+
 def test_fsdp_units_from_the_spec_and_a_name_the_model_lacks(tmp_path):
     from opentikz_dt.errors import InputError
 

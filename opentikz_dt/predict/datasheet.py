@@ -121,8 +121,17 @@ class Layout:
     micro_batch: int        # samples per microbatch
     schedule: str = "1f1b"  # gpipe | 1f1b
     algorithm: str = "native"  # the data all-reduce: native (NCCL's choice) | ring | tree | hierarchical
-    sharded: bool = False   # data parallel as FSDP (all-gather + reduce-scatter), else all-reduce
-    overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce); a mesh reduces after
+    # What the data dimension shards, ZeRO's stage, and so its collectives: "" nothing (the
+    # gradients all-reduced); optimizer (all-reduced, then each rank's updated parameters
+    # broadcast: torch's ZeroRedundancyOptimizer); gradients (FSDP: each unit gathered once a
+    # step, its gradients reduce-scattered); parameters (gathered again for the backward)
+    shard: str = ""
+    overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce, ZeRO-1); a mesh reduces after
+
+    @property
+    def sharded(self) -> bool:
+        """The parameters and gradients sharded (FSDP: all-gather + reduce-scatter)."""
+        return self.shard in ("gradients", "parameters")
 
     @property
     def gpus(self) -> int:
@@ -170,7 +179,8 @@ class Cluster:
 
     def collective(self, kind: str, nbytes: float, stride: int, size: int, algorithm: str = "native") -> float:
         """Seconds of a collective over `size` ranks `stride` apart, as NCCL's model costs it
-        (predict/nccl.py): all-reduce by `algorithm`, all-gather and reduce-scatter as rings."""
+        (predict/nccl.py): all-reduce by `algorithm`, all-gather, reduce-scatter and broadcast
+        as rings."""
         if size <= 1 or nbytes <= 0:
             return 0.0
         nodes = self.hosts_spanned(stride, size)

@@ -427,10 +427,11 @@ def simulate_steps(sim, steps: int) -> None:
             rec.moved(s * width + j, moved[s] + sent[s], moved[s] + received[s])
 
 
-def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+def cluster_layout(spec) -> tuple[int, int, int, str, str, bool]:
     """The mesh's degrees; its data dimension's method: fsdp shards, ring or tree name the
     all-reduce algorithm, allreduce is NCCL's own choice (no backward overlap modelled)."""
     given = spec.strategy.options.get("parallelism") or {}
     p, d, t = (int(given.get(k, 1)) for k in ("pipeline", "data", "tensor"))
     method = spec.strategy.options.get("data_parallel") or "allreduce"
-    return p, d, t, method if method in ("ring", "tree") else "native", method == "fsdp", False
+    shard = "parameters" if method == "fsdp" else ""
+    return p, d, t, method if method in ("ring", "tree") else "native", shard, False
