@@ -44,12 +44,7 @@ def _options_rule(spec: Spec):
         ignored.append("stages")
     for key in ignored:
         owners = ", ".join(k for k in kinds() if key in _own_keys(k)) or "none"
-        yield ("strategy", key), (f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it"
-                                  + _WHY_NOT.get((key, s.kind), "") + ")")
-
-
-# Why a kind refuses a key another kind reads, where the reason is not plain from the names.
-_WHY_NOT = {("shard", "mesh"): "; a mesh's data_parallel: fsdp is ZeRO-3, stages 1 and 2 run with kind: fsdp only"}
+        yield ("strategy", key), f"{key} applies to kind: {owners} only, not '{s.kind}' (remove it)"
 
 
 def _own_keys(kind: str) -> set:

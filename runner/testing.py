@@ -102,6 +102,15 @@ SYNC_CASES = {
                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}}}, 2),
     "mesh-fsdp-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "fsdp"}}, 2),
+    # dp 2: ZeRO-1 over the 2 x 2 mesh's data groups (the gradient slices all-reduced,
+    # ZeroRedundancyOptimizer broadcasting tensor-parallel slices); ZeRO-2 (FSDP2 keeping
+    # the gathered parameters to the backward) under 2 pipeline stages, 4 microbatches 1f1b
+    "mesh-zero1-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
+                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "fsdp",
+                                                "shard": "optimizer"}}, 2),
+    "mesh-zero2-pipeline": ("mesh", {"topology": {"workers": {"count": 4}},
+                                     "strategy": {"parallelism": {"pipeline": 2, "data": 2}, "microbatches": 4,
+                                                  "data_parallel": "fsdp", "shard": "gradients"}}, 2),
     # dp 2: the 2 x 2 mesh's rows summed by dtgen's tree over each data group
     "mesh-tree-tensor": ("mesh", {"topology": {"workers": {"count": 4}},
                                   "strategy": {"parallelism": {"data": 2, "tensor": 2}, "data_parallel": "tree"}}, 2),

@@ -281,3 +281,31 @@ def test_a_mesh_of_16384_gpus_validates_and_is_predicted_one_lane_a_stage(tmp_pa
     predicted = json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]
     assert (predicted["ranks"], predicted["lanes"]) == (16384, 16)
     assert 3.0 < predicted["step_s"] < 4.0  # 16 microbatches of 2,048 tokens a replica, 128 replicas
+
+
+def test_each_zero_stage_adds_its_own_collectives_on_the_datasheet():
+    """ZeRO-1 is DDP's step with Adam on 1/d of the parameters and then d broadcasts (each
+    rank's updated 1/d of the fp32 weights, the whole buffer down a ring's chain); ZeRO-2
+    gathers each unit once a step, ZeRO-3 again for the backward: comm-bound, one
+    all-gather of the weights apart."""
+    from opentikz_dt.predict.cluster import simulate_cluster
+    from opentikz_dt.predict.datasheet import optimizer_seconds
+
+    gb, us = 1e9, 1e-6
+    assert A100.collective("broadcast", gb, 1, 8) == pytest.approx((8.4 + 7 * 3.4) * us + gb / 235e9)
+    model = Model(24, 2304, 24, 2048, 51200)
+    ddp = Layout(1, 32, 1, 1, 16, "gpipe", overlap_data=True)
+    zero1 = Layout(1, 32, 1, 1, 16, "gpipe", shard="optimizer", overlap_data=True)
+    broadcasts = 32 * A100.collective("broadcast", 4 * model.params / 32, 1, 32)
+    saved = optimizer_seconds(model.params, A100) - optimizer_seconds(model.params / 32, A100)
+    assert step_seconds(model, zero1, A100, "none") - step_seconds(model, ddp, A100, "none") == pytest.approx(
+        broadcasts - saved, rel=1e-6)
+    rec = simulate_cluster(model, zero1, A100, "none", 2)
+    spans = {(e["name"], e["args"].get("phase")): e for e in rec.result.events[0] if e["args"]["step"] == 1}
+    cast, update = spans[("allreduce", "broadcast")], spans[("optimizer", None)]
+    assert cast["args"]["bytes"] == 4 * model.params and cast["args"]["sources"] == 32
+    assert cast["ts"] + cast["dur"] == pytest.approx(update["ts"] + update["dur"], abs=1e-3)
+    slow = Cluster(DEVICES["a100-sxm-80gb"], 1, LINKS["nvlink3-a100"], LINKS["100gbe"], "fp16")
+    zero2, zero3 = (step_seconds(model, Layout(1, 32, 1, 1, 1, "gpipe", shard=level), slow, "none")
+                    for level in ("gradients", "parameters"))
+    assert zero3 - zero2 == pytest.approx(slow.collective("all-gather", 2 * model.params, 1, 32), rel=1e-6)

@@ -577,6 +577,32 @@ def test_fsdp_simulates_the_runners_collectives_per_unit(reshard):
     assert optimizer["ts"] >= found[-1]["ts"] + found[-1]["dur"] - 1e-6
 
 
+def test_zero1_updates_its_own_tensors_then_broadcasts_them_one_source_after_another():
+    """shard: optimizer as ZeroRedundancyOptimizer runs it after DDP's backward: inside the
+    `optimizer` span each rank updates the tensors torch assigns it, then each source's
+    broadcast of them (its values' fp32 bytes) runs once every rank is there, source 0 first."""
+    from opentikz_dt.memory import model_sizes
+    from opentikz_dt.strategies.fsdp.strategy import zero_partition
+
+    spec = load_spec("examples/fsdp-transformer.yaml")
+    spec = spec_from_data({**spec.data, "strategy": {"kind": "fsdp", "shard": "optimizer"}})
+    result = simulate(spec, Costs(illustrative_calibration(spec), spec), steps=3)
+    held = zero_partition(list(model_sizes(spec).tensors.values()), 2)
+    ends = []
+    for rank in (0, 1):
+        found, spans = _fsdp_collectives(result, rank, 1)
+        casts = [e for e in found if e["args"]["algorithm"] == "zero"]
+        assert [(e["args"]["phase"], e["args"]["src"], e["args"]["bytes"]) for e in casts] == [
+            ("broadcast", src, 4 * values) for src, values in enumerate(held)]
+        assert [e["args"]["phase"] for e in found if e["args"]["algorithm"] == "native"] == ["bucket"]
+        backward, optimizer = spans["backward"], spans["optimizer"]
+        assert backward["ts"] + backward["dur"] <= optimizer["ts"] < casts[0]["ts"]
+        assert casts[1]["ts"] == pytest.approx(casts[0]["ts"] + casts[0]["dur"])
+        assert optimizer["ts"] + optimizer["dur"] == pytest.approx(casts[1]["ts"] + casts[1]["dur"])
+        ends.append([e["ts"] + e["dur"] for e in casts])
+    assert ends[0] == ends[1]  # collectives: every rank leaves each broadcast together
+
+
 def test_fsdp_fit_from_a_run_predicts_it_back(tmp_path):
     """A predicted fsdp run, fitted (its passes' spans less their collectives, the
     collectives' latency), predicts its own step time back."""

@@ -47,6 +47,11 @@ TRAININGS = NUMERICS_TRAININGS
 # data_parallel ring and tree (dtgen's own, over each data group; 2026-11-26, 6 steps):
 # mesh-tree-tensor fp32 3.0e-8 (adamw-clip-cosine), bf16 3.8e-4 and 3.1e-4 (bf16-adamw);
 # mesh-data-pipeline (now ring) fp32 3.0e-8, bf16 2.5e-4 and 6.6e-5: as the native all-reduce.
+# ZeRO stages on a mesh (benchmarks/bench_numerics.py, 6 steps): mesh-zero1-tensor (2 data x 2
+# tensor, ZeroRedundancyOptimizer over the data groups) fp32 3.0e-8 (sgd, adamw-clip-cosine),
+# the loss within 2.2e-7 relative; bf16 3.8e-4, the loss within 1.2e-4; mesh-zero2-pipeline
+# (2 stages x 2 replicas, FSDP2 keeping the gathered parameters) fp32 3.0e-8, the loss within
+# 1.5e-7; bf16 2.5e-4, the loss within 9.4e-5. The same tolerances hold them.
 TOLERANCE = {"fp32": (1e-5, 1e-4), "bf16": (1e-3, 0.0)}
 LOSS_REL = {"fp32": 1e-4, "bf16": 1e-3}
 
@@ -197,6 +202,92 @@ def test_zero_stages_trace_their_collectives_and_match_single():
         got = torch.load(run.run_dir / "model.pt")
         for name in want:
             assert torch.allclose(got[name], want[name], **dict(zip(("atol", "rtol"), TOLERANCE["fp32"]))), name
+
+
+def _step_collectives(events, rank: int, step: int) -> list[tuple]:
+    """A rank's collectives of one step, as (algorithm, phase, unit or source rank or
+    bucket, pass, bytes), sorted: what the runner traces and the predictor must play."""
+    return sorted((a["algorithm"], a["phase"], str(a.get("unit", a.get("src", a.get("chunk")))), a.get("pass", ""),
+                   a.get("bytes", 0)) for e in events for a in [e["args"]]
+                  if e["name"] == "allreduce" and e["pid"] == rank and a["step"] == step)
+
+
+@pytest.mark.parametrize("shard", ["optimizer", "gradients", "parameters"])
+def test_a_prediction_plays_the_collectives_each_zero_stage_runs(shard):
+    """`dtgen predict` of each ZeRO stage issues the collectives its real run traced, per
+    rank and step, kind for kind and byte for byte: ZeRO-1 DDP's bucket all-reduce and one
+    broadcast per source rank; ZeRO-2 one all-gather per unit; ZeRO-3 two per block."""
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.simulate import simulate
+
+    run = _fsdp_run() if shard == "parameters" else _fsdp_run(shard=shard)
+    spec = load_run(run.run_dir).spec
+    events = [e for e in json.loads((run.run_dir / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    predicted = simulate(spec, Costs(illustrative_calibration(spec), spec), steps=3)
+    for rank in (0, 1):
+        want = _step_collectives(events, rank, 1)
+        assert _step_collectives(predicted.events[rank], rank, 1) == want, rank
+    gathers = [c for c in want if c[1] == "all-gather"]
+    assert len(gathers) == {"optimizer": 0, "gradients": 3, "parameters": 5}[shard]
+
+
+def _sync_case_run(name: str):
+    """SYNC_CASES[name] with the default training: the numerics test's launch (cached)."""
+    kind, overrides, _ = SYNC_CASES[name]
+    return run_small(small_spec_data(kind, **{**overrides, "training": {**overrides.get("training", {})}}))
+
+
+def test_mesh_zero1_predicts_its_collectives_and_holds_the_modelled_states():
+    """ZeRO-1 on a data x tensor mesh: the prediction plays the run's collectives per rank
+    and step (the tensor groups' all-reduces, the data groups' gradient all-reduce, one
+    broadcast per data index of the tensor slices it updated), and each rank holds the
+    parameters, gradients and optimizer state the memory model says, exactly."""
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.memory import expected_memory
+    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.simulate import simulate
+
+    run = _sync_case_run("mesh-zero1-tensor")
+    spec = load_run(run.run_dir).spec
+    events = [e for e in json.loads((run.run_dir / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    predicted = simulate(spec, Costs(illustrative_calibration(spec), spec), steps=3)
+    for rank in range(4):
+        want = _mesh_collectives(events, rank, 1)
+        assert _mesh_collectives(predicted.events[rank], rank, 1) == want, rank
+    assert [c[2] for c in want if c[0] == "zero"] == ["0", "1"]
+    states = [(m.params, m.grads, m.optimizer) for m in expected_memory(spec)]
+    measured = run.metrics["memory"]
+    assert [(measured[str(r)]["params"], measured[str(r)]["grads"], measured[str(r)]["optimizer"])
+            for r in range(4)] == states
+    assert states[0][2] != states[2][2]  # the data groups' ranks update different tensors
+
+
+def _mesh_collectives(events, rank: int, step: int) -> list[tuple]:
+    return sorted((a["algorithm"], a["phase"], str(a.get("src", a.get("layer", ""))), a.get("pass", ""), a["dim"],
+                   a.get("bytes", 0)) for e in events for a in [e["args"]]
+                  if e["name"] == "allreduce" and e["pid"] == rank and a["step"] == step)
+
+
+def test_mesh_zero2_gathers_each_unit_once_a_step_under_pipeline_stages():
+    """ZeRO-2 on a pipeline x data mesh: each stage's units are gathered once a step (for
+    the first microbatch's forward), kept through the schedule, and reduce-scattered
+    once; the states each rank holds between steps are ZeRO-3's, as modelled."""
+    from opentikz_dt.measured.run import load_run
+    from opentikz_dt.memory import expected_memory
+
+    run = _sync_case_run("mesh-zero2-pipeline")
+    events = [e for e in json.loads((run.run_dir / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    for rank in range(4):
+        found = [(a["phase"], a["unit"]) for e in events for a in [e["args"]]
+                 if e["name"] == "allreduce" and e["pid"] == rank and a["step"] == 1 and a.get("dim") == "data"]
+        units = sorted({unit for _, unit in found})
+        assert units and sorted(found) == sorted([("all-gather", u) for u in units]
+                                                           + [("reduce-scatter", u) for u in units]), rank
+    spec = load_run(run.run_dir).spec
+    measured = run.metrics["memory"]
+    assert [(measured[str(m.rank)]["params"], measured[str(m.rank)]["grads"], measured[str(m.rank)]["optimizer"])
+            for m in expected_memory(spec)] == [(m.params, m.grads, m.optimizer) for m in expected_memory(spec)]
 
 
 def test_fsdp_units_from_the_spec_and_a_name_the_model_lacks(tmp_path):

@@ -12,7 +12,9 @@ activations sent to the next stage after each forward
 and their gradients back after each backward (on the critical path), the tied embedding
 summed between the first and the last stage, then the data-parallel gradient all-reduce
 (a mesh reduces after the pipeline flush: no overlap; kind allreduce's DDP buckets overlap
-the backward), then Adam. The costs of each piece: datasheet.py. Must not import torch.
+the backward) or FSDP's gathers and reduce-scatter (Layout.shard), then Adam; ZeRO-1's
+Adam updates 1/d of the parameters and each rank then broadcasts its part. The costs of
+each piece: datasheet.py. Must not import torch.
 """
 
 from __future__ import annotations
@@ -46,12 +48,12 @@ def layout_of(spec) -> Layout:
     if kind not in KINDS:
         raise DtgenError(_located(spec, ("strategy", "kind"), f"datasheet costs (hardware:) cover kinds "
                                   f"{', '.join(KINDS)}; '{kind}' is predicted from a calibration (--calibration)"))
-    p, d, t, algorithm, sharded, overlap = REGISTRY.get(kind).cluster_layout(spec)
+    p, d, t, algorithm, shard, overlap = REGISTRY.get(kind).cluster_layout(spec)
     m = spec.strategy.microbatches if p > 1 else 1
     v = stages_per_rank(spec.strategy) if p > 1 else 1  # a multi-stage schedule's virtual stages per rank
     if p > 1 and not simulated(spec.strategy.schedule):
         raise DtgenError(_located(spec, ("strategy", "schedule"), WHOLE_BACKWARD.format(spec.strategy.schedule)))
-    return Layout(p, d, t, m, batch // m, spec.strategy.schedule if p > 1 else "gpipe", algorithm, sharded,
+    return Layout(p, d, t, m, batch // m, spec.strategy.schedule if p > 1 else "gpipe", algorithm, shard,
                   overlap_data=overlap, chunks=v)
 
 
@@ -202,11 +204,13 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
             for s in range(p):
                 if layout.sharded:
                     # FSDP: gradients reduce-scattered; alone (p = 1) the gathers and the scatter overlap
-                    # the compute through prefetch, so only what outlasts the backward is added
+                    # the compute through prefetch, so only what outlasts the backward is added;
+                    # each unit is gathered for its forward, and again for its backward at ZeRO-3
                     gather = cluster.collective("all-gather", e * params[s], t, d) * us
                     scatter = cluster.collective("reduce-scatter", grad_bytes[s], t, d) * us
                     busy = free[s] - previous[s]
-                    extra = scatter if p > 1 else max(0.0, 2 * gather + scatter - busy)
+                    gathers = 1 if layout.shard == "gradients" else 2
+                    extra = scatter if p > 1 else max(0.0, gathers * gather + scatter - busy)
                     phase = "reduce-scatter"
                 else:
                     reduce = cluster.collective("all-reduce", grad_bytes[s], t, d, layout.algorithm) * us
@@ -223,11 +227,26 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
                                    bytes=grad_bytes[s], **{"pass": "backward"})
                 rec.moved(s, grad_bytes[s], grad_bytes[s])
         for s in range(p):
-            held = params[s] / (d if layout.sharded else 1)
-            end = rec.span(s, "optimizer", 0, free[s], free[s] + optimizer_seconds(held, cluster) * us, step)
+            held = params[s] / (d if layout.shard else 1)
+            end = free[s] + optimizer_seconds(held, cluster) * us
+            if layout.shard == "optimizer" and d > 1:
+                end = _zero_broadcasts(rec, s, step, end, 4 * params[s], cluster, t, d)
+            end = rec.span(s, "optimizer", 0, free[s], end, step)
             free_at[s] = end
             rec.step(ids[s], step, previous[s], end)
     return rec
+
+
+def _zero_broadcasts(rec: Recorder, s: int, step: int, updated: float, nbytes: float, cluster: Cluster,
+                     stride: int, d: int) -> float:
+    """ZeroRedundancyOptimizer's parameter sync after the update: each of the d ranks
+    broadcasts the 1/d of the fp32 weights it updated, one source after the other; drawn as
+    one span (phase broadcast, `sources` d) inside the `optimizer` span. Returns its end."""
+    one = cluster.collective("broadcast", nbytes / d, stride, d) * 1e6
+    end = rec.span(s, "allreduce", 1, updated, updated + d * one, step, phase="broadcast", dim="data", bytes=nbytes,
+                   sources=d)
+    rec.moved(s, nbytes / d, nbytes * (d - 1) / d)
+    return end
 
 
 def step_seconds(model: Model, layout: Layout, cluster: Cluster, recompute: str) -> float:

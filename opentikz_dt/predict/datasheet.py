@@ -124,10 +124,19 @@ class Layout:
     micro_batch: int        # samples per microbatch
     schedule: str = "1f1b"  # a pipeline schedule's name (pipeline_schedules.SCHEDULES)
     algorithm: str = "native"  # the data all-reduce: native (NCCL's choice) | ring | tree | hierarchical
-    sharded: bool = False   # data parallel as FSDP (all-gather + reduce-scatter), else all-reduce
-    overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce); a mesh reduces after
+    # What the data dimension shards, ZeRO's stage, and so its collectives: "" nothing (the
+    # gradients all-reduced); optimizer (all-reduced, then each rank's updated parameters
+    # broadcast: torch's ZeroRedundancyOptimizer); gradients (FSDP: each unit gathered once a
+    # step, its gradients reduce-scattered); parameters (gathered again for the backward)
+    shard: str = ""
+    overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce, ZeRO-1); a mesh reduces after
     chunks: int = 1         # virtual stages per pipeline rank (interleaved 1F1B: v)
     sequence_parallel: bool = False  # Korthikanti et al. 2022, §4.2.2: norms and dropout on 1/t of the tokens
+
+    @property
+    def sharded(self) -> bool:
+        """The parameters and gradients sharded (FSDP: all-gather + reduce-scatter)."""
+        return self.shard in ("gradients", "parameters")
 
     @property
     def gpus(self) -> int:
@@ -175,7 +184,8 @@ class Cluster:
 
     def collective(self, kind: str, nbytes: float, stride: int, size: int, algorithm: str = "native") -> float:
         """Seconds of a collective over `size` ranks `stride` apart, as NCCL's model costs it
-        (predict/nccl.py): all-reduce by `algorithm`, all-gather and reduce-scatter as rings."""
+        (predict/nccl.py): all-reduce by `algorithm`, all-gather, reduce-scatter and broadcast
+        as rings."""
         if size <= 1 or nbytes <= 0:
             return 0.0
         nodes = self.hosts_spanned(stride, size)

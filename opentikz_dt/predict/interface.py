@@ -89,9 +89,9 @@ def default_simulation_weight(spec: Spec) -> float:
     return 1.0
 
 
-def default_cluster_layout(spec: Spec) -> tuple[int, int, int, str, bool, bool]:
+def default_cluster_layout(spec: Spec) -> tuple[int, int, int, str, str, bool]:
     """Every worker data-parallel, NCCL's own algorithm, replicas, no overlap."""
-    return 1, spec.topology.workers.count, 1, "native", False, False
+    return 1, spec.topology.workers.count, 1, "native", "", False
 
 
 # --- the interface ---------------------------------------------------------------------------
@@ -162,10 +162,11 @@ class PredictPlugin:
     fit_noise: Callable[[Fit], dict] = default_fit_noise
     # finish_fit(cal, run) -> Calibration: a last adjustment of the fitted calibration
     finish_fit: Callable[[Any, Any], Any] = default_finish_fit
-    # cluster_layout(spec) -> (p, d, t, algorithm, sharded, overlap): a datasheet cluster
+    # cluster_layout(spec) -> (p, d, t, algorithm, shard, overlap): a datasheet cluster
     # prediction's (cluster.py) pipeline, data and tensor degrees, all-reduce algorithm
-    # (ring, tree, native), parameters sharded, gradient all-reduce under the backward
-    cluster_layout: Callable[[Spec], tuple[int, int, int, str, bool, bool]] = default_cluster_layout
+    # (ring, tree, native), what the data dimension shards (ZeRO's stage: "" none,
+    # optimizer, gradients, parameters; datasheet.Layout), gradient all-reduce under the backward
+    cluster_layout: Callable[[Spec], tuple[int, int, int, str, str, bool]] = default_cluster_layout
 
     def __repr__(self) -> str:
         return f"<{self.KIND} predict plugin>"

@@ -5,11 +5,11 @@ costs latency + bytes / bandwidth, with the latency and the bandwidth factors NC
 tuner predicts them with (NCCL_TUNING, src/graph/tuning.cc, the A100-era NCCL 2.8 model),
 Simple protocol (the one large messages take):
 
-- ring (all-reduce 2(n-1) steps, all-gather and reduce-scatter n-1): a base latency of
+- ring (all-reduce 2(n-1) steps, all-gather, reduce-scatter and broadcast n-1): a base latency of
   8.4 µs plus one hop latency per step, 3.4 µs on NVLink, 5.7 µs on PCIe, 9.6 µs per step
   that crosses the network; a multi-node ring all-reduce of a large message takes 1.9x
   that latency ("plateau effect of ring"). Bytes move at the link's bandwidth times
-  2(n-1)/n (all-reduce) or (n-1)/n.
+  2(n-1)/n (all-reduce), (n-1)/n (all-gather, reduce-scatter) or 1 (broadcast).
 - tree (all-reduce only; NCCL's double binary tree across hosts, a chain inside one):
   latency 2·((ppn-1)·28 µs + log2(nodes)·50 µs) (a 256 kB chunk per hop, NVLink, network);
   bus bandwidth 0.9 of the slowest link's, at most 80 GB/s across more than two hosts (110 GB/s
@@ -59,7 +59,10 @@ def ring(kind: str, nbytes: float, n: int, nodes: int, intra_bw: float, intra_ki
     if nodes > 1 and kind == "all-reduce" and nbytes >= n / 16 * PLATEAU_BYTES:
         latency *= RING_PLATEAU
     bandwidth = intra_bw if nodes == 1 else inter_bw
-    return latency + nbytes * steps / n / bandwidth
+    # a broadcast pipelines the whole buffer down the ring's chain: each link carries all of
+    # it once (NCCL's bus bandwidth of a broadcast is its algorithm bandwidth)
+    moved = nbytes if kind == "broadcast" else nbytes * steps / n
+    return latency + moved / bandwidth
 
 
 def tree(nbytes: float, n: int, nodes: int, intra_bw: float, intra_kind: str, inter_bw: float) -> float:

@@ -39,7 +39,7 @@ def row_setup(row: dict, hardware: dict) -> tuple:
     v = int(row.get("interleave", 1))
     schedule = ("interleaved-1f1b" if v > 1 else "1f1b") if row["pipeline"] > 1 else "gpipe"
     layout = Layout(row["pipeline"], d, row["tensor"], per_replica // row["micro_batch"], row["micro_batch"], schedule,
-                    sharded=bool(row.get("sharded")), chunks=v, sequence_parallel=bool(row.get("sequence_parallel")))
+                    shard="parameters" if row.get("sharded") else "", chunks=v, sequence_parallel=bool(row.get("sequence_parallel")))
     cluster = Cluster(DEVICES[hw.device], hw.gpus_per_host, LINKS[hw.intra_host], LINKS[hw.inter_host],
                       row["precision"])
     return model, layout, cluster

@@ -311,34 +311,52 @@ def _full_state_dict(model, gather) -> dict:
 
 
 # --- ZeRO-1: DDP and torch's ZeroRedundancyOptimizer ------------------------------------------
-def _traced_zero(ctx, params):
-    """torch's ZeroRedundancyOptimizer over the spec's optimizer, whose parameter sync
-    (each rank broadcasting the parameters it updated) records one `allreduce` span per
-    source rank on the comm thread: algorithm zero, phase broadcast, `src` the rank
-    whose parameters are sent, `bytes` their size. The broadcasts of one source are
-    waited for before the next source's start (torch issues them all, then waits), so
-    each span is that source's broadcasts; on gloo (CPU) that is their time."""
+def _traced_zero(ctx, params, group=None, mixed: bool = False, steps: _StepState | None = None, **span_args):
+    """torch's ZeroRedundancyOptimizer over the spec's optimizer, on `group` (default all
+    ranks; a mesh passes a data group and span_args dim=data), whose parameter sync (each
+    rank broadcasting the parameters it updated) records one `allreduce` span per source
+    rank on the comm thread: algorithm zero, phase broadcast, `src` the source's rank in
+    the group, `bytes` the size of what it sends. The broadcasts of one source are waited
+    for before the next source's start (torch issues them all, then waits), so each span
+    is that source's broadcasts; on gloo (CPU) that is their time.
+
+    Each parameter's broadcast is torch's own (`_broadcast_params_from_rank` without
+    bucket views: dist.broadcast of param.data, asynchronous), of its local tensor: a
+    tensor-parallel slice is a DTensor, which c10d's broadcast does not take (no sharding
+    rule), and the data group's ranks hold the same slice. The parameters are one group,
+    so the assignment is torch's greedy one over them in model order (strategies/fsdp/
+    strategy.py zero_owners); `mixed` (DTensors beside plain tensors) turns foreach off,
+    as a foreach update cannot mix them. The spans' step: `steps`'s (a mesh's step state),
+    else what the caller sets as `step_index`."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     from ..optim import optimizer_class
 
     cls, settings = optimizer_class(ctx.spec)
+    group = group if group is not None else dist.group.WORLD
 
     class TracedZero(ZeroRedundancyOptimizer):
         step_index = 0
 
         def _sync_params(self):
             for src in range(self.world_size):
-                sent = sum(p.numel() * p.element_size() for group in self._partition_parameters()[src]
-                           for p in group["params"])
+                sending = [_local_tensor(p.data) for part in self._partition_parameters()[src] for p in part["params"]]
+                sent = sum(t.numel() * t.element_size() for t in sending)
                 # the source sends its parameters (once, as a tree's root does), the others receive them
                 ctx.metrics.add_bytes(sent=sent if src == self.rank else 0, recv=0 if src == self.rank else sent)
-                with ctx.tracer.span("allreduce", tid="comm", step=self.step_index, algorithm="zero",
-                                     phase="broadcast", src=src, bytes=sent):
-                    for handle in self._broadcast_params_from_rank(src):
+                root = dist.get_global_rank(group, src)
+                step = steps.step if steps is not None else self.step_index
+                with ctx.tracer.span("allreduce", tid="comm", step=step, algorithm="zero",
+                                     phase="broadcast", src=src, bytes=sent, **span_args):
+                    for handle in [dist.broadcast(t, src=root, group=group, async_op=True) for t in sending]:
                         handle.wait()
 
-    return TracedZero(list(params), optimizer_class=cls, **settings)
+    return TracedZero(list(params), optimizer_class=cls, process_group=group, **settings,
+                      **({"foreach": False} if mixed else {}))
+
+
+def _local_tensor(value):
+    return value.to_local() if hasattr(value, "to_local") else value
 
 
 def _train_zero1(ctx) -> None:

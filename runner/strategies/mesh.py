@@ -23,7 +23,11 @@ strategies in torchtitan's order:
      replicas, on top of the tensor split (its parameters become 2-D DTensors); with
      stages, the pipeline schedule tells FSDP which microbatch's backward is the last
      (torch's PipelineStage does for an FSDPModule), so each unit reduce-scatters once
-     per step;
+     per step. `shard: gradients` (ZeRO-2) keeps each unit gathered from its forward to
+     its backward (fsdp.shard_model: reshard_after_forward false); `shard: optimizer`
+     (ZeRO-1) shards nothing with FSDP: the gradient slices are all-reduced as allreduce
+     does, and torch's ZeroRedundancyOptimizer over the data group updates each rank's
+     whole tensors (slices) and broadcasts them (fsdp._traced_zero);
    - allreduce: after each step's backward, every rank all-reduces its local gradients
      (its tensor slices and the replicated parameters of its stage) with the ranks of its
      data group, which hold the same slices of the other replicas (DDP's average, without
@@ -69,7 +73,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...strategies.mesh.strategy import data_method, degrees, groups, rank_of
+from ...strategies.mesh.strategy import data_method, data_shard, degrees, groups, rank_of, shards_parameters
 from ..host_gather import full_tensors
 from ..stage_host import stage_through_host_if_needed
 from ..trace import TIDS
@@ -99,7 +103,7 @@ def train(ctx) -> None:
     pipe_mesh, data_mesh, tensor_mesh = mesh["pipeline"], mesh["data"], mesh["tensor"]
     stage_no, row, column = (m.get_local_rank() for m in (pipe_mesh, data_mesh, tensor_mesh))
     stages, rows, columns = (m.size() for m in (pipe_mesh, data_mesh, tensor_mesh))
-    sharded = data_method(spec) == "fsdp"
+    sharded = shards_parameters(spec)
 
     whole = ctx.build_model()
     # 0. pipeline: this rank's stages of the model (the whole model with one stage): one,
@@ -134,8 +138,9 @@ def train(ctx) -> None:
             fsdp.shard_model(ctx, part, state, mesh=data_mesh, units=units)
     del whole
     params = pipeline._unique_parameters(parts)  # with a V's tied copy, which `model` leaves out
-    opt = ctx.build_optimizer(_groups(params))
-    tensor._resume(ctx, model, opt)  # kind tensor's: its DTensor slices (FSDP's shards of them) alike
+    opt = _optimizer(ctx, params, data_mesh, state, mixed=columns > 1)
+    local_opt = getattr(opt, "optim", opt)  # ZeRO-1: the state this rank holds, saves and restores
+    tensor._resume(ctx, model, local_opt)  # kind tensor's: its DTensor slices (FSDP's shards of them) alike
     if local_tie is not None:
         local_tie.bind(parts)
     # the tied weight's pair on two ranks (the first and the last virtual stage's)
@@ -179,15 +184,23 @@ def train(ctx) -> None:
             tied(step)
         with ctx.tracer.span("optimizer", step=step) as span:
             stepper.step(step, span)
-        ctx.record_memory(params, opt)
+        ctx.record_memory(params, local_opt)
         share = _share(samples, stage_no * columns + column, stages * columns)
         ctx.step_done(step, loss, share, time.perf_counter() - t0)
         ctx.maybe_checkpoint(step, lambda: {"model": tensor._local(model.state_dict()),
-                                            "opt": tensor._local(opt.state_dict())})
+                                            "opt": tensor._local(local_opt.state_dict())})
         ctx.tracer.maybe_flush()
     gathered = tensor.full_state_dict(model, reordered, full_tensors(ctx))  # collective: every rank of the stage gathers
     if row == 0 and column == 0:  # one copy per stage (runner/merge.py joins the stages)
         ctx.save_model(gathered)
+
+
+def _optimizer(ctx, params, data_mesh, state, mixed: bool):
+    """The spec's optimizer over the rank's parameters; ZeRO-1 (data_parallel fsdp, shard
+    optimizer) over two or more replicas: ZeroRedundancyOptimizer over the data group."""
+    if data_shard(ctx.spec) == "optimizer" and data_mesh.size() > 1:
+        return fsdp._traced_zero(ctx, params, data_mesh.get_group(), mixed=mixed, steps=state, dim="data")
+    return ctx.build_optimizer(_groups(params))
 
 
 def _holds(model, name: str) -> bool:
@@ -472,7 +485,7 @@ def check_model(spec, model, names: list[str], where: str) -> None:
     if d["tensor"] > 1:
         plan, source = tensor.plan_of(spec, model)
         tensor.check_plan(plan, model, d["tensor"], source)
-    if data_method(spec) == "fsdp":
+    if shards_parameters(spec):
         fsdp._check_units(spec, model)
 
 

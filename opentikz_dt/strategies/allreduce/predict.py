@@ -122,7 +122,10 @@ def _buckets(blocks) -> list[tuple[int, int]]:
     return out
 
 
-def _native(sim, steps: int) -> None:
+def _native(sim, steps: int, update=None) -> None:
+    """DDP's steps. `update(step, ready)`: every rank's update once each is `ready` (its
+    backward done), returning where each ends (fsdp's ZeRO-1: the sharded update and the
+    broadcasts, a collective); default each rank's update of the whole model."""
     c, rec, n = sim.costs, sim.rec, sim.n_workers
     batch = sim.spec.training.batch_size
     buckets = _buckets(sim.blocks)
@@ -145,15 +148,19 @@ def _native(sim, steps: int) -> None:
                 rec.span(k, "allreduce", 1, ready[k][first], comm_free, step, algorithm="native", phase="bucket",
                          chunk=index)
         moved = sum(b for _, b in buckets) * 2 * (n - 1) // max(n, 1)
+        ends = []
         for k in range(n):
             done = max(comm_free, ready[k][buckets[-1][0]])
             t = rec.span(k, "backward", 0, fwd_end[k], done, step, busy=ready[k][buckets[-1][0]] - fwd_end[k])
             if sim.slow[k] > 1:
                 t = rec.span(k, "slowdown", 0, t, t + (sim.slow[k] - 1) * (t - starts[k]), step, factor=sim.slow[k])
-            end = sim.optimizer(k, step, t)
+            ends.append(t if update else sim.optimizer(k, step, t))
+        if update:
+            ends = update(step, ends)
+        for k in range(n):
             rec.moved(k, moved, moved)
-            rec.step(sim.ids[k], step, free[k], end)
-            free[k] = end
+            rec.step(sim.ids[k], step, free[k], ends[k])
+            free[k] = ends[k]
 
 
 def _ring(sim, step: int, ready: list, ranks: list) -> list:
@@ -333,6 +340,6 @@ def _ring_hops(run) -> list:
     return [sum(spans) / len(spans) for spans in _hop_spans(run)]
 
 
-def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+def cluster_layout(spec) -> tuple[int, int, int, str, str, bool]:
     """Every worker data-parallel; its algorithm's all-reduce, bucketed under the backward."""
-    return 1, spec.topology.workers.count, 1, spec.strategy.algorithm or "native", False, True
+    return 1, spec.topology.workers.count, 1, spec.strategy.algorithm or "native", "", True

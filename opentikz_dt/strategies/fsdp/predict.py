@@ -15,6 +15,12 @@ its gradients reduce-scattered once its backward is done, the root's last; the
 `backward` span ends when the last reduce-scatter has (FSDP waits for it). Collectives
 run one at a time per rank, in the order issued, and start once every rank issued them.
 An all-gather or reduce-scatter costs half a ring all-reduce of its buffer.
+`shard: gradients` (ZeRO-2) is that schedule with no gather again for the backward, as
+reshard_after_forward false. `shard: optimizer` (ZeRO-1) runs as the runner's DDP and
+ZeroRedundancyOptimizer do: kind allreduce's native buckets under the backward, then in
+the `optimizer` span each rank's update of the tensors assigned to it (zero_owners) and
+one broadcast per source rank of the parameters it updated (`allreduce`, algorithm zero,
+phase broadcast, src, bytes), one source after the other, each once every rank issued it.
 Must not import torch.
 """
 
@@ -22,7 +28,9 @@ from __future__ import annotations
 
 import statistics
 
-from .strategy import ROOT, option, sharded_units
+from .strategy import ROOT, option, sharded_units, zero_owners
+from ..allreduce.predict import _native
+from ...memory import model_sizes
 from ...predict.blocks import _workload
 
 KIND = "fsdp"
@@ -37,10 +45,14 @@ class _Rank:
 
 
 def simulate_steps(sim, steps: int) -> None:
+    if option(sim.spec, "shard") == "optimizer":
+        _native(sim, steps, update=_zero_update(sim))
+        return
     c, rec, n = sim.costs, sim.rec, sim.n_workers
     batch = sim.spec.training.batch_size
     nbytes, order = sharded_units(sim.spec, _workload(sim.spec), n)
-    regather = bool(option(sim.spec, "reshard_after_forward"))
+    # ZeRO-2 keeps each unit gathered from its forward to its backward (as the runner's shard_model)
+    regather = bool(option(sim.spec, "reshard_after_forward")) and option(sim.spec, "shard") != "gradients"
     fwd = [c.forward(batch, i, i + 1, active=n) for i in range(len(sim.blocks))]
     bwd = [c.backward(batch, i, i + 1, active=n) for i in range(len(sim.blocks))]
     blocks = list(dict.fromkeys(u for u, _, _ in order if u != ROOT))  # in forward order
@@ -100,6 +112,39 @@ def simulate_steps(sim, steps: int) -> None:
             end = rec.span(k, "optimizer", 0, t, t + c.noisy(c.optimizer(sim.params // n, sim.tensors, n), step), step)
             rec.step(sim.ids[k], step, free[k], end)
             free[k] = end
+
+
+def _zero_shares(spec, params: int, tensors: int, n: int) -> list[tuple[int, int]]:
+    """(values, tensors) each rank updates under ZeroRedundancyOptimizer: the model's tensors
+    assigned as torch does (zero_owners); a python model's sizes are unknown until built,
+    so it is split evenly."""
+    sizes = model_sizes(spec)
+    if sizes is None:
+        return [(params // n + (r < params % n), tensors // n + (r < tensors % n)) for r in range(n)]
+    elements = list(sizes.tensors.values())
+    owners = zero_owners(elements, n)
+    return [(sum(e for e, o in zip(elements, owners) if o == r), owners.count(r)) for r in range(n)]
+
+
+def _zero_update(sim):
+    """ZeroRedundancyOptimizer.step after DDP's backward: each rank's update of its tensors,
+    then every source's broadcast of what it updated (4 bytes a value: the weights stay fp32)."""
+    c, rec, n = sim.costs, sim.rec, sim.n_workers
+    shares = _zero_shares(sim.spec, sim.params, sim.tensors, n)
+
+    def update(step: int, ready: list) -> list:
+        t = [ready[k] + c.noisy(c.optimizer(values, tensors, n), step) for k, (values, tensors) in enumerate(shares)]
+        for src, (values, _) in enumerate(shares):
+            size = 4 * values
+            end = max(t) + c.noisy_comm(c.broadcast(size, n), step)
+            for k in range(n):
+                rec.span(k, "allreduce", COMM_TID, t[k], end, step, algorithm="zero", phase="broadcast", src=src,
+                         bytes=size)
+                rec.moved(k, size if k == src else 0, 0 if k == src else size)
+                t[k] = end
+        return [rec.span(k, "optimizer", 0, ready[k], t[k], step) for k in range(n)]
+
+    return update
 
 
 # ---------------------------------------------------------------- calibration fit from a run
@@ -172,6 +217,11 @@ def finish_fit(cal, run):
     return scaled(solve_increasing(step_time, target, lo, hi, 25))
 
 
-def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
-    """Every worker data-parallel on sharded parameters."""
-    return 1, spec.topology.workers.count, 1, "native", True, False
+def cluster_layout(spec) -> tuple[int, int, int, str, str, bool]:
+    """Every worker data-parallel at its ZeRO stage. ZeRO-1 is DDP (buckets under the
+    backward) and ZeroRedundancyOptimizer's broadcasts. reshard_after_forward false gathers
+    each unit once a step, as ZeRO-2 does: the same collectives."""
+    shard = str(option(spec, "shard"))
+    if shard == "parameters" and not option(spec, "reshard_after_forward"):
+        shard = "gradients"
+    return 1, spec.topology.workers.count, 1, "native", shard, shard == "optimizer"

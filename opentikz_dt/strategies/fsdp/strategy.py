@@ -85,13 +85,23 @@ def expected_memory(spec, sizes) -> list:
 
 
 def zero_partition(elements: list[int], ranks: int) -> list[int]:
-    """Parameter values each rank updates under torch's ZeroRedundancyOptimizer, which
-    assigns whole tensors: largest first (a stable sort, so ties keep model order), each
-    to the rank with the fewest values so far (the first such rank)."""
+    """Parameter values each rank updates under torch's ZeroRedundancyOptimizer (zero_owners)."""
     held = [0] * ranks
-    for size in sorted(elements, reverse=True):
-        held[held.index(min(held))] += size
+    for size, rank in zip(elements, zero_owners(elements, ranks)):
+        held[rank] += size
     return held
+
+
+def zero_owners(elements: list[int], ranks: int) -> list[int]:
+    """The rank updating each tensor (of `elements` values, in model order) under torch's
+    ZeroRedundancyOptimizer, which assigns whole tensors: largest first (a stable sort, so
+    ties keep model order), each to the rank with the fewest values so far (the first such
+    rank)."""
+    held, owner = [0] * ranks, [0] * len(elements)
+    for i in sorted(range(len(elements)), key=lambda i: -elements[i]):
+        owner[i] = held.index(min(held))
+        held[owner[i]] += elements[i]
+    return owner
 
 
 # --- units as the predictor and the expected figures see them -------------------------------

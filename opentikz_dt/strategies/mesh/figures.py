@@ -22,7 +22,7 @@ Must not import torch."""
 from __future__ import annotations
 
 from ...errors import DtgenError
-from .strategy import coordinates, data_method, degrees
+from .strategy import coordinates, degrees, shards_parameters
 from ..pipeline_schedules import SCHEDULES, op_label, play, rank_orders, rank_stages, stage_rank, stages_per_rank
 from ...figures.model import elide
 from ...figures.schedule import STEPS, Sim, one_panel
@@ -185,7 +185,9 @@ def _sends(schedule: str, op: str, stage: int, total: int, ranks: int) -> bool:
 
 
 def _fsdp(spec) -> bool:
-    return data_method(spec) == "fsdp"
+    """FSDP2 over the data groups (ZeRO-2 and 3): drawn as an all-gather and a reduce-scatter;
+    ZeRO-1 all-reduces its gradient slices (its broadcasts after the update are not drawn)."""
+    return shards_parameters(spec)
 
 
 def _schedule(spec, cost) -> tuple[Sim, float]:

@@ -20,7 +20,13 @@ dim pipeline):
   forward, waiting for the group's ranks only, at the all-reduce cost (half of it for a
   reduce-scatter or all-gather). A transformer's tied embedding is summed between the
   first and the last stage of each pipeline group first (phase `tied`, dim pipeline);
-- the update of the rank's slice (1/data of it with fsdp), then the next step.
+- the update of the rank's slice (1/data of it with fsdp), then the next step. ZeRO-2
+  (`shard: gradients`) is drawn as ZeRO-3 is (one gather per step, here as in the run);
+  ZeRO-1 (`shard: optimizer`) all-reduces the gradient slices as data_parallel allreduce
+  does, updates the tensors ZeroRedundancyOptimizer assigns the rank (strategy.zero_slices),
+  then in each data group every data index broadcasts its updated slices in turn (spans
+  as the runner's: algorithm zero, phase broadcast, src, bytes, dim data), inside the
+  `optimizer` span.
 
 A FIRST APPROXIMATION, like kind tensor's (not fitted to runs yet): a unit's time splits
 between its layer pairs by FLOPs, and FSDP's per-unit gathers and scatters are drawn as
@@ -38,7 +44,7 @@ import statistics
 
 from ...errors import DtgenError
 from ...memory import model_sizes
-from .strategy import data_method, degrees, stage_slices
+from .strategy import data_method, data_shard, degrees, shards_parameters, stage_slices, zero_slices
 from ..pipeline_schedules import rank_orders, rank_stages, stage_rank, stages_per_rank
 from ...workload import model_section, tensor_plan
 from ...predict.blocks import boundary_values, stage_units, tensor_sizes, tied_names
@@ -61,7 +67,7 @@ def active_ranks(spec) -> float:
 
 def model_parts(spec) -> int:
     d = degrees(spec)
-    return d["pipeline"] * d["tensor"] * (d["data"] if data_method(spec) == "fsdp" else 1)
+    return d["pipeline"] * d["tensor"] * (d["data"] if shards_parameters(spec) else 1)
 
 
 def resize(strategy: dict, workers: int) -> None:
@@ -263,7 +269,7 @@ def simulate_steps(sim, steps: int) -> None:
     d = degrees(spec)
     pp, dp, tp = d["pipeline"], d["data"], d["tensor"]
     width = dp * tp  # ranks per stage; rank = stage * width + data * tp + tensor
-    sharded = data_method(spec) == "fsdp"
+    sharded = shards_parameters(spec)
     m = _microbatches(spec)
     rows = spec.training.batch_size / m
     # virtual stages: v per pipeline rank under a multi-stage schedule (kind pipeline's
@@ -289,7 +295,8 @@ def simulate_steps(sim, steps: int) -> None:
     tied = (4 * sum(size for name, size in tensor_sizes(spec).items() if name in tied_names(spec))
             if pp > 1 and owner[0] != owner[-1] else 0)
     method = data_method(spec)
-    algorithm = {"fsdp": "fsdp", "ring": "ring", "tree": "tree"}.get(method, "native")
+    algorithm = "fsdp" if sharded else {"ring": "ring", "tree": "tree"}.get(method, "native")
+    zero = _zero_shares(sim, spec, pp, dp) if data_shard(spec) == "optimizer" and dp > 1 else None
     slow = sim.slow
     uniform = all(v == 1.0 for v in slow)
     record = rec.record
@@ -416,9 +423,12 @@ def simulate_steps(sim, steps: int) -> None:
                 collectives(s, d_groups, free[s], step, nbytes, cost, phase, "data", "backward")
         for s in range(pp):
             o = c.optimizer(updated[s], stage_tensors[s], active)
+            if zero is not None:  # ZeRO-1: each rank updates its tensors, then the data groups broadcast them
+                ends = [free[s][j] + c.noisy(c.optimizer(*zero[s][j // tp], active), step) for j in range(width)]
+                moved[s] += _zero_broadcasts(rec, c, s, width, d_groups, ends, step, zero[s])
             for j in range(width):
                 k = s * width + j
-                end = free[s][j] + (o if plain else c.noisy(o, step))
+                end = ends[j] if zero is not None else free[s][j] + (o if plain else c.noisy(o, step))
                 rec.span(k, "optimizer", 0, free[s][j], end, step)
                 free_at[s][j] = end
                 rec.step(sim.ids[k], step, previous[s][j], end)
@@ -427,10 +437,39 @@ def simulate_steps(sim, steps: int) -> None:
             rec.moved(s * width + j, moved[s] + sent[s], moved[s] + received[s])
 
 
-def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+def _zero_shares(sim, spec, pp: int, dp: int) -> list[list[tuple[int, int]]]:
+    """Per pipeline rank, the (values, tensors) each data index updates under ZeRO-1
+    (strategy.zero_slices); a python model's sizes are known once built: split evenly."""
+    sizes = model_sizes(spec)
+    if sizes is not None:
+        return zero_slices(spec, sizes.tensors, sizes.stage_tensors(pp))
+    slices, tensors = _stage_sizes(sim, spec, stage_units(spec, pp))
+    return [[(x // dp + (i < x % dp), t // dp + (i < t % dp)) for i in range(dp)] for x, t in zip(slices, tensors)]
+
+
+def _zero_broadcasts(rec, c, s: int, width: int, d_groups: list, ends: list, step: int, shares: list) -> float:
+    """ZeroRedundancyOptimizer's sync in each data group of stage s: each data index in
+    turn broadcasts the fp32 slices it updated (span args as the runner's: algorithm zero,
+    phase broadcast, src its data index, bytes, dim data), once every rank of the group
+    finished its update and the previous source's broadcast; moves `ends` on. Returns the
+    bytes a rank moves (each sends its own and receives the others')."""
+    dp = len(shares)
+    for group in d_groups:
+        members = range(width)[group]
+        for src, (values, _) in enumerate(shares):
+            size = 4 * values
+            end = max(ends[j] for j in members) + c.noisy_comm(c.broadcast(size, dp), step)
+            for j in members:
+                rec.span(s * width + j, "allreduce", COMM_TID, ends[j], end, step, algorithm="zero",
+                         phase="broadcast", src=src, bytes=size, dim="data")
+                ends[j] = end
+    return sum(4 * values for values, _ in shares) * (dp - 1) / dp
+
+
+def cluster_layout(spec) -> tuple[int, int, int, str, str, bool]:
     """The mesh's degrees; its data dimension's method: fsdp shards, ring or tree name the
     all-reduce algorithm, allreduce is NCCL's own choice (no backward overlap modelled)."""
     given = spec.strategy.options.get("parallelism") or {}
     p, d, t = (int(given.get(k, 1)) for k in ("pipeline", "data", "tensor"))
     method = spec.strategy.options.get("data_parallel") or "allreduce"
-    return p, d, t, method if method in ("ring", "tree") else "native", method == "fsdp", False
+    return p, d, t, method if method in ("ring", "tree") else "native", data_shard(spec), False

@@ -18,7 +18,11 @@ ranks, outermost first.
              (kind allreduce's algorithms, traced hop by hop), over each data group
   fsdp       FSDP2 shards the tensor-split parameters again over the replicas
              (fully_shard(mesh=the data sub-mesh) after parallelize_module: torchtitan's
-             FSDP x TP; with pipeline stages, FSDP x TP x PP)
+             FSDP x TP; with pipeline stages, FSDP x TP x PP); `shard` picks ZeRO's
+             stage as for kind fsdp: parameters (ZeRO-3, the default), gradients
+             (ZeRO-2: reshard_after_forward false) or optimizer (ZeRO-1: the gradient
+             slices all-reduced as allreduce does, torch's ZeroRedundancyOptimizer over
+             each data group)
 
     strategy:
       kind: mesh
@@ -43,13 +47,14 @@ from __future__ import annotations
 
 from ..tensor import strategy as _tensor
 from .._base import Strategy
+from ..fsdp.strategy import zero_owners
 from ..pipeline.strategy import microbatch_rules
 from ..pipeline_schedules import SCHEDULES, stages_per_rank
 
 KIND = "mesh"
 STRATEGY = Strategy(KIND, "Hybrid pipeline x data x tensor parallel training",
                     ("allreduce", "send", "recv", "optimizer"),
-                    options=("parallelism", "data_parallel", "plan", "stages_per_rank"),
+                    options=("parallelism", "data_parallel", "plan", "stages_per_rank", "shard"),
                     workers=(2, None), default_workers=4, order=90)
 
 DIMENSIONS = ("pipeline", "data", "tensor")  # outermost first (ranks: the last varies fastest)
@@ -76,6 +81,22 @@ def degrees(spec) -> dict[str, int]:
 
 def data_method(spec) -> str:
     return spec.strategy.options.get("data_parallel") or DEFAULT_DATA_METHOD
+
+
+SHARD_LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO stages 1, 2, 3 (kind fsdp's)
+
+
+def data_shard(spec) -> str:
+    """What the data dimension shards, ZeRO's stage: "" (replicas, all-reduced), or with
+    data_parallel fsdp strategy.shard (parameters when left out)."""
+    if data_method(spec) != "fsdp":
+        return ""
+    return spec.strategy.options.get("shard") or "parameters"
+
+
+def shards_parameters(spec) -> bool:
+    """FSDP2 over the data groups (ZeRO-2 and 3): parameters gathered, gradients reduce-scattered."""
+    return data_shard(spec) in ("gradients", "parameters")
 
 
 def coordinates(spec, rank: int) -> dict[str, int]:
@@ -120,6 +141,8 @@ def title(block: dict) -> str:
     shape = " x ".join(f"{given.get(dim, 1)} {dim}" for dim in shown)
     methods = {"fsdp": "FSDP", "ring": "ring all-reduce", "tree": "tree all-reduce"}
     method = methods.get(str(block.get("data_parallel")), "all-reduce")
+    if block.get("data_parallel") == "fsdp" and block.get("shard") in ("optimizer", "gradients"):
+        method = {"optimizer": "ZeRO-1", "gradients": "ZeRO-2"}[block["shard"]]
     return f"Hybrid parallel training ({shape}; {method} across data)"
 
 
@@ -164,6 +187,9 @@ def rules(spec, model_blocks):
                                             "(make them equal)")
         return
     method = data_method(spec)
+    if "shard" in spec.strategy.options and method != "fsdp":
+        yield ("strategy", "shard"), (f"shard is the ZeRO stage of data_parallel: fsdp; {method} keeps whole "
+                                      "replicas (set data_parallel: fsdp, or remove shard)")
     if method in REFUSED_METHODS:
         yield ("strategy", "data_parallel"), (f"{method} does not combine with tensor parallelism: "
                                               f"{REFUSED_METHODS[method]} (use {', '.join(DATA_METHODS[:-1])} or {DATA_METHODS[-1]})")
@@ -196,7 +222,7 @@ def _pipeline_rules(spec, d: dict, model_blocks):
         key = ("strategy", "stages_per_rank") if "stages_per_rank" in s.options else ("training", "model", "layers")
         yield key, (f"{s.schedule} cuts the model into {stages} x {v} = {stages * v} stages, one per {blocks[1]} "
                     f"at least; the model has {blocks[0]}")
-    if schedule.splits_backward and data_method(spec) == "fsdp" and d["data"] > 1:
+    if schedule.splits_backward and shards_parameters(spec) and d["data"] > 1:
         yield ("strategy", "data_parallel"), (
             f"fsdp does not combine with {s.schedule}: under its backward split into input and weight gradients "
             "FSDP2's gradient reduction ran off `single` (zbv-zero-bubble: 0.12 after 6 steps); use allreduce, ring or tree, or a "
@@ -253,11 +279,40 @@ def expected_memory(spec, sizes) -> list:
     """Each rank holds its pipeline stage's tensors (the blocks workload.stage_bounds gives
     the stage, the last stage a copy of a tied weight), 1/tensor of the split ones (kind
     tensor's split) and the rest whole; with fsdp, 1/data of that again (FSDP shards every
-    parameter over the data group); with their gradients and optimizer state. Activations
-    are not predicted (opentikz_dt/memory.py)."""
-    held = held_per_stage(spec, sizes.tensors, sizes.stage_tensors(degrees(spec)["pipeline"]))
-    return [sizes.rank("worker", w, held[coordinates(spec, r)["pipeline"]])
-            for r, w in enumerate(spec.topology.workers.ids)]
+    parameter over the data group); with their gradients and optimizer state. ZeRO-2
+    (shard: gradients) holds ZeRO-3's between steps (kind fsdp's expected_memory says
+    why); ZeRO-1 (shard: optimizer) the whole slice and its gradients, and the optimizer
+    state of the tensors ZeroRedundancyOptimizer assigns the rank in its data group
+    (zero_slices). Activations: opentikz_dt/memory.py."""
+    stage_names = sizes.stage_tensors(degrees(spec)["pipeline"])
+    held = held_per_stage(spec, sizes.tensors, stage_names)
+    out = [sizes.rank("worker", w, held[coordinates(spec, r)["pipeline"]])
+           for r, w in enumerate(spec.topology.workers.ids)]
+    if data_shard(spec) == "optimizer":
+        updated = zero_slices(spec, sizes.tensors, stage_names)
+        for r, rank in enumerate(out):
+            at = coordinates(spec, r)
+            values = updated[at["pipeline"]][at["data"]][0]
+            rank["optimizer"] = sizes.rank("worker", rank["id"], values)["optimizer"]
+    return out
+
+
+def zero_slices(spec, tensors: dict, stage_names: list) -> list[list[tuple[int, int]]]:
+    """Per pipeline stage, the (parameter values, tensors) each data index updates under
+    ZeRO-1: ZeroRedundancyOptimizer over the data group assigns the rank's tensors whole,
+    largest first by their whole size (a DTensor's numel), each rank holding its local
+    slice of each (runner/strategies/fsdp.py _traced_zero)."""
+    d = degrees(spec)
+    out = []
+    for names in stage_names:
+        present = set(names)
+        local = [tensors[n] // d["tensor"] if d["tensor"] > 1 and _split_in_stage(spec, n, present) else tensors[n]
+                 for n in names]
+        held = [(0, 0)] * d["data"]
+        for size, owner in zip(local, zero_owners([tensors[n] for n in names], d["data"])):
+            held[owner] = (held[owner][0] + size, held[owner][1] + 1)
+        out.append(held)
+    return out
 
 
 def held_per_stage(spec, tensors: dict, stage_names: list) -> list[int]:
@@ -265,7 +320,7 @@ def held_per_stage(spec, tensors: dict, stage_names: list) -> list[int]:
     slice of the stage (stage_slices), 1/data of that with fsdp (rounded up)."""
     d = degrees(spec)
     slices = stage_slices(spec, tensors, stage_names)
-    return [-(-held // d["data"]) for held in slices] if data_method(spec) == "fsdp" else slices
+    return [-(-held // d["data"]) for held in slices] if shards_parameters(spec) else slices
 
 
 def stage_slices(spec, tensors: dict, stage_names: list) -> list[int]:

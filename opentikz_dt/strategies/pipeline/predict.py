@@ -186,6 +186,6 @@ def _traced_latency(run, beta: float) -> float | None:
     return max(0.0, statistics.fmean(seen)) if len(seen) >= 5 else None
 
 
-def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+def cluster_layout(spec) -> tuple[int, int, int, str, str, bool]:
     """Every worker one pipeline stage."""
-    return spec.topology.workers.count, 1, 1, "native", False, False
+    return spec.topology.workers.count, 1, 1, "native", "", False

@@ -18,6 +18,6 @@ def simulate_steps(sim, steps: int) -> None:
         t = end
 
 
-def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+def cluster_layout(spec) -> tuple[int, int, int, str, str, bool]:
     """One worker: no parallel dimension."""
-    return 1, 1, 1, "native", False, False
+    return 1, 1, 1, "native", "", False

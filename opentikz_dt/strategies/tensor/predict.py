@@ -134,6 +134,6 @@ def sweep_note(points: list) -> str | None:
             f"path; their share of a step: {100 * s0:.0f} percent at {n0:,} workers, {100 * s1:.0f} at {n1:,}")
 
 
-def cluster_layout(spec) -> tuple[int, int, int, str, bool, bool]:
+def cluster_layout(spec) -> tuple[int, int, int, str, str, bool]:
     """Every worker one tensor-parallel shard."""
-    return 1, 1, spec.topology.workers.count, "native", False, False
+    return 1, 1, spec.topology.workers.count, "native", "", False
