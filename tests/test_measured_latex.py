@@ -402,3 +402,78 @@ def test_every_measured_link_carries_its_flow_symbol_clear_of_the_others(tmp_pat
         label = re.search(r"-label\) \{(.*)\} [(\[]", line)
         assert label and FLOWS[example][style] in label.group(1), line
     assert check_figure_geometry(compile_pdf(tex).log) == []
+
+
+def _spec_run(path, data):
+    """A simulated run of the spec `data` (a dict), written as a run directory."""
+    import random
+
+    from opentikz_dt.predict.costs import Costs
+    from opentikz_dt.predict.rundir import write_run_dir
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.predict.synthetic import synthetic_calibration, synthetic_loss
+    from opentikz_dt.spec import spec_from_data
+
+    spec = spec_from_data(data, name=data["name"])
+    result = simulate(spec, Costs(synthetic_calibration(spec), spec, jitter=random.Random(0)), 4)
+    return write_run_dir(path, spec, result, 4, loss=synthetic_loss(4), dtgen="synthetic")
+
+
+@pytest.mark.parametrize("width", [None, "column"])
+def test_measured_tree_topology_keeps_its_link_labels_apart(tmp_path, width):
+    """A tree's pair of links (reduce up, broadcast down) side by side each hold their label on
+    their outer side, levels far enough apart for labels with step times; a worker with several
+    links (w1, w2) gets no per-link bytes, its totals in the footer; at one column it fits."""
+    import dataclasses
+
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import pdf_page_size, pdf_words
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    run = load_run(_spec_run(tmp_path / "run", {"name": "tree", "topology": {"workers": {"count": 4}},
+                                                "strategy": {"kind": "allreduce", "algorithm": "tree"}}))
+    if width:
+        run = dataclasses.replace(run, spec=with_width(run.spec, width))
+    tex = render_annotated_topology(run)
+    result = compile_pdf(tex)
+    assert check_figure_geometry(result.log) == []
+    up = re.search(r"\(w2-w1-label-grad-label\) \{([^}]*)\}", tex).group(1)
+    assert "kB" not in up and "Worker 2 per step: " in " ".join(pdf_text(result.pdf).split())
+    if width:
+        assert pdf_page_size(result.pdf)[0] / 72.27 * 2.54 <= 8.5 + 0.02
+        assert min(size for word, size in pdf_words(result.pdf) if word == "ms/step") >= 6.0 - 0.05
+
+
+@pytest.mark.parametrize("workers, width", [(3, None), (8, "column")])
+def test_measured_gossip_footer_hangs_below_the_workers_box(tmp_path, workers, width):
+    """The footer hangs below the box around the ring, not below the lowest label (a side
+    label ends above the icon beside it, and the box's padding below that)."""
+    import dataclasses
+
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    run = load_run(_spec_run(tmp_path / "run", {"name": "g", "topology": {"workers": {"count": workers}},
+                                                "strategy": {"kind": "gossip", "peers": 2}}))
+    if width:
+        run = dataclasses.replace(run, spec=with_width(run.spec, width))
+    boxes = {b.name: b for b in parse_bboxes(compile_pdf(render_annotated_topology(run)).log)}
+    assert boxes["measured-note"].y1 <= boxes["workers"].y0 - 4.0, (boxes["measured-note"], boxes["workers"])
+
+
+def test_measured_gossip_links_carry_no_rank_total(tmp_path):
+    """A gossip worker sends to all its peers; the runner counts its bytes per rank: no link
+    prints that total as its own, every worker's totals are said once in the footer."""
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.measured.annotate import render_annotated_topology
+
+    run = load_run(_spec_run(tmp_path / "run", {"name": "g", "topology": {"workers": {"count": 6}},
+                                                "strategy": {"kind": "gossip", "peers": 4}}))
+    tex = render_annotated_topology(run)
+    peer = [line for line in tex.splitlines() if line.startswith("  \\draw[peer")]
+    assert len(peer) >= 6 and not [line for line in peer if re.search(r"[0-9] [kMG]?B", line)], peer
+    result = compile_pdf(tex)
+    text = " ".join(pdf_text(result.pdf).split())
+    assert re.search(r"Worker 1\u2013Worker 6 per step: [0-9.]+ kB out, [0-9.]+ kB in", text), text
+    assert check_figure_geometry(result.log) == []

@@ -95,7 +95,11 @@ def tree_layout(spec, sp: Spacing) -> Layout:
 
     drawn_set = set(drawn)
     place(1)
-    level_h = max(3.2, rowsep * 1.3)
+    # a level apart as far as its labels' lines need (a measured label holds its step time and
+    # memory on lines of their own), and a line more: the links between a label and the icons
+    # below it hold a sloped label of their own (a measured figure's bytes) clear of both
+    lines = max(len(printed_lines(spec, spec.topology.workers.label_of(f"w{i}"), "worker")) for i in drawn)
+    level_h = max(3.2, rowsep * 1.3 + LINE_H) + LINE_H * (lines - 1)
     offset = colsep - min(xs.values()) + 0.6
     nodes, edges = [], []
     colors = spec.figure.colors

@@ -10,6 +10,7 @@ the spec's figure.labels. Pure: Layout in, Layout out. Must not import torch.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -20,7 +21,7 @@ from ..figures.spacing import (GAP, LINE_H, MEASURED_BREAK, effective_spacing, f
                                text_cm)
 from ..figures.textwidth import wrap_line
 from ..figures.texts import label_tex, label_text, lane_text, sized_model_note
-from ..figures.topology_fit import compact_spec, fitted
+from ..figures.topology_fit import PT_PER_CM, compact_spec, fitted
 from ..figures.plugin import plugin_of
 from ..figures.topology import build_layout
 from ..texsafe import escape_text
@@ -116,7 +117,10 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     nodes = _level_links_hold_labels(spec, nodes, edges, printed)
     # (a label sloped along a link moves along it, clear of a worker's label reaching under the link)
     edges = sloped_labels_clear_of_labels(spec, replace(layout, nodes=tuple(nodes)), edges, printed)
-    totals = sorted((w for w in out_edges if len(out_edges[w]) > 1 and _rank_of(w) in traffic), key=_rank_of)
+    # (a worker with several links either way: its bytes cannot be split by link, said as its totals)
+    out_edges, in_edges = _worker_links(layout)
+    totals = sorted((w for w in set(out_edges) | set(in_edges) if _rank_of(w) in traffic
+                     and (len(out_edges.get(w, [])) > 1 or len(in_edges.get(w, [])) > 1)), key=_rank_of)
     macros = dict(layout.macros)
     if "titlelabel" in macros:
         macros["titlelabel"] = label_tex(spec, f"{seen}_title", tex={"title": macros["titlelabel"]})
@@ -141,10 +145,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
     if once:
         lines.append(label_text(spec, "alike_note"))
     if totals:
-        lines.append("; ".join(
-            label_text(spec, "worker_traffic", worker=_who(spec, w), sent=human_bytes(traffic[_rank_of(w)]["sent"] / steps),
-                       recv=human_bytes(traffic[_rank_of(w)]["recv"] / steps)) for w in totals[:4])
-            + (" ..." if len(totals) > 4 else ""))
+        lines += _totals_lines(spec, totals, traffic, steps)
     if memory:  # what the bytes under the nodes are; ranks drawn without a label of their own (shard boxes) say theirs here
         unlabelled = [ident for ident in memory if ident not in labelled and not _WORKER.match(ident)]
         lines.append(label_text(spec, "memory_note"))
@@ -154,8 +155,7 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
                                    for ident in unlabelled))
     if slow:
         lines.append(label_text(spec, "straggler_note", workers=", ".join(slow)))
-    if fitted(spec):
-        lines = [part for line in lines for part in wrap_line(line, FOOTER_CHARS)]
+    lines = [part for line in lines for part in wrap_line(line, FOOTER_CHARS if fitted(spec) else NATURAL_FOOTER_CHARS)]
     text = Tex("\\\\".join(escape_text(line) for line in lines))
     # Hung below the strategy's bottom note, or below the lowest worker's label (a server's note
     # hangs beside the server instead): however many lines it has.
@@ -165,21 +165,43 @@ def annotate_layout(spec, metrics: dict, layout: Layout | None = None, seen: str
         min(labelled_workers, key=lambda n: (n.y, -n.x)).name + "-label"
     gap = "6pt"
     host = next((g for g in layout.groups if below in g.members), None)
+    lowest = None  # what the note hangs below, where that is not `below` itself
     if host is not None:  # clear of the host box around that label: below its lowest point, past its padding
         bottom = f"{host.name}-bottom"
         below = f"{bottom}" if bottom in host.members else f"{below}.south west"
+        # (a box whose lowest member need not be that label, a ring of peers' side labels, a
+        # tree's: the lowest point drawn so far, its members' and the data's, then its padding)
+        lowest = None if bottom in host.members else "current bounding box.south"
         gap = "6pt+7pt"  # hostbox inner sep
     else:
         below = f"{below}.south west"
     rel = f"below={gap} of {below}, anchor=north west"
+    drop = sum(float(part.removesuffix("pt")) for part in gap.split("+"))
+    if lowest:
+        rel = f"anchor=north west, at=({below} |- {lowest}), yshift=-{drop:g}pt"
     if fitted(spec) and any(n.name == "data" for n in nodes):
         # at a target width: from the figure's left edge (the data icon's), not the worker
         # column's, so its wrapped lines stay inside the drawing's width
-        drop = sum(float(part.removesuffix("pt")) for part in gap.split("+"))
-        rel = f"anchor=north west, at=({below} -| data.west), yshift=-{drop:g}pt"
+        rel = f"anchor=north west, at=({lowest or below} -| data.west), yshift=-{drop:g}pt"
     nodes.append(Node("measured-note", kind="text", rel=rel, text=text))
     annotated = replace(layout, nodes=tuple(nodes), edges=tuple(edges), macros=macros)
     return Annotation(annotated, tuple(links), step_ms, slow)
+
+
+def _totals_lines(spec, totals: list, traffic: dict, steps: int) -> list:
+    """The footer's totals of the workers whose links cannot each be given their bytes (a rank's
+    bytes are counted per rank, not per link): said once for a run of consecutive workers that all
+    print the same (a gossip ring: "Worker 1-Worker 6 per step: ..."), else one per worker, four at most."""
+    def said(worker):
+        return tuple(human_bytes(traffic[_rank_of(worker)][d] / steps) for d in ("sent", "recv"))
+
+    ranks = [_rank_of(w) for w in totals]
+    if len(totals) > 2 and len({said(w) for w in totals}) == 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        sent, recv = said(totals[0])
+        who = f"{_who(spec, totals[0])}\u2013{_who(spec, totals[-1])}"
+        return [label_text(spec, "worker_traffic", worker=who, sent=sent, recv=recv)]
+    return ["; ".join(label_text(spec, "worker_traffic", worker=_who(spec, w), sent=said(w)[0], recv=said(w)[1])
+                      for w in totals[:4]) + (" ..." if len(totals) > 4 else "")]
 
 
 def _level_links_hold_labels(spec, nodes: list, edges, printed: dict | None = None) -> list:
@@ -243,15 +265,7 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
     # A link label is exact only where a worker has one link each way (parameter server,
     # ring); a worker with several (pipeline middle stages, trees, gossip) gets its totals
     # under its name instead, since the runner counts bytes per rank, not per link.
-    out_edges: dict = {}
-    in_edges: dict = {}
-    for edge in layout.edges:
-        if edge.elided:
-            continue
-        if edge.style in SENDING and _WORKER.match(edge.src.node):
-            out_edges.setdefault(edge.src.node, []).append(edge.name)
-        if edge.style in SENDING + ("wts",) and _WORKER.match(edge.dst.node):
-            in_edges.setdefault(edge.dst.node, []).append(edge.name)
+    out_edges, in_edges = _worker_links(layout)
     boxed = {m for g in layout.groups if _HOST.match(g.name) for m in g.members}
     symbols = _flow_symbols(layout)
     # an activation link's return link (the gradients a pipeline stage sends back): its label
@@ -284,7 +298,9 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
             # worker's port higher up is labelled above, its partner below (TikZ keeps both upright).
             worker_port = edge.src if direction == "sent" else edge.dst
             # (beside the link, LINK_LABEL_OFF_PT off it: anchored on it, the arrow grazes the glyphs)
-            side = f"{'above' if worker_port.dy >= 0 else 'below'}={LINK_LABEL_OFF_PT:g}pt, sloped" \
+            above = worker_port.dy >= 0 if worker_port.dy or not worker_port.dx else \
+                _above_is_toward(layout, edge, worker_port.dx)  # a pair side by side (a tree's): by their offsets
+            side = f"{'above' if above else 'below'}={LINK_LABEL_OFF_PT:g}pt, sloped" \
                 if edge.route == "line" else edge.label_side
             if run is None and other in _SERVER_ENDS and worker not in boxed and _bytes_beside_flow_labels(spec):
                 pos = edge.label_pos  # mid-link: the bar moves right until the link holds it (_level_links_hold_labels)
@@ -307,7 +323,7 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
             else:  # every link says what it carries, not only the one the spec's diagram labels
                 label = Tex(f"{flow}~{text}" if flow else text)
                 # (between two workers, on a link shorter than that line: its symbol over its bytes)
-                if flow and edge.route == "line" and _WORKER.match(src) and _WORKER.match(dst) and \
+                if flow and edge.route == "line" and _worker_of(src) and _worker_of(dst) and \
                         link_label_size(spec, label)[0] > (link_length(spec, layout, edge) or 0.0):
                     label, side = Tex(f"{flow}\\\\{text}"), f"{side}, align=center"
             edge = replace(edge, label=label, label_pos=pos, label_side=side)
@@ -320,6 +336,48 @@ def _link_labels(spec, layout: Layout, traffic: dict, steps: int, run, once: boo
         edges.append(edge)
     edges = _ring_return_clear_of_labels(edges)
     return edges, links, out_edges
+
+
+def _above_is_toward(layout: Layout, edge, dx: float) -> bool:
+    """Whether a label `above` its link, sloped (TikZ turns it upright: a link drawn leftwards
+    reads right to left turned half round), lies toward the side the sign of `dx` points to
+    (right: positive): the outer side of a pair of links set apart by their ports' dx."""
+    at = {n.name: n for n in layout.nodes if not n.rel}
+    a, b = (at.get(p.node.removesuffix("-label")) for p in (edge.src, edge.dst))
+    if a is None or b is None:
+        return dx < 0
+    (ax, bx) = (n.x + p.dx / PT_PER_CM for n, p in ((a, edge.src), (b, edge.dst)))  # (a vertical pair leans by them)
+    angle = math.atan2(b.y - a.y, bx - ax)
+    if math.cos(angle) < -1e-9:  # drawn upside down: TikZ turns the label half round
+        angle += math.pi
+    return -math.sin(angle) * dx > 0  # `above`: the normal (-sin, cos), its x against dx's side
+
+
+UNDIRECTED = ("peer",)  # a gossip link carries both its ends' sends (topology_peer: one line, arrows both ways)
+
+
+def _worker_links(layout: Layout) -> tuple:
+    """Each worker's sending links and its receiving links (edge names), the ones drawn elided
+    included (they stand for links the worker has): a link ending at a worker's label (a tree's)
+    is that worker's; a link of both directions (UNDIRECTED) sends and receives at both ends.
+    A link's bytes are exact only where it is its worker's one link that way (_link_labels)."""
+    out_edges: dict = {}
+    in_edges: dict = {}
+    for edge in layout.edges:
+        if edge.style not in SENDING + ("wts",):
+            continue
+        src, dst = (_worker_of(p.node) for p in (edge.src, edge.dst))
+        both = edge.style in UNDIRECTED or edge.both
+        for worker, links in ((src, out_edges), (dst, in_edges)) + (((dst, out_edges), (src, in_edges)) if both else ()):
+            if worker and edge.name not in links.get(worker, []):
+                links.setdefault(worker, []).append(edge.name)
+    return out_edges, in_edges
+
+
+def _worker_of(node: str) -> str | None:
+    """The worker a link end belongs to: its icon or its label (w2, w2-label); None for others."""
+    name = node.removesuffix("-label")
+    return name if _WORKER.match(name) else None
 
 
 def _flow_key(edge) -> tuple | None:
@@ -511,6 +569,7 @@ def _spaced_spec(spec, step_ms: dict, once: bool = False, crowded: bool = False,
 
 ONE_LINE_SPARE_CM = 1.5  # how far past its icon a worker's one-line label may reach (0.75 cm each side)
 FOOTER_CHARS = 46  # a fitted figure's footer line, at most (a wide glyph counts twice): it must not widen the figure
+NATURAL_FOOTER_CHARS = 96  # and a natural-width figure's: a list of totals stays about as wide as the drawing
 
 
 def _label_with_time(spec, worker: str, ms: float, crowded: bool = False, memory: int | None = None) -> str:
