@@ -156,10 +156,11 @@ def _string_literals(path: Path, seen: set) -> set:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
+        if isinstance(node, ast.ImportFrom) and node.level in (1, 2):  # a sibling, or the runner's (runner/loop.py)
+            folder = path.parent if node.level == 1 else path.parent.parent
             names = [node.module] if node.module else [alias.name for alias in node.names]
             for name in names:
-                found |= _string_literals(path.parent / f"{name.replace('.', '/')}.py", seen)
+                found |= _string_literals(folder / f"{name.replace('.', '/')}.py", seen)
     return found
 
 

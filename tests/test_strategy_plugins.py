@@ -115,3 +115,52 @@ def test_a_strategy_is_one_folder_and_one_runner_module():
         assert (REPO / "runner" / "strategies" / f"{name}.py").is_file(), name
     toy = {p.name for p in (REPO / "tests" / "plugins" / "dtgen_toy").glob("*.py")}
     assert toy == sides | {"runner.py"}
+
+
+# The runner strategies that keep a step loop of their own instead of runner/loop.py's
+# `train_steps`, each with its reason. Every other one runs the shared loop with its hooks.
+OWN_LOOP: dict[str, str] = {
+    "parameter_server": "a worker fetches weights and pushes gradients without an update; a server trains on "
+                        "no batch (it waits for pushes, updates, sends weights); async hands out tickets",
+    "central_storage": "a worker fetches weights and pushes gradients without an update; the storage rank "
+                       "trains on no batch (it broadcasts weights, sums the pushes, updates)",
+}
+LOOP = "for step in range"
+
+
+def step_loops(root=REPO) -> dict[str, list[int]]:
+    """{runner strategy module: the lines of its `for step in range` loops}."""
+    found: dict[str, list[int]] = {}
+    for path in sorted((root / "runner" / "strategies").glob("*.py")):
+        lines = [i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if LOOP in line]
+        if lines:
+            found[path.stem] = lines
+    return found
+
+
+def loop_problems(root=REPO) -> list[str]:
+    found = step_loops(root)
+    problems = [f"runner/strategies/{name}.py:{line}: a step loop of its own: use runner/loop.py's train_steps, "
+                "or add the strategy to OWN_LOOP with the reason its step differs"
+                for name in sorted(set(found) - set(OWN_LOOP)) for line in found[name]]
+    problems += [f"OWN_LOOP: {name} has no step loop of its own any more: remove it"
+                 for name in sorted(set(OWN_LOOP) - set(found))]
+    return problems
+
+
+def test_only_the_listed_strategies_own_their_step_loop():
+    assert loop_problems() == []
+    for name in OWN_LOOP:  # and the module says why, where its loop is
+        assert "Its own loop, not runner/loop.py's: " in (REPO / "runner" / "strategies" / f"{name}.py").read_text()
+
+
+def test_the_loop_check_finds_a_planted_loop(tmp_path):
+    folder = tmp_path / "runner" / "strategies"
+    folder.mkdir(parents=True)
+    (folder / "planted.py").write_text("def train(ctx):\n    pass\n    for step in range(ctx.start_step, ctx.steps):\n"
+                                       "        pass\n")
+    (folder / "parameter_server.py").write_text(f"# {LOOP}\n")
+    assert loop_problems(tmp_path) == [
+        "runner/strategies/planted.py:3: a step loop of its own: use runner/loop.py's train_steps, "
+        "or add the strategy to OWN_LOOP with the reason its step differs",
+        "OWN_LOOP: central_storage has no step loop of its own any more: remove it"]

@@ -54,7 +54,7 @@ def test_toy_validates_draws_runs_and_predicts(tmp_path):
     assert predicted.returncode == 0, predicted.stderr
     assert json.loads((tmp_path / "pred" / "metrics.json").read_text())["samples_per_s"] > 0
 
-    # Its runner really ran its own loop with its own key: toy_factor 2 at lr 0.05 is
+    # Its runner really ran the shared loop with its own key: toy_factor 2 at lr 0.05 is
     # `single` at lr 0.1, parameter for parameter.
     torch = pytest.importorskip("torch")
     (tmp_path / "single.yaml").write_text((SPEC % (1.0, 0.1)).replace("kind: toy, toy_factor: 1.0", "kind: single")

@@ -8,11 +8,11 @@ point-to-point emulation on GPUs, and the spans then cover the whole collective.
 
 from __future__ import annotations
 
-import time
 from time import perf_counter_ns
 
 import torch
 
+from ..loop import StepHooks, train_steps
 from ..trace import TIDS
 from . import collectives
 
@@ -52,17 +52,18 @@ def _train_manual(ctx, algorithm: str) -> None:
     # Every rank holds the same summed gradients, so the same (possibly fp16-scaled)
     # values are clipped, checked and stepped identically everywhere.
     stepper = ctx.stepper(opt, params)
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
-        t0 = time.perf_counter()
-        loss, samples = ctx.forward_backward(model, step, ctx.rank, zero_grad=flat.zero_)
+
+    def average(step):
         reduce(flat, step)
         flat.div_(n)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
-        ctx.record_memory(model.parameters(), opt)
-        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
+
+    train_steps(ctx, StepHooks(
+        forward_backward=lambda step: ctx.forward_backward(model, step, ctx.rank, zero_grad=flat.zero_),
+        after_backward=average,
+        stepper=stepper,
+        memory_params=params, memory_optimizer=opt,
+        checkpoint_state=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+    ))
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())
 
@@ -94,18 +95,22 @@ def _train_ddp(ctx) -> None:
         ddp.register_comm_hook(state, _traced_allreduce_hook(ctx))
     n = ctx.world_size
     moved = _grad_bytes(model) * 2 * (n - 1) // n
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
+
+    def at_step(step):  # the comm hook's spans name the step
         state["step"] = step
-        t0 = time.perf_counter()
-        # DDP overlaps its bucket all-reduces with backward: they show on the comm thread.
-        loss, samples = ctx.forward_backward(ddp, step, ctx.rank)
+
+    def count_bytes(step):  # DDP averaged the gradients during backward: only their traffic is left
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
-        ctx.record_memory(model.parameters(), opt)
-        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
+
+    train_steps(ctx, StepHooks(
+        before_step=at_step,
+        # DDP overlaps its bucket all-reduces with backward: they show on the comm thread.
+        forward_backward=lambda step: ctx.forward_backward(ddp, step, ctx.rank),
+        after_backward=count_bytes,
+        stepper=stepper,
+        memory_params=list(model.parameters()), memory_optimizer=opt,
+        checkpoint_state=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+    ))
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())
 

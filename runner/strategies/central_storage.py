@@ -39,6 +39,7 @@ def run_worker(ctx) -> None:
     model = ctx.build_model()
     tensors = list(model.parameters())
     buf = weights_buffer(tensors)
+    # Its own loop, not runner/loop.py's: a worker fetches weights and pushes gradients; the storage updates.
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = perf_counter()
@@ -73,6 +74,7 @@ def run_storage(ctx) -> None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         version = state["version"]
+    # Its own loop, not runner/loop.py's: the storage trains on no batch; it sends weights, sums, updates.
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         with ctx.tracer.span("fetch", tid="comm", step=step, version=version):

@@ -41,7 +41,6 @@ backward) and the bytes of the collective's buffer (`_TracedCollective`).
 from __future__ import annotations
 
 import difflib
-import time
 from time import perf_counter_ns
 
 import torch
@@ -52,6 +51,7 @@ from ...errors import InputError
 from ...strategies.fsdp.strategy import option
 from ..entry import spec_location
 from ..host_gather import full_tensors
+from ..loop import StepHooks, train_steps
 from ..trace import TIDS
 
 KIND = "fsdp"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
@@ -378,18 +378,22 @@ def _train_zero1(ctx) -> None:
         ddp.register_comm_hook(hook_state, _traced_allreduce_hook(ctx))
     n = ctx.world_size
     moved = sum(p.numel() * p.element_size() for p in model.parameters()) * 2 * (n - 1) // n
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
+
+    def at_step(step):  # the comm hook's and the broadcasts' spans name the step
         hook_state["step"] = opt.step_index = step
-        t0 = time.perf_counter()
-        loss, samples = ctx.forward_backward(ddp, step, ctx.rank)
+
+    def count_bytes(step):  # DDP averaged the gradients during backward: only their traffic is left
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        with ctx.tracer.span("optimizer", step=step) as span:  # the local update and the broadcasts
-            stepper.step(step, span)
+
+    train_steps(ctx, StepHooks(
+        before_step=at_step,
+        forward_backward=lambda step: ctx.forward_backward(ddp, step, ctx.rank),
+        after_backward=count_bytes,
+        stepper=stepper,  # the `optimizer` span: the local update and the broadcasts
         # the whole model and gradients; the optimizer state of this rank's parameters only
-        ctx.record_memory(model.parameters(), opt.optim)
-        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.optim.state_dict()})
+        memory_params=list(model.parameters()), memory_optimizer=opt.optim,
+        checkpoint_state=lambda: {"model": model.state_dict(), "opt": opt.optim.state_dict()},
+    ))
     if ctx.rank == 0:
         ctx.save_model(model.state_dict())
 
@@ -420,19 +424,16 @@ def train(ctx) -> None:
         for p in params:
             p.grad = None
 
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
-        state.start(step)
-        t0 = time.perf_counter()
+    train_steps(ctx, StepHooks(
+        before_step=state.start,
         # FSDP's all-gathers and reduce-scatters run inside these (comm thread spans).
-        loss, samples = ctx.forward_backward(model, step, ctx.rank, zero_grad=drop_grads)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
+        forward_backward=lambda step: ctx.forward_backward(model, step, ctx.rank, zero_grad=drop_grads),
+        stepper=stepper,
         # this rank's shards (runner/memory.py counts a DTensor's local part); the gathered
         # parameters autograd keeps for a unit's backward count as its activations
-        ctx.record_memory(params, opt)
-        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
+        memory_params=params, memory_optimizer=opt,
+        checkpoint_state=lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())},
+    ))
     full = _full_state_dict(model, full_tensors(ctx))
     if ctx.rank == 0:
         ctx.save_model(full)

@@ -5,11 +5,10 @@ final model is the average over all workers (one all-reduce at the end).
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from ...strategies.gossip.strategy import neighbours
+from ..loop import StepHooks, train_steps
 
 KIND = "gossip"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -28,12 +27,8 @@ def train(ctx) -> None:
     to, frm = neighbours(ctx.rank, n, ctx.spec.strategy.peers)
     flat = torch.empty(sum(p.numel() for p in params), device=ctx.device)
     inbox = [torch.empty_like(flat) for _ in frm]
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
-        t0 = time.perf_counter()
-        loss, samples = ctx.forward_backward(model, step, ctx.rank)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
+
+    def mix_with_neighbours(step):  # after the local update: average the parameters with the peers'
         with ctx.tracer.span("gossip", tid="comm", step=step, peers=[ctx.roles[r][1] for r in frm]):
             with torch.no_grad():
                 torch.cat([p.reshape(-1) for p in params], out=flat)
@@ -46,9 +41,14 @@ def train(ctx) -> None:
                     mixed.add_(buf)
                 mixed.div_(len(inbox) + 1)
                 _unflatten_into(params, mixed)
-        ctx.record_memory(params, opt)
-        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
+
+    train_steps(ctx, StepHooks(
+        forward_backward=lambda step: ctx.forward_backward(model, step, ctx.rank),
+        stepper=stepper,
+        after_update=mix_with_neighbours,
+        memory_params=params, memory_optimizer=opt,
+        checkpoint_state=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+    ))
     with torch.no_grad():
         torch.cat([p.reshape(-1) for p in params], out=flat)
         ctx.comm.all_reduce(flat)

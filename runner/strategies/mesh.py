@@ -66,7 +66,6 @@ stages (the tied weight's two copies must be equal).
 from __future__ import annotations
 
 import copy
-import time
 from time import perf_counter_ns
 
 import torch
@@ -75,6 +74,7 @@ from torch import nn
 
 from ...strategies.mesh.strategy import data_method, data_shard, degrees, groups, rank_of, shards_parameters
 from ..host_gather import full_tensors
+from ..loop import StepHooks, train_steps
 from ..stage_host import stage_through_host_if_needed
 from ..trace import TIDS
 from . import collectives, fsdp, pipeline, tensor
@@ -171,25 +171,27 @@ def train(ctx) -> None:
         def run(step):
             return ctx.forward_backward(model, step, row, rows, zero_grad=drop_grads)
 
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
-        state.start(step)
-        t0 = time.perf_counter()
+    def forward_backward(step):
         with trace(step):
             loss, samples = run(step)
         ctx.metrics.add_bytes(sent=trace.moved, recv=trace.moved)
+        return loss, _share(samples, stage_no * columns + column, stages * columns)
+
+    def sync_gradients(step):  # the data group's average, then the tied embedding's sum
         if average is not None:
             average(step)
         if tied is not None:
             tied(step)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
-        ctx.record_memory(params, local_opt)
-        share = _share(samples, stage_no * columns + column, stages * columns)
-        ctx.step_done(step, loss, share, time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": tensor._local(model.state_dict()),
-                                            "opt": tensor._local(local_opt.state_dict())})
-        ctx.tracer.maybe_flush()
+
+    train_steps(ctx, StepHooks(
+        before_step=state.start,
+        forward_backward=forward_backward,
+        after_backward=sync_gradients,
+        stepper=stepper,
+        memory_params=params, memory_optimizer=local_opt,
+        checkpoint_state=lambda: {"model": tensor._local(model.state_dict()),
+                                  "opt": tensor._local(local_opt.state_dict())},
+    ))
     gathered = tensor.full_state_dict(model, reordered, full_tensors(ctx))  # collective: every rank of the stage gathers
     if row == 0 and column == 0:  # one copy per stage (runner/merge.py joins the stages)
         ctx.save_model(gathered)

@@ -77,6 +77,7 @@ def run_worker(ctx) -> None:
     posted, fetches = perf_counter_ns(), []
     if ctx.start_step < ctx.steps:
         fetches = [ctx.comm.irecv(buf, src=rank) for buf, (rank, _, _) in zip(bufs, shard_list)]
+    # Its own loop, not runner/loop.py's: a worker fetches weights and pushes gradients; the servers update.
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         t0 = perf_counter()
@@ -266,6 +267,7 @@ def run_sync_server(ctx) -> None:
     if ctx.start_step < ctx.steps:
         weights = shard.weights(ctx)
         sends = [ctx.comm.isend(weights, dst=k) for k in range(n)]
+    # Its own loop, not runner/loop.py's: a server trains on no batch; it waits for pushes, updates, sends.
     for step in range(ctx.start_step, ctx.steps):
         ctx.fault_check(step)
         recvs = [ctx.comm.irecv(shard.grads[k], src=k) for k in range(n)]

@@ -27,13 +27,14 @@ Tracing wraps the stage's chunk methods (private API of torch 2.13: the schedule
 
 from __future__ import annotations
 
-from time import perf_counter, perf_counter_ns
+from time import perf_counter_ns
 
 import torch
 
 from ... import workload
 from ...errors import InputError
 from ..precision import autocast_forward
+from ..loop import StepHooks, train_steps
 from ..split import TIED, stage_module
 from ..stage_host import stage_through_host_if_needed
 
@@ -95,9 +96,8 @@ def train(ctx) -> None:
     # between two stages of this rank (a V's turn) moves nothing over the network.
     boundaries = [_BoundaryBytes(part, first=i == 0 or (i - 1) in indices, last=i == total - 1 or (i + 1) in indices)
                   for part, i in zip(parts, indices)]
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
-        t0 = perf_counter()
+
+    def forward_backward(step):  # the schedule runs every microbatch's forward and backward
         x, y = ctx.batch(step, 0, 1)
         for trace in traces:
             trace.step = step
@@ -106,21 +106,27 @@ def train(ctx) -> None:
         args = (x,) if holds_first else ()
         kwargs = {"target": y, "losses": losses} if holds_last else {}
         schedule.step(*args, **kwargs)
-        loss = None
-        if losses:  # the last stage's loss, read a step later (ctx.step_done)
-            scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
-            loss = torch.stack([v.detach() for v in losses]).mean() / scale
-        if tied is not None:
-            tied(step)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
-        ctx.record_memory(params, opt)
         moved = sum(b.per_step(microbatches) for b in boundaries)
         ctx.metrics.add_bytes(sent=moved, recv=moved)
-        ctx.step_done(step, loss, len(x), perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": _state_dict(parts), "opt": opt.state_dict()})
-        ctx.tracer.maybe_flush()
+        return _mean_loss(ctx, losses), len(x)
+
+    train_steps(ctx, StepHooks(
+        forward_backward=forward_backward,
+        after_backward=tied,
+        stepper=stepper,
+        memory_params=params, memory_optimizer=opt,
+        checkpoint_state=lambda: {"model": _state_dict(parts), "opt": opt.state_dict()},
+    ))
     ctx.save_model(_state_dict(parts))
+
+
+def _mean_loss(ctx, losses: list):
+    """The last stage's loss over the step's microbatches, unscaled (None on the other
+    stages); left on the device for ctx.step_done, which reads it a step later."""
+    if not losses:
+        return None
+    scale = ctx.scaler.scale if ctx.scaler is not None else 1.0
+    return torch.stack([v.detach() for v in losses]).mean() / scale
 
 
 def _refused(name: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from ..loop import StepHooks, train_steps
 
 KIND = "single"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -16,15 +16,12 @@ def train(ctx) -> None:
     opt = ctx.build_optimizer(model.parameters())
     ctx.resume(model, opt)
     stepper = ctx.stepper(opt, model.parameters())
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
-        t0 = time.perf_counter()
-        loss, samples = ctx.forward_backward(model, step, 0, 1)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
-        ctx.record_memory(model.parameters(), opt)
-        ctx.step_done(step, loss, samples, time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": model.state_dict(), "opt": opt.state_dict()})
+    train_steps(ctx, StepHooks(
+        forward_backward=lambda step: ctx.forward_backward(model, step, 0, 1),
+        stepper=stepper,
+        memory_params=list(model.parameters()), memory_optimizer=opt,
+        checkpoint_state=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+    ))
     ctx.save_model(model.state_dict())
 
 

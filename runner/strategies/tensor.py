@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import time
 from fnmatch import fnmatch
 from time import perf_counter_ns
 
@@ -62,6 +61,7 @@ import torch
 
 from ...errors import InputError
 from ..host_gather import full_tensors
+from ..loop import StepHooks, train_steps
 
 KIND = "tensor"  # the strategy.kind this module runs (opentikz_dt/plugins.py)
 
@@ -350,17 +350,19 @@ def train(ctx) -> None:
     stepper = ctx.stepper(opt, params, norm_params=counted, reduce_sq=reduce_sq)
     _resume(ctx, model, opt)
     trace = _CollectiveTrace(ctx, model, plan)
-    for step in range(ctx.start_step, ctx.steps):
-        ctx.fault_check(step)
-        t0 = time.perf_counter()
+
+    def forward_backward(step):
         with trace(step):
             loss, samples = ctx.forward_backward(model, step, 0, 1)
         ctx.metrics.add_bytes(sent=trace.moved, recv=trace.moved)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
-        ctx.record_memory(params, opt)  # this rank's slices, the replicated parameters whole
-        ctx.step_done(step, loss, _share(samples, ctx), time.perf_counter() - t0)
-        ctx.maybe_checkpoint(step, lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())})
+        return loss, _share(samples, ctx)
+
+    train_steps(ctx, StepHooks(
+        forward_backward=forward_backward,
+        stepper=stepper,
+        memory_params=params, memory_optimizer=opt,  # this rank's slices, the replicated parameters whole
+        checkpoint_state=lambda: {"model": _local(model.state_dict()), "opt": _local(opt.state_dict())},
+    ))
     state = full_state_dict(model, reordered, full_tensors(ctx))
     if ctx.rank == 0:
         ctx.save_model(state)

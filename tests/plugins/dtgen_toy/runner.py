@@ -1,7 +1,8 @@
 """How the toy strategy runs: one rank, the whole batch, its gradients times
-`strategy.toy_factor` (with plain SGD: the learning rate times the factor)."""
+`strategy.toy_factor` (with plain SGD: the learning rate times the factor), on the
+runner's shared training loop (runner/loop.py)."""
 
-import time
+from opentikz_dt.runner.loop import StepHooks, train_steps
 
 KIND = "toy"
 
@@ -14,14 +15,16 @@ def train(ctx) -> None:
     model = ctx.build_model()
     opt = ctx.build_optimizer(model.parameters())
     factor = ctx.spec.strategy.options["toy_factor"]
-    stepper = ctx.stepper(opt, model.parameters())
-    for step in range(ctx.start_step, ctx.steps):
-        t0 = time.perf_counter()
-        loss, samples = ctx.forward_backward(model, step, 0, 1)
+
+    def scale_gradients(step):
         for p in model.parameters():
             p.grad.mul_(factor)
-        with ctx.tracer.span("optimizer", step=step) as span:
-            stepper.step(step, span)
-        ctx.record_memory(model.parameters(), opt)
-        ctx.metrics.step_done(step, loss.item(), samples, time.perf_counter() - t0)
+
+    train_steps(ctx, StepHooks(
+        forward_backward=lambda step: ctx.forward_backward(model, step, 0, 1),
+        after_backward=scale_gradients,
+        stepper=ctx.stepper(opt, model.parameters()),
+        memory_params=list(model.parameters()), memory_optimizer=opt,
+        checkpoint_state=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+    ))
     ctx.save_model(model.state_dict())
