@@ -64,19 +64,20 @@ def test_no_blank_band_under_the_table_notes(tmp_path):
     assert gap_pt < 10, f"{gap_pt:.1f} pt of empty page under the last note"
 
 
-def test_an_illustrative_expected_timeline_is_drawn_in_relative_units(repo):
+def test_an_illustrative_expected_timeline_is_drawn_in_relative_units(repo, tmp_path):
     from opentikz_dt.figures.render import render_timeline
-    from opentikz_dt.figures.schedule import CostModel, expected_timeline
+    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.expected import illustrative_timeline, predicted_timeline
     from opentikz_dt.spec import load_spec
 
     spec = load_spec(repo / "examples" / "ps-sync.yaml")
     tex = render_timeline(spec)
-    assert "time (ms)" not in tex and "time (relative units)" in tex
-    ticks = expected_timeline(spec)
+    assert "time (ms)" not in tex and "time (relative units)" in tex and "illustrative cost model" in tex
+    ticks = illustrative_timeline(spec)
     assert ticks.axis_unit_ms == pytest.approx(ticks.span()[1] - ticks.span()[0])  # the span is 1 unit
-    # costs from measured or published numbers keep their milliseconds
-    known = expected_timeline(spec, CostModel(illustrative=False))
-    assert known.axis_unit_ms is None and str(known.axis_label) == "time (ms)"
+    # costs from a calibration (measured numbers) keep their milliseconds, though the same simulator draws both
+    known, _ = predicted_timeline(spec, illustrative_calibration(spec).save(tmp_path / "cal.json"))
+    assert known.axis_unit_ms is None and "ms" in str(known.axis_label)
 
 
 def _ylimits(tex: str) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from opentikz_dt.figures.model import Tex, elide
 from opentikz_dt.figures.names import STYLES, is_node_name, number_word, worker_label_macro
 from opentikz_dt.figures.render import RenderError, _finalize, environment, render_timeline, render_topology
 from opentikz_dt.figures.samples import sample_specs
-from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.predict.expected import illustrative_timeline as expected_timeline
 from opentikz_dt.figures.timeline import (MAX_BOXES, Box, Lane, Panel, Timeline, box_count, draw_timeline, limit_boxes,
                                           merge_close, nice_step, window)
 from opentikz_dt.figures.topology import build_layout
@@ -349,10 +349,14 @@ def test_pipeline_schedule_runs_every_microbatch_on_every_stage_with_a_bubble(sc
 
 
 def test_allreduce_phases_follow_the_algorithm():
-    labels = lambda alg, **kw: list(dict.fromkeys(b.phase for b in _lane(expected_timeline(_spec("allreduce", 4, strategy={"algorithm": alg}, **kw)), "main", "w1").boxes if b.kind == "allreduce"))  # noqa: E731
+    def labels(alg, **kw):  # the phases in the order they first appear on any worker's lane
+        (panel,) = expected_timeline(_spec("allreduce", 4, strategy={"algorithm": alg}, **kw)).panels
+        boxes = sorted((b for lane in panel.lanes for b in lane.boxes if b.kind == "allreduce"), key=lambda b: b.start_ms)
+        return list(dict.fromkeys(b.phase for b in boxes))
+
     assert labels("ring") == ["reduce-scatter", "all-gather"]
     assert labels("tree") == ["reduce", "broadcast"]
-    assert labels("hierarchical", topology={"hosts": 2}) == ["intra-host reduce", "inter-host all-reduce", "intra-host broadcast"]
+    assert labels("hierarchical", topology={"hosts": 2}) == ["intra-host reduce", "inter-host all-reduce", "broadcast"]
     # non-leaders wait while the host leaders all-reduce across hosts
     hier = expected_timeline(_spec("allreduce", 4, strategy={"algorithm": "hierarchical"}, topology={"hosts": 2}))
     assert any(b.kind == "wait" for b in _lane(hier, "main", "w2").boxes)
@@ -364,38 +368,19 @@ FSDP_MODEL = {"training": {"model": {"kind": "transformer", "layers": 2, "d_mode
 
 @pytest.mark.parametrize("reshard", [True, False])
 def test_fsdp_gathers_each_unit_before_its_forward_and_scatters_it_after_its_backward(reshard):
-    """The root (embedding, head) and each block are gathered before their forward, each next
-    gather running under the unit before it; in the backward each block is gathered again
-    (reshard_after_forward) before its backward, and each unit's gradients are
-    reduce-scattered after its backward, the root's last; the optimizer waits for that."""
-    from opentikz_dt.figures.schedule import CostModel
-    from opentikz_dt.strategies.fsdp.figures import schedule
-
+    """The expected timeline is the simulator's (strategies/fsdp/predict.py, whose gathers and
+    scatters tests/test_predict*.py check): each worker's compute lane and, under it, its
+    collectives, a step's all-gathers (3 forward, 2 more when the blocks are gathered again
+    for the backward) and reduce-scatters (root and 2 blocks), the optimizer after the last."""
     spec = _spec("fsdp", 2, strategy={"reshard_after_forward": reshard}, **FSDP_MODEL)
-    assert [lane.id for lane in expected_timeline(spec).panels[0].lanes] == ["w1", "w1-comm", "w2", "w2-comm"]
-    sim, _ = schedule(spec, CostModel())  # every box, before the figure merges the thin ones
-    compute, comm = sim.boxes["w1"], sim.boxes["w1-comm"]
+    (panel,) = expected_timeline(spec).panels
+    assert [lane.id for lane in panel.lanes] == ["w1", "w1-comm", "w2", "w2-comm"]
+    compute, comm = _lane(expected_timeline(spec), "main", "w1").boxes, _lane(expected_timeline(spec), "main", "w1-comm").boxes
     opts = [b for b in compute if b.kind == "optimizer"]
-    step = [b for b in compute if b.end_ms <= opts[0].end_ms]
-    collectives = [b for b in comm if b.kind == "allreduce" and b.end_ms <= opts[0].start_ms]
-    fwd = [b for b in step if b.kind == "forward"]  # embedding, block 1, block 2, head
-    bwd = [b for b in step if b.kind == "backward"]  # head, block 2, block 1, embedding
-    assert len(fwd) == len(bwd) == 4
+    collectives = [b for b in comm if b.kind == "allreduce" and b.end_ms <= opts[0].start_ms + 1e-9]
     phases = [b.phase for b in collectives]
-    gathers = 3 + 2 * reshard
-    assert phases.count("all-gather") == gathers and phases.count("reduce-scatter") == 3
-    forward_gathers = collectives[:3]
-    for gather, unit in zip(forward_gathers, fwd):  # root, block 1, block 2 gathered before they run
-        assert gather.end_ms <= unit.start_ms + 1e-9
-    for gather, before in zip(forward_gathers[1:], fwd):  # prefetched under the unit before
-        assert gather.start_ms < before.end_ms
-    scatters = [b for b in collectives if b.phase == "reduce-scatter"]
-    for scatter, unit in zip(scatters, bwd[1:]):  # block 2, block 1, root after their backward
-        assert scatter.start_ms >= unit.end_ms - 1e-9
-    backward_gathers = [b for b in collectives[3:] if b.phase == "all-gather"]
-    for gather, unit in zip(backward_gathers, bwd[1:3]):
-        assert gather.end_ms <= unit.start_ms + 1e-9
-    assert opts[0].start_ms >= scatters[-1].end_ms - 1e-9
+    assert phases.count("all-gather") == 3 + 2 * reshard and phases.count("reduce-scatter") == 3
+    assert phases[:3] == ["all-gather"] * 3 and phases[-1] == "reduce-scatter"
 
 
 def test_fsdp_topology_says_the_shard_and_its_timeline_is_bounded_at_1024_workers():
@@ -492,12 +477,13 @@ def test_spacing_is_widened_only_where_needed():
 
 
 def test_pipeline_caption_gives_the_theoretical_bubble():
-    title = expected_timeline(_spec("pipeline", 3, strategy={"microbatches": 4})).panels[0].title
-    assert title.endswith("3 stages, bubble 33% = $(p-1)/(m+p-1)$")
-    title = expected_timeline(_spec("pipeline", 4, strategy={"microbatches": 8},
-                                    training={"model": {"layers": [16] * 5}})).panels[0].title
-    assert title.endswith("4 stages, bubble 27% = $(p-1)/(m+p-1)$")  # 3/11
-    assert "bubble 33\\% =~$(p-1)/(m+p-1)$" in render_timeline(load_spec(EXAMPLES[[p.stem for p in EXAMPLES].index("pipeline-gpipe")]))
+    """Beside the simulated step's bubble, the schedule's paper form for balanced stages."""
+    note = expected_timeline(_spec("pipeline", 3, strategy={"microbatches": 4})).panels[0].note
+    assert re.fullmatch(r"bubble \d+% expected; \$\(p-1\)/\(m\+p-1\)\$ = 33%", note), note
+    note = expected_timeline(_spec("pipeline", 4, strategy={"microbatches": 8},
+                                   training={"model": {"layers": [16] * 5}})).panels[0].note
+    assert note.endswith("expected; $(p-1)/(m+p-1)$ = 27%")  # 3/11
+    assert "$(p-1)/(m+p-1)$ =~33\\%" in render_timeline(load_spec(EXAMPLES[[p.stem for p in EXAMPLES].index("pipeline-gpipe")]))
 
 
 def test_widened_spacing_is_reported_on_stderr_and_a_long_title_wraps(tmp_path):
@@ -539,12 +525,11 @@ def test_a_fitted_figure_that_stays_wider_than_asked_is_reported():
     assert fit_shortfall("no fit line") == ""
 
 
-def test_a_zero1_fsdp_spec_is_drawn_as_ddp_saying_what_is_left_out():
-    """shard: optimizer runs DDP and ZeroRedundancyOptimizer: no FSDP gathers or scatters are
-    drawn; the gradients' all-reduce is, and the title says the broadcasts are not."""
+def test_a_zero1_fsdp_spec_is_drawn_as_the_simulator_plays_it():
+    """shard: optimizer runs DDP and ZeroRedundancyOptimizer, as the simulator plays it
+    (strategies/fsdp/predict.py): the whole gradients reduce-scattered, each rank's updated
+    shard all-gathered back."""
     spec = _spec("fsdp", 2, strategy={"shard": "optimizer"}, **FSDP_MODEL)
     (panel,) = expected_timeline(spec).panels
-    assert panel.title.startswith("ZeRO-1 (DDP)") and "broadcasts after the step not drawn" in panel.title
     kinds = {(box.kind, getattr(box, "phase", None)) for lane in panel.lanes for box in lane.boxes}
-    assert not [k for k in kinds if k[1] in ("all-gather", "reduce-scatter")]
-    assert any(kind == "allreduce" for kind, _ in kinds)
+    assert ("allreduce", "reduce-scatter") in kinds and ("allreduce", "all-gather") in kinds

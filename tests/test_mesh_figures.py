@@ -161,7 +161,7 @@ def test_the_mcp_render_tool_draws_a_mesh_topology(tmp_path):
 
 
 def _lanes(spec):
-    from opentikz_dt.figures.schedule import expected_timeline
+    from opentikz_dt.predict.expected import illustrative_timeline as expected_timeline
 
     return expected_timeline(spec).panels[0].lanes
 
@@ -169,21 +169,19 @@ def _lanes(spec):
 def test_the_pipelined_timeline_runs_the_microbatches_through_the_stages_with_their_sends():
     spec = _mesh(2, 2, 2)
     lanes = {lane.id: lane for lane in _lanes(spec)}
-    assert list(lanes) == [f"w{k}" for k in range(1, 9)]
+    assert list(lanes) == [f"w{k}{part}" for k in range(1, 9) for part in ("", "-comm")]
     first, last = lanes["w1"].boxes, lanes["w5"].boxes
     assert first == lanes["w4"].boxes and last == lanes["w8"].boxes  # a stage's workers run alike
     # 1F1B (the default): stage 1 warms up with one forward, then alternates; stage 2 alternates at once
     order = lambda boxes: [(b.kind[0].upper(), b.label) for b in boxes if b.kind in ("forward", "backward")][:5]
     assert order(first) == [("F", "1"), ("F", "2"), ("B", "1"), ("F", "3"), ("B", "2")]
     assert order(last) == [("F", "1"), ("B", "1"), ("F", "2"), ("B", "2"), ("F", "3")]
-    assert last[0].kind == "wait"  # the bubble: stage 2 waits for microbatch 1
-    sends = lambda boxes: sum(b.kind == "send" for b in boxes)
-    assert sends(first) == sends(last) == 2 * 4  # per step: stage 1 sends 4 activations, stage 2 4 gradients
-    phases = {b.phase for b in first if b.kind == "allreduce"}
-    assert phases == {"tensor all-reduce", "data all-reduce"}
-    # a forward's send leaves after its tensor all-reduce and before the next forward
-    kinds = [b.kind for b in first]
-    assert kinds[kinds.index("send") - 1] == "allreduce" and kinds[kinds.index("send") - 2] == "forward"
+    assert lanes["w5-comm"].boxes[0].kind == "recv"  # the bubble: stage 2 waits for microbatch 1
+    assert last[0].start_ms >= lanes["w5-comm"].boxes[0].end_ms - 1e-9
+    for comm in ("w1-comm", "w5-comm"):  # activations sent forward, gradients back
+        assert {"send", "recv"} <= {b.kind for b in lanes[comm].boxes}
+        phases = {b.phase for b in lanes[comm].boxes if b.kind == "allreduce"}
+        assert {"tensor all-reduce", "data all-reduce"} <= phases
 
 
 def test_gpipe_runs_all_forwards_first_and_fsdp_gathers_before_them():
@@ -194,19 +192,22 @@ def test_gpipe_runs_all_forwards_first_and_fsdp_gathers_before_them():
     import dataclasses
 
     spec = dataclasses.replace(spec, strategy=dataclasses.replace(spec.strategy, schedule="gpipe"))
-    boxes = next(lane for lane in _lanes(spec) if lane.id == "w1").boxes
-    order = [b.kind for b in boxes if b.kind in ("forward", "backward")][:8]
+    lanes = {lane.id: lane for lane in _lanes(spec)}
+    order = [b.kind for b in lanes["w1"].boxes if b.kind in ("forward", "backward")][:8]
     assert order == ["forward"] * 4 + ["backward"] * 4
-    assert boxes[0].phase == "data all-gather"
-    assert "data reduce-scatter" in {b.phase for b in boxes}
+    comm = [b for b in lanes["w1-comm"].boxes if b.kind == "allreduce"]
+    assert comm[0].phase == "data all-gather" and comm[0].end_ms <= lanes["w1"].boxes[0].start_ms + 1e-9
+    assert "data reduce-scatter" in {b.phase for b in comm}
 
 
 def test_at_scale_one_worker_per_stage_stands_for_its_stage():
     lanes = _lanes(_mesh(8, 8, 16))
-    assert [lane.id for lane in lanes] == ["w1", "w65", "w129", "w193-more", "w961"]
-    assert lanes[3].role == "gap" and lanes[3].hidden == 12
+    assert [lane.id for lane in lanes] == ["w1", "w1-comm", "w65", "w65-comm", "w129", "w129-comm", "w193-more",
+                                           "w961", "w961-comm"]
+    assert lanes[6].role == "gap" and lanes[6].hidden == 12 and lanes[2].label == "Worker 65 (stage 2)"
     assert all(lane.boxes for lane in lanes if lane.role != "gap")
-    assert [lane.id for lane in _lanes(_mesh(2, 2))] == ["w1", "w2", "w3", "w4"]  # 2-D: as before
+    assert [lane.id for lane in _lanes(_mesh(2, 2))] == ["w1", "w1-comm", "w2", "w2-comm", "w3", "w3-comm", "w4",
+                                                         "w4-comm"]  # 2-D: every worker
 
 
 @pytest.mark.latex

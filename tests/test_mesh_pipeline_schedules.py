@@ -1,6 +1,6 @@
 """The multi-stage pipeline schedules on a mesh's pipeline dimension
-(docs/pipeline-schedules.md): the expected timeline and the simulator place each pipeline
-rank's operations in the order torch's schedule class issues (one source:
+(docs/pipeline-schedules.md): the simulator (which the expected timeline draws) places each
+pipeline rank's operations in the order torch's schedule class issues (one source:
 pipeline_schedules.rank_orders), and a real run executes that order on every replica.
 The numerics against `single` are in tests/test_runner_numerics.py."""
 
@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from opentikz_dt.figures.schedule import CostModel
 from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.expected import illustrative_timeline
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.spec import spec_from_data
 from opentikz_dt.strategies.pipeline_schedules import rank_orders, rank_stages
@@ -38,16 +38,14 @@ def _wanted(schedule: str, rank: int, micro: int = 4):
 @needs_torch
 @pytest.mark.parametrize("schedule", ["interleaved-1f1b", "zbv-zero-bubble", "dualpipev"])
 def test_expected_mesh_timeline_follows_the_schedule_s_order(schedule):
-    from opentikz_dt.strategies.mesh.figures import _pipelined_schedule
-    from opentikz_dt.strategies.mesh.strategy import degrees
-
     spec = _mesh(schedule)
-    sim, _, _ = _pipelined_schedule(spec, CostModel(), degrees(spec))
+    lanes = {lane.id: lane for lane in illustrative_timeline(spec).panels[0].lanes}
     kinds = {"forward": "F", "wgrad": "W"}
     for rank in (0, 1):
         chunk = {st: "ab"[k] for k, st in enumerate(rank_stages(schedule, rank, 2, 2))}
         want = [(op, f"{mb + 1}{chunk[st]}") for op, mb, st in _wanted(schedule, rank)]
-        boxes = [b for b in sim.boxes[f"s{rank + 1}"] if b.kind in ("forward", "backward", "wgrad")]
+        # pipeline rank 0 is workers w1, w2 (its data replicas), rank 1 w3, w4
+        boxes = [b for b in lanes[f"w{2 * rank + 1}"].boxes if b.kind in ("forward", "backward", "wgrad")]
         got = [(kinds.get(b.kind, "B"), b.label) for b in boxes[:len(want)]]  # the first step
         # the figure draws I as a backward box: compare B and I alike
         assert got == [("B" if op == "I" else op, label) for op, label in want]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.predict.expected import illustrative_timeline as expected_timeline
 from opentikz_dt.measured.timeline import box_label, phase_name
 from opentikz_dt.measured.trace import Span
 from opentikz_dt.predict.costs import Costs, illustrative_calibration

@@ -1,5 +1,5 @@
 """The pipeline schedules torch ships: their order comes from torch's own schedule class,
-their expected timelines have the bubble their papers state, and a run executes the
+played with balanced stages it has the bubble their papers state, and a run executes the
 order the schedule issues (docs/pipeline-schedules.md)."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ import json
 
 import pytest
 
-from opentikz_dt.figures.schedule import CostModel
-from opentikz_dt.strategies.pipeline.figures import _schedule, drawn_bubble
+from opentikz_dt.predict.expected import illustrative_timeline, schedules_timeline
 from opentikz_dt.spec import spec_from_data
 from opentikz_dt.strategies.pipeline_schedules import (SCHEDULES, ScheduleOrderError, play, rank_orders,
-                                                       reference_bubble)
+                                                       reference_bubble, stages_per_rank)
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="the multi-stage orders come from torch's schedule classes")
@@ -31,8 +30,15 @@ def _spec(schedule: str, p: int, m: int, v: int | None = None):
 
 
 def _bubble(schedule: str, p: int, m: int, v: int | None = None) -> float:
-    sim, _ = _schedule(_spec(schedule, p, m, v), CostModel(), EQUAL)
-    return drawn_bubble(sim, p, sim.flush_ms)
+    """The idle share of the ranks up to the flush, the order played as early as its
+    dependencies allow (`play`, which the simulator plays too) with balanced stages, EQUAL
+    costs and free messages: the ideal pipeline the papers' bubbles describe."""
+    s = _spec(schedule, p, m, v).strategy
+    v = stages_per_rank(s)
+    played = play(rank_orders(s.schedule, p, m, v), p, p * v, s.schedule, lambda r, op, st: EQUAL[op],
+                  lambda op, src, dst: 0.0)
+    flush = max(a.end for a in played)
+    return 1 - sum(a.end - a.start for a in played) / (p * flush)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -180,25 +186,26 @@ def test_multi_stage_schedules_are_refused_before_torch_2_13(torch_mod, monkeypa
 
 @needs_torch
 def test_expected_zero_bubble_draws_each_w_as_a_weight_gradient_box():
-    sim, _ = _schedule(_spec("zbv-zero-bubble", 2, 4), CostModel())
+    (panel,) = illustrative_timeline(_spec("zbv-zero-bubble", 2, 4)).panels
     for lane in ("w1", "w2"):
-        kinds = [b.kind for b in sim.boxes[lane]]
-        assert kinds.count("wgrad") == 4 * 2  # every microbatch on both of the worker's stages
+        boxes = next(x for x in panel.lanes if x.id == lane).boxes
+        kinds = [b.kind for b in boxes]
+        assert kinds.count("wgrad") == 4 * 2  # one step: every microbatch on both of the worker's stages
         assert kinds.count("forward") == 4 * 2
-    labels = {b.label for b in sim.boxes["w1"] if b.kind == "forward"}
+    labels = {b.label for b in panel.lanes[0].boxes if b.kind == "forward"}
     assert labels == {"1a", "2a", "3a", "4a", "1b", "2b", "3b", "4b"}
 
 
 @needs_torch
 def test_schedules_figure_puts_the_five_on_one_axis_and_names_what_it_leaves_out():
-    from opentikz_dt.strategies.pipeline.figures import schedules_timeline
-
-    timeline = schedules_timeline(_spec("1f1b", 2, 4), CostModel())
-    assert [p.title.split(":")[0] for p in timeline.panels] == ["GPipe", "1F1B", "Interleaved 1F1B", "ZB-V",
-                                                                "DualPipeV"]
+    timeline = schedules_timeline(_spec("1f1b", 2, 4))
+    assert [p.title for p in timeline.panels] == ["GPipe pipeline", "1F1B pipeline", "Interleaved 1F1B pipeline",
+                                                  "ZB-V pipeline", "DualPipeV pipeline"]
     ends = [max(b.end_ms for lane in p.lanes for b in lane.boxes) for p in timeline.panels]
-    assert timeline.end_ms == max(ends) and ends[3] < ends[1]  # ZB-V's step is shorter than 1F1B's
-    short = schedules_timeline(_spec("1f1b", 2, 2), CostModel())  # DualPipeV needs 2p = 4 microbatches
+    assert timeline.end_ms == pytest.approx(max(ends))
+    assert all(p.note.startswith("bubble ") and p.note.endswith("expected") is False for p in timeline.panels)
+    assert timeline.axis_unit_ms == pytest.approx(timeline.end_ms - timeline.start_ms)  # relative units
+    short = schedules_timeline(_spec("1f1b", 2, 2))  # DualPipeV needs 2p = 4 microbatches
     assert len(short.panels) == 4
     assert short.note.endswith("not drawn (the spec's shape does not fit): DualPipeV")
 

@@ -141,10 +141,10 @@ def test_a_hook_with_the_wrong_signature_is_an_error(tmp_path):
     check = _check_source() + "\n".join([
         "def layout(spec): ...",
         "def spacing_needs(sizes): ...",
-        "def expected_timeline(spec, cost): ...",
-        "FiguresPlugin(KIND='bad', layout=layout, spacing_needs=spacing_needs, expected_timeline=expected_timeline)",
+        "def expected_panels(spec, cost): ...",
+        "FiguresPlugin(KIND='bad', layout=layout, spacing_needs=spacing_needs, expected_panels=expected_panels)",
         "PredictPlugin(KIND='bad')",
-        "FiguresPlugin(KIND='bad', layout=print, spacing_needs=print, expected_timeline=print, WINDOW_STEPS='3')",
+        "FiguresPlugin(KIND='bad', layout=print, spacing_needs=print, WINDOW_STEPS='3')",
     ]) + "\n"
     result = _mypy(tmp_path, check)
     assert result.returncode != 0
@@ -152,3 +152,4 @@ def test_a_hook_with_the_wrong_signature_is_an_error(tmp_path):
     assert 'Argument "layout" to "FiguresPlugin" has incompatible type' in out, out
     assert 'Missing named argument "simulate_steps" for "PredictPlugin"' in out, out
     assert 'Argument "WINDOW_STEPS" to "FiguresPlugin" has incompatible type "str"' in out, out
+    assert 'Argument "expected_panels" to "FiguresPlugin" has incompatible type' in out, out

@@ -13,7 +13,7 @@ import yaml
 
 from opentikz_dt.errors import SpecError
 from opentikz_dt.figures.names import BOX_KINDS
-from opentikz_dt.figures.schedule import expected_timeline
+from opentikz_dt.predict.expected import illustrative_timeline as expected_timeline
 from opentikz_dt.figures.spacing import Sizes, effective_spacing
 from opentikz_dt.figures.plugin import REGISTRY as FIGURES
 from opentikz_dt.figures.topology import build_layout
@@ -110,7 +110,7 @@ def test_starter_spec_exists_and_loads(s, tmp_path):
 
 
 # A figures plugin (opentikz_dt/strategies/<kind>/figures.py) must answer these itself: no default exists.
-FIGURES_REQUIRED = ("layout", "spacing_needs", "expected_timeline")
+FIGURES_REQUIRED = ("layout", "spacing_needs")
 
 
 def test_every_kind_has_a_figures_plugin_that_draws_it():

@@ -155,24 +155,24 @@ def test_partitioning_compiles_at_one_column(tmp_path):
 
 
 def _boxes(spec, lane="w1"):
-    from opentikz_dt.figures.schedule import expected_timeline
+    from opentikz_dt.predict.expected import illustrative_timeline as expected_timeline
 
     panel = expected_timeline(spec).panels[0]
     return next(l for l in panel.lanes if l.id == lane).boxes
 
 
 def test_the_expected_timeline_all_reduces_after_every_layer_pair_forward_and_backward():
-    from opentikz_dt.figures.schedule import STEPS
-
-    boxes = _boxes(_spec(4, dict(TRANSFORMER, layers=3)))
-    assert sum(b.kind == "allreduce" for b in boxes) == STEPS * 2 * 2 * 3  # attention and MLP, both passes
-    # the first forward all-reduce follows the first pair's forward slice
-    kinds = [b.kind for b in boxes]
-    first = kinds.index("allreduce")
-    assert kinds[first - 1] == "forward" and "backward" not in kinds[:first]
+    """The simulator's step, as the runner traces it: one forward and one backward span on the
+    compute lane, each layer pair's all-reduce on the comm lane inside them."""
+    steps = 2  # the expected timeline's
+    compute, comm = _boxes(_spec(4, dict(TRANSFORMER, layers=3))), _boxes(_spec(4, dict(TRANSFORMER, layers=3)), "w1-comm")
+    assert sum(b.kind == "allreduce" for b in comm) == steps * 2 * 2 * 3  # attention and MLP, both passes
+    forward = next(b for b in compute if b.kind == "forward")
+    inside = [b for b in comm if forward.start_ms <= b.start_ms and b.end_ms <= forward.end_ms]
+    assert len(inside) == 2 * 3 and inside[0].start_ms > forward.start_ms  # after the first pair's slice
     # an mlp's first pair has no backward all-reduce (its input is the data)
-    mlp = _boxes(_spec(2, {"kind": "mlp", "layers": [32, 64, 64, 64, 64, 10]}))
-    assert sum(b.kind == "allreduce" for b in mlp) == STEPS * (2 + 1)
+    mlp = _boxes(_spec(2, {"kind": "mlp", "layers": [32, 64, 64, 64, 64, 10]}), "w1-comm")
+    assert sum(b.kind == "allreduce" for b in mlp) == steps * (2 + 1)
 
 
 def test_the_others_wait_for_a_slow_worker_at_every_all_reduce():
@@ -180,10 +180,11 @@ def test_the_others_wait_for_a_slow_worker_at_every_all_reduce():
                            "topology": {"workers": {"count": 2, "slowdown": {"w2": 2.0}}},
                            "training": {"model": TRANSFORMER, "dataset": {"kind": "synthetic", "samples": 256},
                                         "batch_size": 8}})
-    fast, slow = _boxes(spec, "w1"), _boxes(spec, "w2")
-    assert sum(b.kind == "wait" for b in fast) >= 8 and not any(b.kind == "wait" for b in slow)
-    starts = lambda boxes: [round(b.start_ms, 6) for b in boxes if b.kind == "allreduce"]
-    assert starts(fast) == starts(slow)  # an all-reduce starts when both arrived
+    starts = lambda lane: [round(b.start_ms, 6) for b in _boxes(spec, lane) if b.kind == "allreduce"]
+    assert starts("w1-comm") == starts("w2-comm")  # an all-reduce starts when both arrived
+    # the slow worker's compute before each all-reduce sets its start: the fast one's waits are in its passes
+    alone = spec_from_data({**spec.data, "topology": {"workers": {"count": 2}}})
+    assert starts("w1-comm")[0] > [round(b.start_ms, 6) for b in _boxes(alone, "w1-comm") if b.kind == "allreduce"][0]
 
 
 # ---------------------------------------------------------------- predictions

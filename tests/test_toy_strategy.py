@@ -39,8 +39,8 @@ def test_toy_validates_draws_runs_and_predicts(tmp_path):
     assert drawn.returncode == 0, drawn.stderr
     topology, timeline = (tmp_path / "fig" / "toy-topology.tex").read_text(), (tmp_path / "fig" / "toy-timeline.tex").read_text()
     assert "Toy training" in topology  # the descriptor's title
-    # the figures plugin's schedule, as its panel title (a title's last two words are tied with ~)
-    assert "toy: forward, backward, optimizer~step" in timeline
+    # its predict plugin's simulation, drawn as every expected timeline (illustrative, relative units)
+    assert "expected: toy, step" in timeline and "illustrative cost model" in timeline
     ran = dtgen("run", "toy.yaml", "--out", "run", cwd=tmp_path)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     run = json.loads((tmp_path / "run" / "run.json").read_text())

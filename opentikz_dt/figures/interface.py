@@ -14,10 +14,9 @@ A new strategy's smallest plugin (the `single` kind's is a short one to copy):
   TIMELINE_BOXES = ("forward", "backward", "slowdown", "optimizer", "skipped")
   def layout(spec, spacing): return single_layout(spec, spacing)       # topology_peer
   def spacing_needs(sizes): return single_needs(sizes)                 # spacing
-  def expected_timeline(spec, cost):
-      sim = Sim(spec, cost)                                            # schedule
-      end = sim.compute("w1", 0.0)
-      return one_panel(spec, sim, end, "my strategy: one step")
+
+Its expected timeline needs no hook here: it is the predictor's simulation of the spec
+(its predict plugin's `simulate_steps`, predict/expected.py), drawn as a run.
 
 Must not import torch.
 """
@@ -49,6 +48,10 @@ def default_lane_label(spec: Spec, worker_id: str) -> str:
     return spec.topology.workers.label_of(worker_id)
 
 
+def default_stage_lanes(spec: Spec) -> int:
+    return 0  # every worker is its own lane
+
+
 def default_more_lanes_text(spec: Spec, hidden: int) -> str:
     return label_text(spec, "more_workers", n=f"{hidden:,}")
 
@@ -66,7 +69,12 @@ def default_bubble_reference(spec: Spec, stages: int, microbatches: int) -> tupl
     return (stages - 1) / (microbatches + stages - 1), "$(p-1)/(m+p-1)$", ""
 
 
-def default_schedules_timeline(spec: Spec, cost: Any) -> Timeline:
+def default_expected_panels(spec: Spec) -> tuple[tuple[str, Spec, str, str], ...]:
+    """One panel: the spec itself, titled by figure.labels.panel or dtgen."""
+    return (("main", spec, "", ""),)
+
+
+def default_compared_schedules(spec: Spec) -> tuple[tuple[Spec, ...], tuple[str, ...], str]:
     """Refused: only a pipeline has schedules to put side by side."""
     from ..errors import DtgenError
 
@@ -100,11 +108,11 @@ class FiguresPlugin:
     # same bytes, the flow labels may say them once (True only where flow_run is True too)
     flow_labels_once: Callable[[Spec], bool] = default_false
 
-    # Expected schedule (figures/schedule.py)
-    # expected_timeline(spec, cost) -> timeline.Timeline: what the workers (and servers) are
-    # expected to do over the first steps, under the schedule.CostModel `cost`: simulate
-    # with schedule.Sim, then schedule.one_panel (or schedule.lanes for panels of its own)
-    expected_timeline: Callable[[Spec, Any], Timeline]
+    # Expected schedule (predict/expected.py: the simulator's, under the illustrative calibration)
+    # expected_panels(spec) -> ((panel id, spec to simulate, title or "", note or ""), ...): the
+    # panels of the expected timeline, each a spec simulated on one shared axis (a parameter
+    # server compares sync with async, its own mode noted); the default is the spec alone
+    expected_panels: Callable[[Spec], tuple[tuple[str, Spec, str, str], ...]] = default_expected_panels
     # TIMELINE_BOXES: the timeline box kinds that can share one of its figures (the
     # colour-vision check compares exactly these); every box kind at once is more than the
     # default colours keep apart, so list yours
@@ -114,6 +122,10 @@ class FiguresPlugin:
     LANE_ROLE: str = "worker"  # the role of a worker's lane (timeline.Lane.role): worker or stage
     # lane_label(spec, worker_id): the name of a worker's lane (a pipeline names its stage)
     lane_label: Callable[[Spec, str], str] = default_lane_label
+    # stage_lanes(spec): the workers of a pipeline stage, which run alike, when one of them stands
+    # for its stage once the workers outnumber figure.max_workers_drawn (a mesh: data x
+    # tensor); 0: every worker has its own lane
+    stage_lanes: Callable[[Spec], int] = default_stage_lanes
     # more_lanes_text(spec, hidden): the text of the row standing for `hidden` lanes not drawn
     more_lanes_text: Callable[[Spec, int], str] = default_more_lanes_text
 
@@ -136,9 +148,10 @@ class FiguresPlugin:
     # bubble_reference(spec, p, m) -> (fraction, TeX formula, its numbers or ""): the bubble a
     # measured pipelined run's is compared with (a pipeline: its schedule's)
     bubble_reference: Callable[[Spec, int, int], tuple[float, str, str]] = default_bubble_reference
-    # schedules_timeline(spec, cost) -> timeline.Timeline: the `--kind schedules` figure, the
-    # pipeline schedules side by side on one axis
-    schedules_timeline: Callable[[Spec, Any], Timeline] = default_schedules_timeline
+    # compared_schedules(spec) -> (specs, left out, title): the `--kind schedules` figure, the
+    # spec under each schedule it compares (simulated side by side on one axis), the
+    # schedules its shape cannot take (named in the note) and the figure's title
+    compared_schedules: Callable[[Spec], tuple[tuple[Spec, ...], tuple[str, ...], str]] = default_compared_schedules
 
     def __repr__(self) -> str:
         return f"<{self.KIND} figures plugin>"

@@ -169,15 +169,18 @@ def render_topology(spec, body_only: bool = False, layout: Layout | None = None,
 
 
 def render_timeline(spec, timeline=None, body_only: bool = False) -> str:
-    """The timeline figure: the expected schedule from the spec, or a given (measured) Timeline."""
-    from .schedule import expected_timeline
+    """The timeline figure: a given (measured, predicted) Timeline, else the spec's expected
+    one (the simulator's, under the illustrative calibration: predict/expected.py)."""
     from .timeline import draw_timeline
 
     from .fit import target_width_cm
     from .texts import timeline_words
     from .timeline_styles import tikz_styles
 
-    timeline = timeline if timeline is not None else expected_timeline(spec)
+    if timeline is None:
+        from ..predict.expected import illustrative_timeline
+
+        timeline = illustrative_timeline(spec)
     drawing = draw_timeline(timeline, target_width_cm(spec), timeline_words(spec))
     context = base_context(spec, "timeline", body_only, drawing.names())
     styles = {kind: Tex(keys) for kind, keys in tikz_styles(_palette_colors(spec), spec.figure.palette).items()}

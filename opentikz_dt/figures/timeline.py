@@ -487,6 +487,12 @@ def _lane_spans(boxes: list, start: float, scale: float, width: float, widen: bo
         x0, x1 = _at_least_hairline(x0, x1, width, keep_end=box.kind in ARRIVALS)
         if box.kind == "update" and widen:  # the event a PS figure is about: never a hairline
             x1 = covered = _event_end(boxes, index, x0, x1, start, scale, width)
+            if x1 - x0 < MIN_EVENT_CM and spans and spans[-1].kind == "wait":
+                # at the plot's end it cannot grow right: it grows left, over the wait before it
+                x0 = max(spans[-1].x0, x1 - MIN_EVENT_CM)
+                spans[-1] = replace(spans[-1], x1=x0)
+                if spans[-1].x1 - spans[-1].x0 < 0.005:
+                    spans.pop()
         thin = box.kind in ("send", "recv")  # communication next to compute: a thin bar, the compute reads
         plain, tex = _box_words(box, words)
         fits = bool(plain) and not thin and _fits(plain, x1 - x0)

@@ -48,17 +48,11 @@ def render_texts(spec, kinds=KINDS, body_only: bool = False, timeline=None) -> d
 
 
 def _schedules_timeline(spec):
-    """GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV for the spec's pipeline, one time axis."""
-    from dataclasses import replace
+    """GPipe, 1F1B, interleaved 1F1B, ZB-V and DualPipeV for the spec's pipeline, one time axis,
+    as the simulator runs them (the strategy's figures plugin picks them, or refuses)."""
+    from ..predict.expected import schedules_timeline
 
-    from .plugin import plugin_of
-    from .schedule import CostModel, with_time_axis
-    from .timeline import limit_boxes
-
-    # the strategy's figures plugin draws them, or refuses (a kind without schedules)
-    cost = CostModel()
-    timeline = replace(limit_boxes(plugin_of(spec).schedules_timeline(spec, cost)), widen_events=True)
-    return with_time_axis(spec, timeline, cost)
+    return schedules_timeline(spec)
 
 
 def render_figures(spec, out_dir: str | Path | None = None, kinds=KINDS, formats=("tex",), body_only: bool = False,

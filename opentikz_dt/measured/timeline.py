@@ -16,9 +16,10 @@ Must not import torch.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ..figures.model import elide
@@ -67,8 +68,9 @@ class Measured:
 def box_label(span: Span, pipeline: bool, asynchronous: bool) -> str:
     """The short text drawn inside a box when it fits (the expected schedule's vocabulary)."""
     name, args = span.name, span.args
-    if pipeline and name in ("forward", "backward") and isinstance(args.get("mb"), int):
-        # a multi-stage schedule's chunk as a letter (1a, 1b)
+    if name in ("forward", "backward") and isinstance(args.get("mb"), int):
+        # a pipeline's (or a mesh's pipeline dimension's) microbatch; a multi-stage
+        # schedule's chunk as a letter (1a, 1b)
         chunk = args.get("chunk")
         text = f"{args['mb'] + 1}{'abcdefghijklmnop'[chunk] if isinstance(chunk, int) and 0 <= chunk < 16 else ''}"
         return text
@@ -173,26 +175,30 @@ def _cells(spans: list, t0: float, t1: float, pipeline: bool, asynchronous: bool
         if s.name not in BOX_KINDS:
             continue  # unknown span names are the runner's business, not drawn
         kind = box_kind(s.name, s.args)
+        text = box_label(s, pipeline, asynchronous)
         # a skipped step's cross is its mark: no "opt"/"Update" inside it, which would say it ran
-        out.append(Cell(max(s.start, t0), min(s.end, t1), kind, 1,
-                        box_label(s, pipeline, asynchronous) if labels and kind != "skipped" else ""))
+        out.append(Cell(max(s.start, t0), min(s.end, t1), kind, 1, text if labels and kind != "skipped" else "",
+                        phase_name(text) if kind == PHASED_BOX else ""))
     return out
 
 
-def _bubbles(spans: list, t0: float, t1: float, label: str = "bubble", min_us: float = OVERLAP_US) -> list:
+def _bubbles(spans: list, t0: float, t1: float, label: str = "bubble", min_us: float = OVERLAP_US,
+             across: bool = False) -> list:
     """Idle gaps inside a step of a lane that holds all of its rank's spans, where no span
     explains the time, as `wait` cells labelled `label`: a pipeline stage's bubbles (when
     the trace has no wait spans; a blocking recv already shows its wait), and any rank's
     untraced time inside a step ("idle": blocked, or not scheduled on a busy machine), so
     the figure draws it as the legend's "idle / wait" instead of leaving it blank. Gaps
-    shorter than `min_us` stay as they are (too thin to see)."""
+    shorter than `min_us` stay as they are (too thin to see). `across`: gaps between two
+    steps too (a simulated schedule has no untraced time: a worker idle before its next
+    step waits, for the server's update or the other workers)."""
     out, reach, step = [], None, None
     for s in sorted(spans, key=lambda s: s.start):
         if s.name not in BOX_KINDS:
             continue
-        if reach is not None and s.step == step and s.start - reach > min_us:
+        if reach is not None and (across or s.step == step) and s.start - reach > min_us:
             out.append(Cell(max(reach, t0), min(s.start, t1), "wait", 0, label))
-        reach = s.end if reach is None or s.step != step else max(reach, s.end)
+        reach = s.end if reach is None or (s.step != step and not across) else max(reach, s.end)
         step = s.step
     return out
 
@@ -259,6 +265,9 @@ def _rows(spec, trace: Trace) -> list:
     rows: list = [_Row(ids[rank], lane_name(spec, ids[rank]), "server", rank) for rank in servers]
     role = plugin_of(spec).LANE_ROLE
     stages = trace.metadata.get("lane_stages") or {}  # a cluster prediction: one rank stands for a stage
+    per_stage = plugin_of(spec).stage_lanes(spec)
+    if per_stage and not stages and len(workers) > spec.figure.max_workers_drawn:
+        return rows + _stage_rows(spec, ids, workers, per_stage, role)
     for index in shown:
         if index is None:
             hidden = len(workers) - (len(shown) - 1)
@@ -270,6 +279,22 @@ def _rows(spec, trace: Trace) -> list:
                 rows.append(_Row(ids[rank], representative_lane(spec, stages[ids[rank]], trace), "stage", rank))
             else:
                 rows.append(_Row(ids[rank], lane_name(spec, ids[rank]), role, rank))
+    return rows
+
+
+def _stage_rows(spec, ids: dict, workers: list, per_stage: int, role: str) -> list:
+    """One lane per pipeline stage (its first worker's, which stands for the stage's workers:
+    they run alike), the stages elided past figure.max_workers_drawn."""
+    count = len(workers) // per_stage
+    shown = elide(count, spec.figure.max_workers_drawn)
+    rows = []
+    for index in shown:
+        if index is None:
+            hidden = count - (len(shown) - 1)
+            rows.append(_Row("more", label_text(spec, "more_stages", n=f"{hidden:,}"), "gap", None, hidden))
+            continue
+        rank = workers[(index - 1) * per_stage]
+        rows.append(_Row(ids[rank], f"{lane_name(spec, ids[rank])} (stage {index})", role, rank))
     return rows
 
 
@@ -292,10 +317,25 @@ def _gap_lane(row: _Row) -> Lane:
     return Lane(row.id, row.label, (), role="gap", hidden=row.hidden)
 
 
-def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -> tuple:
-    """Lanes from typed spans: every span a box while the lane is under its budget."""
+def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous, whole_steps=False) -> tuple:
+    """Lanes from typed spans: every span a box while the lane is under its budget; with
+    `whole_steps` only the window's steps' spans (asynchronous: those done by its end),
+    every gap between them a wait."""
     by_rank: dict = {}
-    for span in received_pushes(trace.spans_between(window.t0, window.t1), trace.ids, trace.events):
+    spans = trace.spans_between(window.t0, window.t1)
+    pushes: dict = {}
+    for span in spans:
+        if span.name == "push":
+            pushes.setdefault(span.rank, []).append(span.end)
+    for ends in pushes.values():
+        ends.sort()
+    for span in received_pushes(spans, trace.ids, trace.events):
+        # whole steps: a synchronous schedule's window steps, every lane's; an asynchronous
+        # one's every iteration done by the window's end (a fast worker's extra iterations
+        # are the point of it) and the updates of them, none cut
+        if whole_steps and not (_done_by(pushes, span, window.t1) if asynchronous
+                                else window.first <= span.step <= window.last):
+            continue
         # a push cut where the server had it can end before the window it overlapped
         # (drawn, it was a box from the window's edge back to that end)
         if span.end >= window.t0:
@@ -320,18 +360,32 @@ def _exact_lanes(spec, trace, window, rows, max_boxes, pipeline, asynchronous) -
             continue
         cells = _cells(lane, window.t0, window.t1, pipeline, asynchronous, len(lane) <= budget)
         if pipeline and not row.id.endswith("-comm") and not any(s.name == "wait" for s in lane):
-            cells = sorted(cells + _bubbles(lane, window.t0, window.t1), key=lambda c: c.start)
-        elif whole and not pipeline and not (asynchronous and row.role == "server"):
+            cells = sorted(cells + _bubbles(lane, window.t0, window.t1, across=whole_steps), key=lambda c: c.start)
+        elif (whole or (whole_steps and not row.id.endswith("-comm"))) and not pipeline \
+                and not (asynchronous and row.role == "server"):
+            # (a simulated schedule's compute lane idles only waiting for its communication)
             # (an async server's spans carry the pushing workers' steps, not steps of its own:
             # between two of them it replies, which is its work, not idle time)
-            cells = sorted(cells + _bubbles(lane, window.t0, window.t1, "idle", visible_us), key=lambda c: c.start)
+            cells = sorted(cells + _bubbles(lane, window.t0, window.t1, "idle", visible_us, whole_steps),
+                           key=lambda c: c.start)
         cells, merged = bound_boxes(cells, window.t0, window.t1, budget)
         aggregated |= merged
         lanes.append(Lane(row.id, row.label, tuple(Box(c.start / 1000, c.end / 1000, c.kind, c.label,
-                                                       phase_name(c.label) if c.kind == PHASED_BOX else "")
+                                                       (c.phase or phase_name(c.label)) if c.kind == PHASED_BOX else "")
                                                    for c in cells), role=row.role))
         drawn.extend(lane)
     return lanes, tuple(drawn), len(drawn), aggregated, budget
+
+
+def _done_by(pushes: dict, span: Span, t1: float) -> bool:
+    """Whether the asynchronous iteration `span` is part of ended by t1: a worker's iteration
+    ends with its push (`pushes`: rank -> its push ends, in order; an async step number
+    is the version it fetched, not the iteration); another rank's span is its own."""
+    ends = pushes.get(span.rank)
+    if ends is None:
+        return span.end <= t1 + OVERLAP_US
+    index = bisect.bisect_left(ends, span.end - OVERLAP_US)
+    return index < len(ends) and ends[index] <= t1 + OVERLAP_US
 
 
 def _binned_lanes(spec, trace, window, rows, max_boxes, pipeline) -> tuple:
@@ -447,20 +501,28 @@ def async_updates_note(spec, trace: Trace) -> str:
     return "updates: " + ", ".join(f"W{w[1:]} {counts[w]}" for w in workers) + f" of {total:,}"
 
 
-def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES) -> Measured:
-    """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes."""
+def measured_timeline(spec, trace: Trace, steps: tuple | None = None, max_boxes: int = MAX_BOXES,
+                      whole_steps: bool = False) -> Measured:
+    """The Timeline of what the run did in a window of steps, with at most `max_boxes` boxes.
+    `whole_steps` (a simulated schedule from its start: the expected timeline) draws the
+    window's steps whole on every lane, a server's updates of them included, and nothing
+    of the steps after."""
     plugin = plugin_of(spec)  # its strategy's figures plugin (strategies/<kind>/figures.py)
     asynchronous, pipeline = plugin.asynchronous(spec), plugin.PIPELINED
     window = select_window(trace, steps, default_width(spec), asynchronous)
+    if whole_steps:
+        extents = [e for (_, step), e in trace.extents.items() if window.first <= step <= window.last]
+        window = replace(window, t0=min(e[0] for e in extents), t1=max(e[1] for e in extents))
     rows = _rows(spec, trace)
     drawn_ranks = [row.rank for row in rows if row.rank is not None]
     estimate = spans_in(trace, window)
     per_lane = max_boxes // max(1, len(drawn_ranks))
-    if max((estimate.get(rank, 0) for rank in drawn_ranks), default=0) > FAST_FACTOR * per_lane:
+    # (whole steps pick their spans one by one: a simulation's few steps are never that many)
+    if not whole_steps and max((estimate.get(rank, 0) for rank in drawn_ranks), default=0) > FAST_FACTOR * per_lane:
         lanes, drawn, count, aggregated, budget = _binned_lanes(spec, trace, window, rows, max_boxes, pipeline)
     else:
         lanes, drawn, count, aggregated, budget = _exact_lanes(spec, trace, window, rows, max_boxes, pipeline,
-                                                               asynchronous)
+                                                               asynchronous, whole_steps)
     bubble = _bubble(spec, trace, window)
     seen = "predicted" if trace.metadata.get("predicted") else "measured"  # a prediction draws like a run
     panel_note = bubble_title_note(spec, seen, bubble) if bubble is not None else ""

@@ -117,6 +117,14 @@ def load_trace(path: str | Path) -> Trace:
     return trace
 
 
+def trace_from_events(events: list, metadata: dict, source: str) -> Trace:
+    """A Trace of Chrome trace events already in memory (a simulation's), as load_trace would
+    read them from a trace.json."""
+    raw = _Raw()
+    raw.events, raw.metadata = events, metadata
+    return _finish(raw, Path(source))
+
+
 def _load(path: Path) -> Trace:
     if path.is_dir():
         return _load_run_dir(path)

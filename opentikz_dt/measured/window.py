@@ -141,6 +141,7 @@ class Cell(NamedTuple):
     kind: str
     count: int = 1  # spans it stands for (0: a derived box, such as a pipeline bubble)
     label: str = ""  # kept only while the cell is one span
+    phase: str = ""  # a collective's phase (its fill), kept even where its label is not
 
 
 def bound_boxes(cells: list, t0: float, t1: float, budget: int) -> tuple:
@@ -157,7 +158,7 @@ def bound_boxes(cells: list, t0: float, t1: float, budget: int) -> tuple:
     joined = _join(cells, gap)
     if len(joined) <= budget:
         return joined, True
-    kinds = list(dict.fromkeys(c.kind for c in cells))
+    kinds = list(dict.fromkeys((c.kind, c.phase) for c in cells))  # a collective's phases keep their fills
     bins = max(1, min(MAX_BINS, budget // len(kinds)))
     width = (t1 - t0) / bins
     fill = [dict.fromkeys(kinds, 0.0) for _ in range(bins)]
@@ -168,23 +169,23 @@ def bound_boxes(cells: list, t0: float, t1: float, budget: int) -> tuple:
             lo = max(cell.start, t0 + index * width)
             hi = min(cell.end, t0 + (index + 1) * width)
             if hi > lo:
-                fill[index][cell.kind] += hi - lo
+                fill[index][(cell.kind, cell.phase)] += hi - lo
     strips = []
     for index, shares in enumerate(fill):
         x = t0 + index * width
-        for kind in kinds:
-            if shares[kind] > 0:
-                strips.append(Cell(x, x + shares[kind], kind, 1))
-                x += shares[kind]
+        for kind, phase in kinds:
+            if shares[(kind, phase)] > 0:
+                strips.append(Cell(x, x + shares[(kind, phase)], kind, 1, phase=phase))
+                x += shares[(kind, phase)]
     return _join(strips, 0.0), True
 
 
 def _join(cells: list, gap: float) -> list:
     out: list = []
     for cell in cells:
-        if out and out[-1].kind == cell.kind and cell.start - out[-1].end <= gap:
+        if out and out[-1].kind == cell.kind and out[-1].phase == cell.phase and cell.start - out[-1].end <= gap:
             prev = out[-1]
-            out[-1] = Cell(prev.start, max(prev.end, cell.end), prev.kind, prev.count + cell.count)
+            out[-1] = Cell(prev.start, max(prev.end, cell.end), prev.kind, prev.count + cell.count, phase=prev.phase)
         else:
             out.append(cell)
     return out

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import DtgenError
+from ..measured.trace import trace_from_events
 from ..strategies import plugin
 from .engine import Result
 
@@ -135,6 +136,16 @@ def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, m
     if failed and not merged_on_crash:
         return
     order = sorted((e["ts"], r, i) for r, evs in events.items() for i, e in enumerate(evs))
+    metadata = _metadata(spec, predicted, failed)
+    head = [encode(e) for e in _trace_events(result, roles)]
+    with open(out / "trace.json", "w", encoding="utf-8") as handle:
+        handle.write('{"traceEvents":[')
+        handle.write(",".join(head + [lines[r][i] for _, r, i in order]))
+        handle.write('],"displayTimeUnit":"ms","metadata":' + encode(metadata) + "}")
+
+
+def _metadata(spec, predicted: dict | None, failed: bool) -> dict:
+    """trace.json's metadata of a simulated run."""
     metadata = {"spec": spec.name, "strategy": spec.strategy.kind, "sync": spec.strategy.sync,
                 "ended_early": failed}
     if predicted is not None:
@@ -142,8 +153,14 @@ def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, m
         if predicted.get("lane_stages"):  # one representative rank per stage: the figures name it so
             metadata["lane_stages"] = predicted["lane_stages"]
             metadata["ranks_per_lane"] = predicted["ranks"] // predicted["lanes"]
-    head = [encode(e) for e in _trace_events(result, roles)]
-    with open(out / "trace.json", "w", encoding="utf-8") as handle:
-        handle.write('{"traceEvents":[')
-        handle.write(",".join(head + [lines[r][i] for _, r, i in order]))
-        handle.write('],"displayTimeUnit":"ms","metadata":' + encode(metadata) + "}")
+    return metadata
+
+
+def result_trace(spec, result: Result, predicted: dict):
+    """The measured.trace.Trace a run directory written from `result` would load as, without
+    writing it (the expected timeline draws it: a folder of one file per rank costs seconds
+    at a thousand ranks)."""
+    roles = list(zip(result.roles, result.ids))
+    events = sorted((e for evs in result.events.values() for e in evs), key=lambda e: e["ts"])
+    return trace_from_events(_trace_events(result, roles) + events, _metadata(spec, predicted, False),
+                             f"{spec.name} (simulated)")

@@ -1,11 +1,9 @@
 """Figures of central storage (TensorFlow's CentralStorageStrategy): the parameter server's
-picture and its synchronous schedule, with a note on where the variables live. Must not
-import torch."""
+picture, with a note on where the variables live. Must not import torch."""
 
 from __future__ import annotations
 
 from ...figures.model import Node
-from ...figures.schedule import one_panel
 from ...figures.spacing import parameter_server_needs
 from ...figures.texts import FLOW_MACROS, label_lines_tex
 from ...figures.topology_ps import parameter_server_layout
@@ -37,11 +35,6 @@ def _storage_note(spec, server_x, nodes, edges):
     note = Node("note", kind="text", rel="below=1pt of ps-label.south west, anchor=north west",
                 text=label_lines_tex(spec, "central_storage_note", tex=FLOW_MACROS))
     return nodes + [note], edges
-
-
-def expected_timeline(spec, cost):
-    sim, end = parameter_server.sync_schedule(spec, cost)
-    return one_panel(spec, sim, end, "synchronous: variables on the central storage", "sync", with_servers=True)
 
 
 def table_name(spec) -> str:

@@ -1,7 +1,6 @@
-"""How the toy strategy is drawn: the single-device topology, and a timeline of forward,
-backward and optimizer boxes."""
+"""How the toy strategy is drawn: the single-device topology (its expected timeline is its
+predict plugin's simulation, as every strategy's)."""
 
-from opentikz_dt.figures.schedule import STEPS, Sim, one_panel
 from opentikz_dt.figures.spacing import single_needs
 from opentikz_dt.figures.topology_peer import single_layout
 
@@ -15,12 +14,3 @@ def layout(spec, spacing):
 
 def spacing_needs(sizes):
     return single_needs(sizes)
-
-
-def expected_timeline(spec, cost):
-    sim = Sim(spec, cost)
-    t = 0.0
-    for _ in range(STEPS + 1):
-        t = sim.compute("w1", t)
-        t = sim.add("w1", t, t + cost.min_ms, "optimizer", "opt")
-    return one_panel(spec, sim, t, "toy: forward, backward, optimizer step")
