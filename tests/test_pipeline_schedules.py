@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 
 import pytest
 
@@ -243,3 +244,17 @@ def test_tied_embedding_equals_single_with_both_ends_on_one_worker_or_two(schedu
     assert sorted(got) == sorted(want)
     for name in want:
         torch_mod.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4)
+
+
+@needs_torch
+def test_schedules_figure_draws_the_papers_bubbles_with_free_messages():
+    """The side-by-side figure plays each order with free messages, as the papers do: with
+    balanced stages GPipe and 1F1B idle (p-1)/(m+p-1), interleaved 1F1B (p-1)/(vm+p-1), the
+    zero-bubble schedules less than 1F1B (the backward being 2F here, not F, they are not 0)."""
+    p, m = 3, 6
+    notes = {panel.title: panel.note for panel in schedules_timeline(_spec("1f1b", p, m)).panels}
+    drawn = {title: float(re.match(r"bubble (\d+)% expected", note).group(1)) / 100 for title, note in notes.items()}
+    assert drawn["GPipe pipeline"] == pytest.approx((p - 1) / (m + p - 1), abs=0.01)
+    assert drawn["1F1B pipeline"] == pytest.approx((p - 1) / (m + p - 1), abs=0.01)
+    assert drawn["Interleaved 1F1B pipeline"] == pytest.approx((p - 1) / (2 * m + p - 1), abs=0.01)
+    assert drawn["ZB-V pipeline"] < drawn["1F1B pipeline"] and drawn["DualPipeV pipeline"] < drawn["1F1B pipeline"]

@@ -28,6 +28,7 @@ from ..figures.timeline import Timeline
 from ..measured.texts import bubble_title_note, panel_title
 from ..measured.timeline import measured_timeline
 from ..strategies.pipeline_schedules import ScheduleOrderError
+from .costs import Costs, illustrative_calibration
 from .predict import costs_for
 from .rundir import result_trace
 from .simulate import simulate
@@ -56,11 +57,14 @@ def predicted_timeline(spec, calibration) -> tuple[object, list]:
     return dataclasses.replace(timeline, note=note), warnings
 
 
-def _illustrative_panel(spec, panel_id: str, title: str, note: str, steps: int):
-    """(Panel, end ms) of `spec`'s first `steps` steps under the illustrative calibration.
+def _illustrative_panel(spec, panel_id: str, title: str, note: str, steps: int, free_messages: bool = False):
+    """(Panel, end ms) of `spec`'s first `steps` steps under the illustrative calibration
+    (with `free_messages`, its messages cost nothing: the schedule papers' own assumption).
     Titled `title` (else figure.labels.panel, else "expected: <strategy>, steps 0–1"); a
     pipeline's note gives its bubble beside the schedule's paper form."""
     costs, assumed, _ = costs_for(spec, None)
+    if free_messages:
+        costs = Costs(illustrative_calibration(spec, latency_s=0.0, bytes_per_s=1e18), spec)
     # asynchronous workers run at their own pace: a fast one's further iterations, done while
     # the slowest finishes its `steps`, are drawn too, so it simulates enough of them
     ahead = 3 if plugin_of(spec).asynchronous(spec) else 1
@@ -119,16 +123,19 @@ def illustrative_timeline(spec) -> Timeline:
 def schedules_timeline(spec) -> Timeline:
     """`dtgen figure SPEC --kind schedules`: the pipeline schedules its figures plugin compares
     (compared_schedules: GPipe, 1F1B, ...), each simulated for the spec's stages,
-    microbatches and model under the illustrative calibration, one panel each on one axis;
-    a schedule the spec's shape cannot take is named in the note."""
+    microbatches and model under the illustrative calibration with free messages (as the
+    schedules' papers draw them: only the compute's order makes the bubble), one panel each
+    on one axis; a schedule the spec's shape cannot take is named in the note."""
     variants, left_out, title = plugin_of(spec).compared_schedules(spec)
     steps = 1
     panels, spans = [], []
     for k, variant in enumerate(variants):
-        panel, span = _illustrative_panel(variant, "abcdefgh"[k] * 2, plugin_of(variant).run_name(variant), "", steps)
+        panel, span = _illustrative_panel(variant, "abcdefgh"[k] * 2, plugin_of(variant).run_name(variant), "", steps,
+                                          free_messages=True)
         panels.append(panel)
         spans.append(span)
-    note = "illustrative cost model (relative units), one step of each schedule in torch's order"
+    note = ("illustrative cost model (relative units), messages free as in the schedules' papers; "
+            "one step of each schedule in torch's order")
     if left_out:  # (dtgen validate with that schedule says why)
         note += "; not drawn (the spec's shape does not fit): " + ", ".join(left_out)
     return _relative(spec, title, panels, spans, note)
