@@ -477,3 +477,46 @@ def test_measured_gossip_links_carry_no_rank_total(tmp_path):
     text = " ".join(pdf_text(result.pdf).split())
     assert re.search(r"Worker 1\u2013Worker 6 per step: [0-9.]+ kB out, [0-9.]+ kB in", text), text
     assert check_figure_geometry(result.log) == []
+
+
+WIDE_AT_COLUMN = {  # strategy, workers, model
+    # four stages side by side are too wide for a column: the first two, an ellipsis and the last
+    "pipeline-4": ({"kind": "pipeline", "microbatches": 4, "schedule": "1f1b"}, 4,
+                   {"kind": "mlp", "layers": [128, 128, 128, 128, 128]}),
+    # the bar's links carry both flows ("θ, ∇θ 163 kB"): sized by what they print, not by the
+    # colour switch in their label, and the bar's collectives on two lines each
+    "fsdp-2": ({"kind": "fsdp", "reshard_after_forward": True}, 2,
+               {"kind": "transformer", "layers": 2, "d_model": 32, "heads": 2, "seq_len": 16, "vocab": 64}),
+}
+
+
+@pytest.mark.parametrize("case", WIDE_AT_COLUMN)
+def test_measured_pipeline_and_fsdp_topologies_fit_one_column(tmp_path, case):
+    """A 4-stage pipeline's and an FSDP run's measured topology at one column: at most 8.5 cm
+    wide at final size, no word under 6 pt, no edge through a text or node it does not join."""
+    import dataclasses
+    import random
+
+    from opentikz_dt.figures.checks import check_figure_geometry
+    from opentikz_dt.figures.compile import pdf_page_size, pdf_words
+    from opentikz_dt.figures.fit import with_width
+    from opentikz_dt.measured.annotate import render_annotated_topology
+    from opentikz_dt.predict.costs import Costs
+    from opentikz_dt.predict.rundir import write_run_dir
+    from opentikz_dt.predict.simulate import simulate
+    from opentikz_dt.predict.synthetic import synthetic_calibration, synthetic_loss
+    from opentikz_dt.spec import spec_from_data
+
+    strategy, workers, model = WIDE_AT_COLUMN[case]
+    data = {"name": case, "topology": {"workers": {"count": workers}}, "strategy": strategy,
+            "training": {"steps": 6, "model": model}}
+    spec = spec_from_data(data, name=case)
+    result = simulate(spec, Costs(synthetic_calibration(spec), spec, jitter=random.Random(0)), 6)
+    run = load_run(write_run_dir(tmp_path / "run", spec, result, 6, loss=synthetic_loss(6), dtgen="synthetic"))
+    compiled = compile_pdf(render_annotated_topology(dataclasses.replace(run, spec=with_width(run.spec, "column"))))
+    width, _ = pdf_page_size(compiled.pdf)
+    assert width / 72.27 * 2.54 <= 8.5 + 0.02, width
+    words = pdf_words(compiled.pdf)
+    assert min(size for _, size in words) >= 6.0 - 0.05, min(words, key=lambda w: w[1])
+    assert check_figure_geometry(compiled.log) == []
+    assert "ms/step" in {w for w, _ in words}

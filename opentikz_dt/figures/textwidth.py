@@ -17,6 +17,7 @@ _MACRO = re.compile(r"\\[A-Za-z]+")
 _FONT = re.compile(r"\\(?:mathbf|mathrm|mathit|mathsf|mathcal|boldsymbol|text|textbf|textit)\b")
 _MATH = re.compile(r"\$[^$]*\$")
 _FRAC = re.compile(r"\\[dt]?frac\s*")
+_COLOR = re.compile(r"\\color\{[^{}]*\}")  # a colour switch and its colour expression print nothing
 
 
 def text_cm(label: str) -> float:
@@ -26,6 +27,7 @@ def text_cm(label: str) -> float:
         shown = re.sub(r"[${}^_]", "", _MACRO.sub("x", _FONT.sub("", text)))
         return len(shown if spaces else shown.replace(" ", ""))
 
+    label = _COLOR.sub("", label)
     math = _stacked_fractions("".join(_MATH.findall(label)))
     wide = sum(1 for ch in label if is_cjk(ch))  # a Chinese or Japanese glyph is a full em: two characters
     return CHAR_CM * (visible(_MATH.sub("", label)) + wide) + MATH_CHAR_CM * visible(math, spaces=False) + LABEL_PAD

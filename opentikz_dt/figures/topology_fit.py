@@ -34,6 +34,12 @@ def fitted(spec) -> bool:
     return target_width_cm(spec) is not None
 
 
+def narrow(spec) -> bool:
+    """Whether the spec's figures are laid out for a target narrower than NARROW_CM (a column)."""
+    width = target_width_cm(spec)
+    return width is not None and width < NARROW_CM
+
+
 def compact_spec(spec):
     """The spec a fitted layout is built from: the tightest gaps (widened to what the content
     needs by spacing.py) and, for a narrow target, fewer workers drawn."""

@@ -11,7 +11,7 @@ from ..workload import workload_of
 from .model import Edge, Group, Layout, Node, Port, Tex, elide
 from .spacing import LINE_H, Spacing, icon_size, printed_lines, text_cm
 from .texts import FLOW_MACROS, label_tex, label_text
-from .topology_fit import fitted
+from .topology_fit import fitted, narrow
 from .topology_common import count_text, data_node, ellipsis_node, make_layout, more_name, worker_node
 
 
@@ -60,11 +60,17 @@ def gossip_layout(spec, sp: Spacing) -> Layout:
     return make_layout(spec, sp, [data_node(spec)] + nodes, edges, groups)
 
 
+NARROW_STAGES = 3  # stages drawn side by side at a narrow target width (topology_fit.narrow)
+
+
 def pipeline_layout(spec, sp: Spacing, schedule: str) -> Layout:
     """Stages left to right; `schedule` is the pipeline schedule's name as the note prints it (1F1B)."""
     colsep = sp.colsep
     stages = spec.strategy.stages
     slots = elide(stages, min(spec.figure.max_workers_drawn, 6))
+    if narrow(spec) and len(slots) > NARROW_STAGES and None not in slots:
+        # a column holds three stages side by side: the first two, the ellipsis and the last
+        slots = [1, 2, None, stages]
     if fitted(spec):  # as close as the icons, the flow labels between them and the worker labels allow
         # (line by line: a measured label holds its step time, and memory, on lines of their own)
         widest = max(text_cm(line) for s in slots if s is not None
@@ -78,8 +84,11 @@ def pipeline_layout(spec, sp: Spacing, schedule: str) -> Layout:
     x = step
     for k, slot in enumerate(slots):
         if slot is None:
-            nodes.append(ellipsis_node(more_name("w", slots, k), x - 0.45 * step, 0.0, vertical=False))
-            x += 0.1 * step
+            # (a fitted figure: midway between its neighbours, a stage's step apart, as the links
+            # either side of it carry no label of the diagram's; the natural one spreads them a little)
+            spare = 0.0 if fitted(spec) else 0.1 * step
+            nodes.append(ellipsis_node(more_name("w", slots, k), x - (step - spare) / 2, 0.0, vertical=False))
+            x += spare
             continue
         nodes.append(worker_node(spec, slot, x, 0.0))
         stage = label_text(spec, "stage_lane", i=slot)

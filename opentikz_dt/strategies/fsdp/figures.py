@@ -10,6 +10,9 @@ import dataclasses
 from ...texsafe import render_label
 from ...figures.model import Tex
 from ...figures.spacing import allreduce_needs
+from ...figures import texts
+from ...figures.textwidth import split_in_two
+from ...figures.topology_fit import fitted
 from ...figures.topology_allreduce import allreduce_layout
 
 KIND = "fsdp"
@@ -29,13 +32,26 @@ def layout(spec, spacing):
     the bar, where no worker label can run into it)."""
     drawn = allreduce_layout(spec, spacing)
     lines = [render_label(line) for line in bar_lines(spec.topology.workers.count)]
+    gather, scatter = f"{lines[1]} (\\weightlabel)", f"{lines[2]} (\\gradlabel)"
+    if fitted(spec):  # each collective's name over what it moves: the bar as narrow as its last lines
+        gather, scatter = (_two_lines(line, symbol) for line, symbol in zip(bar_lines(spec.topology.workers.count)[1:3],
+                                                                             ("\\weightlabel", "\\gradlabel")))
     # the bar names each collective with the symbol of what it moves, as the link does
-    bar = Tex(f"\\textbf{{{lines[0]}}}\\\\[1pt]{lines[1]} (\\weightlabel)\\\\{lines[2]} (\\gradlabel)"
+    bar = Tex(f"\\textbf{{{lines[0]}}}\\\\[1pt]{gather}\\\\{'[1pt]' if fitted(spec) else ''}{scatter}"
               f"\\\\[4pt]{lines[3]}\\\\{lines[4]}")
-    # the links' label names both flows, so the bar moves right by the added text's width
-    nodes = tuple(dataclasses.replace(node, text=bar, x=node.x + CARRIED_EXTRA_CM) if node.name == "ar" else node
+    # the links' label names both flows, so the bar moves right by the added text's width (a fitted
+    # figure's links are as long as their labels need already: spacing.fitted_flow_run and, for a
+    # run's bytes, measured.annotate's level links)
+    extra = 0.0 if fitted(spec) else CARRIED_EXTRA_CM
+    nodes = tuple(dataclasses.replace(node, text=bar, x=node.x + extra) if node.name == "ar" else node
                   for node in drawn.nodes)
     return dataclasses.replace(drawn, nodes=nodes, edges=tuple(_carried(spec, edge) for edge in drawn.edges))
+
+
+def _two_lines(line: str, symbol: str) -> str:
+    """A collective's bar line ("all-gather params") as two: its name over what it moves and its symbol."""
+    name, *moved = split_in_two(line)
+    return f"{render_label(name)}\\\\{render_label(' '.join(moved))} ({symbol})"
 
 
 CARRIED_EXTRA_CM = 0.75  # "θ, " before "∇θ" at \footnotesize, and a little air
