@@ -10,7 +10,6 @@ import dataclasses
 from ...texsafe import render_label
 from ...figures.model import Tex
 from ...figures.spacing import allreduce_needs
-from ...figures import texts
 from ...figures.textwidth import split_in_two
 from ...figures.topology_fit import fitted
 from ...figures.topology_allreduce import allreduce_layout
