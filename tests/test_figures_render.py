@@ -527,9 +527,10 @@ def test_a_fitted_figure_that_stays_wider_than_asked_is_reported():
 
 def test_a_zero1_fsdp_spec_is_drawn_as_the_simulator_plays_it():
     """shard: optimizer runs DDP and ZeroRedundancyOptimizer, as the simulator plays it
-    (strategies/fsdp/predict.py): the whole gradients reduce-scattered, each rank's updated
-    shard all-gathered back."""
+    (strategies/fsdp/predict.py): the whole gradients all-reduced, each rank's updated
+    parameters broadcast to the others; no FSDP gather or scatter."""
     spec = _spec("fsdp", 2, strategy={"shard": "optimizer"}, **FSDP_MODEL)
     (panel,) = expected_timeline(spec).panels
     kinds = {(box.kind, getattr(box, "phase", None)) for lane in panel.lanes for box in lane.boxes}
-    assert ("allreduce", "reduce-scatter") in kinds and ("allreduce", "all-gather") in kinds
+    assert ("allreduce", "") in kinds and ("allreduce", "broadcast") in kinds
+    assert not {("allreduce", "reduce-scatter"), ("allreduce", "all-gather")} & kinds
