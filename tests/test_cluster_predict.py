@@ -309,3 +309,77 @@ def test_each_zero_stage_adds_its_own_collectives_on_the_datasheet():
     zero2, zero3 = (step_seconds(model, Layout(1, 32, 1, 1, 1, "gpipe", shard=level), slow, "none")
                     for level in ("gradients", "parameters"))
     assert zero3 - zero2 == pytest.approx(slow.collective("all-gather", 2 * model.params, 1, 32), rel=1e-6)
+
+
+def test_predict_of_a_datasheet_says_what_its_lanes_stand_for_and_whether_it_fits(tmp_path):
+    """The summary of a datasheet prediction: the ranks its lanes stand for, the model FLOP/s
+    per GPU, each lane's memory (its own stage's, activations included) and the device fit."""
+    from opentikz_dt.memory import expected_memory
+    from opentikz_dt.spec import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert (run["device"], run["backend"]) == ("cuda", "nccl")  # what the datasheet is of, not this box
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("s: predicted mesh, 8 ranks as 2 lane(s) (one rank per pipeline stage stands for")
+    assert "from datasheets (expected on 8 H100 SXM, datasheet costs; matmuls at " in lines[0]
+    memory = {m.id: m for m in expected_memory(load_spec(spec))}
+    assert memory["w1"].total != memory["w5"].total  # the lanes' stages hold different layers
+    rows = {line.split()[1]: line.split() for line in lines[3:5]}
+    assert rows["w1"][-1] == f"{memory['w1'].total / 1e6:.2f}" and rows["w5"][-1] == f"{memory['w5'].total / 1e6:.2f}"
+    tail = lines[5]
+    assert f"; {run['predicted']['model_tflops_per_gpu']:,.1f} model TFLOP/s per GPU" in tail
+    assert "optimizer state and activations" in tail
+    fullest = max(memory.values(), key=lambda m: m.total)
+    assert tail.endswith(f"on H100 SXM: fits: the fullest rank, {fullest.id} (rank {fullest.rank}), needs "
+                         f"{fullest.total / 1e9:.3g} GB of 80 GB")
+
+
+GPT3_MESH = ("strategy: {kind: mesh, parallelism: {pipeline: 16, data: 8, tensor: 8}, microbatches: 192}\n"
+             "topology: {workers: {count: 1024}}\n"
+             "training:\n  model: {kind: transformer, layers: 96, d_model: 12288, heads: 96, seq_len: 2048, "
+             "vocab: 51200}\n  batch_size: 192\n  precision: fp16\n  recompute: full\n"
+             "hardware: {device: a100-sxm-80gb}\n")
+
+
+@pytest.mark.latex
+def test_the_shapes_sweep_marks_the_shapes_that_do_not_fit_the_device(tmp_path):
+    """GPT-3 on 1,024 A100s: each shape's fit is its fullest rank against 80 GB; the table
+    says yes or no, the figure draws the device's line and the shapes over it open, cuts the
+    bars far over it with their value, and names the fastest shape that fits."""
+    from opentikz_dt.memory import device_capacity
+    from opentikz_dt.predict.shapes import CAPACITY_SPAN, render_shapes, run_shapes
+
+    path = tmp_path / "gpt3.yaml"
+    path.write_text(GPT3_MESH)
+    points, refused, spec, assumed, count = run_shapes(path)
+    capacity = device_capacity(spec)
+    assert capacity == 80e9
+    assert all(p.fits == (p.memory_bytes <= capacity) for p in points)
+    over = [p for p in points if not p.fits]
+    fitting = [p for p in points if p.fits]
+    assert over and fitting  # both kinds, or the marks below would test nothing
+    assert any(p.memory_bytes > CAPACITY_SPAN * capacity for p in over)  # some bars are cut
+    result = CliRunner().invoke(main, ["predict", str(path), "--sweep", "shapes", "-o", str(tmp_path / "out"),
+                                       "--format", "pdf"])
+    assert result.exit_code == 0, result.output
+    table = (tmp_path / "out" / "predicted-shapes.txt").read_text().splitlines()
+    assert table[0].split()[-1] == "fits"
+    for p in points:
+        row = next(line for line in table if line.startswith(p.label + " "))
+        assert row.split()[-1] == ("yes" if p.fits else "no"), row
+    tex = (tmp_path / "out" / "predicted-shapes.tex").read_text()
+    assert tex == render_shapes(points, refused, spec, assumed, count)
+    # the device's line at 80 GB on the GB axis; one open dot per shape over it
+    assert r"\draw[otink, line width=0.6pt, densely dashed] (axis cs:80,0.4)" in tex
+    assert tex.count("fill=otpaper, draw=otorange") == len([p for p in over if points.index(p) < 24])
+    opened = tex.split("mark=o,")[1].split("};")[0]
+    assert len([line for line in opened.splitlines() if line.strip().startswith("(")]) == len(over)
+    cut = max(over, key=lambda p: p.memory_bytes)
+    assert f"{{{cut.memory_bytes / 1e9:,.0f}}}" in tex  # its value, written in its cut bar
+    assert (f"open dots and bars: over it, does not fit; {len(fitting)} of {len(points)} shapes fit, the fastest "
+            f"{fitting[0].label.replace(' x ', 'x')}") in " ".join(tex.split())
+    assert (tmp_path / "out" / "predicted-shapes.pdf").stat().st_size > 0

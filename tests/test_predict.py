@@ -631,13 +631,14 @@ def test_predict_prints_its_answer_from_the_files_it_wrote(tmp_path):
     assert lines[0] == ("ps-sync: predicted parameter-server, 4 rank(s), 4 steps, from the illustrative cost model "
                         "(no calibration: relative costs, not this machine's)")
     assert lines[1].split() == ["ranks", "ids", "role", "step", "time", "samples/s", "memory", "MB"]
-    worker_mb = (memory[0].params + memory[0].grads + memory[0].optimizer) / 1e6
+    assert memory[0].activations and memory[3].activations == 0  # a server runs no forward
+    worker_mb = (memory[0].params + memory[0].grads + memory[0].optimizer + memory[0].activations) / 1e6
     server_mb = (memory[3].params + memory[3].grads + memory[3].optimizer) / 1e6
     assert lines[3].split() == ["0-2", "w1..w3", "worker", f"{metrics['step_time_s']['w1'] * 1000:.1f}", "ms",
                                 f"{metrics['per_worker_samples_per_s']['w1']:,.0f}", f"{worker_mb:.2f}"]
     assert lines[4].split() == ["3", "ps", "server", "-", "-", f"{server_mb:.2f}"]
-    assert lines[5].startswith(f"throughput {metrics['samples_per_s']:,.0f} samples/s; memory per rank: expected "
-                               "parameters, gradients and optimizer state (activations not predicted)")
+    assert lines[5] == (f"throughput {metrics['samples_per_s']:,.0f} samples/s; memory per rank: expected "
+                        "parameters, gradients, optimizer state and activations (docs/memory.md)")
     assert lines[-1] == f"wrote {tmp_path / 'p'}"
 
 

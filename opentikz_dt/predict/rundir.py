@@ -119,14 +119,19 @@ def _write(out, spec, result, steps, predicted, loss, crash_at_ms, crash_rank, m
             text += json.dumps({"ph": "X", "name": "forward", "pid": rank, "tid": 0, "ts": 1.0})[:25]
         (out / "trace" / f"rank{rank}.jsonl").write_text(text, encoding="utf-8")
         (out / "logs" / f"rank{rank}.log").write_text(f"{dtgen} rank {rank}\n", encoding="utf-8")
-    run = {"dtgen": dtgen, "torch": "none", "backend": spec.runtime.backend if spec.runtime.backend != "auto" else "gloo",
-           "device": "cpu", "world_size": len(roles),
+    # a datasheet prediction is of the GPUs its `hardware:` names (NCCL between them); any other
+    # of the CPU processes the calibration measured
+    gpus = (predicted or {}).get("source") == "datasheet"
+    device, backend = ("cuda", "nccl") if gpus else ("cpu", "gloo")
+    run = {"dtgen": dtgen, "torch": "none",
+           "backend": backend if gpus or spec.runtime.backend == "auto" else spec.runtime.backend,
+           "device": device, "world_size": len(roles),
            "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:00:%02dZ" % min(59, int(end_us / 1e6)),
            "status": "failed" if failed else "ok",
            "failure": ({"rank": crash_rank, "role": roles[crash_rank][0], "id": roles[crash_rank][1],
                         "exit_code": 1, "log": f"logs/rank{crash_rank}.log"} if failed else None),
-           "ranks": [{"rank": r, "role": role, "id": i, "host": "localhost", "pid": 1000 + r, "device": "cpu",
-                      "backend": "gloo", "exit_status": (1 if failed and r == crash_rank else 0)}
+           "ranks": [{"rank": r, "role": role, "id": i, "host": "localhost", "pid": 1000 + r, "device": device,
+                      "backend": backend, "exit_status": (1 if failed and r == crash_rank else 0)}
                      for r, (role, i) in enumerate(roles)]}
     if predicted is not None:
         run["predicted"] = predicted

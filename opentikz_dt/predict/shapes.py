@@ -3,7 +3,10 @@ the strategy can take (a mesh: the factorizations of N into pipeline x data x te
 degrees, its plugin's `shapes` hook), each a full simulation, drawn as the figure people
 draw to choose a layout: one row per shape, fastest first, labelled `pipeline x data x
 tensor`, with its predicted step time (in ms, s, min or h as its size asks) (and interval where the calibration has a
-spread) beside the memory per worker the strategy's placement expects. Shapes the spec
+spread) beside the memory per worker the strategy's placement expects. With a `hardware:`
+device, its memory is the dashed line and a shape whose fullest rank is over it does not
+fit: its dot and bar are drawn open, the table says `no`, and the caption names the
+fastest shape that fits. Shapes the spec
 rules refuse (a tensor degree that does not divide the heads, more stages than blocks, a
 tensor group across hosts, ...) are left out and named in the caption. One column wide
 by default (`--width`). Must not import torch.
@@ -22,6 +25,7 @@ from ..figures.fit import COLUMN_CM, width_cm
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..figures.textwidth import text_cm
+from ..memory import KNOBS, device_capacity
 from ..measured.export import write_outputs
 from ..spec import load_spec
 from ..strategies import plugin
@@ -32,10 +36,15 @@ from .rundir import metrics_of
 from .simulate import simulate
 from .plugin import REGISTRY
 from .sweep import SWEEP_SEEDS, caption, check_sweep_size, worker_memory
+from ..workload import human_bytes
 
 MAX_ROWS = 24  # rows drawn (the fastest); the rest are named in the caption
 ROW_CM = 0.34  # one row: a scriptsize label with air
 MIN_HEIGHT_CM = 2.0  # the y label (two lines) fits beside the rows
+# the memory axis ends at most this many times the device's memory: the bars of shapes far
+# over it are cut at the axis' end, their value written in them, so the device's line and
+# the shapes near it stay readable
+CAPACITY_SPAN = 4
 PLOT_BORDER_CM = 2 * 6 / 72.27 * 2.54  # plot-base's border on both sides
 
 
@@ -46,6 +55,13 @@ class ShapePoint:
     samples_per_s: float
     step_interval: tuple = ()  # (low, high) ms, () without one
     memory_bytes: int | None = None  # the fullest rank's expected states and activations
+    fits: bool | None = None  # memory_bytes within the spec's device (None: no device, or no memory)
+
+
+def _point(label: str, step_ms: float, samples_per_s: float, interval: tuple, spec) -> ShapePoint:
+    memory, capacity = worker_memory(spec), device_capacity(spec)
+    fits = None if memory is None or capacity is None else memory <= capacity
+    return ShapePoint(label, step_ms, samples_per_s, interval, memory, fits)
 
 
 def _reason(exc: DtgenError) -> str:
@@ -101,8 +117,8 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
         assumed = dict(assumed, interval_sources=spread["interval_sources"])
         # samples per step, the same in every shape (the rows of a mesh share it)
         assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
-        points.append(ShapePoint(label, step, m["samples_per_s"],
-                                 tuple(v * 1000 for v in spread["step_time_interval_s"]), worker_memory(spec)))
+        points.append(_point(label, step, m["samples_per_s"], tuple(v * 1000 for v in spread["step_time_interval_s"]),
+                             spec))
     points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
     return points, refused, base, assumed, count
 
@@ -116,7 +132,7 @@ def _datasheet_points(planned: list, refused: list, base, count: int) -> tuple:
         layout = layout_of(spec)
         step = step_seconds(model_of(spec), layout, cluster_of(spec), recompute_of(spec))
         batch = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
-        points.append(ShapePoint(label, step * 1000, batch / step, (), worker_memory(spec)))
+        points.append(_point(label, step * 1000, batch / step, (), spec))
     spec = planned[0][2]
     assumed = assumptions(spec, layout_of(spec), cluster_of(spec), recompute_of(spec))
     assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
@@ -172,13 +188,21 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
     high_ms = max(max(p.step_interval[1] if p.step_interval else p.step_ms, p.step_ms) for p in shown) * 1.08
     step_unit, per = time_unit(high_ms)
     high_step = high_ms / per
-    unit, scale = _memory_unit(max((p.memory_bytes or 0) for p in shown))
+    capacity = device_capacity(spec) if any(p.fits is not None for p in points) else None
+    largest = max((p.memory_bytes or 0) for p in shown)
+    if capacity:  # the axis reaches the device's line; bars far beyond it are cut (CAPACITY_SPAN)
+        largest = max(capacity, min(largest, CAPACITY_SPAN * capacity))
+    unit, scale = _memory_unit(largest)
     memory = [p.memory_bytes / scale for p in shown if p.memory_bytes]
+    memory_max = largest / scale * 1.08
     band = any(p.step_interval and p.step_interval[1] > p.step_interval[0] * 1.0005 for p in shown)
     rows = [{"y": i + 1, "label": _label(p.label), "step": f"{p.step_ms / per:.6g}",
              "low": f"{max(0.0, p.step_ms - p.step_interval[0]) / per:.6g}" if band else None,
              "high": f"{max(0.0, p.step_interval[1] - p.step_ms) / per:.6g}" if band else None,
-             "memory": f"{p.memory_bytes / scale:.6g}" if p.memory_bytes else None} for i, p in enumerate(shown)]
+             "memory": f"{min(p.memory_bytes / scale, memory_max):.6g}" if p.memory_bytes else None,
+             # a bar cut at the axis' end carries its value (in the axis' unit)
+             "cut": f"{p.memory_bytes / scale:,.0f}" if p.memory_bytes and p.memory_bytes / scale > memory_max else None,
+             "open": p.fits is False} for i, p in enumerate(shown)]
     left_out = [p.label for p in points[MAX_ROWS:]]
     notes = caption(assumed, [], spec.training.steps)
     if refused:
@@ -194,21 +218,41 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
         notes.append(escape_text("memory per worker: the fullest rank's parameters, gradients and optimizer state as "
                                  "the mesh places them (its stage, 1/tensor of the split layers, 1/data with fsdp) "
                                  "and its activations, from the memory model (docs/memory.md)"))
+    if capacity and memory:
+        notes.append(escape_text(fit_note(points, spec, capacity)))
     context = base_context(spec, "shapes plot", body_only, [], source=spec.source)
     context.update(rows=rows, count=len(rows), axis_width=f"{axis_cm:.3f}", height=f"{max(len(rows) * ROW_CM, MIN_HEIGHT_CM):.3f}",
                    step_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(high_step))), step_max=f"{high_step:.6g}",
-                   memory=bool(memory), memory_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(max(memory or [1]) * 1.08))),
-                   memory_max=f"{max(memory or [1]) * 1.08:.6g}", memory_unit=unit, band=band, step_unit=step_unit,
+                   memory=bool(memory), memory_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(memory_max))),
+                   memory_max=f"{memory_max:.6g}", memory_unit=unit, band=band, step_unit=step_unit,
+                   capacity=f"{capacity / scale:.6g}" if capacity and memory else None,
+                   any_open=any(r["open"] for r in rows), any_filled=not all(r["open"] for r in rows),
                    note_width=f"{target - PLOT_BORDER_CM - 0.25:.3f}", notes=notes)
     return environment().get_template("plot-shapes.tex.j2").render(context)
 
 
+def fit_note(points: list, spec, capacity: int) -> str:
+    """The caption's line on the device's memory: which shapes fit, the fastest of them."""
+    device = spec.hardware.device_preset.short
+    fitting = [p for p in points if p.fits]
+    head = (f"dashed line: one {device}'s {human_bytes(capacity)} (its datasheet); open dots and bars: over it, "
+            "does not fit")
+    if not fitting:
+        return head + f"; no shape fits ({KNOBS})"
+    best = fitting[0]
+    return head + (f"; {len(fitting)} of {len(points)} shapes fit, the fastest "
+                   f"{best.label.replace(' x ', 'x')}")
+
+
 def render_shapes_table(points: list, refused: list) -> str:
-    lines = [f"{'pipeline x data x tensor':26} {'step ms':>10} {'interval ms':>21} {'samples/s':>12} {'MB/worker':>11}"]
+    fit = any(p.fits is not None for p in points)
+    lines = [f"{'pipeline x data x tensor':26} {'step ms':>10} {'interval ms':>21} {'samples/s':>12} {'MB/worker':>11}"
+             + (f" {'fits':>5}" if fit else "")]
     for p in points:
         spread = f"{p.step_interval[0]:.3f}..{p.step_interval[1]:.3f}" if p.step_interval else "-"
         lines.append(f"{p.label:26} {p.step_ms:>10.3f} {spread:>21} {p.samples_per_s:>12,.0f} "
-                     + (f"{p.memory_bytes / 1e6:>11.3f}" if p.memory_bytes else f"{'-':>11}"))
+                     + (f"{p.memory_bytes / 1e6:>11.3f}" if p.memory_bytes else f"{'-':>11}")
+                     + ((f" {'-' if p.fits is None else 'yes' if p.fits else 'no':>5}") if fit else ""))
     lines += [f"{label:26} refused: {reason}" for label, reason in refused]
     return "\n".join(lines) + "\n"
 
