@@ -5,6 +5,7 @@ the figure say, and the one-line refusals."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -338,23 +339,18 @@ def test_predict_of_a_datasheet_says_what_its_lanes_stand_for_and_whether_it_fit
                          f"{fullest.total / 1e9:.3g} GB of 80 GB")
 
 
-GPT3_MESH = ("strategy: {kind: mesh, parallelism: {pipeline: 16, data: 8, tensor: 8}, microbatches: 192}\n"
-             "topology: {workers: {count: 1024}}\n"
-             "training:\n  model: {kind: transformer, layers: 96, d_model: 12288, heads: 96, seq_len: 2048, "
-             "vocab: 51200}\n  batch_size: 192\n  precision: fp16\n  recompute: full\n"
-             "hardware: {device: a100-sxm-80gb}\n")
+GPT3_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "planning" / "gpt3-175b-a100.yaml"
 
 
 @pytest.mark.latex
 def test_the_shapes_sweep_marks_the_shapes_that_do_not_fit_the_device(tmp_path):
-    """GPT-3 on 1,024 A100s: each shape's fit is its fullest rank against 80 GB; the table
+    """GPT-3 on 1,024 A100s (the planning example): each shape's fit is its fullest rank against 80 GB; the table
     says yes or no, the figure draws the device's line and the shapes over it open, cuts the
     bars far over it with their value, and names the fastest shape that fits."""
     from opentikz_dt.memory import device_capacity
     from opentikz_dt.predict.shapes import CAPACITY_SPAN, render_shapes, run_shapes
 
-    path = tmp_path / "gpt3.yaml"
-    path.write_text(GPT3_MESH)
+    path = GPT3_EXAMPLE
     points, refused, spec, assumed, count = run_shapes(path)
     capacity = device_capacity(spec)
     assert capacity == 80e9
