@@ -18,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.calibration import illustrative_calibration
+
+from opentikz_dt.predict.costs import Costs
 from opentikz_dt.predict.predict import apply_overrides
 from opentikz_dt.predict.rundir import write_run_dir
 from opentikz_dt.predict.simulate import simulate

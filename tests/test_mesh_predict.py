@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from opentikz_dt.cli import main
 from opentikz_dt.errors import DtgenError
 from opentikz_dt.memory import expected_memory
-from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.calibration import illustrative_calibration
+from opentikz_dt.predict.costs import Costs
 from opentikz_dt.predict.predict import check_size
 from opentikz_dt.predict.shapes import render_shapes, run_shapes
 from opentikz_dt.predict.simulate import simulate

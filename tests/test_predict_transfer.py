@@ -121,7 +121,7 @@ def _as_tree(run):
 
 
 def _cal_with_split(tmp_path, ranks=4):
-    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
     from opentikz_dt.spec import spec_from_data
 
     spec = spec_from_data(spec_data("allreduce-ring", workers=ranks, steps=10))
@@ -238,8 +238,7 @@ def test_a_malformed_collective_source_names_the_file_and_key(tmp_path):
 
 def test_a_fit_says_which_collectives_its_run_measured(tmp_path):
     """A native all-reduce run sets the all-reduce's latency; broadcast and reduce stay the probe's."""
-    from opentikz_dt.predict.costs import illustrative_calibration
-    from opentikz_dt.predict.calibration import Calibration
+    from opentikz_dt.predict.calibration import Calibration, illustrative_calibration
 
     run_dir = write_synthetic_run(tmp_path / "run", "allreduce-native", workers=3, steps=12)
     base = json.loads(json.dumps(illustrative_calibration(load_run(run_dir).spec).data))
@@ -576,8 +575,8 @@ def test_a_ring_fit_records_its_messages_spread(tmp_path):
 
 
 def _ring_on_two_cores(latency_s: float, workers: int = 8):
-    from opentikz_dt.predict.calibration import Calibration
-    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.calibration import Calibration, illustrative_calibration
+    from opentikz_dt.predict.costs import Costs
     from opentikz_dt.spec import spec_from_data
 
     spec = spec_from_data(spec_data("allreduce-ring", workers=workers, steps=10))
@@ -705,7 +704,7 @@ def test_the_probed_collectives_wait_is_said_only_where_the_strategy_runs_one(tm
 def _ps_cal(tmp_path, workers=2, per_send_s=400e-6):
     """A calibration as a fit of a sync parameter server with `workers` workers on 2 cores
     leaves it: its server's untraced time after an update is its sends, one per worker."""
-    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
     from opentikz_dt.spec import spec_from_data
 
     spec = spec_from_data(spec_data("ps-sync", workers=workers, steps=10))

@@ -20,8 +20,8 @@ import math
 import re
 
 from ..errors import UsageError
-from .blocks import model_blocks, model_signature
-from .calibration import FORMAT, Calibration, machine_info
+from .blocks import model_blocks
+from .calibration import Calibration
 
 _LINK = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g|t)?(bit|b|bps|byte)?(?:/s)?\s*$", re.IGNORECASE)
 
@@ -323,24 +323,3 @@ class Costs:
         beta = self.comm["reduce"][1]
         return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (self.step_alpha("reduce", active) + nbytes * beta)
 
-
-def illustrative_calibration(spec, flops_per_s: float = 2e9, bytes_per_s: float = 1e8, latency_s: float = 3e-4,
-                             per_call_s: float = 2e-5) -> Calibration:
-    """A calibration from round numbers (no measurement): for the expected timeline of a spec
-    (`dtgen figure SPEC`, drawn in relative units), synthetic runs and what-if sweeps. The
-    numbers are invented: 2 GFLOP/s per worker (a CPU core running the MLP), 100 MB/s and
-    0.3 ms per message (gloo over a network), 20 µs per call; only their ratios mean
-    something."""
-    blocks = model_blocks(spec)
-    data = {
-        "dtgen_calibration": FORMAT, "source": "illustrative", "machine": machine_info(),
-        "provenance": {"numbers": "invented round numbers, no measurement: only their ratios mean something"},
-        "model": model_signature(spec), "ranks": 1, "cores_effective": 1e6,
-        "compute": {"blocks": [{"name": b.name, "forward": [per_call_s, b.flops / flops_per_s],
-                                "backward": [2 * per_call_s, 2 * b.flops / flops_per_s]} for b in blocks],
-                    "optimizer": [per_call_s, 4 / flops_per_s], "add_per_param_s": 1 / flops_per_s,
-                    "step_overhead_s": 0.0},
-        "comm": {k: {"alpha_s": latency_s, "beta_s_per_byte": 1 / bytes_per_s}
-                 for k in ("p2p", "allreduce", "broadcast", "reduce")},
-    }
-    return Calibration(data, "<illustrative>")

@@ -24,8 +24,7 @@ from ..errors import DtgenError
 from ..measured.run import load_run
 from ..workload import model_section
 from .blocks import learn_model, model_blocks, model_signature
-from .calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
-from .costs import illustrative_calibration
+from .calibration import FORMAT, Calibration, cpu_device, illustrative_calibration, machine_info, training_of
 from .phases import compute_ratios, duty, phase_times, roles_of, server_gaps, untraced
 from .plugin import REGISTRY
 

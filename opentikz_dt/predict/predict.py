@@ -15,8 +15,8 @@ import yaml
 
 from ..errors import DtgenError, SpecError, UsageError
 from ..spec import load_spec, spec_from_data
-from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibration
-from .costs import Costs, illustrative_calibration, parse_link
+from .calibration import OLD_DEVICE, Calibration, describe_device, illustrative_calibration, load_calibration
+from .costs import Costs, parse_link
 from .interval import interval, probe_round_ends
 from .presets import DEVICES, device_preset, link_preset, matches
 from ..memory import predicted_memory
