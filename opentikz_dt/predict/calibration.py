@@ -37,6 +37,17 @@ class CalibrationError(DtgenError):
     """A calibration file is missing, malformed, or made for another model."""
 
 
+# the words of a strategy block a calibration's `made_for` is compared on (same_strategy)
+STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
+
+
+def same_strategy(made: dict, spec) -> bool:
+    """The spec runs the strategy the calibration was made on (`made_for`): the same words of
+    its strategy block (kind, algorithm, sync, schedule)."""
+    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
+    return all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS)
+
+
 @dataclass(frozen=True)
 class Calibration:
     data: dict
@@ -179,7 +190,7 @@ def check_calibration(data, where: str) -> None:
     for kind in COMM_KINDS:
         _number(data, f"comm.{kind}.alpha_s", where)
         _number(data, f"comm.{kind}.beta_s_per_byte", where)
-    for kind in COMM_KINDS:  # optional: where a collective's cost was measured (transfer.collective_wait)
+    for kind in COMM_KINDS:  # optional: where a collective's cost was measured (contention.collective_wait)
         measured = data["comm"][kind].get("measured", "run")
         if measured not in ("probe", "run"):
             raise CalibrationError(f"{where}: comm.{kind}.measured: {measured!r} must be probe or run")
@@ -201,10 +212,10 @@ def check_calibration(data, where: str) -> None:
         crowd = data["comm"]["p2p"]["crowding"]
         if "repeat_ratio" in crowd:
             _number(data, "comm.p2p.crowding.repeat_ratio", where, 1e-6)
-        for key in ("alone_s", "hop_s"):  # optional: the crowded ring's hop (transfer.ring_chain_hop)
+        for key in ("alone_s", "hop_s"):  # optional: the crowded ring's hop (contention.ring_chain_hop)
             if key in crowd:
                 _number(data, f"comm.p2p.crowding.{key}", where)
-        if "untraced_s" in crowd:  # optional: the crowded run's untraced time per step (transfer.crowd_untraced)
+        if "untraced_s" in crowd:  # optional: the crowded run's untraced time per step (contention.crowd_untraced)
             _number(data, "comm.p2p.crowding.untraced_s", where)
             if not isinstance(crowd.get("strategy"), dict):
                 raise CalibrationError(f"{where}: comm.p2p.crowding.strategy: expected the crowded run's "

@@ -163,7 +163,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     blocks = model_blocks(spec)
     cores = float(os.cpu_count() or 1)
     role = plugin.COMPUTE_ROLE
-    # as the simulator (Costs.share): the ranks computing at once share the cores
+    # as the simulator (Contention.share): the ranks computing at once share the cores
     active, busy = plugin.active_ranks(spec), duty(run)
     share = max(1.0, (1 + (active - 1) * busy if active > 1 else active) / cores)
     cal = base or illustrative_calibration(spec)
