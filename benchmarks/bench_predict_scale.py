@@ -18,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.contention import Contention
+from opentikz_dt.predict.calibration import illustrative_calibration
+from opentikz_dt.predict.costs import Costs
 from opentikz_dt.predict.predict import apply_overrides
 from opentikz_dt.predict.rundir import write_run_dir
 from opentikz_dt.predict.simulate import simulate
@@ -46,7 +48,8 @@ def main() -> None:
         spec = load_spec(ROOT / "examples" / f"{name}.yaml")
         sets = ("topology.hosts=8",) if name == "allreduce-hierarchical" else ()
         spec = apply_overrides(spec, sets + (f"training.steps={args.steps}",), workers=args.workers)
-        costs = Costs(illustrative_calibration(spec), spec, dedicated=True)
+        cal = illustrative_calibration(spec)
+        costs = Costs(cal, spec, contention=Contention.none(cal))  # a core per rank
         t0, c0 = time.perf_counter(), time.process_time()
         result = simulate(spec, costs, record=False)
         quick, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -66,7 +69,8 @@ def main() -> None:
                                   "strategy.data_parallel=allreduce", f"training.steps={args.steps}"))
     for name, sets in MESHES:
         spec = apply_overrides(base, sets, workers=args.workers)
-        costs = Costs(illustrative_calibration(spec), spec, dedicated=True)
+        cal = illustrative_calibration(spec)
+        costs = Costs(cal, spec, contention=Contention.none(cal))  # a core per rank
         t0, c0 = time.perf_counter(), time.process_time()
         result = simulate(spec, costs, record=False)
         print(f"{name:24} {len(result.ids):>6,} {time.perf_counter() - t0:>11.2f} {time.process_time() - c0:>7.2f}",

@@ -106,10 +106,10 @@ def crowded_wait(spec, spec_path, tmp: Path, base, echo=None, repeat_steps: int 
                 "alone_s": mean(lambda d: float(d["comm"]["p2p"]["alpha_floor_s"])),
                 # its hop latency as the ring's fit solves it from the step time (its hops hold
                 # their predecessors' stalls, which a simulation draws itself): what a ring
-                # prediction at more processes carries (transfer.ring_chain_hop)
+                # prediction at more processes carries (contention.ring_chain_hop)
                 "hop_s": mean(lambda d: float(d["comm"]["p2p"]["alpha_s"])),
                 # the ring's untraced time per step at 2c processes: a ring calibration's
-                # prediction at more processes grows its own with it (transfer.crowd_untraced)
+                # prediction at more processes grows its own with it (contention.crowd_untraced)
                 "strategy": dict(crowded.data["strategy"]),  # with its defaults, as made_for (fit.py)
                 "untraced_s": mean(lambda d: float(d["compute"]["step_overhead_s"])),
                 "source": f"a {STEPS}-step allreduce ring run of the model with {workers} workers"}

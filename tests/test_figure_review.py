@@ -66,7 +66,7 @@ def test_no_blank_band_under_the_table_notes(tmp_path):
 
 def test_an_illustrative_expected_timeline_is_drawn_in_relative_units(repo, tmp_path):
     from opentikz_dt.figures.render import render_timeline
-    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
     from opentikz_dt.predict.expected import illustrative_timeline, predicted_timeline
     from opentikz_dt.spec import load_spec
 

@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.calibration import illustrative_calibration
+
+from opentikz_dt.predict.costs import Costs
 from opentikz_dt.predict.expected import illustrative_timeline
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.spec import spec_from_data

@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from opentikz_dt.cli import main
 from opentikz_dt.errors import DtgenError
 from opentikz_dt.memory import expected_memory
-from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.contention import Contention
+from opentikz_dt.predict.calibration import illustrative_calibration
+from opentikz_dt.predict.costs import Costs
 from opentikz_dt.predict.predict import check_size
 from opentikz_dt.predict.shapes import render_shapes, run_shapes
 from opentikz_dt.predict.simulate import simulate
@@ -191,7 +193,8 @@ def test_1024_workers_are_predicted_within_the_bound_and_more_steps_are_refused(
     assert str(refused.value) == ("1,024 ranks x 1,200 steps x 1.79 (the cost of one of its rank-steps) = 2,202,010 "
                                   "rank-steps: at most 2,000,000 per prediction (about a minute of simulation); "
                                   "use --steps")
-    result = simulate(spec, Costs(illustrative_calibration(spec), spec, dedicated=True), steps=2, record=False)
+    cal = illustrative_calibration(spec)
+    result = simulate(spec, Costs(cal, spec, contention=Contention.none(cal)), steps=2, record=False)
     assert len(result.step_time) == 1024
 
 

@@ -15,7 +15,8 @@ import pytest
 from opentikz_dt.predict.expected import illustrative_timeline as expected_timeline
 from opentikz_dt.measured.timeline import box_label, phase_name
 from opentikz_dt.measured.trace import Span
-from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.calibration import illustrative_calibration
+from opentikz_dt.predict.costs import Costs
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.runner.testing import TINY_TRANSFORMER
 from opentikz_dt.spec import load_spec, spec_from_data

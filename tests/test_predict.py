@@ -14,8 +14,8 @@ from opentikz_dt.cli import main
 from opentikz_dt.errors import DtgenError
 from opentikz_dt.measured.run import load_run
 from opentikz_dt.measured.timeline import pipeline_bubble
-from opentikz_dt.predict.calibration import Calibration, CalibrationError, load_calibration
-from opentikz_dt.predict.costs import Costs, illustrative_calibration, parse_link
+from opentikz_dt.predict.calibration import Calibration, CalibrationError, illustrative_calibration, load_calibration
+from opentikz_dt.predict.costs import Costs, parse_link
 from opentikz_dt.predict.fit import fit_from_run
 from opentikz_dt.predict.predict import apply_overrides, check_size
 from opentikz_dt.predict.rundir import write_run_dir

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from opentikz_dt.cli import main
 from opentikz_dt.measured.run import load_run
 from opentikz_dt.predict.compare import Row, format_rows, phase_rows
-from opentikz_dt.predict.costs import illustrative_calibration
+from opentikz_dt.predict.calibration import illustrative_calibration
 from opentikz_dt.predict.fit import block_ratios, fit_from_run, repeat_ratio
 from opentikz_dt.predict.synthetic import write_synthetic_run
 from opentikz_dt.spec import load_spec

@@ -7,7 +7,8 @@ import inspect
 import types
 
 from opentikz_dt import strategies
-from opentikz_dt.predict.costs import Costs, illustrative_calibration
+from opentikz_dt.predict.calibration import illustrative_calibration
+from opentikz_dt.predict.costs import Costs
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.predict.interface import PredictPlugin
 from opentikz_dt.predict.plugin import REGISTRY

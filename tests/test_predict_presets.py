@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from opentikz_dt.cli import main
 from opentikz_dt.errors import UsageError
 from opentikz_dt.predict import calibration, presets
-from opentikz_dt.predict.costs import illustrative_calibration
+from opentikz_dt.predict.calibration import illustrative_calibration
 from opentikz_dt.predict.predict import costs_for
 from opentikz_dt.spec import load_spec
 

@@ -121,7 +121,7 @@ def _as_tree(run):
 
 
 def _cal_with_split(tmp_path, ranks=4):
-    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
     from opentikz_dt.spec import spec_from_data
 
     spec = spec_from_data(spec_data("allreduce-ring", workers=ranks, steps=10))
@@ -238,8 +238,7 @@ def test_a_malformed_collective_source_names_the_file_and_key(tmp_path):
 
 def test_a_fit_says_which_collectives_its_run_measured(tmp_path):
     """A native all-reduce run sets the all-reduce's latency; broadcast and reduce stay the probe's."""
-    from opentikz_dt.predict.costs import illustrative_calibration
-    from opentikz_dt.predict.calibration import Calibration
+    from opentikz_dt.predict.calibration import Calibration, illustrative_calibration
 
     run_dir = write_synthetic_run(tmp_path / "run", "allreduce-native", workers=3, steps=12)
     base = json.loads(json.dumps(illustrative_calibration(load_run(run_dir).spec).data))
@@ -300,7 +299,7 @@ def test_on_a_link_a_messages_wait_for_a_core_and_its_time_on_the_wire_overlap(t
     loopback, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), dedicated=False)
     costs, _, _ = costs_for(spec, _cal_with_crowding(tmp_path), link=link, dedicated=False)
     alpha = costs.comm["p2p"][0]
-    assert alpha == pytest.approx(100.0 + 1500.0) and costs.p2p_wait == pytest.approx(1500.0)
+    assert alpha == pytest.approx(100.0 + 1500.0) and costs.contention.p2p_wait == pytest.approx(1500.0)
     assert costs.p2p(1000) == pytest.approx(alpha + max(0.0, wire_us - 1500.0))
     assert loopback.p2p(1000) == pytest.approx(alpha + 1000 * loopback.comm["p2p"][1])  # added, not overlapped
     step = costs.comm["allreduce"][0]
@@ -502,6 +501,7 @@ def test_a_gossip_exchange_pays_a_wait_for_a_core_per_message_it_receives(tmp_pa
     one latency (the messages travel at once) and a second wait for a core, and its 2 sends'
     bytes one after the other on its link."""
     from opentikz_dt.predict.blocks import model_blocks
+    from opentikz_dt.predict.contention import Contention
     from opentikz_dt.predict.costs import Costs
     from opentikz_dt.predict.predict import costs_for
     from opentikz_dt.predict.simulate import simulate
@@ -513,13 +513,13 @@ def test_a_gossip_exchange_pays_a_wait_for_a_core_per_message_it_receives(tmp_pa
     costs, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=False)  # 900 us of 1 ms a wait
     params = sum(b.params for b in model_blocks(spec))
     alpha, beta = costs.comm["p2p"]
-    assert costs.p2p_wait == pytest.approx(900.0) and alpha == pytest.approx(1000.0)
+    assert costs.contention.p2p_wait == pytest.approx(900.0) and alpha == pytest.approx(1000.0)
     expected = alpha + 900.0 + 2 * 4 * params * beta + 1e6 * costs.add_s * params * 2
     spans = [e for e in simulate(spec, costs).events[0] if e["name"] == "gossip"]
     assert spans and all(e["dur"] == pytest.approx(expected, rel=1e-6) for e in spans)
-    alone = Costs(costs.cal, spec, dedicated=True, wait_scale=0.0)  # a core per rank: no second wait
+    alone = Costs(costs.cal, spec, contention=Contention.none(costs.cal))  # a core per rank: no second wait
     spans = [e for e in simulate(spec, alone).events[0] if e["name"] == "gossip"]
-    assert alone.p2p_wait == 0.0 and spans[0]["dur"] == pytest.approx(
+    assert alone.contention.p2p_wait == 0.0 and spans[0]["dur"] == pytest.approx(
         alone.comm["p2p"][0] + 2 * 4 * params * beta + 1e6 * alone.add_s * params * 2, rel=1e-6)
 
 
@@ -576,8 +576,8 @@ def test_a_ring_fit_records_its_messages_spread(tmp_path):
 
 
 def _ring_on_two_cores(latency_s: float, workers: int = 8):
-    from opentikz_dt.predict.calibration import Calibration
-    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.calibration import Calibration, illustrative_calibration
+    from opentikz_dt.predict.costs import Costs
     from opentikz_dt.spec import spec_from_data
 
     spec = spec_from_data(spec_data("allreduce-ring", workers=workers, steps=10))
@@ -594,12 +594,12 @@ def test_compute_is_shared_by_the_ranks_computing_at_once(latency_s, duty_range)
 
     spec, costs = _ring_on_two_cores(latency_s)
     alone = costs.forward(64)  # before settling: every rank computing at once
-    assert alone == pytest.approx(costs.share(8) * costs.forward(64) / costs.share(8))
+    assert alone == pytest.approx(costs.contention.share(8) * costs.forward(64) / costs.contention.share(8))
     simulate(spec, costs)
     lo, hi = duty_range
-    assert lo <= costs.duty <= hi
-    assert costs.share(8) == pytest.approx(max(1.0, (1 + 7 * costs.duty) / 2))
-    assert costs.forward(64, active=8) == pytest.approx(costs.share(8) * costs.forward(64, active=1))
+    assert lo <= costs.contention.duty <= hi
+    assert costs.contention.share(8) == pytest.approx(max(1.0, (1 + 7 * costs.contention.duty) / 2))
+    assert costs.forward(64, active=8) == pytest.approx(costs.contention.share(8) * costs.forward(64, active=1))
 
 
 def test_a_runs_duty_leaves_out_the_waits_its_compute_spans_hold():
@@ -654,7 +654,7 @@ def test_a_fit_of_a_run_on_shared_cores_predicts_it_back(tmp_path):
 
     spec, costs = _ring_on_two_cores(3e-3, workers=4)
     made = simulate(spec, costs, steps=12)
-    assert 0.2 < costs.duty < 0.8  # compute and messages both matter
+    assert 0.2 < costs.contention.duty < 0.8  # compute and messages both matter
     run_dir = write_run_dir(tmp_path / "run", spec, made, 12, predicted={"calibration": "two-cores.json"})
     fitted = fit_from_run(run_dir, base=costs.cal)
     assert fitted.data["compute"]["blocks"][0]["forward"][1] == pytest.approx(
@@ -677,7 +677,7 @@ def test_a_tree_hop_waits_for_a_core_as_the_ranks_runnable_then(tmp_path):
     spec = spec_from_data(data)
     costs, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=False)
     per = costs.p2p(4000) + costs.p2p_bytes(4000)  # a parent's link shared by its 2 children
-    assert costs.p2p_wait == pytest.approx(900.0)
+    assert costs.contention.p2p_wait == pytest.approx(900.0)
     assert costs.tree_pass(4000, 4) == pytest.approx(2 * per - 900.0)
     assert costs.tree_pass(4000, 4, down=True) == pytest.approx(2 * per - 900.0 * (1 - (1 - 2 / 3) / (1 - 2 / 4)))
     alone, _, _ = costs_for(spec, _cal_with_split(tmp_path), dedicated=True)  # no wait to take off
@@ -705,7 +705,7 @@ def test_the_probed_collectives_wait_is_said_only_where_the_strategy_runs_one(tm
 def _ps_cal(tmp_path, workers=2, per_send_s=400e-6):
     """A calibration as a fit of a sync parameter server with `workers` workers on 2 cores
     leaves it: its server's untraced time after an update is its sends, one per worker."""
-    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
     from opentikz_dt.spec import spec_from_data
 
     spec = spec_from_data(spec_data("ps-sync", workers=workers, steps=10))

@@ -218,7 +218,8 @@ def test_a_prediction_plays_the_collectives_each_zero_stage_runs(shard):
     rank and step, kind for kind and byte for byte: ZeRO-1 DDP's bucket all-reduce and one
     broadcast per source rank; ZeRO-2 one all-gather per unit; ZeRO-3 two per block."""
     from opentikz_dt.measured.run import load_run
-    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
+    from opentikz_dt.predict.costs import Costs
     from opentikz_dt.predict.simulate import simulate
 
     run = _fsdp_run() if shard == "parameters" else _fsdp_run(shard=shard)
@@ -245,7 +246,8 @@ def test_mesh_zero1_predicts_its_collectives_and_holds_the_modelled_states():
     parameters, gradients and optimizer state the memory model says, exactly."""
     from opentikz_dt.measured.run import load_run
     from opentikz_dt.memory import expected_memory
-    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
+    from opentikz_dt.predict.costs import Costs
     from opentikz_dt.predict.simulate import simulate
 
     run = _sync_case_run("mesh-zero1-tensor")

@@ -191,7 +191,8 @@ def test_the_others_wait_for_a_slow_worker_at_every_all_reduce():
 
 
 def test_predicted_all_reduces_are_the_runners_one_per_layer_pair_and_pass():
-    from opentikz_dt.predict.costs import Costs, illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
+    from opentikz_dt.predict.costs import Costs
     from opentikz_dt.predict.simulate import simulate
 
     spec = _spec(2, dict(TRANSFORMER, layers=2))

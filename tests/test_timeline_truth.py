@@ -124,7 +124,7 @@ def test_a_predicted_sync_server_update_is_drawn_as_visibly_as_the_expected_one(
     from opentikz_dt.figures.timeline import MIN_EVENT_CM
     from opentikz_dt.measured.run import load_run
     from opentikz_dt.measured.timeline import measured_timeline
-    from opentikz_dt.predict.costs import illustrative_calibration
+    from opentikz_dt.predict.calibration import illustrative_calibration
     from opentikz_dt.predict.expected import predicted_timeline
     from opentikz_dt.predict.synthetic import write_synthetic_run
 

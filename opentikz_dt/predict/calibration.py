@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DtgenError
+from .blocks import model_blocks, model_signature
 
 FORMAT = 1
 COMM_KINDS = ("p2p", "allreduce", "broadcast", "reduce")
@@ -34,6 +35,17 @@ COMM_KINDS = ("p2p", "allreduce", "broadcast", "reduce")
 
 class CalibrationError(DtgenError):
     """A calibration file is missing, malformed, or made for another model."""
+
+
+# the words of a strategy block a calibration's `made_for` is compared on (same_strategy)
+STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
+
+
+def same_strategy(made: dict, spec) -> bool:
+    """The spec runs the strategy the calibration was made on (`made_for`): the same words of
+    its strategy block (kind, algorithm, sync, schedule)."""
+    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
+    return all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS)
 
 
 @dataclass(frozen=True)
@@ -178,7 +190,7 @@ def check_calibration(data, where: str) -> None:
     for kind in COMM_KINDS:
         _number(data, f"comm.{kind}.alpha_s", where)
         _number(data, f"comm.{kind}.beta_s_per_byte", where)
-    for kind in COMM_KINDS:  # optional: where a collective's cost was measured (transfer.collective_wait)
+    for kind in COMM_KINDS:  # optional: where a collective's cost was measured (contention.collective_wait)
         measured = data["comm"][kind].get("measured", "run")
         if measured not in ("probe", "run"):
             raise CalibrationError(f"{where}: comm.{kind}.measured: {measured!r} must be probe or run")
@@ -200,10 +212,10 @@ def check_calibration(data, where: str) -> None:
         crowd = data["comm"]["p2p"]["crowding"]
         if "repeat_ratio" in crowd:
             _number(data, "comm.p2p.crowding.repeat_ratio", where, 1e-6)
-        for key in ("alone_s", "hop_s"):  # optional: the crowded ring's hop (transfer.ring_chain_hop)
+        for key in ("alone_s", "hop_s"):  # optional: the crowded ring's hop (contention.ring_chain_hop)
             if key in crowd:
                 _number(data, f"comm.p2p.crowding.{key}", where)
-        if "untraced_s" in crowd:  # optional: the crowded run's untraced time per step (transfer.crowd_untraced)
+        if "untraced_s" in crowd:  # optional: the crowded run's untraced time per step (contention.crowd_untraced)
             _number(data, "comm.p2p.crowding.untraced_s", where)
             if not isinstance(crowd.get("strategy"), dict):
                 raise CalibrationError(f"{where}: comm.p2p.crowding.strategy: expected the crowded run's "
@@ -345,3 +357,25 @@ def load_calibration(path: str | Path, spec=None, strict: bool = True, for_devic
     if spec is not None:
         cal = Calibration(data, str(path), tuple(check_against(cal, spec, strict, for_device)))
     return cal
+
+
+def illustrative_calibration(spec, flops_per_s: float = 2e9, bytes_per_s: float = 1e8, latency_s: float = 3e-4,
+                             per_call_s: float = 2e-5) -> Calibration:
+    """A calibration from round numbers (no measurement): for the expected timeline of a spec
+    (`dtgen figure SPEC`, drawn in relative units), synthetic runs and what-if sweeps. The
+    numbers are invented: 2 GFLOP/s per worker (a CPU core running the MLP), 100 MB/s and
+    0.3 ms per message (gloo over a network), 20 µs per call; only their ratios mean
+    something."""
+    blocks = model_blocks(spec)
+    data = {
+        "dtgen_calibration": FORMAT, "source": "illustrative", "machine": machine_info(),
+        "provenance": {"numbers": "invented round numbers, no measurement: only their ratios mean something"},
+        "model": model_signature(spec), "ranks": 1, "cores_effective": 1e6,
+        "compute": {"blocks": [{"name": b.name, "forward": [per_call_s, b.flops / flops_per_s],
+                                "backward": [2 * per_call_s, 2 * b.flops / flops_per_s]} for b in blocks],
+                    "optimizer": [per_call_s, 4 / flops_per_s], "add_per_param_s": 1 / flops_per_s,
+                    "step_overhead_s": 0.0},
+        "comm": {k: {"alpha_s": latency_s, "beta_s_per_byte": 1 / bytes_per_s}
+                 for k in ("p2p", "allreduce", "broadcast", "reduce")},
+    }
+    return Calibration(data, "<illustrative>")

@@ -1,17 +1,19 @@
 """Durations (µs) of every piece of a step, from a calibration and the spec.
 
 `Costs` is what the simulator asks: forward/backward of a range of blocks for some
-samples, optimizer and server update, messages and collectives. Options for what-if
-predictions: `link` (bytes/s between workers, e.g. 10 Gbit/s) replaces the calibrated
-bandwidth, `latency_s` the calibrated latency, and `dedicated` gives every rank its own
-core (no CPU sharing), as on a cluster. `jitter` (a random.Random) makes synthetic runs
-noisy; predictions are deterministic. `wait_scale` carries a share of a fitted message
-latency's wait for a core to another process count, `crowd_wait_s` adds `dtgen calibrate`'s
-crowded run's wait per message where processes outnumber cores, `collective_wait` the
-calibration run's wait per message to each step of a collective the probe measured,
+samples, optimizer and server update, messages and collectives: the costs of mechanisms
+(compute per block and sample, a message's latency + bytes x beta, a collective's steps,
+the untraced time per step). Options for what-if predictions: `link` (bytes/s between
+workers, e.g. 10 Gbit/s) replaces the calibrated bandwidth, `latency_s` the calibrated
+latency. `jitter` (a random.Random) makes synthetic runs noisy; predictions are
+deterministic. Which of a calibration's costs another strategy gets is transfer.py's:
 `p2p_alpha_s` replaces a message latency solved from a step time by the traced one, and
-`untraced_s` replaces the calibrated untraced time per step and `untraced_scale` grows it
-(transfer.py). Must not import torch.
+`untraced_s` replaces the calibrated untraced time per step (its floor).
+
+What processes sharing a machine wait for one is not here: `contention` (contention.py)
+slows compute by the processes computing at once and adds what a message or a
+collective's step waits, and Costs asks it wherever a mechanism runs; without one, the
+calibration's own (Contention.as_measured). Must not import torch.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import math
 import re
 
 from ..errors import UsageError
-from .blocks import model_blocks, model_signature
-from .calibration import FORMAT, Calibration, machine_info
+from .blocks import model_blocks
+from .calibration import Calibration
+from .contention import Contention
 
 _LINK = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(k|m|g|t)?(bit|b|bps|byte)?(?:/s)?\s*$", re.IGNORECASE)
 
@@ -43,14 +46,6 @@ def parse_link(text: str) -> float:
     return rate
 
 
-def wait_ratio(cores: float, now: float, then: float) -> float:
-    """A wait for a core measured with `then` processes runnable on `cores` (more than the
-    cores), carried to `now`: a message finds its receiver off a core with a chance of about
-    1 - cores/k, so the wait scales by (1 - c/now) / (1 - c/then), and is none at or below
-    the cores (transfer.py's wait_scale and collective_wait, Costs.waiting_share)."""
-    return max(0.0, 1 - cores / now) / (1 - cores / then)
-
-
 # dtgen's pipelined tree all-reduce: chunks of 1 MiB of float32, at most 64
 # (runner/strategies/collectives.py CHUNK_ELEMS, MAX_CHUNKS)
 TREE_CHUNK, TREE_MAX = (1 << 18) * 4, 64
@@ -69,9 +64,8 @@ def tree_levels(n: int) -> int:
 
 class Costs:
     def __init__(self, cal: Calibration, spec, link: float | None = None, latency_s: float | None = None,
-                 dedicated: bool = False, jitter=None, wait_scale: float | None = None,
-                 crowd_wait_s: float | None = None, untraced_s: float | None = None, collective_wait=None,
-                 p2p_alpha_s: float | None = None, untraced_scale: float | None = None):
+                 jitter=None, untraced_s: float | None = None, p2p_alpha_s: float | None = None,
+                 contention: Contention | None = None):
         self.cal, self.spec = cal, spec
         d = cal.data
         self.blocks = model_blocks(spec)
@@ -82,43 +76,21 @@ class Costs:
         self.overhead_us = d["compute"]["step_overhead_s"] * 1e6
         # after an update an async server packs and sends the weights, untraced (optional key)
         self.server_us = float(d["compute"].get("server_overhead_s", 0.0)) * 1e6
-        self.cores = 1e9 if dedicated else cal.cores
-        self.duty, self.settled = 1.0, False  # the share of the time a rank computes (share, simulate.py)
-        from .simulate import roles  # here: simulate imports the plugins, which import this module
-
-        self.processes = len(roles(spec))
+        self.contention = contention if contention is not None else Contention.as_measured(
+            cal, spec, wire=link is not None, latency_given=latency_s is not None)
         self.comm = {}
-        # a given link's bytes travel on a wire, not through a core: on shared cores a message's
-        # wait for its receiver's core and its time on the wire overlap (on_wire)
-        self.wire = link is not None
-        self.crowd_wait_us = 1e6 * (crowd_wait_s or 0.0) if latency_s is None else 0.0
-        # what a message's latency holds of a wait for its receiver to get a core back (µs): a
-        # receive that wakes its process again pays it again (gossip.py's several receives)
-        p2p_fit = d["comm"]["p2p"]
-        self.p2p_wait = 0.0 if latency_s is not None else 1e6 * (
-            (1.0 if wait_scale is None else wait_scale) * float(p2p_fit.get("core_wait_s", 0.0))
-            + (crowd_wait_s or 0.0))
+        self.wire = link is not None  # a given link: a collective's steps each cross it
         for kind in ("p2p", "allreduce", "broadcast", "reduce"):
             alpha, beta = cal.comm(kind)
             if kind == "p2p" and p2p_alpha_s is not None:  # the traced latency (transfer.carried_latency)
                 alpha = p2p_alpha_s
-            if kind == "p2p" and wait_scale is not None:
-                # a message alone plus the share of the calibrated wait for a core it carries (transfer.py)
-                p2p = d["comm"]["p2p"]
-                alpha = float(p2p["alpha_floor_s"]) + wait_scale * float(p2p["core_wait_s"])
-            if crowd_wait_s is not None:
-                # every message of a point-to-point exchange or a collective's steps waits for
-                # its receiver to get a core back (transfer.crowd_wait)
-                alpha += crowd_wait_s
+            alpha = self.contention.latency(kind, alpha)
             if link is not None:
                 beta = 1.0 / link
             if latency_s is not None:
                 alpha = latency_s
             self.comm[kind] = (alpha * 1e6, beta * 1e6)
-        # a probed collective's steps wait for a core as a run's messages do (transfer.collective_wait)
         self.probed = cal.probed
-        self.collective_wait = None if latency_s is not None else collective_wait
-        self.probed_wait_used = False
         self.probed_used = False  # a probed collective's cost was asked for (the interval's probe_ends)
         self.rng = jitter
         self._cache: dict = {}
@@ -131,9 +103,7 @@ class Costs:
         self.message_ratios = [float(r) for r in noise.get("message_ratios", []) if r > 0]
         if untraced_s is not None:  # its floor alone: another strategy, or a core per rank (transfer.py)
             self.overhead_us, self.overheads = untraced_s * 1e6, []
-        if untraced_scale is not None:  # grown with the processes crowding the cores (transfer.crowd_untraced)
-            self.overhead_us *= untraced_scale
-            self.overheads = [g * untraced_scale for g in self.overheads]
+        self.overhead_us, self.overheads = self.contention.untraced(self.overhead_us, self.overheads)
         self.upper = None  # Costs whose simulation is the interval's upper end (predict.py, interval.py)
         self.upper_holds = ""  # what the upper end carries that this prediction does not
         # Costs with each probed collective's fastest and slowest round of the probe (predict.py):
@@ -148,7 +118,7 @@ class Costs:
     # ------------------------------------------------------------ noise (synthetic runs only)
     def noisy(self, us: float, step: int) -> float:
         """A duration as one step sees it: synthetic jitter, or a draw from the calibrated
-        spread (on shared cores a step is sometimes preempted; sync strategies pay the
+        spread (a step is sometimes preempted; sync strategies pay the
         slowest worker's draw, so the spread matters, not only the mean)."""
         if self.rng is not None:
             return us * (4.0 if step == 0 else 1.0) * self.rng.uniform(0.85, 1.25)
@@ -190,57 +160,39 @@ class Costs:
         return self.noisy(self.overhead_us, step) if self.rng is not None else self.overhead_us
 
     # ------------------------------------------------------------ compute
-    def share(self, active: float) -> float:
-        """How much slower compute runs with `active` processes that compute, on the cores:
-        a computing process finds 1 + (active - 1) x duty of them computing with it, where
-        `duty` is the share of the time each computes (simulate.settle_duty; 1 until settled:
-        all at once). Measured on the 2-core box, a computing rank's company: 1.7 in a ring of
-        4 and of 8, 1.8 for 8 parameter-server workers, 3.7 for 4 transformer ranks, which
-        all compute (mean-field 1 + (k - 1) x duty: 1.3, 1.4, 1.9, 3.7)."""
-        company = 1 + (active - 1) * self.duty if active > 1 else active
-        return max(1.0, company / self.cores)
-
-    def set_duty(self, duty: float) -> None:
-        self.duty = duty
-        self._cache.clear()
-
     def forward(self, samples: float, lo: int = 0, hi: int | None = None, active: int = 1) -> float:
         return self._blocks(self.fwd_fit, samples, lo, hi, active)
 
     def backward(self, samples: float, lo: int = 0, hi: int | None = None, active: int = 1) -> float:
         return self._blocks(self.bwd_fit, samples, lo, hi, active)
 
+    def set_duty(self, duty: float) -> None:
+        """The share of the time a rank computes (simulate.settle_duty), for the contention
+        layer's compute share: the cached compute is forgotten."""
+        self.contention.set_duty(duty)
+        self._cache.clear()
+
     def _blocks(self, fits, samples, lo, hi, active) -> float:
         key = (id(fits), samples, lo, hi, active)  # asked once per rank and step: cache
         value = self._cache.get(key)
         if value is None:
             hi = len(fits) if hi is None else hi
-            value = self._cache[key] = self.share(active) * 1e6 * sum(c0 + c1 * samples for c0, c1 in fits[lo:hi])
+            value = self._cache[key] = (self.contention.share(active) * 1e6
+                                        * sum(c0 + c1 * samples for c0, c1 in fits[lo:hi]))
         return value
 
     def optimizer(self, params: int, tensors: int, active: int = 1) -> float:
         c0, c1 = self.opt_fit
-        return self.share(active) * 1e6 * (c0 * tensors + c1 * params)
+        return self.contention.share(active) * 1e6 * (c0 * tensors + c1 * params)
 
     def update(self, params: int, tensors: int, grads: int) -> float:
         """A server summing `grads` gradients and taking one optimizer step."""
         return 1e6 * self.add_s * params * grads + self.optimizer(params, tensors)
 
     # ------------------------------------------------------------ communication
-    def on_wire(self, wire_us: float, wait_us: float) -> float:
-        """A message's bytes' time beyond its latency, which holds `wait_us` of waiting for
-        its receiver to get a core back. Through loopback the bytes are copied by a core and
-        add to that wait; on a given link (--link) they travel while the processes holding
-        the cores run on, so the receiver's wait for a core starts as they arrive and only
-        the longer of the two counts. Measured on the emulated 2 hosts x 4 ranks at 200 mbit
-        (8 processes on 2 cores): the link made the ring's step no slower than
-        on one host (25.9 against 26.3 ms), native's 3% slower; adding wire and wait
-        predicted them +20% and +45%."""
-        return max(0.0, wire_us - wait_us) if self.wire else wire_us
-
     def p2p(self, nbytes: float) -> float:
         alpha, beta = self.comm["p2p"]
-        return alpha + self.on_wire(nbytes * beta, self.p2p_wait)
+        return alpha + self.contention.on_wire(nbytes * beta, self.contention.p2p_wait)
 
     def p2p_bytes(self, nbytes: float) -> float:
         """The bandwidth part alone (a message queued behind others on one link)."""
@@ -248,28 +200,18 @@ class Costs:
 
     def step_alpha(self, kind: str, active: int | None) -> float:
         """A collective step's latency (µs), with its wait for a core where the probe measured
-        it and `active` processes (default: every rank) are runnable meanwhile."""
+        it and `active` processes (default: every rank) are runnable meanwhile (the contention
+        layer's probed_wait)."""
         if kind in self.probed:
             self.probed_used = True
-        return self.comm[kind][0] + self._probed_wait(kind, active)
-
-    def _probed_wait(self, kind: str, active: int | None) -> float:
-        if self.collective_wait is None or kind not in self.probed:
-            return 0.0
-        self.probed_wait_used = True  # the prediction says so only then (predict.py)
-        return 1e6 * self.collective_wait(active)
-
-    def step_wait(self, kind: str, active: int | None) -> float:
-        """What a collective step's latency holds of a wait for a core (µs): the crowded run's,
-        or the probed collective's (step_alpha)."""
-        return self.crowd_wait_us + self._probed_wait(kind, active)
+        return self.comm[kind][0] + self.contention.probed_wait(kind, active)
 
     def allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:
         if n <= 1:
             return 0.0
         beta = self.comm["allreduce"][1]
         if self.wire:  # each of its 2(n - 1) steps moves a 1/n segment
-            per_step = self.on_wire(nbytes / n * beta, self.step_wait("allreduce", active))
+            per_step = self.contention.on_wire(nbytes / n * beta, self.contention.step_wait("allreduce", active))
             return 2 * (n - 1) * (self.step_alpha("allreduce", active) + per_step)
         return 2 * (n - 1) * self.step_alpha("allreduce", active) + 2 * (n - 1) / n * nbytes * beta
 
@@ -291,9 +233,10 @@ class Costs:
         """The chunk hops of one pass of dtgen's pipelined binary tree over n ranks, in order
         (µs each): levels + chunks - 1 of them, a parent's link shared by its children (2, or
         the root's 1 of a 2-rank tree), chunk by chunk. A hop's wait for a core counts the
-        ranks runnable then (waiting_share): going up, the leaves that sent their last chunk
-        block until the broadcast, so the last levels run with half, a quarter, ... of the
-        ranks; coming down, the ranks below the broadcast's front are blocked."""
+        ranks runnable then (the contention layer's wait_off): going up, the leaves that sent
+        their last chunk block until the broadcast, so the last levels run with half, a
+        quarter, ... of the ranks; coming down, the ranks below the broadcast's front are
+        blocked."""
         if n <= 1:
             return []
         chunks = tree_chunks(nbytes)
@@ -304,16 +247,7 @@ class Costs:
         else:
             shares = [1.0] * chunks + [max(1.0, n / 2 ** j) / n for j in range(1, levels)]
         per = self.p2p(nbytes / chunks) + (children - 1) * self.p2p_bytes(nbytes / chunks)
-        return [per - self.p2p_wait * (1 - self.waiting_share(share)) for share in shares]
-
-    def waiting_share(self, runnable: float) -> float:
-        """How much of a message's wait for a core (p2p_wait, at every process runnable) is left
-        when only a `runnable` share of the processes can run: (1 - c/(share x k)) / (1 - c/k)
-        for k processes on c cores, as transfer.wait_scale scales it between process counts."""
-        k, c = self.processes, self.cores
-        if runnable >= 1.0 or not k or k <= c:
-            return 1.0
-        return wait_ratio(c, runnable * k, k)
+        return [per - self.contention.wait_off(share) for share in shares]
 
     def broadcast(self, nbytes: float, n: int, active: int | None = None) -> float:
         beta = self.comm["broadcast"][1]
@@ -323,24 +257,3 @@ class Costs:
         beta = self.comm["reduce"][1]
         return 0.0 if n <= 1 else math.ceil(math.log2(n)) * (self.step_alpha("reduce", active) + nbytes * beta)
 
-
-def illustrative_calibration(spec, flops_per_s: float = 2e9, bytes_per_s: float = 1e8, latency_s: float = 3e-4,
-                             per_call_s: float = 2e-5) -> Calibration:
-    """A calibration from round numbers (no measurement): for the expected timeline of a spec
-    (`dtgen figure SPEC`, drawn in relative units), synthetic runs and what-if sweeps. The
-    numbers are invented: 2 GFLOP/s per worker (a CPU core running the MLP), 100 MB/s and
-    0.3 ms per message (gloo over a network), 20 µs per call; only their ratios mean
-    something."""
-    blocks = model_blocks(spec)
-    data = {
-        "dtgen_calibration": FORMAT, "source": "illustrative", "machine": machine_info(),
-        "provenance": {"numbers": "invented round numbers, no measurement: only their ratios mean something"},
-        "model": model_signature(spec), "ranks": 1, "cores_effective": 1e6,
-        "compute": {"blocks": [{"name": b.name, "forward": [per_call_s, b.flops / flops_per_s],
-                                "backward": [2 * per_call_s, 2 * b.flops / flops_per_s]} for b in blocks],
-                    "optimizer": [per_call_s, 4 / flops_per_s], "add_per_param_s": 1 / flops_per_s,
-                    "step_overhead_s": 0.0},
-        "comm": {k: {"alpha_s": latency_s, "beta_s_per_byte": 1 / bytes_per_s}
-                 for k in ("p2p", "allreduce", "broadcast", "reduce")},
-    }
-    return Calibration(data, "<illustrative>")

@@ -28,7 +28,8 @@ from ..figures.timeline import Timeline
 from ..measured.texts import bubble_title_note, panel_title
 from ..measured.timeline import measured_timeline
 from ..strategies.pipeline_schedules import ScheduleOrderError
-from .costs import Costs, illustrative_calibration
+from .calibration import illustrative_calibration
+from .costs import Costs
 from .predict import costs_for
 from .rundir import result_trace
 from .simulate import simulate

@@ -24,8 +24,7 @@ from ..errors import DtgenError
 from ..measured.run import load_run
 from ..workload import model_section
 from .blocks import learn_model, model_blocks, model_signature
-from .calibration import FORMAT, Calibration, cpu_device, machine_info, training_of
-from .costs import illustrative_calibration
+from .calibration import FORMAT, Calibration, cpu_device, illustrative_calibration, machine_info, training_of
 from .phases import compute_ratios, duty, phase_times, roles_of, server_gaps, untraced
 from .plugin import REGISTRY
 
@@ -164,7 +163,7 @@ def fit_from_run(run_dir, base: Calibration | None = None) -> Calibration:
     blocks = model_blocks(spec)
     cores = float(os.cpu_count() or 1)
     role = plugin.COMPUTE_ROLE
-    # as the simulator (Costs.share): the ranks computing at once share the cores
+    # as the simulator (Contention.share): the ranks computing at once share the cores
     active, busy = plugin.active_ranks(spec), duty(run)
     share = max(1.0, (1 + (active - 1) * busy if active > 1 else active) / cores)
     cal = base or illustrative_calibration(spec)

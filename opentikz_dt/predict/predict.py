@@ -15,8 +15,9 @@ import yaml
 
 from ..errors import DtgenError, SpecError, UsageError
 from ..spec import load_spec, spec_from_data
-from .calibration import OLD_DEVICE, Calibration, describe_device, load_calibration
-from .costs import Costs, illustrative_calibration, parse_link
+from .calibration import OLD_DEVICE, Calibration, describe_device, illustrative_calibration, load_calibration
+from .contention import collective_wait, contention_for, crowd_untraced, crowd_wait, wait_scale
+from .costs import Costs, parse_link
 from .interval import interval, probe_round_ends
 from .presets import DEVICES, device_preset, link_preset, matches
 from ..memory import predicted_memory
@@ -24,8 +25,7 @@ from .rundir import metrics_of, write_run_dir
 from .simulate import roles, simulate
 from .plugin import REGISTRY
 from ..strategies import strategy as described
-from .transfer import (COLLECTIVE_NOTE, carried_latency, caveats, collective_wait, crowd_untraced, crowd_wait, short,
-                       untraced_floor, untraced_typical, wait_scale)
+from .transfer import COLLECTIVE_NOTE, carried_latency, caveats, short, untraced_floor, untraced_typical
 
 ILLUSTRATIVE_WARNING = ("no --calibration: the numbers come from the illustrative cost model, not from this "
                         "machine (dtgen calibrate SPEC measures it)")
@@ -134,9 +134,9 @@ def costs_for(spec, calibration: str | Path | None, link: str | None = None, lat
     traced, grown = carried_latency(cal, spec), crowd_untraced(cal, spec, dedicated)
 
     def costs_with(untraced_s, p2p_alpha_s, calibrated=cal):
-        return Costs(calibrated, spec, link=rate, latency_s=latency, dedicated=dedicated, wait_scale=scale,
-                     crowd_wait_s=crowded, untraced_s=untraced_s, collective_wait=waits, p2p_alpha_s=p2p_alpha_s,
-                     untraced_scale=grown)
+        # each Costs its own contention layer: the simulator settles each one's duty
+        return Costs(calibrated, spec, link=rate, latency_s=latency, untraced_s=untraced_s, p2p_alpha_s=p2p_alpha_s,
+                     contention=contention_for(calibrated, spec, dedicated, rate, latency))
 
     costs = costs_with(floor, traced)
     if rate is None or latency is None:  # (a given link and latency replace every probed cost)
@@ -212,6 +212,7 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
     if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after
         probe = copy.copy(costs)
+        probe.contention = copy.copy(costs.contention)  # its duty settled apart, as the prediction's is
         probe.draw = random.Random(0) if costs.draw is not None else None  # the prediction's own draws stay
         sample = simulate(spec, probe, PROBE_STEPS)
         expected = sum(len(v) for v in sample.events.values()) * steps / PROBE_STEPS
@@ -220,7 +221,7 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
                              f"{MAX_EVENTS:,}; {PROBE_STEPS} simulated steps wrote "
                              f"{sum(len(v) for v in sample.events.values()):,}): use fewer --steps or workers")
     result = simulate(spec, costs, steps)
-    if "collective_wait_for_core_s" in assumed and not costs.probed_wait_used:
+    if "collective_wait_for_core_s" in assumed and not costs.probed_used:
         assumed, warnings = without_collective_note(assumed, warnings)  # a strategy that runs none
     events = sum(len(v) for v in result.events.values())
     if events > MAX_EVENTS:
@@ -235,7 +236,7 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
 
 def without_collective_note(assumed: dict, warnings: list) -> tuple[dict, list]:
     """What a prediction says, less the probed collectives' wait where its strategy ran no
-    collective (transfer.collective_wait: the caveat is made before the simulation)."""
+    collective (contention.collective_wait: the caveat is made before the simulation)."""
     assumed = {k: v for k, v in assumed.items() if k != "collective_wait_for_core_s"}
     keep = [n for n in assumed.get("transfer", []) if not n.startswith(COLLECTIVE_NOTE)]
     assumed.pop("transfer", None), assumed.pop("transfer_note", None)

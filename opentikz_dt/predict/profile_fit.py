@@ -35,8 +35,7 @@ from ..errors import DtgenError
 from ..measured.profile_set import load_profile_set
 from ..measured.profile_stats import rank_split
 from .blocks import model_blocks, model_signature
-from .calibration import FORMAT, Calibration, training_of
-from .costs import illustrative_calibration
+from .calibration import FORMAT, Calibration, illustrative_calibration, training_of
 from .fit import DEFAULT_BETA
 from .plugin import REGISTRY
 

@@ -60,16 +60,18 @@ SETTLE_STEPS, SETTLE_ROUNDS = 10, 4
 
 
 def settle_duty(spec, costs) -> None:
-    """Find the share of the time a rank computes (Costs.share), once per Costs: simulate
-    with every rank computing at once, measure the duty, simulate with it, until it moves
-    by under 0.02 (at most SETTLE_ROUNDS short simulations). On shared cores a rank that
-    waits for a message leaves its core to another's compute, so compute slows by the
-    processes computing at the same time, not by every process there is. A core per rank
-    (or an illustrative calibration's million cores) never shares: nothing to settle."""
-    if costs.settled:
+    """Find the share of the time a rank computes (Contention.share), once per contention
+    layer: simulate with every rank computing at once, measure the duty, simulate with it,
+    until it moves by under 0.02 (at most SETTLE_ROUNDS short simulations). On shared cores
+    a rank that waits for a message leaves its core to another's compute, so compute slows
+    by the processes computing at the same time, not by every process there is. A core per
+    rank (or an illustrative calibration's million cores), or no contention, never shares:
+    nothing to settle."""
+    layer = costs.contention
+    if layer.settled:
         return
-    costs.settled = True
-    if costs.cores >= 1e6:
+    layer.settled = True
+    if not layer.settles:
         return
     # the settling simulations must not move the prediction's own draws
     states = [(r, r.getstate()) for r in (costs.draw, costs.rng) if r is not None]
@@ -77,7 +79,7 @@ def settle_duty(spec, costs) -> None:
         sim = Simulation(spec, costs, record=False)
         REGISTRY.get(spec.strategy.kind).simulate_steps(sim, SETTLE_STEPS)
         duty = sim.rec.duty()
-        moved = abs(duty - costs.duty)
+        moved = abs(duty - layer.duty)
         costs.set_duty(duty)
         if moved < 0.02:
             break

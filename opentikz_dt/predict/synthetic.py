@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ..spec import spec_from_data
 from ..strategies import kinds as strategy_kinds
-from .calibration import Calibration
-from .costs import Costs, illustrative_calibration
+from .calibration import Calibration, illustrative_calibration
+from .costs import Costs
 from .rundir import write_run_dir
 from .simulate import simulate
 from .plugin import REGISTRY

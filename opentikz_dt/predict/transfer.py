@@ -1,23 +1,20 @@
 """What a calibration carries to a spec it was not made on, said in the prediction.
 
-A calibration's costs are costs of mechanisms the simulator composes: compute per block
-and sample, an optimizer step per tensor and parameter, a message (latency + bytes x
-beta), a collective, the untraced time of a step, the spread of a rank's compute, and
-compute slowing down by the processes computing at once on the cores (Costs.share, its
-duty settled by the simulator). A prediction of another strategy or worker count composes
-the same mechanisms in another schedule.
+A calibration's costs are costs of mechanisms the simulator composes (costs.py): compute
+per block and sample, an optimizer step per tensor and parameter, a message (latency +
+bytes x beta), a collective, the untraced time of a step, the spread of a rank's compute.
+A prediction of another strategy or worker count composes the same mechanisms in another
+schedule. What processes sharing cores wait for a core is the contention layer's
+(contention.py: the compute share, a message's and a collective step's wait, computed
+there by `wait_scale`, `crowd_wait`, `collective_wait` and `crowd_untraced`).
 
-Some of what a short run measures is tied to the run it came from: its message latency
-holds what a blocking receive waits for its process to be scheduled again at that
-process count (`wait_scale` carries it to another count; beyond the calibration's own
-count, `crowd_wait` carries the wait measured by `dtgen calibrate`'s crowded run
-instead; `collective_wait` adds it to the steps of collectives the probe measured back to
-back), its per-step untraced time holds that strategy's waits for a core between spans
-(`untraced_floor`: another strategy gets its floor, the interval's upper end its median), and a
-latency solved from a pipeline's step time holds that schedule's own work
-(`carried_latency`: another schedule gets the traced one, the interval the solved one).
-`caveats` names what is carried, for the prediction's run.json and its figures' notes.
-Must not import torch.
+This module decides which of a calibration's mechanisms' costs are carried: its per-step
+untraced time holds that strategy's waits for a core between spans (`untraced_floor`:
+another strategy, or a core per rank, gets its floor as the cost per step, the interval's
+upper end its median), and a latency solved from a pipeline's step time holds that
+schedule's own work (`carried_latency`: another schedule gets the traced one, the
+interval the solved one). `caveats` names what is carried, the contention layer's waits
+included, for the prediction's run.json and its figures' notes. Must not import torch.
 """
 
 from __future__ import annotations
@@ -25,21 +22,14 @@ from __future__ import annotations
 import statistics
 
 from ..strategies import kinds, strategy
-from .costs import wait_ratio
+from .calibration import same_strategy
+from .contention import (collective_wait, crowd_untraced, crowd_wait, crowded_hop, ring_chain_hop, wait_scale,
+                         waits_as_ring_hops)
 from .fit import FLOOR_QUANTILE
 from .simulate import roles
-from .plugin import REGISTRY
 
-STRATEGY_WORDS = ("kind", "algorithm", "sync", "schedule")
 # collective_wait's caveat, which predict.py drops where the strategy ran no collective
 COLLECTIVE_NOTE = "probed collectives wait for a core as the run's messages do"
-
-
-def same_strategy(made: dict, spec) -> bool:
-    """The spec runs the strategy the calibration was made on (`made_for`): the same words of
-    its strategy block (kind, algorithm, sync, schedule)."""
-    theirs, ours = dict(made.get("strategy") or {}), dict(spec.data.get("strategy") or {})
-    return all(theirs.get(k) == ours.get(k) for k in STRATEGY_WORDS)
 
 
 def describe_strategy(block: dict) -> str:
@@ -151,26 +141,6 @@ def gpu_sharing(cal, spec) -> str | None:
             f"predicted)")
 
 
-def wait_scale(cal, spec, dedicated: bool) -> float | None:
-    """How much of the calibrated wait for a core per message (fit.message_split) this
-    prediction carries, or None to keep the fitted message latency as it is (the calibrated
-    strategy and process count, or a calibration without the split).
-
-    With k processes runnable on c cores, a message finds its receiver off a core with a
-    chance of about 1 - c/k: the wait measured at the calibration's k scales by that ratio,
-    and a cluster (a core per rank) has none."""
-    made, p2p = cal.data.get("made_for"), cal.data["comm"]["p2p"]
-    if not isinstance(made, dict) or "alpha_floor_s" not in p2p or "core_wait_s" not in p2p:
-        return None
-    if dedicated or crowd_wait(cal, spec, dedicated) is not None:
-        return 0.0  # a core per rank waits for none; the crowded run's wait replaces this run's own
-    k, measured, c = len(roles(spec)), made.get("ranks") or 0, cal.cores
-    if k == measured and same_strategy(made, spec):
-        return None
-    if measured <= c:
-        return 1.0  # measured without waiting for a core: nothing to scale
-    return wait_ratio(c, k, measured)
-
 
 def untraced_floor(cal, spec, dedicated: bool = False) -> float | None:
     """The untraced time per step (s) carried to another strategy, or to a core per rank:
@@ -207,115 +177,10 @@ def untraced_typical(cal) -> float | None:
     return statistics.median(gaps) if len(gaps) >= 5 else None
 
 
-def crowd_wait(cal, spec, dedicated: bool) -> float | None:
-    """Seconds a message waits for its receiver to get a core back at this spec's process
-    count, from the calibration's crowded run (comm.p2p.crowding, runner/crowding.py), or
-    None where that does not apply: a core per rank, no more processes than cores or than
-    the calibration's own run had (its fitted wait is carried by wait_scale then), or no
-    crowded run. Where it applies it replaces the calibration run's own wait (predict.py).
-
-    Measured at 2c processes on c cores; carried as growing with the processes beyond the
-    cores, (k - c) / c times the measured one (a quiet-machine probe here: 4 -> 6
-    processes on 2 cores, 2.2x the wait, where (k - c) / c says 2x).
-
-    The ring, the strategy the crowded run ran, carries that run's whole hop instead
-    (ring_chain_hop): at 2c processes even its fastest hop waited for a predecessor that
-    had waited for a core. The native all-reduce, also a ring (waits_as_ring_hops), carries
-    the wait growing as the ring's hop does."""
-    crowding = cal.data["comm"]["p2p"].get("crowding")
-    if dedicated or not isinstance(crowding, dict):
-        return None
-    made = cal.data.get("made_for")
-    measured = int((made.get("ranks") if isinstance(made, dict) else None) or cal.data.get("ranks") or 0)
-    c, probe, k = float(crowding["cores"]), float(crowding["processes"]), len(roles(spec))
-    if k <= max(c, measured):
-        return None
-    growth = off_core(c, k) / off_core(c, probe) if waits_as_ring_hops(spec) else (k - c) / (probe - c)
-    if ring_chain_hop(cal, spec):  # the crowded run's own strategy, a ring: its whole hop
-        floor = float(cal.data["comm"]["p2p"].get("alpha_floor_s", 0.0))
-        return max(0.0, crowded_hop(crowding) - floor) * growth
-    return float(crowding["wait_s"]) * growth
 
 
-def crowded_hop(crowding: dict) -> float:
-    """The crowded ring run's hop latency (s): as its fit solved it from its step time
-    (`hop_s`, strategies/allreduce/predict.py: finish_fit), else, in calibrations made before
-    it was recorded, its message alone and its wait."""
-    if "hop_s" in crowding:
-        return float(crowding["hop_s"])
-    return float(crowding["wait_s"]) + float(crowding["alone_s"])
 
 
-def off_core(c: float, k: float) -> float:
-    """The chance that a process finds the one it wakes off a core, k runnable on c cores."""
-    return max(0.0, 1 - c / k)
-
-
-def ring_chain_hop(cal, spec) -> bool:
-    """Whether this prediction is of the ring the crowded run ran (its strategy, defaults
-    included), which carries the crowded run's whole hop beyond a message alone, growing
-    as off_core (crowd_wait).
-
-    The crowded run's hops split into a message alone and a wait as any ring's do, but at
-    2c processes even its fastest hop waited for a predecessor that had waited for a core
-    (a hop "alone" 0.54 ms there, 25 us with 2 processes on 2 cores): carrying only the
-    wait put a ring's hop at 4 processes at half the crowded run's own. The hop carried is
-    the one the crowded run's fit solved from its step time (crowded_hop), as the
-    calibrated ring's own is (allreduce.finish_fit). A hop of the ring's chain then grows
-    more slowly than a lone message's wait: fitted from real runs of
-    examples/allreduce-ring.yaml on 2 cores in three runs of the benchmark, a hop took
-    0.96-1.19 ms at 4 processes and 1.49-1.58 ms at 8 (x1.3-1.6; off_core says x1.5,
-    (k - c) / c x3). The other strategies' waits, lone
-    messages and collective steps, keep (k - c) / c: with off_core the 8-worker gossip
-    rows of the same runs went from -12..-17% to -39..-42%."""
-    crowding = cal.data["comm"]["p2p"].get("crowding")
-    return (isinstance(crowding, dict) and "alone_s" in crowding
-            and same_strategy({"strategy": crowding.get("strategy") or {}}, spec))
-
-
-def waits_as_ring_hops(spec) -> bool:
-    """Whether the spec's messages wait for a core as a ring's hops do (its plugin says:
-    dtgen's ring, and the native all-reduce, gloo's ring), so that the crowded run's wait
-    grows as (1 - c/k) (crowd_wait). Gossip's and the parameter servers' lone messages keep
-    (k - c)/c: with (1 - c/k) gossip 2 -> 8 went to -39% and -43% in two runs of
-    the transfer benchmark."""
-    return REGISTRY.get(spec.strategy.kind).waits_as_ring_hops(spec)
-
-
-def crowd_untraced(cal, spec, dedicated: bool) -> float | None:
-    """How much longer the untraced time per step runs at this spec's process count than in
-    the calibration's run (a factor on each of its gaps), from the crowded run's own
-    untraced time, or None where that does not apply: crowd_wait does not (a core per rank,
-    no more processes than cores or than the calibration run had, no crowded run), the
-    crowded run was of another strategy than this spec's or the calibration's (it runs
-    dtgen's ring: what a ring does between spans is not what a parameter server does), or it
-    recorded none.
-
-    Between its spans a ring rank posts its receives and sends, and a rank that does so
-    while the others wake for their messages waits for a core: measured here, a ring's
-    untraced time per step 0.96 ms at 2 processes on 2 cores, 2.4 ms at 4 and 4.7 ms at 8,
-    while the calibration carried 0.96 ms to all (its 4- and 8-worker predictions -33% and
-    -23%). Carried through the calibration run's and the crowded run's as growing with
-    the chance of finding a core taken, as the ring's hop does (off_core, ring_chain_hop):
-    in three later passes the 8-process ring runs' untraced time was 4.1-4.5 ms, where
-    growing linearly with the processes put it at 4.2-6.7 ms (their predictions +10% to
-    +65%) and off_core at 2.9-3.9 ms. The evidence is mixed: the first measurement above
-    fits the line (off_core says 3.1 ms at 8)."""
-    if crowd_wait(cal, spec, dedicated) is None:
-        return None
-    crowding, made = cal.data["comm"]["p2p"]["crowding"], cal.data.get("made_for")
-    theirs = {"strategy": crowding.get("strategy") or {}}
-    if ("untraced_s" not in crowding or not isinstance(made, dict) or not same_strategy(theirs, spec)
-            or not same_strategy(made, spec)):
-        return None
-    own, crowded = float(cal.data["compute"]["step_overhead_s"]), float(crowding["untraced_s"])
-    c, probe, k = float(crowding["cores"]), float(crowding["processes"]), len(roles(spec))
-    start = max(c, float(made.get("ranks") or 0))
-    if own <= 0 or probe <= start:
-        return None
-    # more processes never make a step's own work faster: a crowded run that measured less is noise
-    grown = (off_core(c, k) - off_core(c, start)) / (off_core(c, probe) - off_core(c, start))
-    return max(1.0, (own + (crowded - own) * grown) / own)
 
 
 def carried_latency(cal, spec) -> float | None:
@@ -330,38 +195,6 @@ def carried_latency(cal, spec) -> float | None:
         return None
     return float(p2p["alpha_traced_s"])
 
-
-def collective_wait(cal, spec, dedicated: bool):
-    """What each step of a collective the probe measured waits for a core in a run: a
-    function of the processes runnable during it (default: every rank of the spec) that
-    gives seconds, or None where nothing is added (a core per rank; the crowded run's wait,
-    which crowd_wait adds to every collective step already; a calibration without a fitted
-    message wait, or whose collectives do not say where they were measured; the calibrated
-    strategy at its own process count, whose run measured the collectives it uses).
-
-    The probe calls a collective back to back with nothing computing between, so no call
-    finds a process off its core; in a run each of its steps is a message that wakes a
-    process that another one's compute may hold the core from. So a probed collective's
-    step carries what a message of the calibration's run waited (comm.p2p.core_wait_s),
-    scaled as wait_scale scales it to the processes runnable then: (1 - c/k) / (1 - c/m)
-    for k of them on c cores, m in the calibration's run. Measured here (a ring calibration,
-    4 processes on 2 cores): the native all-reduce -32% and central storage -30% without it;
-    the hierarchical all-reduce's step between hosts runs 2 leaders alone, so none waits."""
-    made, p2p = cal.data.get("made_for"), cal.data["comm"]["p2p"]
-    if dedicated or not isinstance(made, dict) or "core_wait_s" not in p2p or not cal.probed:
-        return None
-    if crowd_wait(cal, spec, dedicated) is not None:
-        return None
-    wait, measured, c, k = float(p2p["core_wait_s"]), int(made.get("ranks") or 0), cal.cores, len(roles(spec))
-    if k == measured and same_strategy(made, spec):
-        return None  # the calibrated spec: a collective it runs, its run measured (fit.py)
-
-    def per_step(active: int | None = None) -> float:
-        if measured <= c:  # the run had a core per process: its (small) wait is carried as it is
-            return wait
-        return wait * wait_ratio(c, k if active is None else active, measured)
-
-    return per_step
 
 
 def short(notes: list[str]) -> str:

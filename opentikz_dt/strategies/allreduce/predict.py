@@ -39,7 +39,7 @@ def waits_as_ring_hops(spec) -> bool:
     """dtgen's ring, and the native all-reduce on the CPU: gloo's, whose default algorithm
     passes segments around a ring of the ranks (gloo/allreduce.cc) as dtgen's ring passes
     pieces. Their steps' waits for a core grow with the processes as the ring's hops do
-    (transfer.crowd_wait).
+    (contention.crowd_wait).
 
     Measured in three runs of bench_predict_accuracy.py --transfer, the native
     all-reduce calibrated at 2 workers: at 8 workers on one host +16%, +42% and +17% with the
@@ -89,7 +89,7 @@ def finish_fit(cal, run):
     +19% over them (three 100-step runs of examples/allreduce-ring.yaml here, its all-reduce
     +52..+62%). Solved only where the hop's split is fitted (comm.p2p.alpha_floor_s and
     core_wait_s, kept as fitted): every other strategy and process count carries the split
-    instead of alpha_s (transfer.wait_scale), so the solved latency is the calibrated ring's
+    instead of alpha_s (contention.wait_scale), so the solved latency is the calibrated ring's
     alone."""
     from ...predict.fit import solved_message_latency, with_message_latency
 

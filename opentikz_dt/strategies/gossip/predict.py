@@ -45,8 +45,8 @@ def simulate_steps(sim, steps: int) -> None:
             begin = max([ready[k]] + [ready[p] for p in to + frm])
             # the messages travel at once (one latency), but the runner waits on its receives one
             # after another and each wakes the process again: each waits for a core where
-            # processes outnumber cores (Costs.p2p_wait); the sends share the rank's link
-            exchange = (c.p2p(sim.nbytes) + (len(frm) - 1) * c.p2p_wait
+            # processes outnumber cores (Contention.p2p_wait); the sends share the rank's link
+            exchange = (c.p2p(sim.nbytes) + (len(frm) - 1) * c.contention.p2p_wait
                         + (len(to) - 1) * c.p2p_bytes(sim.nbytes))
             end = begin + c.noisy_exchange(exchange + 1e6 * c.add_s * sim.params * len(frm), step, len(frm))
             rec.span(k, "gossip", 1, ready[k], end, step, peers=[sim.ids[p] for p in frm])
@@ -72,7 +72,7 @@ def _exchanges(run, spec) -> list:
 
 def _exchange_latency(exchanges: list, spec, nbytes: float, beta: float) -> float | None:
     """Latency of a gossip exchange from its mean time (the spread is drawn apart); its
-    waits for a core are in it (a gossip fit has no wait of its own: Costs.p2p_wait is 0)."""
+    waits for a core are in it (a gossip fit has no wait of its own: Contention.p2p_wait is 0)."""
     if not exchanges:
         return None
     to, _ = neighbours(0, spec.topology.workers.count, spec.strategy.peers)

@@ -171,7 +171,7 @@ def _send_us(costs) -> float:
     (its `server_overhead_s` over its workers; none from another strategy: nothing shows it),
     carried to any worker count as measured. A core per rank: none.
 
-    Not scaled as a message's wait for a core is (costs.wait_ratio, 2.3x from 2 workers to
+    Not scaled as a message's wait for a core is (contention.wait_ratio, 2.3x from 2 workers to
     8 on 2 cores): in two runs of the transfer benchmark (88 kB shards) a send took 476-620 us at 2
     workers, 444-630 at 3, 464-738 at 4 and 560-752 at 8, and the scaled sends predicted
     8 workers +17% and +92%, 4 workers +37% and +30% (carried as measured: -29% and +12%,
@@ -182,7 +182,7 @@ def _send_us(costs) -> float:
     strategy = (made.get("strategy") or {}) if isinstance(made, dict) else {}
     if strategy.get("kind") != KIND or strategy.get("sync") != "sync" or not made.get("workers"):
         return 0.0
-    if costs.cores >= 1e6:  # a core per rank (Costs' cores, as simulate.settle_duty reads them)
+    if costs.contention.core_per_rank:  # a core per rank (predict/contention.py)
         return 0.0
     return costs.server_us / int(made["workers"])
 

@@ -34,7 +34,7 @@ def role_of(spec, ident: str) -> str:
 
 
 def active_ranks(spec) -> float:
-    """Every stage computes; how much at once (outside the bubble) the duty says (Costs.share)."""
+    """Every stage computes; how much at once (outside the bubble) the duty says (Contention.share)."""
     return spec.topology.workers.count
 
 
