@@ -25,18 +25,18 @@ from ..figures.fit import COLUMN_CM, width_cm
 from ..figures.model import Tex
 from ..figures.render import base_context, environment
 from ..figures.textwidth import text_cm
-from ..memory import KNOBS, device_capacity
+from ..memory import KNOBS, device_capacity, spec_fit
 from ..measured.export import write_outputs
 from ..spec import load_spec
 from ..strategies import plugin
 from ..texsafe import escape_text
+from ..workload import human_bytes
 from .interval import interval
 from .predict import apply_overrides, check_size, costs_for
 from .rundir import metrics_of
 from .simulate import simulate
 from .plugin import REGISTRY
 from .sweep import SWEEP_SEEDS, caption, check_sweep_size, worker_memory
-from ..workload import human_bytes
 
 MAX_ROWS = 24  # rows drawn (the fastest); the rest are named in the caption
 ROW_CM = 0.34  # one row: a scriptsize label with air
@@ -59,9 +59,8 @@ class ShapePoint:
 
 
 def _point(label: str, step_ms: float, samples_per_s: float, interval: tuple, spec) -> ShapePoint:
-    memory, capacity = worker_memory(spec), device_capacity(spec)
-    fits = None if memory is None or capacity is None else memory <= capacity
-    return ShapePoint(label, step_ms, samples_per_s, interval, memory, fits)
+    fit = spec_fit(spec)  # the fullest rank against the spec's device (opentikz_dt.memory)
+    return ShapePoint(label, step_ms, samples_per_s, interval, worker_memory(spec), None if fit is None else fit.fits)
 
 
 def _reason(exc: DtgenError) -> str:
@@ -226,7 +225,8 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
                    memory=bool(memory), memory_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(memory_max))),
                    memory_max=f"{memory_max:.6g}", memory_unit=unit, band=band, step_unit=step_unit,
                    capacity=f"{capacity / scale:.6g}" if capacity and memory else None,
-                   any_open=any(r["open"] for r in rows), any_filled=not all(r["open"] for r in rows),
+                   # one plot of filled dots (fits, or no device) and one of open ones, each only if used
+                   dot_groups=[g for g in (False, True) if any(r["open"] == g for r in rows)],
                    note_width=f"{target - PLOT_BORDER_CM - 0.25:.3f}", notes=notes)
     return environment().get_template("plot-shapes.tex.j2").render(context)
 
