@@ -379,3 +379,19 @@ def test_the_shapes_sweep_marks_the_shapes_that_do_not_fit_the_device(tmp_path):
     assert (f"open dots and bars: over it, does not fit; {len(fitting)} of {len(points)} shapes fit, the fastest "
             f"{fitting[0].label.replace(' x ', 'x')}") in " ".join(tex.split())
     assert (tmp_path / "out" / "predicted-shapes.pdf").stat().st_size > 0
+
+
+def test_the_tied_embedding_sum_starts_when_both_ends_are_done_and_the_earlier_one_waits(tmp_path):
+    spec = tmp_path / "mesh.yaml"
+    spec.write_text(SMALL + "hardware: {device: h100-sxm}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    events = [e for e in json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
+              if e.get("ph") == "X" and e["args"].get("phase") == "tied"]
+    waits = [e for e in events if e["name"] == "wait"]
+    for step in {e["args"]["step"] for e in events}:
+        sums = [e for e in events if e["name"] == "allreduce" and e["args"]["step"] == step]
+        assert len(sums) == 2 and sums[0]["ts"] == sums[1]["ts"] and sums[0]["dur"] == sums[1]["dur"]
+        # the lane that finished its backward first waits, drawn as a wait, until the other joins
+        (wait,) = [e for e in waits if e["args"]["step"] == step]
+        assert wait["ts"] + wait["dur"] == pytest.approx(sums[0]["ts"], abs=0.01) and wait["dur"] > 0

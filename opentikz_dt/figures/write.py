@@ -147,8 +147,12 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
         for note in build_layout(spec).notes:
             if note.split(" ", 1)[0] in written:
                 notify(f"{target}: {note}")
-    timeline = None
-    if calibration is not None and "timeline" in kinds:  # a prediction instead of the illustrative schedule
+    timeline, on_device = None, None
+    if calibration is not None and spec.hardware is not None and "timeline" in kinds:
+        from ..predict.predict import hardware_calibration  # made on the hardware's GPU: its compute, the datasheets' links
+
+        on_device = hardware_calibration(spec, calibration)
+    if calibration is not None and on_device is None and "timeline" in kinds:  # predicted, not illustrative
         from ..predict.expected import predicted_timeline
 
         timeline, warnings = predicted_timeline(spec, calibration)
@@ -159,7 +163,7 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
         from ..predict.expected import datasheet_timeline
 
         try:
-            timeline, warnings = datasheet_timeline(spec)
+            timeline, warnings = datasheet_timeline(spec, on_device)
         except DtgenError as exc:  # a kind or model the datasheet model does not cover: illustrative
             timeline, warnings = None, [f"{exc}; the timeline stays illustrative"]
         for line in warnings:

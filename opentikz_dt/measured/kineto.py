@@ -112,6 +112,7 @@ class RankProfile:
     partial: bool = False  # the file was cut off: what is here is what the rank wrote
     events: int = 0  # X events read
     gloo_threads: dict = field(default_factory=dict)  # gloo thread -> the collectives it ran (group inference)
+    device_name: str = ""  # the GPUs' model from deviceProperties, where every listed GPU is the same one
 
 
 # --- reading ---------------------------------------------------------------------------
@@ -209,7 +210,7 @@ def _read_rank(path: Path) -> RankProfile:
     base = data.get("baseTimeNanoseconds")
     offset = base / 1000 if isinstance(base, (int, float)) and not isinstance(base, bool) else 0.0
     profile = RankProfile(str(path), rank, world, str(info.get("backend") or ""), str(data.get("host_name") or ""),
-                          pgs, partial=partial)
+                          pgs, partial=partial, device_name=_device_name(data.get("deviceProperties")))
     events = data["traceEvents"]
     del data
     _reduce(events, profile, offset)
@@ -218,6 +219,15 @@ def _read_rank(path: Path) -> RankProfile:
             raise TraceError(f"{path}: cut off before its first complete event (a rank that crashed early?)")
         raise TraceError(f"{path}: not a Kineto trace (no event has the fields ph, ts, dur, name)")
     return profile
+
+
+def _device_name(properties) -> str:
+    """The GPU model a CUDA trace's deviceProperties list (one entry per visible GPU): its
+    name where all are one model, else "" (which of them the rank used is not recorded there)."""
+    if not isinstance(properties, list):
+        return ""
+    names = {str(d.get("name")).strip() for d in properties if isinstance(d, dict) and d.get("name")}
+    return names.pop() if len(names) == 1 else ""
 
 
 def _reduce(events: list, profile: RankProfile, offset: float) -> None:

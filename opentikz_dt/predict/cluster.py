@@ -194,10 +194,13 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
                 progressed = True
             if not progressed:
                 raise DtgenError(f"pipeline schedule '{layout.schedule}' deadlocked in the simulation")
-        if tied:
-            end = max(free[0], free[-1]) + tied_us
+        if tied:  # the first and last stage sum the embedding's gradient: the earlier one waits for the other
+            start = max(free[0], free[-1])
+            end = start + tied_us
             for s in (0, p - 1):
-                rec.span(s, "allreduce", 1, free[s], end, step, phase="tied", dim="pipeline", bytes=tied,
+                if start > free[s]:
+                    rec.span(s, "wait", 1, free[s], start, step, phase="tied", dim="pipeline")
+                rec.span(s, "allreduce", 1, start, end, step, phase="tied", dim="pipeline", bytes=tied,
                          **{"pass": "backward"})
                 free[s] = end
         if d > 1:
@@ -299,15 +302,57 @@ def size_check(spec, layout: Layout, steps: int) -> None:
                          f"at most {MAX_LANE_EVENTS:,}): use fewer microbatches or --steps")
 
 
-def cluster_result(spec, steps: int | None = None):
-    """(Recorder, steps simulated, what was assumed) of the spec's hardware prediction."""
+def calibrated_compute(cal, spec, model, layout: Layout, cluster: Cluster) -> tuple[Cluster, dict]:
+    """A calibration made on the hardware's own device replaces the datasheet's compute.
+
+    The calibration's per-block fits (seconds = c0 + c1·samples, the whole model on one
+    device, as every calibrated prediction reads them) give the spec's forward and backward
+    at its microbatch of b samples; the datasheet model gives the same pass (one device, no
+    tensor split, no recomputation). Their ratio scales every compute cost of the cluster
+    prediction, so what the device measured on this model carries to every layout, with the
+    datasheet's shape effects (wave fill, a tensor split, recomputation) on top. The links,
+    the collectives and the optimizer's memory-bound Adam stay the datasheets'."""
+    from .datasheet import stage_pass
+
+    b = layout.micro_batch
+    fits = cal.blocks
+    measured = sum(f[0] + f[1] * b for block in fits for f in (block["forward"], block["backward"]))
+    one = stage_pass(model, Layout(1, 1, 1, 1, b), replace(cluster, compute_scale=1.0), "none", 0)
+    sheet = one.forward + one.backward
+    if not measured > 0 or not sheet > 0:
+        raise DtgenError(f"{cal.path}: compute: its blocks' forward and backward at {b} sample(s) sum to "
+                         f"{measured:.3g} s; a calibration's compute must be positive")
+    scale = measured / sheet
+    from .calibration import describe_device
+
+    device = describe_device(cal.data["device"])
+    note = {"calibration": cal.path, "device": device, "samples": b,
+            "measured_s": float(f"{measured:.6g}"), "datasheet_s": float(f"{sheet:.6g}"),
+            "scale": round(scale, 4),
+            "model": f"forward and backward of the whole model at {b} sample(s) on one GPU: measured "
+                     f"{measured * 1e3:.4g} ms ({device}, {cal.path}), the datasheet's {sheet * 1e3:.4g} ms; "
+                     f"every compute cost x {scale:.3f}; links, collectives and Adam from the datasheets"}
+    return replace(cluster, compute_scale=scale), note
+
+
+def cluster_result(spec, steps: int | None = None, cal=None):
+    """(Recorder, steps simulated, what was assumed) of the spec's hardware prediction;
+    `cal`, a calibration made on the hardware's device, replaces the datasheet's compute."""
     model, layout, cluster = model_of(spec), layout_of(spec), cluster_of(spec)
+    compute = None
+    if cal is not None:
+        cluster, compute = calibrated_compute(cal, spec, model, layout, cluster)
     recompute = recompute_of(spec)
     steps = min(RECORDED_STEPS, spec.training.steps if steps is None else steps)
     steps = max(2, steps)
     size_check(spec, layout, steps)
     rec = simulate_cluster(model, layout, cluster, recompute, steps)
     assumed = assumptions(spec, layout, cluster, recompute, model)
+    if compute is not None:
+        gpus = spec.hardware.describe(layout.gpus)
+        assumed.update({"calibration": cal.path, "measured_compute": compute,
+                        "caption": f"expected on {gpus}, compute measured on {compute['device']}, "
+                                   "links from datasheets"})
     ends = rec.result.step_end
     step_s = (ends[steps - 1] - ends[steps - 2]) / 1e6
     flops = model.iteration_flops(layout.data * layout.microbatches * layout.micro_batch, recompute == "full")
@@ -317,18 +362,18 @@ def cluster_result(spec, steps: int | None = None):
     return rec, steps, assumed
 
 
-def predict_cluster(spec, out) -> tuple:
-    """`dtgen predict` of a spec with `hardware:` and no calibration: the run directory
-    (one lane per stage) and the warnings to print."""
+def predict_cluster(spec, out, cal=None) -> tuple:
+    """`dtgen predict` of a spec with `hardware:` (and no calibration, or one made on its
+    device): the run directory (one lane per stage) and the warnings to print."""
     from pathlib import Path
 
     from ..rules import check_warnings
     from .rundir import write_run_dir
 
-    rec, steps, assumed = cluster_result(spec)
+    rec, steps, assumed = cluster_result(spec, cal=cal)
     out = Path(out) if out is not None else Path("runs") / f"{spec.name}-predicted"
     from ..memory import predicted_memory
 
     path = write_run_dir(out, spec, rec.result, steps, predicted=assumed,
                          extra_metrics={"memory": predicted_memory(spec)})
-    return path, check_warnings(spec)
+    return path, check_warnings(spec) + (list(cal.warnings) if cal is not None else [])

@@ -150,6 +150,10 @@ class Cluster:
     intra: LinkPreset
     inter: LinkPreset
     precision: str
+    # A calibration made on this device (cluster.calibrated_compute): its measured forward
+    # and backward over the datasheet's for the same model and microbatch; every compute cost
+    # is the datasheet's times this. 1.0: the datasheet's own.
+    compute_scale: float = 1.0
 
     @property
     def matmul_rate(self) -> float:
@@ -345,11 +349,13 @@ def accumulate_seconds(model, layout: Layout, cluster: Cluster, stage: int) -> f
 
 def stage_pass(model: Model, layout: Layout, cluster: Cluster, recompute: str, stage: int) -> PassCosts:
     """One microbatch through one stage (its blocks; the embedding on the first, the head on
-    the last), its backward with its share of the gradient accumulation."""
+    the last), its backward with its share of the gradient accumulation; the compute times
+    the cluster's compute_scale (the collectives stay the links' own)."""
     accumulate = accumulate_seconds(model, layout, cluster, stage)
+    k = cluster.compute_scale
     if isinstance(model, Counted):
         one = counted_pass(model, layout, cluster, recompute)
-        return PassCosts(one.forward, one.backward + accumulate, 0.0, 0.0, one.matmul_flops)
+        return PassCosts(k * one.forward, k * (one.backward + accumulate), 0.0, 0.0, one.matmul_flops)
     n = stage_layers(model.layers, layout.pipeline)[stage]
     one = layer_costs(model, layout, cluster, recompute)
     parts = [(one, n)]
@@ -359,7 +365,7 @@ def stage_pass(model: Model, layout: Layout, cluster: Cluster, recompute: str, s
         parts.append((head_costs(model, layout, cluster), 1))
     fwd, bwd, fcomm, bcomm, flops = (sum(getattr(p, f) * k for p, k in parts)
                                      for f in ("forward", "backward", "forward_comm", "backward_comm", "matmul_flops"))
-    return PassCosts(fwd, bwd + accumulate, fcomm, bcomm, flops)
+    return PassCosts(k * fwd, k * (bwd + accumulate), fcomm, bcomm, flops)
 
 
 def stage_params(model: Model, layout: Layout, stage: int) -> float:

@@ -142,14 +142,15 @@ def schedules_timeline(spec) -> Timeline:
     return _relative(spec, title, panels, spans, note)
 
 
-def datasheet_timeline(spec) -> tuple[object, list]:
-    """(Timeline, warnings) of a spec with `hardware:` and no calibration: its first steps
-    as the device's datasheet predicts them (predict/cluster.py), one lane per stage,
-    noted "expected on N <device>, datasheet costs"."""
+def datasheet_timeline(spec, cal=None) -> tuple[object, list]:
+    """(Timeline, warnings) of a spec with `hardware:`: its first steps as the device's
+    datasheet predicts them (predict/cluster.py), one lane per stage, noted "expected on N
+    <device>, datasheet costs"; with `cal`, a calibration made on that device, its compute
+    (cluster.calibrated_compute), noted so."""
     from ..rules import check_warnings
     from .cluster import cluster_result
 
-    rec, steps, assumed = cluster_result(spec)
+    rec, steps, assumed = cluster_result(spec, cal=cal)
     timeline = measured_timeline(spec, result_trace(spec, rec.result, assumed), None).timeline
     per_lane = assumed["ranks"] // assumed["lanes"]
     if per_lane > 1:
@@ -158,4 +159,4 @@ def datasheet_timeline(spec) -> tuple[object, list]:
     else:
         lanes = ""
     return (dataclasses.replace(timeline, note=f"{assumed['caption']}{lanes}; {timeline.note}"),
-            check_warnings(spec))
+            check_warnings(spec) + (list(cal.warnings) if cal is not None else []))

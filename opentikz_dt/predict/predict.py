@@ -196,6 +196,27 @@ def check_device(cal: Calibration, preset, what: str) -> None:
                          "calibration's compute)")
 
 
+def hardware_calibration(spec, calibration) -> Calibration | None:
+    """The calibration when it was made on the spec's `hardware:` device (a GPU of that
+    model): its compute replaces the datasheet's, the links stay the datasheets'. None for
+    no calibration or a CPU one (which keeps predicting its own machine); a GPU calibration
+    of another device is refused, located at hardware.device."""
+    if calibration is None:
+        return None
+    preset = DEVICES[spec.hardware.device]
+    made = load_calibration(calibration)
+    device = made.data.get("device") or OLD_DEVICE
+    if device.get("kind") != "cuda" or made.data.get("source") == "illustrative":
+        return None
+    if not matches(preset, device.get("name")):
+        message = (f"compute is carried from a calibration made on {preset.device_key}, but {made.path} measured "
+                   f"{describe_device(device)}; calibrate on that device, or predict without --calibration "
+                   "for datasheet costs")
+        where = spec.located.issue(("hardware", "device"), message) if spec.located is not None else None
+        raise UsageError(str(where) if where is not None else f"hardware.device: {message}")
+    return load_calibration(calibration, spec, for_device=preset.device_key)
+
+
 def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | None = None,
             steps: int | None = None, link: str | None = None, latency_ms: float | None = None,
             dedicated: bool = False, device: str | None = None) -> tuple[Path, list]:
@@ -204,10 +225,12 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     if steps is not None:
         spec = apply_overrides(spec, (f"training.steps={steps}",))
     steps = spec.training.steps
-    if spec.hardware is not None and calibration is None and device is None and link is None:
-        from .cluster import predict_cluster  # the datasheet's costs, one lane per stage
+    if spec.hardware is not None and device is None and link is None:
+        on_device = hardware_calibration(spec, calibration)
+        if calibration is None or on_device is not None:
+            from .cluster import predict_cluster  # the datasheet's costs, one lane per stage
 
-        return predict_cluster(spec, out)
+            return predict_cluster(spec, out, on_device)
     check_size(spec, steps)
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
     if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after

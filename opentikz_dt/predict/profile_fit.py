@@ -43,6 +43,13 @@ COMPUTE = ("forward", "backward", "optimizer")
 FLOP_SPLIT = "forward and backward split over the spec's blocks by FLOPs (the traces have no span per block)"
 
 
+def _gpu_name(pset) -> str | None:
+    """The traced GPUs' model (Kineto's deviceProperties) where every rank names the same one."""
+    names = {p.device_name for p in pset.ranks}
+    name = names.pop() if len(names) == 1 else ""
+    return name or None
+
+
 def step_compute(pset) -> dict:
     """{part: [s per rank-step]} for forward, backward, optimizer, and `steps`: {step number:
     [s of compute per traced rank]} (the step-to-step spread)."""
@@ -180,7 +187,8 @@ def fit_from_profile(paths: list, spec, base: Calibration | None = None, mesh=No
     fwd_fit, bwd_fit = share(fwd), share(bwd)
     data = {"dtgen_calibration": FORMAT, "source": f"profile {pset.source}",
             "machine": {"host": host, "cpus": os.cpu_count() if host == platform.node() else None},
-            "device": {"kind": "cuda" if cuda else "cpu", "name": None, "count": pset.world_size if cuda else None},
+            "device": {"kind": "cuda" if cuda else "cpu", "name": _gpu_name(pset) if cuda else None,
+                       "count": pset.world_size if cuda else None},
             "training": training_of(spec.data), "model": model_signature(spec),
             "ranks": pset.world_size, "cores_effective": float(pset.world_size),
             "made_for": {"strategy": dict(spec.data.get("strategy") or {}), "workers": spec.topology.workers.count,

@@ -32,7 +32,7 @@ from ..strategies import plugin
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .interval import interval
-from .predict import apply_overrides, check_size, costs_for
+from .predict import apply_overrides, check_size, costs_for, hardware_calibration
 from .rundir import metrics_of
 from .simulate import simulate
 from .plugin import REGISTRY
@@ -82,7 +82,9 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
     if layouts is None:
         raise UsageError(f"--sweep shapes: strategy kind '{base.strategy.kind}' has one layout per worker count; "
                          "the sweep compares a mesh's (strategy.parallelism) or use --sweep workers=...")
-    datasheet = base.hardware is not None and calibration is None and device is None and link is None
+    datasheet = base.hardware is not None and device is None and link is None
+    on_device = hardware_calibration(base, calibration) if datasheet else None
+    datasheet = datasheet and (calibration is None or on_device is not None)  # a CPU calibration: this machine
     planned, refused, assumed = [], [], {}
     for label, extra, refusal in layouts:
         if refusal:
@@ -106,7 +108,7 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
                          f"tensor) is valid for {base.source}: " + (reasons[0] if len(reasons) == 1 else
                          "; ".join(named) + (f"; ... ({len(refused)} shapes in all)" if len(refused) > 3 else "")))
     if datasheet:
-        return _datasheet_points(planned, refused, base, count)
+        return _datasheet_points(planned, refused, base, count, on_device)
     check_sweep_size(planned)
     points = []
     for label, _, spec, costs in planned:
@@ -122,18 +124,27 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
     return points, refused, base, assumed, count
 
 
-def _datasheet_points(planned: list, refused: list, base, count: int) -> tuple:
-    """The shapes of a spec with `hardware:`: each step time from the datasheet model."""
-    from .cluster import assumptions, cluster_of, layout_of, model_of, recompute_of, step_seconds
+def _datasheet_points(planned: list, refused: list, base, count: int, cal=None) -> tuple:
+    """The shapes of a spec with `hardware:`: each step time from the datasheet model, its
+    compute scaled by `cal` (a calibration on the hardware's device) at the shape's microbatch."""
+    from .cluster import assumptions, calibrated_compute, cluster_of, layout_of, model_of, recompute_of, step_seconds
+
+    def cluster_for(spec, model, layout):
+        return calibrated_compute(cal, spec, model, layout, cluster_of(spec)) if cal else (cluster_of(spec), None)
 
     points = []
     for label, _, spec, _ in planned:
-        layout = layout_of(spec)
-        step = step_seconds(model_of(spec), layout, cluster_of(spec), recompute_of(spec))
+        layout, model = layout_of(spec), model_of(spec)
+        step = step_seconds(model, layout, cluster_for(spec, model, layout)[0], recompute_of(spec))
         batch = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
         points.append(_point(label, step * 1000, batch / step, (), spec))
     spec = planned[0][2]
-    assumed = assumptions(spec, layout_of(spec), cluster_of(spec), recompute_of(spec))
+    cluster, compute = cluster_for(spec, model_of(spec), layout_of(spec))
+    assumed = assumptions(spec, layout_of(spec), cluster, recompute_of(spec))
+    if compute is not None:
+        assumed.update(calibration=cal.path, measured_compute=dict(compute, scale="per shape, at its microbatch"),
+                       caption=f"expected on {spec.hardware.describe(layout_of(spec).gpus)}, compute measured on "
+                               f"{compute['device']}, links from datasheets")
     assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
     points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
     return points, refused, base, assumed, count

@@ -55,6 +55,10 @@ def source_of(predicted: dict) -> str:
     """Which calibration or datasheet the numbers come from, in words."""
     if predicted.get("illustrative"):
         said = "the illustrative cost model (no calibration: relative costs, not this machine's)"
+    elif predicted.get("measured_compute"):  # a calibration on the hardware's device (cluster.calibrated_compute)
+        compute = predicted["measured_compute"]
+        said = (f"datasheets and calibration {compute['calibration']} ({predicted['caption']}; the datasheet's "
+                f"compute x {compute['scale']:.3f}, as measured at {compute['samples']} sample(s))")
     elif predicted.get("source") == "datasheet":
         said = (f"datasheets ({predicted['caption']}; matmuls at {predicted['matmul_efficiency']:.1%} of the "
                 "dense peak, a measured efficiency)")

@@ -186,9 +186,12 @@ def check_sweep_size(planned: list) -> None:
 def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     if assumed.get("source") == "datasheet":  # a spec's hardware: (predict/cluster.py)
         hw = assumed["hardware"]
-        notes = [f"{assumed['caption']}: {hw['device']} peaks x {assumed['matmul_efficiency']:.3g} measured matmul "
-                 f"efficiency, HBM at its datasheet bandwidth, {hw['intra_host']} inside a host of "
-                 f"{hw['gpus_per_host']}, {hw['inter_host']} between hosts, collectives as NCCL's cost model has them"]
+        compute = (f"the datasheet's compute scaled to {assumed['measured_compute']['calibration']} at each shape's "
+                   "microbatch" if assumed.get("measured_compute") else
+                   f"{hw['device']} peaks x {assumed['matmul_efficiency']:.3g} measured matmul efficiency")
+        notes = [f"{assumed['caption']}: {compute}, HBM at its datasheet bandwidth, {hw['intra_host']} inside a "
+                 f"host of {hw['gpus_per_host']}, {hw['inter_host']} between hosts, collectives as NCCL's cost model "
+                 "has them"]
         return [escape_text(n) for n in notes]
     source = assumed.get("calibration", "")
     # The illustrative cost model measured nothing: its compute, links and latency are round
