@@ -111,7 +111,9 @@ def _check_calibrate_options(spec, from_run, base, ranks, run_steps_given: bool,
 @click.command()
 @click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="Calibration file (dtgen calibrate); without it, the illustrative cost model.")
+              help="Calibration file (dtgen calibrate); without it, the illustrative cost model, or the "
+                   "datasheets of the spec's hardware: block (with it, a calibration made on that GPU "
+                   "sets the compute).")
 @click.option("--workers", type=click.IntRange(min=1), help="Override topology.workers.count.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any spec value (repeatable).")
 @click.option("--steps", type=click.IntRange(min=2), help="Override training.steps.")
