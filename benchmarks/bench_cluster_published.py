@@ -164,8 +164,8 @@ def main() -> None:
         print(f"{c.name:62} {c.published:10.1f} {c.predicted:10.1f} {c.error:+8.1%} {step:>18}")
     groups = {}
     for row, c in zip(data["rows"], checked):
-        groups.setdefault(row["source"].split(" (")[1].split(",")[0] + (" ZeRO-3" if row.get("sharded") else ""),
-                          []).append(c.error)
+        zero = " ZeRO-3" if row.get("sharded") else (" ZeRO-1" if row.get("shard") == "optimizer" else "")
+        groups.setdefault(row["source"].split(" (")[1].split(",")[0] + zero, []).append(c.error)
     for name, errors in groups.items():
         print(f"  {name:30} {len(errors):2} rows: {_summary(errors)}")
     errors = [abs(c.error) for c in checked]

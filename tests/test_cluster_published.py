@@ -104,3 +104,13 @@ def test_a_sharded_row_is_the_spec_paths_fsdp():
     _, _, assumed = cluster_result(spec)
     without = check_row({**row, "recompute": "none", "dropout": False}, ROWS["hardware"])
     assert assumed["step_s"] == pytest.approx(without.step_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS["rows"] if "tflops_logged" in r], ids=lambda r: r["name"])
+def test_a_logged_row_counts_the_flops_its_log_printed(row):
+    """A training log's TFLOPs over its iteration time are Eq. 3's count (Megatron's, with the
+    recomputed forward): a mistyped model, batch or time shows here."""
+    model, layout, _ = row_setup(row, ROWS["hardware"])
+    tflops = model.iteration_flops(row["batch"], row["recompute"] == "full") / row["iteration_s"] / row["gpus"] / 1e12
+    assert tflops == pytest.approx(row["tflops_logged"], rel=0.005)
+    assert (layout.pipeline, layout.data, layout.tensor, layout.microbatches, layout.shard) == (12, 8, 4, 128, "optimizer")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hardware import DEVICES, LINKS, resolve_hardware
+from ..hardware import DEVICES, LINKS, LinkPreset, resolve_hardware
 from .cluster import simulate_cluster
 from .datasheet import Cluster, Layout, Model
 
@@ -27,9 +27,13 @@ class Checked:
         return (self.predicted - self.published) / self.published
 
 
+SHARDS = {"parameters", "optimizer"}  # a row's `shard`: ZeRO-3 (as FSDP) or ZeRO-1 (optimizer state only)
+
+
 def row_setup(row: dict, hardware: dict) -> tuple:
-    """(Model, Layout, Cluster) of one published row."""
-    hw = resolve_hardware(hardware)
+    """(Model, Layout, Cluster) of one published row; a row's own `hardware` (another
+    cluster than the file's) replaces the file's."""
+    hw = resolve_hardware(row.get("hardware") or hardware)
     model = Model(row["layers"], row["hidden"], row["heads"], row["seq"], row["vocab"], bool(row.get("dropout")))
     d = row["gpus"] // (row["tensor"] * row["pipeline"])
     per_replica = row["batch"] // d
@@ -38,10 +42,17 @@ def row_setup(row: dict, hardware: dict) -> tuple:
     # interleave: the sources' interleaved 1F1B with v model chunks per pipeline rank
     v = int(row.get("interleave", 1))
     schedule = ("interleaved-1f1b" if v > 1 else "1f1b") if row["pipeline"] > 1 else "gpipe"
+    shard = "parameters" if row.get("sharded") else str(row.get("shard") or "")
+    if shard and shard not in SHARDS:
+        raise ValueError(f"{row['name']}: shard: {shard!r}, not one of {sorted(SHARDS)}")
     layout = Layout(row["pipeline"], d, row["tensor"], per_replica // row["micro_batch"], row["micro_batch"], schedule,
-                    shard="parameters" if row.get("sharded") else "", chunks=v, sequence_parallel=bool(row.get("sequence_parallel")))
-    cluster = Cluster(DEVICES[hw.device], hw.gpus_per_host, LINKS[hw.intra_host], LINKS[hw.inter_host],
-                      row["precision"])
+                    shard=shard, chunks=v, sequence_parallel=bool(row.get("sequence_parallel")))
+    inter = LINKS[hw.inter_host]
+    nic = row.get("nic")
+    if nic:  # a network no vendor preset describes (a site's ports per host): the row's source says it
+        inter = LinkPreset(f"{row['name']} network", str(nic["what"]), float(nic["gbit_per_gpu"]) * 1e9 / 8, None,
+                           str(nic["source"]), str(nic["what"]))
+    cluster = Cluster(DEVICES[hw.device], hw.gpus_per_host, LINKS[hw.intra_host], inter, row["precision"])
     return model, layout, cluster
 
 
