@@ -164,3 +164,21 @@ def test_a_profiled_gpu_run_names_its_device_and_calibrates_the_cluster_predicti
     fits = json.loads(cal.read_text())["compute"]["blocks"]
     at_two = sum(f[0] + 2 * f[1] for b in fits for f in (b["forward"], b["backward"]))
     assert compute["measured_s"] == pytest.approx(at_two, rel=1e-5)
+
+
+def test_the_figures_of_a_cluster_prediction_say_whose_costs_and_what_a_lane_is(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    cal = _calibration(tmp_path, spec, H100, 1.5)
+    for name, extra, costs in (("sheet", (), "datasheet costs"),
+                               ("measured", ("--calibration", str(cal)),
+                                "compute measured on cuda (1x NVIDIA H100 80GB HBM3), links from datasheets")):
+        assert _predict(tmp_path, spec, name, *extra).exit_code == 0
+        drawn = CliRunner().invoke(main, ["figure", str(tmp_path / name), "-o", str(tmp_path / f"{name}-fig"),
+                                          "--kind", "timeline"])
+        assert drawn.exit_code == 0, drawn.output
+        (tex,) = (tmp_path / f"{name}-fig").glob("*-timeline.tex")
+        text = " ".join(tex.read_text().split())
+        assert (f"predicted (dtgen predict): expected on 8 H100 SXM, {costs}; a lane stands for its stage's 4 ranks"
+                in text), text[-600:]
+        assert "no calibration" not in text

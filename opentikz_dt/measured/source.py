@@ -58,6 +58,10 @@ def prediction_note(run: Run) -> str:
     if illustrative(run):
         return label_text(run.spec, "illustrative_note")
     predicted = run.info.get("predicted") or {}
+    if predicted.get("source") == "datasheet":  # a cluster prediction (predict/cluster.py): whose costs, what a lane is
+        per_lane = int(predicted.get("ranks") or 0) // max(1, int(predicted.get("lanes") or 1))
+        lanes = f"; a lane stands for its stage's {per_lane:,} ranks" if per_lane > 1 else ""
+        return f"predicted (dtgen predict): {predicted.get('caption', 'datasheet costs')}{lanes}"
     note = label_text(run.spec, "calibration_note", file=Path(str(predicted.get("calibration") or "?")).name)
     preset = predicted.get("link_preset")
     if isinstance(preset, dict):  # a preset's links: say which, from where, and whose compute
