@@ -145,13 +145,18 @@ def _make_socket_folder(base: str) -> None:
 
 def stop(grace_s: float = GRACE_S) -> None:
     """Stop and reap the server: closing our end of its "alive" pipe lets it exit once no rank
-    holds the pipe either; one still held after `grace_s` is killed."""
+    holds the pipe either; one still held after `grace_s` is killed. Its ranks are gone by
+    now (leftovers.launch_helpers_reaped stops them first), so it is also sent SIGTERM: left
+    to exit on its own it spends most of a second tearing down the torch it imported, on
+    every `dtgen run`, and it has nothing to save (Python keeps SIGTERM's default: it ends)."""
     server = forkserver._forkserver
     with server._lock:
         pid = server._forkserver_pid
         if pid is None:
             return
         os.close(server._forkserver_alive_fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while os.waitpid(pid, os.WNOHANG) == (0, 0):
             if time.monotonic() > deadline:
