@@ -133,18 +133,10 @@ def test_a_profiled_gpu_run_names_its_device_and_calibrates_the_cluster_predicti
     """`dtgen calibrate --from-profile` of CUDA traces (the shape torch.profiler writes with
     NCCL, benchmarks/bench_profile_read.py, plus the deviceProperties a real trace lists)
     names the GPU, so its compute replaces the datasheet's for a spec on that device."""
-    import importlib.util
-    from pathlib import Path
+    from gpu_trace_helpers import write_mesh_traces
 
-    source = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_profile_read.py"
-    loaded = importlib.util.spec_from_file_location("bench_profile_read", source)
-    bench = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(bench)
-    folder = tmp_path / "prof"
-    folder.mkdir()
-    groups = bench.mesh_groups((("pipeline", 2), ("data", 2), ("tensor", 2)))
+    folder = write_mesh_traces(tmp_path / "prof", (("pipeline", 2), ("data", 2), ("tensor", 2)), 2, 40)
     for rank in range(8):
-        bench.write_rank(folder, rank, 8, 2, 40, groups)
         path = folder / f"rank{rank}.pt.trace.json"
         doc = json.loads(path.read_text())
         doc["deviceProperties"] = [{"id": i, "name": H100["name"], "totalGlobalMem": 85_000_000_000}

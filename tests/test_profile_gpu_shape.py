@@ -6,29 +6,19 @@ span that launched them, and that a DeviceMesh's pg_desc names the groups."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from gpu_trace_helpers import write_mesh_traces
 
 from opentikz_dt.measured.profile_figures import figure_profile_command
 from opentikz_dt.measured.profile_set import load_profile_set
 from opentikz_dt.measured.profile_stats import comm_rows
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_profile_read.py"
 MESH = (("pipeline", 2), ("data", 2), ("tensor", 2))
 
 
 @pytest.fixture(scope="module")
 def gpu_traces(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("bench_profile_read", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    folder = tmp_path_factory.mktemp("gpu")
-    groups = bench.mesh_groups(MESH)
-    for rank in range(8):
-        bench.write_rank(folder, rank, 8, 2, 40, groups)
-    return folder
+    return write_mesh_traces(tmp_path_factory.mktemp("gpu"), MESH, 2, 40)
 
 
 def test_nccl_metadata_groups_and_kernel_times(gpu_traces):
@@ -75,14 +65,7 @@ def test_topology_boxes_hosts_and_names_them_in_the_note(gpu_traces, tmp_path):
 def test_topology_and_comm_table_fit_one_column(tmp_path):
     """At --width column (8.5 cm) a 16-rank 2 x 4 x 2 mesh's topology and table are drawn
     no wider than the column (the compiled page is measured), their abbreviations said."""
-    spec = importlib.util.spec_from_file_location("bench_profile_read", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    folder = tmp_path / "mesh16"
-    folder.mkdir()
-    groups = bench.mesh_groups((("pipeline", 2), ("data", 4), ("tensor", 2)))
-    for rank in range(16):
-        bench.write_rank(folder, rank, 16, 2, 10, groups)
+    folder = write_mesh_traces(tmp_path / "mesh16", (("pipeline", 2), ("data", 4), ("tensor", 2)), 2, 10)
     lines = []
     written = figure_profile_command([folder], tmp_path / "out", "all", ("pdf",), False, width="column",
                                      notify=lines.append)
