@@ -147,18 +147,18 @@ def figure_command(target: str | Path, out_dir, kind: str, formats, body_only: b
         for note in build_layout(spec).notes:
             if note.split(" ", 1)[0] in written:
                 notify(f"{target}: {note}")
-    timeline, on_device = None, None
-    if calibration is not None and spec.hardware is not None and "timeline" in kinds:
-        from ..predict.predict import hardware_calibration  # made on the hardware's GPU: its compute, the datasheets' links
+    timeline, cluster, on_device = None, False, None
+    if "timeline" in kinds:
+        from ..predict.predict import on_cluster_path  # the hardware's datasheets, compute from its GPU's calibration
 
-        on_device = hardware_calibration(spec, calibration)
-    if calibration is not None and on_device is None and "timeline" in kinds:  # predicted, not illustrative
+        cluster, on_device = on_cluster_path(spec, calibration)
+    if calibration is not None and not cluster and "timeline" in kinds:  # predicted, not illustrative
         from ..predict.expected import predicted_timeline
 
         timeline, warnings = predicted_timeline(spec, calibration)
         for line in warnings:
             (notify or print)(f"dtgen: warning: {line}")
-    elif spec.hardware is not None and "timeline" in kinds:  # expected on that hardware, from its datasheet
+    elif cluster:  # expected on that hardware, from its datasheet
         from ..errors import DtgenError
         from ..predict.expected import datasheet_timeline
 

@@ -335,6 +335,12 @@ def calibrated_compute(cal, spec, model, layout: Layout, cluster: Cluster) -> tu
     return replace(cluster, compute_scale=scale), note
 
 
+def measured_caption(spec, layout: Layout, compute: dict) -> str:
+    """The caption of a cluster prediction whose compute a calibration set (calibrated_compute)."""
+    return f"expected on {spec.hardware.describe(layout.gpus)}, compute measured on {compute['device']}, " \
+           "links from datasheets"
+
+
 def cluster_result(spec, steps: int | None = None, cal=None):
     """(Recorder, steps simulated, what was assumed) of the spec's hardware prediction;
     `cal`, a calibration made on the hardware's device, replaces the datasheet's compute."""
@@ -349,10 +355,8 @@ def cluster_result(spec, steps: int | None = None, cal=None):
     rec = simulate_cluster(model, layout, cluster, recompute, steps)
     assumed = assumptions(spec, layout, cluster, recompute, model)
     if compute is not None:
-        gpus = spec.hardware.describe(layout.gpus)
         assumed.update({"calibration": cal.path, "measured_compute": compute,
-                        "caption": f"expected on {gpus}, compute measured on {compute['device']}, "
-                                   "links from datasheets"})
+                        "caption": measured_caption(spec, layout, compute)})
     ends = rec.result.step_end
     step_s = (ends[steps - 1] - ends[steps - 2]) / 1e6
     flops = model.iteration_flops(layout.data * layout.microbatches * layout.micro_batch, recompute == "full")

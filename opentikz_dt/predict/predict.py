@@ -196,6 +196,16 @@ def check_device(cal: Calibration, preset, what: str) -> None:
                          "calibration's compute)")
 
 
+def on_cluster_path(spec, calibration=None, device: str | None = None, link: str | None = None):
+    """(whether the spec is predicted from its `hardware:` datasheets, one lane per stage;
+    the calibration that sets its compute, if one was made on that device). A `--device`,
+    `--link` or CPU calibration takes the calibration's path instead: it predicts its machine."""
+    if spec.hardware is None or device is not None or link is not None:
+        return False, None
+    on_device = hardware_calibration(spec, calibration)
+    return calibration is None or on_device is not None, on_device
+
+
 def hardware_calibration(spec, calibration) -> Calibration | None:
     """The calibration when it was made on the spec's `hardware:` device (a GPU of that
     model): its compute replaces the datasheet's, the links stay the datasheets'. None for
@@ -225,12 +235,11 @@ def predict(spec_path, out, calibration=None, sets: tuple = (), workers: int | N
     if steps is not None:
         spec = apply_overrides(spec, (f"training.steps={steps}",))
     steps = spec.training.steps
-    if spec.hardware is not None and device is None and link is None:
-        on_device = hardware_calibration(spec, calibration)
-        if calibration is None or on_device is not None:
-            from .cluster import predict_cluster  # the datasheet's costs, one lane per stage
+    cluster, on_device = on_cluster_path(spec, calibration, device, link)
+    if cluster:
+        from .cluster import predict_cluster  # the datasheet's costs, one lane per stage
 
-            return predict_cluster(spec, out, on_device)
+        return predict_cluster(spec, out, on_device)
     check_size(spec, steps)
     costs, assumed, warnings = costs_for(spec, calibration, link, latency_ms, dedicated, device)
     if steps > PROBE_STEPS:  # a trace too large is refused before minutes of simulation, not after

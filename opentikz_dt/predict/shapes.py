@@ -32,7 +32,7 @@ from ..strategies import plugin
 from ..texsafe import escape_text
 from ..workload import human_bytes
 from .interval import interval
-from .predict import apply_overrides, check_size, costs_for, hardware_calibration
+from .predict import apply_overrides, check_size, costs_for, on_cluster_path
 from .rundir import metrics_of
 from .simulate import simulate
 from .plugin import REGISTRY
@@ -82,9 +82,7 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
     if layouts is None:
         raise UsageError(f"--sweep shapes: strategy kind '{base.strategy.kind}' has one layout per worker count; "
                          "the sweep compares a mesh's (strategy.parallelism) or use --sweep workers=...")
-    datasheet = base.hardware is not None and device is None and link is None
-    on_device = hardware_calibration(base, calibration) if datasheet else None
-    datasheet = datasheet and (calibration is None or on_device is not None)  # a CPU calibration: this machine
+    datasheet, on_device = on_cluster_path(base, calibration, device, link)
     planned, refused, assumed = [], [], {}
     for label, extra, refusal in layouts:
         if refusal:
@@ -127,7 +125,8 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
 def _datasheet_points(planned: list, refused: list, base, count: int, cal=None) -> tuple:
     """The shapes of a spec with `hardware:`: each step time from the datasheet model, its
     compute scaled by `cal` (a calibration on the hardware's device) at the shape's microbatch."""
-    from .cluster import assumptions, calibrated_compute, cluster_of, layout_of, model_of, recompute_of, step_seconds
+    from .cluster import (assumptions, calibrated_compute, cluster_of, layout_of, measured_caption, model_of,
+                          recompute_of, step_seconds)
 
     def cluster_for(spec, model, layout):
         return calibrated_compute(cal, spec, model, layout, cluster_of(spec)) if cal else (cluster_of(spec), None)
@@ -143,8 +142,7 @@ def _datasheet_points(planned: list, refused: list, base, count: int, cal=None) 
     assumed = assumptions(spec, layout_of(spec), cluster, recompute_of(spec))
     if compute is not None:
         assumed.update(calibration=cal.path, measured_compute=dict(compute, scale="per shape, at its microbatch"),
-                       caption=f"expected on {spec.hardware.describe(layout_of(spec).gpus)}, compute measured on "
-                               f"{compute['device']}, links from datasheets")
+                       caption=measured_caption(spec, layout_of(spec), compute))
     assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
     points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
     return points, refused, base, assumed, count
