@@ -91,6 +91,8 @@ def mechanisms(data: dict) -> None:
         ("no collective latency", (mock.patch.object(nccl, "RING_BASE_S", 0.0),
                                    mock.patch.dict(nccl.RING_HOP_S, no_latency),
                                    mock.patch.dict(nccl.TREE_HOP_S, no_latency))),
+        ("one NIC port a collective, however many of its ranks a host holds (before this change)",
+         (mock.patch.object(nccl, "network_bus", lambda n, nodes, intra_bw, inter_bw: inter_bw),)),
     ]
     one_pass = [{**r, "micro_batch": r["batch"] // (r["gpus"] // (r["tensor"] * r["pipeline"]))}
                 if r["pipeline"] == 1 and not r.get("sharded") else r for r in rows]
@@ -109,7 +111,7 @@ def mechanisms(data: dict) -> None:
     columns += [(label, [check_row(r, hw).error for r in variant]) for label, variant in reworded]
     print("\nvariants (columns in this order):")
     for k, (label, errors) in enumerate(columns):
-        print(f"  {k}: {label:66} {_summary(errors)}")
+        print(f"  {k}: {label:88} {_summary(errors)}")
     print(f"{'row':62} " + " ".join(f"{k:>7}" for k in range(len(columns))))
     for i, row in enumerate(rows):
         print(f"{row['name']:62} " + " ".join(f"{errors[i]:+7.1%}" for _, errors in columns))

@@ -305,7 +305,8 @@ def test_each_zero_stage_adds_its_own_collectives_on_the_datasheet():
     spans = {(e["name"], e["args"].get("phase")): e for e in rec.result.events[0] if e["args"]["step"] == 1}
     cast, update = spans[("allreduce", "broadcast")], spans[("optimizer", None)]
     assert cast["args"]["bytes"] == 4 * model.params and cast["args"]["sources"] == 32
-    assert cast["ts"] + cast["dur"] == pytest.approx(update["ts"] + update["dur"], abs=1e-3)
+    # both end together; ts and dur are each rounded to the nanosecond (predict/engine.py)
+    assert cast["ts"] + cast["dur"] == pytest.approx(update["ts"] + update["dur"], abs=2e-3)
     slow = Cluster(DEVICES["a100-sxm-80gb"], 1, LINKS["nvlink3-a100"], LINKS["100gbe"], "fp16")
     zero2, zero3 = (step_seconds(model, Layout(1, 32, 1, 1, 1, "gpipe", shard=level), slow, "none")
                     for level in ("gradients", "parameters"))

@@ -11,8 +11,9 @@ The model (docs/planning.md states it in full, with its sources):
 - FLOPs per transformer layer and microbatch of b samples (Narayanan et al., SC'21, Eq. 2-3):
   forward 24·b·s·h² + 4·b·s²·h, split over the tensor degree t; backward twice the
   forward; full recomputation one more forward. The head: 2·b·s·h·V forward (split over t).
-- Collectives: latency + bytes·factor/bandwidth over the slowest link the group crosses
-  (NVLink inside a host, the host's NIC port per GPU across hosts), with the latencies,
+- Collectives: latency + bytes·factor/bandwidth over the links the group crosses (NVLink
+  inside a host; across hosts one NIC port for each of the group's ranks on a host, as
+  NCCL lays its channels, at most NVLink's), with the latencies,
   algorithm factors and bandwidth caps of NCCL's own cost model (predict/nccl.py): ring,
   tree, NCCL's choice of the two, dtgen's hierarchical.
 - Tensor parallelism (Megatron-style, dtgen's mesh): two all-reduces of the layer's

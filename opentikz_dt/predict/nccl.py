@@ -8,16 +8,26 @@ Simple protocol (the one large messages take):
 - ring (all-reduce 2(n-1) steps, all-gather, reduce-scatter and broadcast n-1): a base latency of
   8.4 µs plus one hop latency per step, 3.4 µs on NVLink, 5.7 µs on PCIe, 9.6 µs per step
   that crosses the network; a multi-node ring all-reduce of a large message takes 1.9x
-  that latency ("plateau effect of ring"). Bytes move at the link's bandwidth times
+  that latency ("plateau effect of ring"). Bytes move at the bus bandwidth times
   2(n-1)/n (all-reduce), (n-1)/n (all-gather, reduce-scatter) or 1 (broadcast).
 - tree (all-reduce only; NCCL's double binary tree across hosts, a chain inside one):
   latency 2·((ppn-1)·28 µs + log2(nodes)·50 µs) (a 256 kB chunk per hop, NVLink, network);
-  bus bandwidth 0.9 of the slowest link's, at most 80 GB/s across more than two hosts (110 GB/s
+  bus bandwidth 0.9 of the ring's, at most 80 GB/s across more than two hosts (110 GB/s
   within two), and an all-reduce moves 2·bytes over it.
 - NCCL's choice ("native", what torch.distributed's NCCL backend runs): the faster of the two.
 - hierarchical (dtgen's algorithm, strategies/allreduce.py): an intra-host reduce-scatter
-  over NVLink, an inter-host ring all-reduce of each rank's 1/ppn share over the NIC, an
-  intra-host all-gather: the three ring costs in sequence.
+  over NVLink, an inter-host ring all-reduce of each rank's 1/ppn share over its own NIC
+  port (ppn rings side by side, one rank a host each), an intra-host all-gather: the three
+  ring costs in sequence.
+
+The bus bandwidth is NVLink's inside one host. Across hosts it is NCCL's busBw =
+nChannels x speedInter: the topology search lays one channel through each network port
+the group's ranks on a host reach, so a group with ppn ranks on each host, each GPU on
+its own port (the presets' NIC), moves ppn ports' worth, no more than its NVLink hops
+inside the host carry (network_bus). NCCL's engineers answer measurements the same way
+(github.com/NVIDIA/nccl-tests issues): 12.2 GB/s all-reduce bus bandwidth is the most one
+100 Gb/s card gives, a DGX-1 reaches 48 GB/s with its four (issue 29); an 8-GPU host with
+four HDR ports peaks at their 100 GB/s (issue 175); NDR gives 46-48 GB/s per port (issue 290).
 
 NCCL's model caps the bus bandwidth of compute capability 8.0 GPUs (A100) at 235 GB/s:
 NVLINK_BUS_CAP. Must not import torch.
@@ -48,9 +58,16 @@ def link_kind(link_name: str) -> str:
     return "pci" if link_name.startswith("pcie") else "net"
 
 
+def network_bus(n: int, nodes: int, intra_bw: float, inter_bw: float) -> float:
+    """Bus bandwidth of a collective over n ranks on `nodes` (> 1) hosts: one port
+    (inter_bw) for each of the group's ranks on a host, at most NVLink's (intra_bw)."""
+    ppn = max(1, n // nodes)
+    return inter_bw if ppn == 1 else min(ppn * inter_bw, intra_bw)
+
+
 def ring(kind: str, nbytes: float, n: int, nodes: int, intra_bw: float, intra_kind: str, inter_bw: float) -> float:
     """Seconds of a ring collective over n ranks on `nodes` hosts: NVLink (or PCIe) inside
-    one host, the NIC (inter_bw, per GPU) as soon as it crosses hosts."""
+    one host, the group's NIC ports (inter_bw each, network_bus) as soon as it crosses hosts."""
     if n <= 1 or nbytes <= 0:
         return 0.0
     steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
@@ -58,7 +75,7 @@ def ring(kind: str, nbytes: float, n: int, nodes: int, intra_bw: float, intra_ki
     latency = RING_BASE_S + (steps - inter_steps) * RING_HOP_S[intra_kind] + inter_steps * RING_HOP_S["net"]
     if nodes > 1 and kind == "all-reduce" and nbytes >= n / 16 * PLATEAU_BYTES:
         latency *= RING_PLATEAU
-    bandwidth = intra_bw if nodes == 1 else inter_bw
+    bandwidth = intra_bw if nodes == 1 else network_bus(n, nodes, intra_bw, inter_bw)
     # a broadcast pipelines the whole buffer down the ring's chain: each link carries all of
     # it once (NCCL's bus bandwidth of a broadcast is its algorithm bandwidth)
     moved = nbytes if kind == "broadcast" else nbytes * steps / n
@@ -72,7 +89,7 @@ def tree(nbytes: float, n: int, nodes: int, intra_bw: float, intra_kind: str, in
     ppn = n // nodes
     latency = 2 * ((ppn - 1) * TREE_HOP_S[intra_kind] + math.log2(nodes) * TREE_HOP_S["net"]) if nodes > 1 else \
         2 * (ppn - 1) * TREE_HOP_S[intra_kind]
-    speed = intra_bw if nodes == 1 else inter_bw  # the slowest link the tree crosses
+    speed = intra_bw if nodes == 1 else network_bus(n, nodes, intra_bw, inter_bw)
     bus = min(speed * TREE_BUS_FACTOR, TREE_MAX_BUS["few" if nodes <= 2 else "many"])
     return latency + 2 * nbytes / bus
 
