@@ -11,7 +11,9 @@
 #      peak, and parameters, gradients and optimizer state) against opentikz_dt/memory.py;
 #   4. the GPU benchmark table (benchmarks/bench_gpu.py): dtgen `single` vs a plain PyTorch
 #      loop at fp32, tf32, bf16 and bf16+compile, with the ratios; 4 ranks sharing one GPU
-#      per strategy.
+#      per strategy;
+#   5. the device probe (`dtgen calibrate --device-probe`): the box's best bf16 matmul rate,
+#      memory copy rate and NCCL bus bandwidth over its GPUs, against its datasheet preset.
 # Writes ONE result file, benchmarks/results/gpu-check_<hardware>_<yyyy-mm>.md (hardware,
 # versions, command, date, the tables; scripts/gpu_check_report.py), and each example's run
 # folder under runs/gpu-check/. Needs no network and nothing but torch and dtgen's dependencies.
@@ -81,15 +83,15 @@ failures=0
 
 # 1. the gpu-marked tests
 if [ "$DRY" = 1 ]; then
-  echo "== 1/4 gpu-marked tests: left out (dry run)"
+  echo "== 1/5 gpu-marked tests: left out (dry run)"
 else
-  echo "== 1/4 gpu-marked tests"
+  echo "== 1/5 gpu-marked tests"
   # -rP: the passed tests' printed lines (the sharded strategies' differences from `single`)
   "$PYTHON" -m pytest -q -rP -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -n 15
 fi
 
 # 2. every example for $STEPS steps, $PARALLEL at a time (3. reads their run folders)
-echo "== 2/4 every example for $STEPS steps"
+echo "== 2/5 every example for $STEPS steps"
 run_example() {  # spec -> $OUT/examples/NAME.{out,status}
   local spec=$1 name
   name=$(basename "$(dirname "$spec")")-$(basename "$spec" .yaml)
@@ -106,7 +108,7 @@ printf '%s\n' $EXAMPLES | xargs -P "$PARALLEL" -I{} bash -c 'run_example "$@"' _
 
 # 4. the benchmark table (before the report, which includes it)
 if [ "$BENCH" != 0 ]; then
-  echo "== 4/4 benchmarks/bench_gpu.py"
+  echo "== 4/5 benchmarks/bench_gpu.py"
   if [ "$DRY" = 1 ]; then
     "$PYTHON" benchmarks/bench_gpu.py --smoke --modes fp32 --strategies none --out "$OUT/bench.md" \
       > /dev/null || failures=$((failures + 1))
@@ -114,11 +116,18 @@ if [ "$BENCH" != 0 ]; then
     "$PYTHON" benchmarks/bench_gpu.py --out "$OUT/bench.md" || failures=$((failures + 1))
   fi
 else
-  echo "== 4/4 benchmarks/bench_gpu.py: left out (BENCH=0)"
+  echo "== 4/5 benchmarks/bench_gpu.py: left out (BENCH=0)"
 fi
 
+# 5. the device probe: this box's matmul, memory and NCCL rates against its datasheet
+echo "== 5/5 dtgen calibrate --device-probe"
+probe_ranks=""
+[ "$DRY" = 1 ] && probe_ranks="--ranks 2"
+"$PYTHON" -m opentikz_dt calibrate --device-probe $probe_ranks -o "$OUT/device-probe.json" > "$OUT/device-probe.out" 2>&1 \
+  || { failures=$((failures + 1)); tail -5 "$OUT/device-probe.out"; }
+
 # 3. the memory check, in the one result file
-echo "== 3/4 memory per rank against the model; the result file"
+echo "== 3/5 memory per rank against the model; the result file"
 dry_flag=""
 [ "$DRY" = 1 ] && dry_flag="--dry-run"
 report=$("$PYTHON" scripts/gpu_check_report.py --out "$OUT" --results "$RESULTS" --command "$COMMAND" \

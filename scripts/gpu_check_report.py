@@ -4,6 +4,7 @@ its output folder:
   OUT/pytest.log            the gpu-marked tests (absent in a dry run)
   OUT/examples/NAME.status  each example's exit status, NAME.out its output, NAME/ its run
   OUT/bench.md              benchmarks/bench_gpu.py's tables (absent with BENCH=0)
+  OUT/device-probe.json     `dtgen calibrate --device-probe` (OUT/device-probe.out its output)
 
 Writes RESULTS/gpu-check_<hardware>_<yyyy-mm>.md (hardware, versions, command, date,
 the tables, a conclusion) and prints its path and the number of failures. The memory
@@ -153,6 +154,47 @@ def tests_section(out: Path) -> tuple[list[str], int]:
     return [line] + ([""] + diffs if diffs else []), failed
 
 
+def probe_section(out: Path) -> list[str]:
+    """The device probe's rates, each against the datasheet preset of the GPU it measured
+    (the published best-shape matmul efficiency, the HBM and NVLink datasheet rates)."""
+    path = out / "device-probe.json"
+    if not path.exists():
+        tail = (out / "device-probe.out").read_text().strip().splitlines()[-1:] if (out / "device-probe.out").exists() \
+            else ["not run"]
+        return [f"FAILED: {tail[0] if tail else 'no output'}"]
+    from opentikz_dt.hardware import DEVICES, LINKS, matches
+    from opentikz_dt.predict.datasheet import Cluster
+
+    data = json.loads(path.read_text())
+    device = data["device"]
+    preset = next((p for p in DEVICES.values() if device["kind"] == "cuda" and matches(p, device["name"])), None)
+    sheet = Cluster(preset, 8, LINKS[preset.link], LINKS[preset.nic], "bf16") if preset else None
+    matmul, memory, coll = data["matmul"], data["memory"], data.get("collectives")
+
+    def against(value: float, reference: float | None) -> str:
+        return f"{value / reference:.1%} of it" if reference else "no preset"
+    rows = [f"| matmul, best of {len(matmul['points'])} square sizes ({matmul['dtype']}, "
+            f"{' x '.join(map(str, matmul['shape']))}) | {matmul['flops_per_s'] / 1e12:,.1f} TFLOP/s | "
+            f"{against(matmul['flops_per_s'], sheet.matmul_rate if sheet else None)} (datasheet peak x published "
+            "best-shape efficiency) |",
+            f"| memory copy ({memory['copied_bytes'] / 2**30:g} GiB, read + written) | "
+            f"{memory['bytes_per_s'] / 1e9:,.0f} GB/s | {against(memory['bytes_per_s'], sheet.hbm_rate if sheet else None)} "
+            "(HBM datasheet) |"]
+    for kind in ("all-reduce", "all-gather", "reduce-scatter") if coll else ():
+        top = coll[kind]["points"][-1]
+        rows.append(f"| {kind} bus bandwidth over {coll['ranks']} ({coll['backend']}, {top['bytes'] / 2**20:g} MiB) | "
+                    f"{coll[kind]['bus_bytes_per_s'] / 1e9:,.1f} GB/s | "
+                    f"{against(coll[kind]['bus_bytes_per_s'], sheet.bandwidth(sheet.intra) if sheet else None)} "
+                    "(NVLink datasheet, NCCL's cap) |")
+    if not coll:
+        rows.append("| collectives | one GPU: none measured | |")
+    named = f"`{preset.name}`" if preset else "none (no preset names this device)"
+    unit = 'GPUs' if device['kind'] == 'cuda' else 'cores'
+    return [f"On {device['name']} ({device['count']} {unit}), against the preset {named}; the file is "
+            f"{path.name} in the output folder (`dtgen predict SPEC --calibration` of it sets a plan's rates).",
+            "", "| rate | measured | against the datasheet model |", "|---|---:|---|", *rows]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -170,6 +212,7 @@ def main(argv=None) -> int:
     tests, failed_tests = tests_section(args.out)
     bench = (args.out / "bench.md").read_text().rstrip().splitlines() if (args.out / "bench.md").exists() \
         else ["not run (BENCH=0)"]
+    probe = probe_section(args.out)
     failures = args.failures + failed_examples + failed_memory + failed_tests
     goal = next((ln for ln in bench if ln.startswith("goal dtgen / plain")), None)
     kind = ("a dry run on the CPU: it checks the harness; it holds no GPU numbers" if args.dry_run
@@ -202,6 +245,10 @@ def main(argv=None) -> int:
         "## benchmarks/bench_gpu.py",
         "",
         *bench,
+        "",
+        "## Device probe (`dtgen calibrate --device-probe`)",
+        "",
+        *probe,
         "",
         "## Conclusion",
         "",

@@ -42,7 +42,9 @@ def test_the_dry_run_writes_one_result_file_and_its_report_counts_failures(tmp_p
     text = files[0].read_text()
     for needed in ("- Hardware: CPU", "- Versions: dtgen ", "torch ", "- Command: `bash scripts/gpu-check.sh --dry-run`",
                    "- Date: ", "it holds no GPU numbers", "| single | ok, on the CPU (dry run) | 1 | gloo | cpu |", " | 0 |\n",
-                   "| single | 0 | ", "categories equal", "No GPU numbers: this run had no GPU."):
+                   "| single | 0 | ", "categories equal", "No GPU numbers: this run had no GPU.",
+                   "## Device probe (`dtgen calibrate --device-probe`)", "against the preset none",
+                   "| all-gather bus bandwidth over 2 (gloo, 4 MiB) | "):
         assert needed in text, needed
     assert not (REPO / "benchmarks" / "results" / files[0].name).exists()  # a dry run never publishes
     # the report fails what must fail: a memory category off the model, an example that failed
@@ -54,6 +56,13 @@ def test_the_dry_run_writes_one_result_file_and_its_report_counts_failures(tmp_p
     (out / "examples" / "broken.out").write_text("dtgen run: ...\ndtgen: error: strategy x: something | odd\n")
     text, failures = _report(out, tmp_path / "res", "--dry-run")
     assert failures == 2
+    # a probe of an A100 is read against the A100's datasheet model
+    probe = json.loads((out / "device-probe.json").read_text())
+    probe["device"] = {"kind": "cuda", "name": "NVIDIA A100-SXM4-80GB", "count": 8}
+    probe["matmul"]["flops_per_s"] = 271.2e12 / 2
+    (out / "device-probe.json").write_text(json.dumps(probe))
+    text, _ = _report(out, tmp_path / "res", "--dry-run")
+    assert "against the preset `a100-sxm-80gb`" in text and "| 135.6 TFLOP/s | 50.0% of it" in text
     assert "| broken | FAILED: strategy x: something / odd | – | – | – | – | – |" in text
     assert "CATEGORIES DIFFER: params" in text
     # not a dry run: an example on the CPU although its spec did not ask for it is a failure

@@ -35,7 +35,13 @@ from .options import WIDTH, check_writable, writing
                    "heavy-tailed on shared cores: fewer steps, a noisier mean).")
 @click.option("--probe-only", is_flag=True,
               help="Micro-benchmarks only, no run of SPEC (misses the runner's own per-step work).")
-def calibrate(spec, out, from_run, from_profile, base, ranks, run_steps, probe_only):
+@click.option("--device-probe", is_flag=True,
+              help="Measure this host's accelerator instead, no SPEC: its best matmul rate, memory copy rate and, "
+                   "over its GPUs (or --ranks processes on a CPU), collective bus bandwidth; -o defaults to "
+                   "device-probe.json. Given as "
+                   "`dtgen predict --calibration` of a spec whose hardware.device is that GPU, they replace "
+                   "the datasheet's (docs/planning.md).")
+def calibrate(spec, out, from_run, from_profile, base, ranks, run_steps, probe_only, device_probe):
     """Measure what predictions need on this machine: micro-benchmarks (per-block compute,
     messages and collectives at several sizes, cores), then a short real run of SPEC for what
     they cannot see (the runner's untraced work, per-message framework costs, the spread),
@@ -44,6 +50,11 @@ def calibrate(spec, out, from_run, from_profile, base, ranks, run_steps, probe_o
     times and the median run is fitted; the crowded run is repeated for 40 steps: how far the
     runs land apart widens predictions' intervals."""
     run_steps_given = click.get_current_context().get_parameter_source("run_steps") != ParameterSource.DEFAULT
+    if device_probe:
+        if click.get_current_context().get_parameter_source("out") == ParameterSource.DEFAULT:
+            out = Path("device-probe.json")
+        _device_probe(spec, out, from_run, from_profile, base, ranks, run_steps_given, probe_only)
+        return
     if from_profile is not None:
         _calibrate_from_profile(spec, out, from_run, from_profile, base, ranks, run_steps_given, probe_only)
         return
@@ -66,6 +77,23 @@ def calibrate(spec, out, from_run, from_profile, base, ranks, run_steps, probe_o
     steps = 0 if probe_only or ranks else run_steps
     with writing(out):
         click.echo(f"wrote {measure(loaded, out, ranks, steps, spec, lambda line: click.echo(line, err=True))}")
+
+
+def _device_probe(spec, out, from_run, from_profile, base, ranks, run_steps_given, probe_only) -> None:
+    """calibrate --device-probe: this host's accelerator, no spec (runner/device_probe.py)."""
+    others = [name for name, given in (("SPEC", spec is not None), ("--from", from_run is not None),
+                                       ("--from-profile", from_profile is not None), ("--base", base is not None),
+                                       ("--probe-only", probe_only), ("--run-steps", run_steps_given)) if given]
+    if others:
+        raise click.UsageError(f"--device-probe cannot be combined with {' or '.join(others)}: it measures this "
+                               "host's accelerator, not a spec's run")
+    check_writable(out)
+    if importlib.util.find_spec("torch") is None:
+        raise ToolMissingError("dtgen calibrate --device-probe needs PyTorch to measure")
+    from ..runner.device_probe import probe
+
+    with writing(out):
+        click.echo(f"wrote {probe(out, ranks, lambda line: click.echo(line, err=True))}")
 
 
 def _calibrate_from_profile(spec, out, from_run, from_profile, base, ranks, run_steps_given, probe_only) -> None:

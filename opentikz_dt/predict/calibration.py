@@ -172,6 +172,10 @@ def check_calibration(data, where: str) -> None:
     """Raise CalibrationError naming the first missing or bad value."""
     if not isinstance(data, dict):
         raise CalibrationError(f"{where}: expected a JSON object")
+    if "dtgen_device_probe" in data:
+        raise CalibrationError(f"{where}: a device probe (dtgen calibrate --device-probe): it sets the rates of a "
+                               "spec's hardware: device, its own GPU; this prediction needs a calibration "
+                               "(dtgen calibrate SPEC)")
     if data.get("dtgen_calibration") != FORMAT:
         raise CalibrationError(f"{where}: dtgen_calibration: expected {FORMAT} (not a dtgen calibration file?)")
     _number(data, "cores_effective", where, 1e-3)

@@ -27,6 +27,7 @@ from ..strategies.pipeline_schedules import SCHEDULES, ScheduleOrderError, singl
 from ..strategies.pipeline_schedules import rank_orders as schedule_orders
 from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency,
                         optimizer_seconds, stage_params, stage_pass)
+from .device_probe import DeviceProbe, probed_caption, probed_cluster
 from .engine import Recorder
 from .nccl import NCCL_TUNING
 from .plugin import REGISTRY
@@ -273,15 +274,19 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=No
     """What a datasheet prediction assumed, for run.json's `predicted` and captions."""
     hw = spec.hardware
     efficiency, measured = matmul_efficiency(cluster.device.name, cluster.precision)
+    efficiency_source = f"{measured}; {MAMF_SOURCE}"
+    if cluster.matmul_measured is not None:
+        efficiency = cluster.matmul_measured / cluster.device.peak(cluster.precision)
+        efficiency_source = "the device probe's best matmul rate over the datasheet peak"
     return {"model_flops": flops_source(model) if model is not None else None,
             "calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
             "hardware": {"device": hw.device, "gpus_per_host": hw.gpus_per_host, "intra_host": hw.intra_host,
                          "inter_host": hw.inter_host, "precision": cluster.precision},
             "device_source": cluster.device.source, "intra_source": cluster.intra.source,
             "inter_source": cluster.inter.source,
-            "matmul_efficiency": round(efficiency, 4), "matmul_efficiency_source": f"{measured}; {MAMF_SOURCE}",
+            "matmul_efficiency": round(efficiency, 4), "matmul_efficiency_source": efficiency_source,
             "matmul_shapes": f"each GEMM at its wave fill or on the HBM roofline, whichever is slower: {WAVE_SOURCE}",
-            "hbm_efficiency": 1.0, "collectives": f"NCCL's cost model (ring, tree; Simple protocol): {NCCL_TUNING}",
+            "hbm_efficiency": round(cluster.hbm_rate / cluster.device.hbm_bytes_per_s, 4), "collectives": f"NCCL's cost model (ring, tree; Simple protocol): {NCCL_TUNING}",
             "data_all_reduce": layout.algorithm,
             "recompute": recompute,
             "ranks": layout.gpus, "lanes": layout.pipeline,
@@ -341,22 +346,34 @@ def measured_caption(spec, layout: Layout, compute: dict) -> str:
            "links from datasheets"
 
 
+def rated_cluster(cal, spec, model, layout: Layout) -> tuple[Cluster, dict]:
+    """The spec's cluster with what was measured on its device, and what run.json's
+    `predicted` says of it: a calibration's compute (calibrated_compute) or a device probe's
+    matmul, HBM and NVLink rates (device_probe.probed_cluster); the datasheet's own for none."""
+    cluster = cluster_of(spec)
+    if cal is None:
+        return cluster, {}
+    if isinstance(cal, DeviceProbe):
+        cluster, note = probed_cluster(cal, cluster)
+        return cluster, {"device_probe": note, "caption": probed_caption(spec, layout.gpus, note)}
+    cluster, compute = calibrated_compute(cal, spec, model, layout, cluster)
+    return cluster, {"calibration": cal.path, "measured_compute": compute,
+                     "caption": measured_caption(spec, layout, compute)}
+
+
 def cluster_result(spec, steps: int | None = None, cal=None):
     """(Recorder, steps simulated, what was assumed) of the spec's hardware prediction;
-    `cal`, a calibration made on the hardware's device, replaces the datasheet's compute."""
-    model, layout, cluster = model_of(spec), layout_of(spec), cluster_of(spec)
-    compute = None
-    if cal is not None:
-        cluster, compute = calibrated_compute(cal, spec, model, layout, cluster)
+    `cal`, a calibration made on the hardware's device, replaces the datasheet's compute,
+    a device probe of it the datasheet's rates (rated_cluster)."""
+    model, layout = model_of(spec), layout_of(spec)
+    cluster, measured = rated_cluster(cal, spec, model, layout)
     recompute = recompute_of(spec)
     steps = min(RECORDED_STEPS, spec.training.steps if steps is None else steps)
     steps = max(2, steps)
     size_check(spec, layout, steps)
     rec = simulate_cluster(model, layout, cluster, recompute, steps)
     assumed = assumptions(spec, layout, cluster, recompute, model)
-    if compute is not None:
-        assumed.update({"calibration": cal.path, "measured_compute": compute,
-                        "caption": measured_caption(spec, layout, compute)})
+    assumed.update(measured)
     ends = rec.result.step_end
     step_s = (ends[steps - 1] - ends[steps - 2]) / 1e6
     flops = model.iteration_flops(layout.data * layout.microbatches * layout.micro_batch, recompute == "full")

@@ -155,14 +155,22 @@ class Cluster:
     # and backward over the datasheet's for the same model and microbatch; every compute cost
     # is the datasheet's times this. 1.0: the datasheet's own.
     compute_scale: float = 1.0
+    # A device probe of this device (predict/device_probe.py): its best matmul rate
+    # (FLOP/s), copy rate (bytes/s) and bus bandwidth inside a host (bytes/s) in place of
+    # the datasheet's; None: the datasheet's.
+    matmul_measured: float | None = None
+    hbm_measured: float | None = None
+    intra_measured: float | None = None
 
     @property
     def matmul_rate(self) -> float:
+        if self.matmul_measured is not None:
+            return self.matmul_measured
         return self.device.peak(self.precision) * matmul_efficiency(self.device.name, self.precision)[0]
 
     @property
     def hbm_rate(self) -> float:
-        return self.device.hbm_bytes_per_s * HBM_EFFICIENCY
+        return self.hbm_measured if self.hbm_measured is not None else self.device.hbm_bytes_per_s * HBM_EFFICIENCY
 
     def link(self, stride: int, size: int) -> LinkPreset:
         """The slowest link a group of `size` ranks `stride` apart crosses (hosts of
@@ -183,6 +191,8 @@ class Cluster:
     def bandwidth(self, link: LinkPreset) -> float:
         """Bytes/s a collective moves over a link: the datasheet's, capped where NCCL's model
         caps the device's bus bandwidth (nccl.NVLINK_BUS_CAP)."""
+        if link is self.intra and self.intra_measured is not None:
+            return self.intra_measured
         if link is self.intra and nccl.link_kind(link.name) == "nvlink":
             return min(link.bytes_per_s, nccl.NVLINK_BUS_CAP.get(self.device.name, link.bytes_per_s))
         return link.bytes_per_s

@@ -18,6 +18,7 @@ from ..spec import load_spec, spec_from_data
 from .calibration import OLD_DEVICE, Calibration, describe_device, illustrative_calibration, load_calibration
 from .contention import collective_wait, contention_for, crowd_untraced, crowd_wait, wait_scale
 from .costs import Costs, parse_link
+from .device_probe import DeviceProbe, check_probe_device, is_device_probe, load_device_probe
 from .interval import interval, probe_round_ends
 from .presets import DEVICES, device_preset, link_preset, matches
 from ..memory import predicted_memory
@@ -206,13 +207,19 @@ def on_cluster_path(spec, calibration=None, device: str | None = None, link: str
     return calibration is None or on_device is not None, on_device
 
 
-def hardware_calibration(spec, calibration) -> Calibration | None:
+def hardware_calibration(spec, calibration) -> Calibration | DeviceProbe | None:
     """The calibration when it was made on the spec's `hardware:` device (a GPU of that
     model): its compute replaces the datasheet's, the links stay the datasheets'. None for
     no calibration or a CPU one (which keeps predicting its own machine); a GPU calibration
-    of another device is refused, located at hardware.device."""
+    of another device is refused, located at hardware.device. A device probe of that GPU
+    (`dtgen calibrate --device-probe`) is returned as it is: its measured rates replace the
+    datasheet's; a probe of anything else is refused there too."""
     if calibration is None:
         return None
+    if is_device_probe(calibration):  # measured rates of the plan's device (predict/device_probe.py)
+        probe = load_device_probe(calibration)
+        check_probe_device(probe, spec)
+        return probe
     preset = DEVICES[spec.hardware.device]
     made = load_calibration(calibration)
     device = made.data.get("device") or OLD_DEVICE

@@ -125,11 +125,10 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
 def _datasheet_points(planned: list, refused: list, base, count: int, cal=None) -> tuple:
     """The shapes of a spec with `hardware:`: each step time from the datasheet model, its
     compute scaled by `cal` (a calibration on the hardware's device) at the shape's microbatch."""
-    from .cluster import (assumptions, calibrated_compute, cluster_of, layout_of, measured_caption, model_of,
-                          recompute_of, step_seconds)
+    from .cluster import assumptions, layout_of, model_of, rated_cluster, recompute_of, step_seconds
 
     def cluster_for(spec, model, layout):
-        return calibrated_compute(cal, spec, model, layout, cluster_of(spec)) if cal else (cluster_of(spec), None)
+        return rated_cluster(cal, spec, model, layout)
 
     points = []
     for label, _, spec, _ in planned:
@@ -138,11 +137,11 @@ def _datasheet_points(planned: list, refused: list, base, count: int, cal=None) 
         batch = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
         points.append(_point(label, step * 1000, batch / step, (), spec))
     spec = planned[0][2]
-    cluster, compute = cluster_for(spec, model_of(spec), layout_of(spec))
+    cluster, measured = cluster_for(spec, model_of(spec), layout_of(spec))
     assumed = assumptions(spec, layout_of(spec), cluster, recompute_of(spec))
-    if compute is not None:
-        assumed.update(calibration=cal.path, measured_compute=dict(compute, scale="per shape, at its microbatch"),
-                       caption=measured_caption(spec, layout_of(spec), compute))
+    assumed.update(measured)
+    if "measured_compute" in measured:
+        assumed["measured_compute"] = dict(measured["measured_compute"], scale="per shape, at its microbatch")
     assumed["global_batch"] = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
     points.sort(key=lambda p: (round(p.step_ms, 9), p.label))
     return points, refused, base, assumed, count

@@ -59,6 +59,11 @@ def source_of(predicted: dict) -> str:
         compute = predicted["measured_compute"]
         said = (f"datasheets and calibration {compute['calibration']} ({predicted['caption']}; the datasheet's "
                 f"compute x {compute['scale']:.3f}, as measured at {compute['samples']} sample(s))")
+    elif predicted.get("device_probe"):  # rates measured on the hardware's device (predict/device_probe.py)
+        probe = predicted["device_probe"]
+        said = (f"datasheets and device probe {probe['device_probe']} ({predicted['caption']}; matmuls at "
+                f"{predicted['matmul_efficiency']:.1%} of the dense peak, HBM at {predicted['hbm_efficiency']:.1%} "
+                "of its datasheet bandwidth)")
     elif predicted.get("source") == "datasheet":
         said = (f"datasheets ({predicted['caption']}; matmuls at {predicted['matmul_efficiency']:.1%} of the "
                 "dense peak, a measured efficiency)")

@@ -186,6 +186,14 @@ def check_sweep_size(planned: list) -> None:
 def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
     if assumed.get("source") == "datasheet":  # a spec's hardware: (predict/cluster.py)
         hw = assumed["hardware"]
+        if assumed.get("device_probe"):  # matmul, HBM (and NVLink) rates measured on the device
+            probe = assumed["device_probe"]
+            intra = "NVLink at the probe's bus bandwidth" if probe["intra_bus_bytes_per_s"] else \
+                f"{hw['intra_host']} inside a host of {hw['gpus_per_host']}"
+            notes = [f"{assumed['caption']}: {hw['device']} peaks x {assumed['matmul_efficiency']:.3g} (the probe's "
+                     f"best matmul), HBM at the probe's copy rate, {intra}, {hw['inter_host']} between hosts, "
+                     "collectives as NCCL's cost model has them"]
+            return [escape_text(n) for n in notes]
         compute = (f"the datasheet's compute scaled to {assumed['measured_compute']['calibration']} at each shape's "
                    "microbatch" if assumed.get("measured_compute") else
                    f"{hw['device']} peaks x {assumed['matmul_efficiency']:.3g} measured matmul efficiency")
