@@ -410,6 +410,7 @@ def efficiency_lines() -> list[str]:
     return lines + [f"  source: {MAMF_SOURCE}",
                     f"each GEMM at its wave fill ({TILE[0]} x {TILE[1]} tiles; {waves}; others unquantized): "
                     f"{WAVE_SOURCE}",
-                    "HBM at its datasheet bandwidth (no measured fraction cited).",
+                    "HBM at its datasheet bandwidth (no measured fraction cited; a device probe of your own "
+                    "GPU, dtgen calibrate --device-probe, measures it).",
                     "collectives: NCCL's cost model (latencies, tree and ring factors, A100 bus cap): "
                     f"{nccl.NCCL_TUNING}"]
