@@ -58,6 +58,31 @@ def test_recomputation_bubbles_and_precision_move_the_step_the_right_way():
     assert step_seconds(GPT3, layout, fp8, "none") < step_seconds(GPT3, layout, h100, "none") < none
 
 
+def test_fp8_runs_the_linear_layers_in_fp8_and_the_attention_core_and_head_in_bf16():
+    """Transformer Engine's recipes quantize its Linear modules only (fp8_dpa off), and
+    Megatron's output layer is not one of them (datasheet.unquantized)."""
+    from opentikz_dt.predict.datasheet import (BYTES, backward_gemm_seconds, gemm_seconds, head_costs,
+                                               layer_costs, layer_gemms)
+
+    layout = Layout(1, 1, 8, 1, 1)
+    bf16 = Cluster(DEVICES["h100-sxm"], 8, LINKS["nvlink4-h100"], LINKS["ib-ndr"], "bf16")
+    fp8 = Cluster(DEVICES["h100-sxm"], 8, LINKS["nvlink4-h100"], LINKS["ib-ndr"], "fp8")
+    e = BYTES["bf16"]
+    # heads of 2,048 wide: the attention core is compute-bound (GPT-3's 128-wide heads are on
+    # the HBM roofline at either rate), so fp8 would shorten it if it ran it
+    model = Model(2, 8192, 4, 4096, 51200)
+    gemms = layer_gemms(model, layout, 8)
+    assert all(gemm_seconds(*g, fp8, e) < gemm_seconds(*g, bf16, e) for g in gemms)
+    linear = [g for i, g in enumerate(gemms) if i not in (1, 2)]  # QKV, projection, the MLP's two
+    saved_fwd = sum(gemm_seconds(*g, bf16, e) - gemm_seconds(*g, fp8, e) for g in linear)
+    saved_bwd = sum(backward_gemm_seconds(*g, bf16, e) - backward_gemm_seconds(*g, fp8, e) for g in linear)
+    before, after = layer_costs(model, layout, bf16, "none"), layer_costs(model, layout, fp8, "none")
+    assert saved_fwd > 0 and before.forward - after.forward == pytest.approx(saved_fwd, rel=1e-9)
+    assert before.backward - after.backward == pytest.approx(saved_bwd, rel=1e-9)
+    assert head_costs(model, layout, fp8).forward == pytest.approx(head_costs(model, layout, bf16).forward)
+    assert head_costs(model, layout, fp8).backward == pytest.approx(head_costs(model, layout, bf16).backward)
+
+
 def test_predict_writes_one_lane_per_stage_from_the_datasheet(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(SMALL + "hardware: {device: h100-sxm}\n")

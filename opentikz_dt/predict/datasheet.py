@@ -29,7 +29,7 @@ Must not import torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..hardware import DevicePreset, LinkPreset
 from . import nccl
@@ -235,6 +235,16 @@ def gemm_seconds(batch: float, m: float, k: float, n: float, cluster: Cluster, e
     return max(flops / (cluster.matmul_rate * wave_fill(cluster.device.name, batch, m, n)), moved / cluster.hbm_rate)
 
 
+def unquantized(cluster: Cluster) -> Cluster:
+    """The cluster a matmul outside the transformer's Linear layers runs on. An fp8 recipe
+    quantizes only Transformer Engine's Linear modules (QKV, the output projection, the
+    MLP's two); its dot-product attention stays in bf16 unless the recipe's `fp8_dpa`, a
+    beta feature, is set (it is off in every recipe: transformer_engine/common/recipe),
+    and Megatron's output layer is its own ColumnParallelLinear, not a Transformer Engine
+    module. So under fp8 the attention core and the head run at the bf16 rate."""
+    return replace(cluster, precision="bf16") if cluster.precision == "fp8" else cluster
+
+
 def layer_gemms(model: Model, layout: Layout, t: int) -> list[tuple]:
     """(batch, m, k, n) of one layer's forward matmuls on one tensor rank, Megatron's split:
     QKV (column-parallel), the heads' scores Q·Kᵀ and their product with V, the output
@@ -275,10 +285,12 @@ def layer_costs(model: Model, layout: Layout, cluster: Cluster, recompute: str) 
     b, s, h, t = layout.micro_batch, model.seq, model.hidden, layout.tensor
     e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]  # fp8 matmuls, bf16 elsewhere
     gemms = layer_gemms(model, layout, t)
+    attention = unquantized(cluster)
+    on = (cluster, attention, attention, cluster, cluster, cluster)  # the Linear layers', the core's
     matmul = sum(2 * g[0] * g[1] * g[2] * g[3] for g in gemms)
     elementwise = elementwise_bytes(model, layout, t, e) / cluster.hbm_rate
-    fwd = sum(gemm_seconds(*g, cluster, e) for g in gemms) + elementwise
-    bwd = sum(backward_gemm_seconds(*g, cluster, e) for g in gemms) + 2 * elementwise
+    fwd = sum(gemm_seconds(*g, c, e) for g, c in zip(gemms, on)) + elementwise
+    bwd = sum(backward_gemm_seconds(*g, c, e) for g, c in zip(gemms, on)) + 2 * elementwise
     if layout.sequence_parallel:  # each all-reduce a reduce-scatter and an all-gather of the same b·s·h (§4.2.2)
         ar = sum(cluster.collective(kind, e * b * s * h, 1, t) for kind in ("reduce-scatter", "all-gather"))
     else:
@@ -288,7 +300,7 @@ def layer_costs(model: Model, layout: Layout, cluster: Cluster, recompute: str) 
         bwd += fwd
         passes = 4
     elif recompute == "selective":  # the attention core (scores, softmax, their product with V) again
-        core = sum(gemm_seconds(*g, cluster, e) for g in gemms[1:3])
+        core = sum(gemm_seconds(*g, attention, e) for g in gemms[1:3])
         bwd += core + (e * 2 * b * model.heads * s * s / t) / cluster.hbm_rate
     return PassCosts(fwd, bwd, 2 * ar, (2 + (2 if recompute == "full" else 0)) * ar, passes * matmul)
 
@@ -299,8 +311,8 @@ def head_costs(model: Model, layout: Layout, cluster: Cluster) -> PassCosts:
     e = BYTES[cluster.precision if cluster.precision != "fp8" else "bf16"]
     matmul = 2 * b * s * h * v / t
     loss = 4 * b * s * v / t * 2  # softmax + cross-entropy over the logits in fp32, read + write
-    fwd = gemm_seconds(1, b * s, h, v / t, cluster, e) + loss / cluster.hbm_rate
-    bwd = backward_gemm_seconds(1, b * s, h, v / t, cluster, e) + 2 * loss / cluster.hbm_rate
+    fwd = gemm_seconds(1, b * s, h, v / t, unquantized(cluster), e) + loss / cluster.hbm_rate
+    bwd = backward_gemm_seconds(1, b * s, h, v / t, unquantized(cluster), e) + 2 * loss / cluster.hbm_rate
     ar = cluster.collective("all-reduce", 4 * b * s, 1, t)  # the vocabulary-parallel loss's sums
     return PassCosts(fwd, bwd, ar, ar, 3 * matmul)
 
