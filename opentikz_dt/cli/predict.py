@@ -29,7 +29,8 @@ from .options import WIDTH, check_writable, writing
               help="With --from or --from-profile: a measured calibration for what the run cannot show "
                    "(message sizes, collectives).")
 @click.option("--ranks", type=click.IntRange(min=2, max=64),
-              help="Processes to measure with (default: the spec's ranks); implies --probe-only.")
+              help="Processes to measure with (default: the spec's ranks); implies --probe-only. With "
+                   "--device-probe: the GPUs its collectives run over (default every GPU; 2 processes on a CPU).")
 @click.option("--run-steps", type=click.IntRange(min=4, max=1000), default=100, show_default=True,
               help="Steps of the short real run of SPEC that follows the probe (its untraced time per step is "
                    "heavy-tailed on shared cores: fewer steps, a noisier mean).")
