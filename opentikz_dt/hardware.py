@@ -186,6 +186,7 @@ class Hardware:
     intra_host: str
     inter_host: str
     precision: str | None = None  # the matmul precision to predict with; None: training.precision
+    nics_per_host: int | None = None  # network ports a host, each at inter_host's rate; None: one a GPU
 
     @property
     def device_preset(self) -> DevicePreset:
@@ -221,8 +222,9 @@ def resolve_hardware(block: dict | None) -> Hardware | None:
     device = DEVICES.get(name)
     intra = block.get("intra_host", device.link if device else "")
     inter = block.get("inter_host", device.nic if device else "")
+    nics = block.get("nics_per_host")
     return Hardware(name, int(block.get("gpus_per_host", 8)), str(intra).strip().lower(), str(inter).strip().lower(),
-                    block.get("precision"))
+                    block.get("precision"), int(nics) if nics is not None else None)
 
 
 def check_hardware(block: dict | None, precision: str, gpus: int):

@@ -86,3 +86,26 @@ def test_a_group_crosses_hosts_on_one_port_for_each_of_its_ranks_there():
     assert A100.collective("all-gather", nbytes, 1, 32) == pytest.approx(
         nccl.ring("all-gather", nbytes, 32, 4, NV, "nvlink", NIC))
     assert A100.collective("all-gather", nbytes, 1, 32) < A100.collective("all-gather", nbytes, 8, 8) / 7
+
+
+def test_a_host_with_fewer_ports_than_gpus_gives_each_gpu_its_share(tmp_path):
+    """hardware.nics_per_host: four 100 Gb/s ports for eight GPUs give each GPU half a port,
+    so a group of whole hosts moves four ports' worth across them, and a pipeline send half
+    a port; inside a host nothing changes."""
+    from opentikz_dt.predict.cluster import cluster_of
+    from opentikz_dt.spec import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("strategy: {kind: allreduce}\ntopology: {workers: {count: 32}}\n"
+                    "hardware: {device: a100-sxm-80gb, inter_host: 100gbe, nics_per_host: 4}\n")
+    four = cluster_of(load_spec(spec))
+    eight = Cluster(DEVICES["a100-sxm-80gb"], 8, LINKS["nvlink3-a100"], LINKS["100gbe"], "fp16")
+    port = LINKS["100gbe"].bytes_per_s
+    assert four.bandwidth(four.inter) == port / 2 and eight.bandwidth(eight.inter) == port
+    nbytes = 4e9
+    assert four.collective("all-gather", nbytes, 1, 32) == pytest.approx(
+        nccl.ring("all-gather", nbytes, 32, 4, NV, "nvlink", port / 2))
+    assert eight.collective("all-gather", nbytes, 1, 32) == pytest.approx(
+        nccl.ring("all-gather", nbytes, 32, 4, NV, "nvlink", port))
+    assert four.p2p(nbytes, 8) == pytest.approx(eight.p2p(nbytes, 8) + nbytes / (port / 2) - nbytes / port)
+    assert four.collective("all-reduce", nbytes, 1, 8) == eight.collective("all-reduce", nbytes, 1, 8)

@@ -92,7 +92,7 @@ def _located(spec, path: tuple, message: str) -> str:
 def cluster_of(spec) -> Cluster:
     hw = spec.hardware
     return Cluster(DEVICES[hw.device], hw.gpus_per_host, LINKS[hw.intra_host], LINKS[hw.inter_host],
-                   hw.precision or spec.training.precision)
+                   hw.precision or spec.training.precision, nics_per_host=hw.nics_per_host)
 
 
 def representatives(layout: Layout) -> list[int]:
@@ -281,7 +281,8 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=No
     return {"model_flops": flops_source(model) if model is not None else None,
             "calibration": "datasheet (no calibration)", "source": "datasheet", "illustrative": False,
             "hardware": {"device": hw.device, "gpus_per_host": hw.gpus_per_host, "intra_host": hw.intra_host,
-                         "inter_host": hw.inter_host, "precision": cluster.precision},
+                         "inter_host": hw.inter_host, "nics_per_host": hw.nics_per_host or hw.gpus_per_host,
+                         "precision": cluster.precision},
             "device_source": cluster.device.source, "intra_source": cluster.intra.source,
             "inter_source": cluster.inter.source,
             "matmul_efficiency": round(efficiency, 4), "matmul_efficiency_source": efficiency_source,

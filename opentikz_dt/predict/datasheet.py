@@ -161,6 +161,9 @@ class Cluster:
     matmul_measured: float | None = None
     hbm_measured: float | None = None
     intra_measured: float | None = None
+    # Network ports of a host, each at the inter link's rate, shared by its GPUs; None: one
+    # port a GPU (DGX, HGX). A GPU's share of the network is ports x rate / gpus_per_host.
+    nics_per_host: int | None = None
 
     @property
     def matmul_rate(self) -> float:
@@ -189,8 +192,11 @@ class Cluster:
         return max(1, -(-size // per_host))
 
     def bandwidth(self, link: LinkPreset) -> float:
-        """Bytes/s a collective moves over a link: the datasheet's, capped where NCCL's model
-        caps the device's bus bandwidth (nccl.NVLINK_BUS_CAP)."""
+        """Bytes/s a collective moves over a link for each GPU: the datasheet's, capped where
+        NCCL's model caps the device's bus bandwidth (nccl.NVLINK_BUS_CAP); across hosts a
+        GPU's share of its host's ports (nics_per_host)."""
+        if link is self.inter and self.nics_per_host is not None:
+            return link.bytes_per_s * self.nics_per_host / self.gpus_per_host
         if link is self.intra and self.intra_measured is not None:
             return self.intra_measured
         if link is self.intra and nccl.link_kind(link.name) == "nvlink":
