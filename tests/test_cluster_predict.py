@@ -421,3 +421,23 @@ def test_the_tied_embedding_sum_starts_when_both_ends_are_done_and_the_earlier_o
         # the lane that finished its backward first waits, drawn as a wait, until the other joins
         (wait,) = [e for e in waits if e["args"]["step"] == step]
         assert wait["ts"] + wait["dur"] == pytest.approx(sums[0]["ts"], abs=0.01) and wait["dur"] > 0
+
+
+def test_a_zero3_group_across_hosts_carries_what_the_published_rows_say_of_it(tmp_path):
+    """The model gives a sharded data group NCCL's rate over its ranks' ports; the published
+    ZeRO-3 runs of that kind reached about one port's: the prediction says so, only there."""
+    from opentikz_dt.predict.cluster import sharded_caveat
+
+    assert "crosses 4 hosts on 8 ports a host" in sharded_caveat(Layout(1, 32, 1, 1, 1, shard="parameters"), A100)
+    assert sharded_caveat(Layout(1, 8, 1, 1, 1, shard="parameters"), A100) is None   # one host
+    assert sharded_caveat(Layout(1, 8, 8, 1, 1, shard="parameters"), A100) is None   # one rank a host
+    assert sharded_caveat(Layout(1, 32, 1, 1, 1, shard="optimizer"), A100) is None   # ZeRO-1
+    spec = tmp_path / "fsdp.yaml"
+    spec.write_text("strategy: {kind: fsdp}\ntopology: {workers: {count: 32}}\n"
+                    "training:\n  model: {kind: transformer, layers: 4, d_model: 1024, heads: 8, seq_len: 512, "
+                    "vocab: 1024}\n  batch_size: 8\n  precision: bf16\nruntime: {device: cuda}\n"
+                    "hardware: {device: a100-sxm-80gb}\n")
+    result = CliRunner().invoke(main, ["predict", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "caveat: its sharded data group crosses 4 hosts on 8 ports a host" in result.output
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]["caveat"].endswith("(docs/planning.md)")

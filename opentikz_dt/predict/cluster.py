@@ -293,7 +293,20 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=No
             "ranks": layout.gpus, "lanes": layout.pipeline,
             "representatives": "one rank per pipeline stage stands for its data replicas and tensor peers",
             "lane_stages": {f"w{r + 1}": s + 1 for s, r in enumerate(representatives(layout))},
+            "caveat": sharded_caveat(layout, cluster),
             "caption": f"expected on {hw.describe(layout.gpus)}, datasheet costs"}
+
+
+def sharded_caveat(layout: Layout, cluster: Cluster) -> str | None:
+    """What the published rows say of a ZeRO-3 data group spanning hosts with several ranks
+    on each: the model gives its collectives NCCL's rate over all those ranks' ports; the
+    published DeepSpeed ZeRO-3 runs reached about one port's rate (docs/planning.md)."""
+    hosts = cluster.hosts_spanned(layout.tensor, layout.data)
+    if layout.shard != "parameters" or hosts < 2 or layout.data // hosts < 2:
+        return None
+    return (f"its sharded data group crosses {hosts:,} hosts on {layout.data // hosts} ports a host, at NCCL's "
+            "rate; the published ZeRO-3 runs of that kind (SC'21 Table 2) were communication-bound at about one "
+            "port's rate, their steps 1.7-5.4 times this model's (docs/planning.md)")
 
 
 RECORDED_STEPS = 3  # a datasheet step repeats exactly: the first (warm-up in a figure's window) and two more

@@ -44,6 +44,8 @@ def prediction_summary(run_dir: str | Path) -> str:
     if predicted.get("model_tflops_per_gpu") is not None:
         tail.append(f"{predicted['model_tflops_per_gpu']:,.1f} model TFLOP/s per GPU "
                     "(the published rows' count: Narayanan et al., SC'21, Eq. 3)")
+    if predicted.get("caveat"):  # what the published rows say this model misses (predict/cluster.py)
+        tail.append(f"caveat: {predicted['caveat']}")
     tail.append(_memory_fact(memory))
     fit = spec_fit(spec)
     if fit is not None:
