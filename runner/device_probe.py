@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from ..measured.profile_stats import bus_factor
 from ..predict.calibration import cpu_device
 from ..predict.device_probe import PROBE_FORMAT
 
@@ -42,8 +43,6 @@ WARMUP, REPS = 3, 10
 GEMM_SIZES = {"cuda": (2048, 4096, 8192, 12288, 16384), "cpu": (256, 512, 768)}
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 COLLECTIVE_BYTES = {"cuda": (64 << 20, 256 << 20, 1 << 30), "cpu": (1 << 20, 4 << 20)}
-FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
-          "reduce-scatter": lambda n: (n - 1) / n}
 
 
 def _timed(fn, device: str, reps: int = REPS) -> float:
@@ -117,7 +116,7 @@ def _collective_rank(rank: int, world: int, device: str, store_path: str, out_pa
                 dist.barrier()
                 seconds = _timed(lambda args=args, op=op: op(*args), device)
                 points.append({"bytes": count * 4, "seconds": seconds,
-                               "bus_bytes_per_s": count * 4 * FACTOR[name](world) / seconds})
+                               "bus_bytes_per_s": count * 4 * bus_factor(name, world) / seconds})
             result[name] = {"bus_bytes_per_s": points[-1]["bus_bytes_per_s"], "points": points}
         if rank == 0:
             Path(out_path).write_text(json.dumps(result), encoding="utf-8")

@@ -178,8 +178,8 @@ def probe_section(out: Path) -> list[str]:
             f"{against(matmul['flops_per_s'], sheet.matmul_rate if sheet else None)} (datasheet peak x published "
             "best-shape efficiency) |",
             f"| memory copy ({memory['copied_bytes'] / 2**30:g} GiB, read + written) | "
-            f"{memory['bytes_per_s'] / 1e9:,.0f} GB/s | {against(memory['bytes_per_s'], sheet.hbm_rate if sheet else None)} "
-            "(HBM datasheet) |"]
+            f"{memory['bytes_per_s'] / 1e9:,.0f} GB/s | "
+            f"{against(memory['bytes_per_s'], sheet.hbm_rate if sheet else None)} (HBM datasheet) |"]
     for kind in ("all-reduce", "all-gather", "reduce-scatter") if coll else ():
         top = coll[kind]["points"][-1]
         rows.append(f"| {kind} bus bandwidth over {coll['ranks']} ({coll['backend']}, {top['bytes'] / 2**20:g} MiB) | "

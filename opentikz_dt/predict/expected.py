@@ -146,7 +146,7 @@ def datasheet_timeline(spec, cal=None) -> tuple[object, list]:
     """(Timeline, warnings) of a spec with `hardware:`: its first steps as the device's
     datasheet predicts them (predict/cluster.py), one lane per stage, noted "expected on N
     <device>, datasheet costs"; with `cal`, a calibration made on that device, its compute
-    (cluster.calibrated_compute), noted so."""
+    (cluster.calibrated_compute), or a device probe of it, its rates, noted so."""
     from ..rules import check_warnings
     from .cluster import cluster_result
 

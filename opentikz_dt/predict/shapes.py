@@ -124,20 +124,18 @@ def run_shapes(spec_path, calibration=None, sets: tuple = (), steps: int | None 
 
 def _datasheet_points(planned: list, refused: list, base, count: int, cal=None) -> tuple:
     """The shapes of a spec with `hardware:`: each step time from the datasheet model, its
-    compute scaled by `cal` (a calibration on the hardware's device) at the shape's microbatch."""
+    compute scaled by `cal` (a calibration on the hardware's device) at the shape's
+    microbatch, or its rates set by `cal`, a device probe of it (cluster.rated_cluster)."""
     from .cluster import assumptions, layout_of, model_of, rated_cluster, recompute_of, step_seconds
-
-    def cluster_for(spec, model, layout):
-        return rated_cluster(cal, spec, model, layout)
 
     points = []
     for label, _, spec, _ in planned:
         layout, model = layout_of(spec), model_of(spec)
-        step = step_seconds(model, layout, cluster_for(spec, model, layout)[0], recompute_of(spec))
+        step = step_seconds(model, layout, rated_cluster(cal, spec, model, layout)[0], recompute_of(spec))
         batch = spec.training.batch_size * plugin(spec.strategy.kind).data_parallel_width(spec)
         points.append(_point(label, step * 1000, batch / step, (), spec))
     spec = planned[0][2]
-    cluster, measured = cluster_for(spec, model_of(spec), layout_of(spec))
+    cluster, measured = rated_cluster(cal, spec, model_of(spec), layout_of(spec))
     assumed = assumptions(spec, layout_of(spec), cluster, recompute_of(spec))
     assumed.update(measured)
     if "measured_compute" in measured:
