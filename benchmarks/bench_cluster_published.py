@@ -91,16 +91,18 @@ def mechanisms(data: dict) -> None:
         ("no collective latency", (mock.patch.object(nccl, "RING_BASE_S", 0.0),
                                    mock.patch.dict(nccl.RING_HOP_S, no_latency),
                                    mock.patch.dict(nccl.TREE_HOP_S, no_latency))),
-        ("one NIC port a collective, however many of its ranks a host holds (before this change)",
+        ("one NIC port a collective, however many of its ranks a host holds (an earlier model)",
          (mock.patch.object(nccl, "network_bus", lambda n, nodes, intra_bw, inter_bw: inter_bw),)),
+        ("HBM at its datasheet bandwidth (an earlier model)",
+         (mock.patch.dict(datasheet.HBM_EFFICIENCY, {}, clear=True),)),
     ]
     one_pass = [{**r, "micro_batch": r["batch"] // (r["gpus"] // (r["tensor"] * r["pipeline"]))}
                 if r["pipeline"] == 1 and not r.get("sharded") else r for r in rows]
     reworded = [
         ("rows without dropout", [{**r, "dropout": False} for r in rows]),
         ("rows without a pipeline (nor sharding) as one pass of the batch", one_pass),
-        ("interleaved rows run as plain 1F1B (before this change)", [{**r, "interleave": 1} for r in rows]),
-        ("no sequence parallelism mechanism (before this change)", [{**r, "sequence_parallel": False} for r in rows]),
+        ("interleaved rows run as plain 1F1B (an earlier model)", [{**r, "interleave": 1} for r in rows]),
+        ("no sequence parallelism mechanism (an earlier model)", [{**r, "sequence_parallel": False} for r in rows]),
     ]
     columns = [("the model as it is", [check_row(r, hw).error for r in rows])]
     for label, patches in patched:

@@ -2,7 +2,8 @@
 
 The datasheet model (opentikz_dt/predict/datasheet.py) runs matrix multiplies at the
 device's dense peak times a published best-shape efficiency, memory-bound work at the HBM
-datasheet bandwidth and collectives inside a host at NVLink's datasheet rate. A device
+bandwidth a published streaming measurement reaches (the datasheet's where there is none)
+and collectives inside a host at NVLink's datasheet rate. A device
 probe replaces those three with what this box does (opentikz_dt/predict/device_probe.py
 reads it), the way the published efficiency was measured in the first place:
 

@@ -76,7 +76,7 @@ def test_a_probe_of_the_plans_gpu_sets_its_matmul_hbm_and_nvlink_rates(tmp_path)
     assert result.exit_code == 0, result.output
     predicted = json.loads((tmp_path / "out" / "run.json").read_text())["predicted"]
     assert predicted["device_probe"]["device_probe"] == str(half) and predicted["caption"] == measured["caption"]
-    assert predicted["hbm_efficiency"] == pytest.approx(0.5, abs=1e-4)
+    assert predicted["hbm_efficiency"] == pytest.approx(sheet.hbm_rate / 2 / sheet.device.hbm_bytes_per_s, abs=1e-4)
     assert "datasheets and device probe" in result.output
 
 

@@ -25,8 +25,8 @@ from ..errors import DtgenError
 from ..hardware import DEVICES, LINKS
 from ..strategies.pipeline_schedules import SCHEDULES, ScheduleOrderError, single_stage_ops, stages_per_rank
 from ..strategies.pipeline_schedules import rank_orders as schedule_orders
-from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, matmul_efficiency,
-                        optimizer_seconds, stage_params, stage_pass)
+from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, hbm_efficiency,
+                        matmul_efficiency, optimizer_seconds, stage_params, stage_pass)
 from .device_probe import DeviceProbe, probed_caption, probed_cluster
 from .engine import Recorder
 from .nccl import NCCL_TUNING
@@ -288,6 +288,8 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=No
             "matmul_efficiency": round(efficiency, 4), "matmul_efficiency_source": efficiency_source,
             "matmul_shapes": f"each GEMM at its wave fill or on the HBM roofline, whichever is slower: {WAVE_SOURCE}",
             "hbm_efficiency": round(cluster.hbm_rate / cluster.device.hbm_bytes_per_s, 4),
+            "hbm_efficiency_source": ("the device probe's copy rate over the datasheet bandwidth"
+                                      if cluster.hbm_measured is not None else hbm_efficiency(cluster.device.name)[1]),
             "collectives": f"NCCL's cost model (ring, tree; Simple protocol): {NCCL_TUNING}",
             "data_all_reduce": layout.algorithm,
             "recompute": recompute,

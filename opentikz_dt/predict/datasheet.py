@@ -7,7 +7,8 @@ The model (docs/planning.md states it in full, with its sources):
   source; never a constant fitted to the rows the model is checked against), or its
   operands and result at HBM bandwidth, whichever is slower. Memory-bound work (layer
   norms, the masked softmax, GELU, residual adds, dropout and its masks, the loss) moves
-  its bytes at the datasheet's HBM bandwidth.
+  its bytes at the HBM bandwidth a streaming kernel measured on the device reaches
+  (HBM_EFFICIENCY, with its source; the datasheet's where none is published).
 - FLOPs per transformer layer and microbatch of b samples (Narayanan et al., SC'21, Eq. 2-3):
   forward 24·b·s·h² + 4·b·s²·h, split over the tensor degree t; backward twice the
   forward; full recomputation one more forward. The head: 2·b·s·h·V forward (split over t).
@@ -86,7 +87,27 @@ def wave_fill(device: str, batch: float, m: float, n: float) -> float:
     return tiles / (math.ceil(tiles / sms) * sms)
 
 
-HBM_EFFICIENCY = 1.0  # no measured fraction is cited: the datasheet bandwidth itself (optimistic)
+# Streaming bandwidth measured on the device over its datasheet HBM bandwidth: no kernel
+# reaches the datasheet's rate, and memory-bound work (norms, softmax, GELU, dropout,
+# residual adds, Adam) runs at about what a streaming kernel reaches. A device with no
+# published measurement keeps its datasheet rate (optimistic; a device probe measures it).
+A100_STREAM_SOURCE = "https://forums.developer.nvidia.com/t/trouble-to-reach-peak-bandwidth-of-a100/339083"
+GPU_BENCHES_SOURCE = "https://github.com/te42kyfo/gpu-benches"
+HBM_EFFICIENCY = {
+    "a100-sxm-80gb": (1800 / 2039, "A100 80GB SXM: 1.80 of 2.039 TB/s read by a streaming kernel, 88% of the "
+                                   f"peak as Nsight Compute reports it ({A100_STREAM_SOURCE})"),
+    "h100-pcie": (1704 / 2000, "H100 PCIe: 1,704 of 2,000 GB/s by gpu-benches' scale kernel (a load and a store "
+                               f"stream) at full occupancy ({GPU_BENCHES_SOURCE}, README)"),
+    "h200": (3780 / 4800, "H200: 3,780 of 4,800 GB/s by gpu-benches' roofline kernel at its lowest intensity "
+                          f"({GPU_BENCHES_SOURCE}, gpu-roofline/h200.txt)"),
+}
+
+
+def hbm_efficiency(device: str) -> tuple[float, str]:
+    """(efficiency, what was measured) of the HBM bandwidth memory-bound work reaches on `device`."""
+    return HBM_EFFICIENCY.get(device, (1.0, f"no published streaming measurement of {device}: its datasheet "
+                                            "bandwidth (optimistic)"))
+
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -173,7 +194,9 @@ class Cluster:
 
     @property
     def hbm_rate(self) -> float:
-        return self.hbm_measured if self.hbm_measured is not None else self.device.hbm_bytes_per_s * HBM_EFFICIENCY
+        if self.hbm_measured is not None:
+            return self.hbm_measured
+        return self.device.hbm_bytes_per_s * hbm_efficiency(self.device.name)[0]
 
     def link(self, stride: int, size: int) -> LinkPreset:
         """The slowest link a group of `size` ranks `stride` apart crosses (hosts of
@@ -428,7 +451,9 @@ def efficiency_lines() -> list[str]:
     return lines + [f"  source: {MAMF_SOURCE}",
                     f"each GEMM at its wave fill ({TILE[0]} x {TILE[1]} tiles; {waves}; others unquantized): "
                     f"{WAVE_SOURCE}",
-                    "HBM at its datasheet bandwidth (no measured fraction cited; a device probe of your own "
-                    "GPU, dtgen calibrate --device-probe, measures it).",
+                    *[f"HBM efficiency (measured, streaming): {name} {value:.3f} ({note})"
+                      for name, (value, note) in HBM_EFFICIENCY.items()],
+                    "HBM of the other devices at its datasheet bandwidth (no measurement cited; a device probe "
+                    "of your own GPU, dtgen calibrate --device-probe, measures it).",
                     "collectives: NCCL's cost model (latencies, tree and ring factors, A100 bus cap): "
                     f"{nccl.NCCL_TUNING}"]

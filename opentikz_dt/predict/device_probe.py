@@ -18,7 +18,7 @@ What it replaces (probed_cluster), for a spec whose `hardware.device` is the pro
   rate): the best-shape rate is the probe's best instead of the datasheet peak times the
   published efficiency; each GEMM's wave fill and roofline still apply on top. fp8, tf32
   and fp32 matmuls keep the datasheet's (the probe did not measure them).
-- memory-bound work: the probe's copy rate instead of the HBM datasheet bandwidth.
+- memory-bound work: the probe's copy rate instead of the datasheet model's HBM rate.
 - collectives inside a host, where the probe ran over two or more GPUs: the slowest of
   its three collectives' bus bandwidth at its largest size (the model costs every
   collective inside a host at one bus rate). Across hosts the NIC stays the datasheet's:

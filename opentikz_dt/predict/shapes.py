@@ -226,6 +226,7 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
     if capacity and memory:
         notes.append(escape_text(fit_note(points, spec, capacity)))
     context = base_context(spec, "shapes plot", body_only, [], source=spec.source)
+    # the notes are escaped above (escape_text): Tex, or the template would escape them again
     context.update(rows=rows, count=len(rows), axis_width=f"{axis_cm:.3f}", height=f"{max(len(rows) * ROW_CM, MIN_HEIGHT_CM):.3f}",
                    step_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(high_step))), step_max=f"{high_step:.6g}",
                    memory=bool(memory), memory_ticks=Tex(",".join(f"{t:.6g}" for t in _ticks(memory_max))),
@@ -233,7 +234,7 @@ def render_shapes(points: list, refused: list, spec, assumed: dict, workers: int
                    capacity=f"{capacity / scale:.6g}" if capacity and memory else None,
                    # one plot of filled dots (fits, or no device) and one of open ones, each only if used
                    dot_groups=[g for g in (False, True) if any(r["open"] == g for r in rows)],
-                   note_width=f"{target - PLOT_BORDER_CM - 0.25:.3f}", notes=notes)
+                   note_width=f"{target - PLOT_BORDER_CM - 0.25:.3f}", notes=[Tex(note) for note in notes])
     return environment().get_template("plot-shapes.tex.j2").render(context)
 
 

@@ -68,7 +68,7 @@ def source_of(predicted: dict) -> str:
                 "of its datasheet bandwidth)")
     elif predicted.get("source") == "datasheet":
         said = (f"datasheets ({predicted['caption']}; matmuls at {predicted['matmul_efficiency']:.1%} of the "
-                "dense peak, a measured efficiency)")
+                f"dense peak, HBM at {predicted['hbm_efficiency']:.1%} of its bandwidth, measured efficiencies)")
     else:
         said = f"calibration {predicted['calibration']} ({predicted.get('source', '?')})"
     link = predicted.get("link_preset")

@@ -197,7 +197,8 @@ def caption(assumed: dict, skipped: list, steps: int) -> list[str]:
         compute = (f"the datasheet's compute scaled to {assumed['measured_compute']['calibration']} at each shape's "
                    "microbatch" if assumed.get("measured_compute") else
                    f"{hw['device']} peaks x {assumed['matmul_efficiency']:.3g} measured matmul efficiency")
-        notes = [f"{assumed['caption']}: {compute}, HBM at its datasheet bandwidth, {hw['intra_host']} inside a "
+        notes = [f"{assumed['caption']}: {compute}, HBM at {assumed['hbm_efficiency']:.0%} of its datasheet "
+                 f"bandwidth, {hw['intra_host']} inside a "
                  f"host of {hw['gpus_per_host']}, {hw['inter_host']} between hosts, collectives as NCCL's cost model "
                  "has them"]
         return [escape_text(n) for n in notes]
