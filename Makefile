@@ -50,7 +50,13 @@ demo: setup tex
 # The tests that start no torch.distributed processes run on every core (pytest-xdist:
 # mostly pdflatex compiles); those that do (marked dist) run one at a time, or their ranks
 # fight over the cores and time out. Both parts run; either failing fails the target.
+# Several hundred test processes import dtgen: its modules are byte-compiled once here, as
+# pip compiles an installed package but not an editable one (and with PYTHONDONTWRITEBYTECODE
+# set no process writes them, so each would compile every module it imports again).
+COMPILE := PYTHONDONTWRITEBYTECODE= $(PY) -m compileall -q opentikz_dt runner > /dev/null
+
 test: setup tex
+	$(COMPILE)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not dist" -n auto; parallel=$$?; \
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m dist; serial=$$?; \
 	test $$parallel -eq 0 && test $$serial -eq 0
@@ -64,6 +70,7 @@ $(OLDEST_VENV)/.ready: pyproject.toml
 	touch $@
 
 test-oldest-torch: $(OLDEST_VENV)/.ready
+	$(COMPILE)
 	$(OLDEST_VENV)/bin/python -c "import torch; print('oldest supported torch:', torch.__version__)"
 	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)"
 
