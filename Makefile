@@ -27,7 +27,7 @@ CORE_TESTS := tests/test_torch_compat.py tests/test_runner_numerics.py \
 CORE_SELECT := (not test_runner_numerics or adamw or tied_embedding) and not mesh-fsdp-tensor \
 	and not mesh-tree-tensor and not mesh-data-pipeline
 
-.PHONY: setup tex demo test test-oldest-torch gpu-check bench clean
+.PHONY: setup tex demo test oldest-torch test-oldest-torch gpu-check bench clean
 
 $(VENV)/.ready: pyproject.toml
 	python3 -m venv $(VENV)
@@ -61,11 +61,18 @@ test: setup tex
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m dist; serial=$$?; \
 	test $$parallel -eq 0 && test $$serial -eq 0
 
-$(OLDEST_VENV)/.ready: pyproject.toml
+# The oldest torch alone, a 3 GB download: CI (.ci/run) fetches it while TeX and the main
+# environment install.
+oldest-torch: $(OLDEST_VENV)/.torch
+
+$(OLDEST_VENV)/.torch:
 	python3 -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
 	# --no-cache-dir: the 3 GB download is not kept a second time in pip's cache
 	$(OLDEST_VENV)/bin/python -m pip install -q --no-cache-dir "$(OLDEST_TORCH)"
+	touch $@
+
+$(OLDEST_VENV)/.ready: $(OLDEST_VENV)/.torch pyproject.toml
 	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[run,dev]'
 	touch $@
 
