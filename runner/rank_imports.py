@@ -32,10 +32,14 @@ def _rank_side() -> None:
 
     for registry in (RUNNER, FIGURES):
         try:
-            for kind in registry.kinds():
+            kinds = registry.kinds()
+        except Exception:  # noqa: BLE001  (a plugin package that fails: reported by the rank that needs it)
+            continue
+        for kind in kinds:
+            try:
                 registry.get(kind)
-        except Exception:  # noqa: BLE001  (reported by the rank that needs it)
-            pass
+            except Exception:  # noqa: BLE001  (reported by the rank that needs it)
+                pass
 
 
 _rank_side()

@@ -66,3 +66,21 @@ def test_ranks_are_spawned_on_gpus_and_beside_a_server_somebody_else_started(mon
     assert forkserver.start_method("cuda") == "spawn"
     monkeypatch.setattr(forkserver, "_STARTED", set())  # as if the caller's own code had started it
     assert forkserver.start_method("cpu") == "spawn"  # its ranks would lack torch and PRELOAD's record
+
+
+# What a rank imports after the fork (runner/rank_imports.py preloads it): the spec's
+# validation, a strategy's rank and figure sides, ZeroRedundancyOptimizer's package.
+RANK_SIDE = ["jsonschema", "opentikz_dt.spec", "opentikz_dt.runner.strategies.mesh",
+             "opentikz_dt.strategies.mesh.figures", "torch.distributed.optim", "torch.distributed.pipelining"]
+
+
+def test_a_forked_rank_finds_what_it_imports_next_already_imported(tmp_path):
+    assert forkserver.running()
+    report = tmp_path / "modules.json"
+    # exec (a builtin) as the target: unpickling it in the child imports nothing of this test's
+    code = f"import json, sys; open({str(report)!r}, 'w').write(json.dumps([m for m in {RANK_SIDE!r} if m in sys.modules]))"
+    child = multiprocessing.get_context("forkserver").Process(target=exec, args=(code,))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+    assert json.loads(report.read_text()) == RANK_SIDE
