@@ -179,7 +179,8 @@ def probe_section(out: Path) -> list[str]:
             "best-shape efficiency) |",
             f"| memory copy ({memory['copied_bytes'] / 2**30:g} GiB, read + written) | "
             f"{memory['bytes_per_s'] / 1e9:,.0f} GB/s | "
-            f"{against(memory['bytes_per_s'], sheet.hbm_rate if sheet else None)} (HBM datasheet) |"]
+            f"{against(memory['bytes_per_s'], sheet.hbm_rate if sheet else None)} (HBM datasheet x published "
+            "streaming efficiency, where one is cited) |"]
     for kind in ("all-reduce", "all-gather", "reduce-scatter") if coll else ():
         top = coll[kind]["points"][-1]
         rows.append(f"| {kind} bus bandwidth over {coll['ranks']} ({coll['backend']}, {top['bytes'] / 2**20:g} MiB) | "
