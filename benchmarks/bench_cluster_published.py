@@ -103,6 +103,8 @@ def mechanisms(data: dict) -> None:
         ("rows without a pipeline (nor sharding) as one pass of the batch", one_pass),
         ("interleaved rows run as plain 1F1B (an earlier model)", [{**r, "interleave": 1} for r in rows]),
         ("no sequence parallelism mechanism (an earlier model)", [{**r, "sequence_parallel": False} for r in rows]),
+        ("pipeline sends as torch's pipelining runs them (an earlier model)",
+         [{**r, "pipeline_sends": "torch"} for r in rows]),
     ]
     columns = [("the model as it is", [check_row(r, hw).error for r in rows])]
     for label, patches in patched:

@@ -308,6 +308,45 @@ def test_sequence_parallelism_splits_the_norms_over_t_and_keeps_the_bytes_moved(
         layer_costs(dropped, Layout(1, 8, 1, 1, 1), A100, "none")  # t = 1: nothing to split
 
 
+def test_megatrons_pipeline_sends_are_split_over_the_tensor_group_and_hold_the_sender():
+    """datasheet.PIPELINE_SENDS: torch's pipelining sends each tensor rank's whole boundary
+    tensor beside the next compute; Megatron-LM (and DeepSpeed's pipeline engine) sends 1/t
+    of it from each tensor rank, the receiver gathers the parts over NVLink, and the sender
+    computes again only once its send is done."""
+    from dataclasses import replace
+
+    from opentikz_dt.predict.cluster import simulate_cluster
+
+    layout = Layout(4, 1, 8, 8, 1)  # tensor 8 fills a host: every stage boundary crosses the NIC
+    act = 2 * 2048 * 12288          # fp16 b·s·h at microbatch 1
+    runs = {sends: simulate_cluster(GPT3, replace(layout, pipeline_sends=sends), A100, "none", 1)
+            for sends in ("torch", "megatron")}
+    held = {}
+    for sends, rec in runs.items():
+        lanes = rec.result.events
+        sent = [e for lane in lanes.values() for e in lane if e.get("name") == "send"]
+        one = A100.p2p(act if sends == "torch" else act / 8, 8) * 1e6
+        assert sent and all(e["dur"] == pytest.approx(one, abs=1e-3) for e in sent)
+        assert rec.result.bytes[0][0] == pytest.approx(len([e for e in sent if e["pid"] == 0]) * act / (
+            1 if sends == "torch" else 8), rel=1e-6)
+        # how long after a send starts its lane computes again, against the send's length
+        gaps = []
+        for e in sent:
+            after = [c["ts"] for c in lanes[e["pid"]] if c.get("tid") == 0 and c["ts"] >= e["ts"]]
+            if after:
+                gaps.append(min(after) - (e["ts"] + e["dur"]))
+        held[sends] = gaps
+    assert min(held["megatron"]) >= -1e-3  # never before the send is done
+    assert min(held["torch"]) < -1.0       # torch's next compute runs beside the send
+    # the receiver holds the tensor a gather later: the second stage's first forward starts
+    # after the first stage's, the 1/t send and the all-gather of the whole tensor over NVLink
+    first = {s: sorted(c["ts"] for c in rec.result.events[1] if c["name"] == "forward")[0]
+             for s, rec in runs.items()}
+    f0 = stage_pass(GPT3, layout, A100, "none", 0)
+    assert first["megatron"] == pytest.approx((f0.forward + f0.forward_comm + A100.p2p(act / 8, 8)
+                                               + A100.collective("all-gather", act, 1, 8)) * 1e6, abs=0.01)
+
+
 def test_a_mesh_of_16384_gpus_validates_and_is_predicted_one_lane_a_stage(tmp_path):
     spec = tmp_path / "gpt3-16k.yaml"
     spec.write_text("strategy: {kind: mesh, parallelism: {pipeline: 16, data: 128, tensor: 8}, microbatches: 16}\n"

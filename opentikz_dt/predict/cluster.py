@@ -9,7 +9,8 @@ The schedule is dtgen's: each rank's microbatches in the order torch runs its sc
 (GPipe, 1F1B; interleaved 1F1B and looped BFS with v virtual stages per rank, the model
 cut into p·v stages, rank r holding r, r + p, ...: pipeline_schedules.rank_orders),
 activations sent to the next stage after each forward
-and their gradients back after each backward (on the critical path), the tied embedding
+and their gradients back after each backward (on the receiver's critical path; on the
+sender's too where the framework waits for its sends: datasheet.PIPELINE_SENDS), the tied embedding
 summed between the first and the last stage, then the data-parallel gradient all-reduce
 (a mesh reduces after the pipeline flush: no overlap; kind allreduce's DDP buckets overlap
 the backward) or FSDP's gathers and reduce-scatter (Layout.shard), then Adam; ZeRO-1's
@@ -138,8 +139,15 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
     # a stage boundary's activations (and their gradient); a Counted model has one stage
     act = e * layout.micro_batch * model.seq * model.hidden if p > 1 else 0.0
     owner = [g % p for g in range(p * v)]  # the looped placement: rank r holds stages r, r + p, ...
-    hops = [cluster.p2p(act, max(1, abs(owner[g] - owner[g - 1])) * d * t) * us if g else 0.0
-            for g in range(p * v)]  # into stage g from stage g - 1
+    # Megatron's sends (datasheet.PIPELINE_SENDS): 1/t of the tensor from each tensor rank,
+    # gathered inside the receiver's tensor group, and the sender waits for its send. With
+    # sequence parallelism the boundary tensor is already 1/t a rank: no gather.
+    megatron = layout.pipeline_sends == "megatron"
+    sent = act / t if megatron else act
+    gather = cluster.collective("all-gather", act, 1, t) * us if megatron and not layout.sequence_parallel else 0.0
+    sends = [cluster.p2p(sent, max(1, abs(owner[g] - owner[g - 1])) * d * t) * us if g else 0.0
+             for g in range(p * v)]  # into stage g from stage g - 1
+    hops = [send + gather if g else 0.0 for g, send in enumerate(sends)]  # until stage g holds the tensor
     params = [sum(stage_params(model, virtual, g) for g in range(r, p * v, p)) for r in range(p)]
     grad_bytes = [4 * n for n in params]  # dtgen reduces gradients in fp32
     tied = 4 * model.vocab * model.hidden / t if p > 1 else 0.0  # p > 1: a transformer
@@ -182,13 +190,15 @@ def simulate_cluster(model: Model, layout: Layout, cluster: Cluster, recompute: 
                 end = rec.span(s, "forward" if forward else "backward", 0, now, now + compute + comm, step,
                                mb=mb, stage=g + 1, tensor_allreduce_us=round(comm, 1))
                 peer = g + 1 if forward else g - 1
+                done[(op, g, mb)] = end
                 if 0 <= peer < p * v:
-                    out = hops[peer] if forward else hops[g]
+                    out = sends[peer] if forward else sends[g]
                     rec.span(s, "send", 1, end, end + out, step, mb=mb, stage=g + 1,
                              direction="fwd" if forward else "bwd", dim="pipeline")
-                    rec.moved(s, act, 0)
-                    rec.moved(owner[peer], 0, act)
-                done[(op, g, mb)] = end
+                    rec.moved(s, sent, 0)
+                    rec.moved(owner[peer], 0, sent)
+                    if megatron:
+                        end += out
                 free[s] = end
                 pos[s] += 1
                 left -= 1

@@ -137,6 +137,22 @@ class Model:
         return 24 * passes * b * s * l * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v
 
 
+# How a pipeline stage sends its boundary activations to the next stage (and their gradients
+# back), by the framework that runs the schedule:
+# torch: torch.distributed.pipelining, which dtgen runs: each tensor rank sends the whole
+#   tensor, and the send runs beside the next compute (a schedule waits for a send only
+#   before its next one);
+# megatron: Megatron-LM's p2p_communication, and DeepSpeed's pipeline engine that
+#   Megatron-DeepSpeed runs: each tensor rank sends 1/t of the tensor and the receiver
+#   all-gathers the parts inside its tensor group (Narayanan et al. 2021 §4.1, the
+#   scatter/gather optimization, on by default; DeepSpeed's partitioned pipe buffers), and
+#   the sender waits for its send before it computes again (Megatron waits on each request
+#   and then synchronizes the device; DeepSpeed's p2p.send is a blocking dist.send). With
+#   sequence parallelism (Korthikanti et al.) the tensor is already 1/t a rank: sent as it
+#   is, no gather.
+PIPELINE_SENDS = ("torch", "megatron")
+
+
 @dataclass(frozen=True)
 class Layout:
     pipeline: int
@@ -154,6 +170,7 @@ class Layout:
     overlap_data: bool = False  # DDP buckets overlap the backward (kind allreduce, ZeRO-1); a mesh reduces after
     chunks: int = 1         # virtual stages per pipeline rank (interleaved 1F1B: v)
     sequence_parallel: bool = False  # Korthikanti et al. 2022, §4.2.2: norms and dropout on 1/t of the tokens
+    pipeline_sends: str = "torch"  # how a stage sends its boundary activations: PIPELINE_SENDS
 
     @property
     def sharded(self) -> bool:

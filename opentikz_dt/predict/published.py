@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..hardware import DEVICES, LINKS, LinkPreset, resolve_hardware
 from .cluster import simulate_cluster
-from .datasheet import Cluster, Layout, Model
+from .datasheet import PIPELINE_SENDS, Cluster, Layout, Model
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class Checked:
 
 
 SHARDS = {"parameters", "optimizer"}  # a row's `shard`: ZeRO-3 (as FSDP) or ZeRO-1 (optimizer state only)
+# Every source here ran its pipeline with Megatron-LM's or DeepSpeed's point-to-point sends;
+# a row run by another framework says so in `pipeline_sends`.
+SENDS = "megatron"
 
 
 def row_setup(row: dict, hardware: dict) -> tuple:
@@ -45,8 +48,12 @@ def row_setup(row: dict, hardware: dict) -> tuple:
     shard = "parameters" if row.get("sharded") else str(row.get("shard") or "")
     if shard and shard not in SHARDS:
         raise ValueError(f"{row['name']}: shard: {shard!r}, not one of {sorted(SHARDS)}")
+    sends = str(row.get("pipeline_sends") or SENDS)
+    if sends not in PIPELINE_SENDS:
+        raise ValueError(f"{row['name']}: pipeline_sends: {sends!r}, not one of {list(PIPELINE_SENDS)}")
     layout = Layout(row["pipeline"], d, row["tensor"], per_replica // row["micro_batch"], row["micro_batch"], schedule,
-                    shard=shard, chunks=v, sequence_parallel=bool(row.get("sequence_parallel")))
+                    shard=shard, chunks=v, sequence_parallel=bool(row.get("sequence_parallel")),
+                    pipeline_sends=sends)
     inter = LINKS[hw.inter_host]
     nic = row.get("nic")
     if nic:  # a network no vendor preset describes (a site's ports per host): the row's source says it
