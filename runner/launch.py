@@ -11,9 +11,11 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -266,6 +268,7 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
     # module loggers each set their own level, so only a global switch silences them.
     level = logging.root.manager.disable
     logging.disable(logging.ERROR)
+    handlers = _signal_handlers()
     try:
         elastic_launch(config, rank_main)(str(run_dir.resolve()), launch, dict(os.environ))
     except ChildFailedError as exc:
@@ -274,6 +277,28 @@ def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor,
         raise KeyboardInterrupt(str(exc)) from None
     finally:
         logging.disable(level)
+        _restore_signal_handlers(handlers)
+
+
+# The signals torchelastic takes over while its ranks run (its TORCHELASTIC_SIGNALS_TO_HANDLE
+# default). It never gives them back: a process that goes on after launch_run (a script, a
+# notebook, a test session) would answer every later Ctrl-C with torchelastic's
+# SignalException instead of its own handler, so the launch puts them back itself.
+ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def _signal_handlers() -> dict:
+    """The process's Python handlers of ELASTIC_SIGNALS; only the main thread can set any."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    found = {getattr(signal, name): signal.getsignal(getattr(signal, name))
+             for name in ELASTIC_SIGNALS if hasattr(signal, name)}
+    return {sig: handler for sig, handler in found.items() if handler is not None}  # None: not set from Python
+
+
+def _restore_signal_handlers(handlers: dict) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model_info=None) -> RunResult:

@@ -6,6 +6,7 @@ each launch is checked for several things, because a launch costs ~6 s here.
 """
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -94,13 +95,25 @@ def test_ring_and_tree_trace_every_chunk():
     assert phases == {(r, p) for r in range(3) for p in ("reduce", "broadcast")}
 
 
+def _own_handler(signum, frame):  # a handler of the test process's own, which a launch must leave
+    raise KeyboardInterrupt
+
+
 @pytest.mark.dist
-def test_crash_names_the_rank_and_keeps_the_partial_trace(tmp_path):
+def test_crash_names_the_rank_keeps_the_partial_trace_and_the_processs_signal_handlers(tmp_path):
     data = small_spec_data("allreduce", topology={"workers": {"count": 3}}, strategy={"algorithm": "ring"},
                            training={"steps": 8}, runtime={"fault": {"rank": 2, "at_step": 3, "kind": "crash"}})
     t0 = time.monotonic()
-    with pytest.raises(RunError) as err:
-        run_small(data, tmp_path, cache=False)
+    previous = signal.signal(signal.SIGINT, _own_handler), signal.signal(signal.SIGTERM, _own_handler)
+    try:
+        with pytest.raises(RunError) as err:
+            run_small(data, tmp_path, cache=False)
+        # torchelastic takes SIGINT and SIGTERM over while the ranks run; the launch gives
+        # them back (an in-process launch left Ctrl-C raising torchelastic's SignalException)
+        assert signal.getsignal(signal.SIGINT) is _own_handler and signal.getsignal(signal.SIGTERM) is _own_handler
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
     assert time.monotonic() - t0 < 60
     d = tmp_path / "runs" / next(p.name for p in (tmp_path / "runs").iterdir())
     assert str(err.value) == (
