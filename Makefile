@@ -16,7 +16,7 @@ OLDEST_VENV ?= .venv-torch210
 # and the pipeline's per-microbatch spans (they wrap private PipelineStage methods).
 CORE_TESTS := tests/test_torch_compat.py tests/test_runner_numerics.py \
 	tests/test_runner.py::test_strategy_trains_and_leaves_a_complete_run_dir \
-	tests/test_runner.py::test_crash_names_the_rank_and_keeps_the_partial_trace \
+	tests/test_runner.py::test_crash_names_the_rank_keeps_the_partial_trace_and_the_processs_signal_handlers \
 	tests/test_runner.py::test_hang_is_stopped_after_the_timeout \
 	tests/test_runner_ps_pipeline.py::test_async_parameter_server_records_staleness \
 	tests/test_runner_ps_pipeline.py::test_pipeline_1f1b_microbatch_spans

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from interrupted_runs import pytest_runtest_makereport  # noqa: F401  (a hook: Ctrl-C in a run ends the session)
+from stop_on_ctrl_c import pytest_runtest_makereport  # noqa: F401  (a hook: Ctrl-C in a run ends the session)
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

@@ -1,8 +1,9 @@
-"""The docs are generated where they can drift: the spec reference (docs/spec.md) and the
-README's CI command."""
+"""The docs are generated where they can drift: the spec reference (docs/spec.md), the
+README's CI command and the tests the oldest torch's job names."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from opentikz_dt.reference import BEGIN, END, render_reference
@@ -26,3 +27,15 @@ def test_ci_runs_the_readme_test_command():
     assert [line for line in lines if not line.endswith("&")] == ["make test", "make test-oldest-torch"]
     assert [line.split(">")[0].strip() for line in lines if line.endswith("&")] == ["make oldest-torch"]
     assert "`make test-oldest-torch`" in readme
+
+
+def test_the_oldest_torchs_job_names_tests_that_exist():
+    """The Makefile's CORE_TESTS name tests by node id: a renamed test would leave the
+    oldest torch's job with nothing to run (pytest: "not found")."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    block = makefile.split("CORE_TESTS :=", 1)[1].split("\n\n", 1)[0]
+    named = re.findall(r"(tests/\S+?\.py)(?:::(\w+))?", block)
+    assert len(named) >= 5
+    for path, test in named:
+        source = (REPO / path).read_text(encoding="utf-8")
+        assert not test or re.search(rf"^def {test}\(", source, re.M), f"{path}::{test} is not a test there"

@@ -1,4 +1,4 @@
-"""tests/interrupted_runs.py: an interrupted run inside a test ends the session."""
+"""tests/stop_on_ctrl_c.py: an interrupted run inside a test ends the session."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_one_more():
 def test_an_interrupted_run_stops_the_session_after_its_test(pytester):
     pytester.syspathinsert(HERE)
     pytester.makepyfile(test_two=TWO_TESTS)
-    result = pytester.runpytest("-p", "interrupted_runs", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "stop_on_ctrl_c", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)  # test_one_more never ran
     result.stdout.fnmatch_lines(["*a run inside a test was interrupted (Ctrl-C): the session stops*"])
 
@@ -32,5 +32,5 @@ def test_an_interrupted_run_stops_the_session_after_its_test(pytester):
 def test_a_run_that_failed_otherwise_does_not(pytester):
     pytester.syspathinsert(HERE)
     pytester.makepyfile(test_two=TWO_TESTS.replace("error.exit_code = 130", "error.exit_code = 3"))
-    result = pytester.runpytest("-p", "interrupted_runs", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "stop_on_ctrl_c", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1, passed=1)
