@@ -1,5 +1,5 @@
 """A pytest plugin (tests/conftest.py imports its hook): Ctrl-C while a test runs dtgen in
-process ends the session, as Ctrl-C anywhere else in it does.
+process (launch_run, run_small) ends the session, as Ctrl-C anywhere else in it does.
 
 The launcher turns Ctrl-C into an interrupted run (every rank stopped, run.json written,
 RunError with exit code 130, as `dtgen run` exits): right for the command, but the test
