@@ -403,6 +403,8 @@ def test_predict_of_a_datasheet_says_what_its_lanes_stand_for_and_whether_it_fit
     assert result.exit_code == 0, result.output
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert (run["device"], run["backend"]) == ("cuda", "nccl")  # what the datasheet is of, not this box
+    # dtgen runs torch's pipelining: its sends, said as the assumption they are
+    assert run["predicted"]["pipeline_sends"].startswith("as torch's pipelining sends them: each tensor rank")
     lines = result.stdout.splitlines()
     assert lines[0].startswith("s: predicted mesh, 8 ranks as 2 lane(s) (one rank per pipeline stage stands for")
     assert "from datasheets (expected on 8 H100 SXM, datasheet costs; matmuls at " in lines[0]
