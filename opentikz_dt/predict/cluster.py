@@ -26,8 +26,8 @@ from ..errors import DtgenError
 from ..hardware import DEVICES, LINKS
 from ..strategies.pipeline_schedules import SCHEDULES, ScheduleOrderError, single_stage_ops, stages_per_rank
 from ..strategies.pipeline_schedules import rank_orders as schedule_orders
-from .datasheet import (MAMF_SOURCE, WAVE_SOURCE, Cluster, Counted, Layout, Model, hbm_efficiency,
-                        matmul_efficiency, optimizer_seconds, stage_params, stage_pass)
+from .datasheet import (MAMF_SOURCE, PIPELINE_SENDS, WAVE_SOURCE, Cluster, Counted, Layout, Model,
+                        hbm_efficiency, matmul_efficiency, optimizer_seconds, stage_params, stage_pass)
 from .device_probe import DeviceProbe, probed_caption, probed_cluster
 from .engine import Recorder
 from .nccl import NCCL_TUNING
@@ -36,13 +36,6 @@ from .plugin import REGISTRY
 KINDS = ("single", "allreduce", "fsdp", "tensor", "pipeline", "mesh")
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb default: the last bucket reduces after the backward
 MAX_LANE_EVENTS = 3_000_000    # trace events a cluster prediction may write (predict.MAX_EVENTS)
-# How run.json says a pipeline's sends were costed (datasheet.PIPELINE_SENDS)
-SENDS_SAID = {
-    "torch": "as torch's pipelining sends them: each tensor rank the whole boundary tensor, beside its next "
-             "compute (Megatron-LM and DeepSpeed send 1/t of it and wait for the send)",
-    "megatron": "as Megatron-LM and DeepSpeed send them: 1/t of the boundary tensor from each tensor rank, "
-                "gathered by the receiver over NVLink, the sender waiting for its send",
-}
 
 
 def recompute_of(spec) -> str:
@@ -309,7 +302,7 @@ def assumptions(spec, layout: Layout, cluster: Cluster, recompute: str, model=No
                                       if cluster.hbm_measured is not None else hbm_efficiency(cluster.device.name)[1]),
             "collectives": f"NCCL's cost model (ring, tree; Simple protocol): {NCCL_TUNING}",
             "data_all_reduce": layout.algorithm,
-            "pipeline_sends": SENDS_SAID[layout.pipeline_sends] if layout.pipeline > 1 else None,
+            "pipeline_sends": PIPELINE_SENDS[layout.pipeline_sends] if layout.pipeline > 1 else None,
             "recompute": recompute,
             "ranks": layout.gpus, "lanes": layout.pipeline,
             "representatives": "one rank per pipeline stage stands for its data replicas and tensor peers",

@@ -150,7 +150,13 @@ class Model:
 #   and then synchronizes the device; DeepSpeed's p2p.send is a blocking dist.send). With
 #   sequence parallelism (Korthikanti et al.) the tensor is already 1/t a rank: sent as it
 #   is, no gather.
-PIPELINE_SENDS = ("torch", "megatron")
+# Each with what run.json's `predicted.pipeline_sends` says of it.
+PIPELINE_SENDS = {
+    "torch": "as torch's pipelining sends them: each tensor rank the whole boundary tensor, beside its next "
+             "compute (Megatron-LM and DeepSpeed send 1/t of it and wait for the send)",
+    "megatron": "as Megatron-LM and DeepSpeed send them: 1/t of the boundary tensor from each tensor rank, "
+                "gathered by the receiver over NVLink, the sender waiting for its send",
+}
 
 
 @dataclass(frozen=True)
