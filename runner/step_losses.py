@@ -72,11 +72,12 @@ class DeferredLosses:
     def _read(self, final: bool) -> None:
         while self._pending:
             step, slot, event = self._pending[0]
-            if event is not None and not final and len(self._pending) == 1 and not event.query():
+            copied = event is None or event.query()  # a query does not wait
+            if not copied and not final and len(self._pending) == 1:
                 break  # the previous step's copy has not run yet: read it at the next push
             self._pending.popleft()
-            if event is not None:
-                event.synchronize()  # this copy only (done by now but for older queues); later steps stay queued
+            if not copied:
+                event.synchronize()  # this copy only, a step behind the host's queue; later steps stay queued
             value = float(self._values[slot])
             if not math.isfinite(value):
                 self.on_nonfinite(step, value)

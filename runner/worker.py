@@ -76,7 +76,7 @@ def rank_main(run_dir: str, launch: dict, launch_env: dict | None = None) -> Non
             ctx.log(f"dtgen: resuming from the checkpoint after step {ctx.start_step - 1}")
         from .sync_audit import audited
 
-        with audited(rank):  # DTGEN_SYNC_AUDIT: count the host reads training makes
+        with audited(rank, str(device)):  # DTGEN_SYNC_AUDIT: count the host reads training makes
             strategy.train(ctx)
             ctx.read_losses()  # the last steps' losses (runner/step_losses.py); a nan among them stops the run here
         tracer.flush()

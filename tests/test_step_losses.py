@@ -55,6 +55,27 @@ def test_a_nan_loss_is_named_with_its_own_step_one_step_later():
         losses.drain()
 
 
+def test_a_copy_that_has_run_is_read_without_a_wait_and_one_still_queued_waited_for_alone():
+    """With CUDA events (stand-ins): the push reads a loss whose copy has run without
+    synchronizing on its event (a wait DTGEN_SYNC_AUDIT would count); the previous step's
+    copy still queued is left for the next push, which waits for that copy only."""
+    losses, read = _losses()
+    events = [_Event() for _ in range(3)]
+    waits = []
+    for i, event in enumerate(events):
+        event.synchronize = lambda i=i: (waits.append(i), setattr(events[i], "done", True))
+    events[0].done = True
+    losses._values[:3] = (3.0, 2.0, 1.0)
+    losses._pending.extend([(0, 0, events[0]), (1, 1, events[1])])
+    losses.push(2, None)
+    assert read == [(0, 3.0)] and waits == []  # step 1's copy still queued, and the newest
+    losses._pending.append((2, 2, events[2]))
+    losses.push(3, None)
+    assert read == [(0, 3.0), (1, 2.0)] and waits == [1]  # a step behind: waited for, alone
+    losses.drain()
+    assert read[-1] == (2, 1.0) and waits == [1, 2]
+
+
 class _Event:
     """torch.cuda.Event's stand-in: its time (ms after the anchor) and whether it ran."""
     clock = [0.0]

@@ -84,3 +84,29 @@ def test_the_audit_counts_each_read_and_puts_torch_back(tmp_path, monkeypatch):
     with audited(4):
         assert torch.Tensor.item is item  # off: nothing installed
     assert not (tmp_path / "rank4.json").exists()
+
+
+def test_the_audit_leaves_out_reads_that_wait_for_no_device(tmp_path, monkeypatch):
+    """Adam and AdamW read their step counter, which torch keeps on the host, once a
+    parameter a step (single-tensor and foreach alike): not a device read, so not counted
+    on a CPU rank either. On a GPU rank a read of a CPU tensor is not counted."""
+    from opentikz_dt.runner.sync_audit import audited
+
+    monkeypatch.setenv("DTGEN_SYNC_AUDIT", str(tmp_path))
+    params = [torch.nn.Parameter(torch.ones(3)) for _ in range(4)]
+    optimizers = [torch.optim.AdamW(params, foreach=False), torch.optim.Adam(params, foreach=True)]
+    with audited(0):
+        for opt in optimizers:
+            for _ in range(3):
+                for p in params:
+                    p.grad = torch.ones(3)
+                opt.step()
+        torch.ones(2).sum().item()  # the loss read back: counted
+    assert all(opt.state[params[0]]["step"].device.type == "cpu" for opt in optimizers)
+    got = json.loads((tmp_path / "rank0.json").read_text())
+    assert got["total"]["Tensor.item"] == 1, got
+    with audited(1, "cuda:0"):
+        t = torch.ones(2)
+        t.sum().item(), t.tolist(), t.cpu()
+    got = json.loads((tmp_path / "rank1.json").read_text())
+    assert not any(got["total"].values()), got
