@@ -80,6 +80,10 @@ CASES = {
     # adam: two state values per parameter, on the servers only
     "ps-sync-2shards": ("parameter-server", {"topology": {"workers": {"count": 2}, "servers": {"count": 2}},
                                              "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),
+    # async: each server's gradients are views into the push it applies, whose buffer
+    # ends with the push's 8-byte ticket
+    "ps-async-2shards": ("parameter-server", {"topology": {"workers": {"count": 2}, "servers": {"count": 2}},
+                                              "strategy": {"sync": "async"}}),
     # fsdp: each worker half of every tensor (the mlp's first dimensions are even), its
     # gradient and Adam's two moments; counted from the DTensors' local shards
     "fsdp-2": ("fsdp", {"topology": {"workers": {"count": 2}}, "training": {"optimizer": {"kind": "adam", "lr": 0.01}}}),

@@ -31,8 +31,17 @@ strategy:
   sync: sync                  # sync: wait for every worker | async: apply each push at once"""
 
 
+# An async push carries the ticket it answers, a float64, after the gradients in one
+# buffer (runner/ps_wire.py); the server's gradients are views into that buffer.
+ASYNC_TICKET_BYTES = 8
+
+
 def expected_memory(spec, sizes) -> list:
     """Workers hold a replica and its gradients (the servers update it); each server its
-    shard, the shard's averaged gradient and its optimizer state."""
+    shard, the shard's averaged gradient (async: the push it applies, ticket included)
+    and its optimizer state."""
     workers = [sizes.rank("worker", w, sizes.params, optimizer=False) for w in spec.topology.workers.ids]
-    return workers + [sizes.rank("server", sid, n) for sid, n in sizes.server_shards().items()]
+    servers = [sizes.rank("server", sid, n) for sid, n in sizes.server_shards().items()]
+    if spec.strategy.sync == "async":
+        servers = [{**s, "grads": s["grads"] + ASYNC_TICKET_BYTES} for s in servers]
+    return workers + servers
