@@ -304,10 +304,34 @@ def main(argv=None) -> int:
     else:
         env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()
-    out: list[str] = [f"Device: {device_line(device)}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
+    head = [f"Device: {device_line(device)}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
     shape = ", ".join(f"{k} {v}" for k, v in model.items() if k != "kind")
     rows: dict = {}
+    shared: dict = {}
     params = None
+
+    def tables() -> list[str]:
+        from opentikz_dt.workload import human_count
+
+        size = f", {human_count(params)} parameters" if params else ""
+        out = one_gpu_table(rows, f"One {'GPU' if device == 'cuda' else 'CPU process'}: transformer ({shape}{size}), "
+                                  f"batch {batch}, SGD (momentum 0.9), {steps} steps, rate after step {warmup}")
+        if shared:
+            sshape = ", ".join(f"{k} {v}" for k, v in shared_model.items() if k != "kind")
+            where = "one GPU (gloo, tensors staged through host memory)" if device == "cuda" else "the CPU (gloo)"
+            out += [""] + shared_table(shared, f"4 ranks sharing {where}: transformer ({sshape}), fp32, "
+                                               f"batch {max(1, batch // 4)} per worker (pipeline: {batch} in 4 "
+                                               f"microbatches), {shared_steps} steps, rate after the first step")
+        return out
+
+    def save_so_far() -> None:
+        """--out holds what is measured so far: a benchmark stopped at a time limit leaves it."""
+        if args.out:
+            done = len(rows) + len(shared)
+            args.out.write_text("\n".join(head + tables() + ["", f"Incomplete: {done} of "
+                                f"{len(modes) + len(strategies)} measurements after {time.monotonic() - start:.0f} s "
+                                "(still running, or stopped there)"]) + "\n", encoding="utf-8")
+
     with tempfile.TemporaryDirectory(prefix="dtgen-bench-gpu-") as tmp:
         work = Path(tmp)
         for mode in modes:
@@ -325,12 +349,7 @@ def main(argv=None) -> int:
             rows[mode] = (plain, ours)
             print(f"  part 1 {mode}: plain {_cell(plain)}, dtgen {_cell(ours)} ({time.monotonic() - start:.0f} s)",
                   file=sys.stderr, flush=True)
-        from opentikz_dt.workload import human_count
-
-        size = f", {human_count(params)} parameters" if params else ""
-        out += one_gpu_table(rows, f"One {'GPU' if device == 'cuda' else 'CPU process'}: transformer ({shape}{size}), "
-                                   f"batch {batch}, SGD (momentum 0.9), {steps} steps, rate after step {warmup}")
-        shared: dict = {}
+            save_so_far()
         for name in strategies:
             over = SHARED[name]
             per_worker = max(1, batch // 4) if over["strategy"]["kind"] != "pipeline" else batch
@@ -340,14 +359,8 @@ def main(argv=None) -> int:
             shared[name] = {"error": f"not run: {why}"} if why else run_dtgen(data, work, 0, env)
             print(f"  part 2 {name}: {_cell(shared[name])} ({time.monotonic() - start:.0f} s)", file=sys.stderr,
                   flush=True)
-        if strategies:
-            sshape = ", ".join(f"{k} {v}" for k, v in shared_model.items() if k != "kind")
-            where = "one GPU (gloo, tensors staged through host memory)" if device == "cuda" else "the CPU (gloo)"
-            out += [""] + shared_table(shared, f"4 ranks sharing {where}: transformer ({sshape}), fp32, "
-                                               f"batch {max(1, batch // 4)} per worker (pipeline: {batch} in 4 "
-                                               f"microbatches), {shared_steps} steps, rate after the first step")
-    out += ["", f"Total time: {time.monotonic() - start:.0f} s"]
-    text = "\n".join(out) + "\n"
+            save_so_far()
+    text = "\n".join(head + tables() + ["", f"Total time: {time.monotonic() - start:.0f} s"]) + "\n"
     print(text, end="")
     if args.out:
         args.out.write_text(text, encoding="utf-8")

@@ -31,6 +31,8 @@ from pathlib import Path
 import yaml
 
 MB = 1e6
+# how a run refuses a feature this torch predates (runner/strategies/pipeline.py's _refused)
+NEWER_TORCH = re.compile(r"from torch (\d+(?:\.\d+)+) on; this is torch (\S+) ")
 STATIC = ("params", "grads", "optimizer")
 
 
@@ -90,6 +92,11 @@ def example_rows(out: Path, dry_run: bool = False) -> tuple[list[str], list[dict
             text = (out / "examples" / f"{name}.out").read_text(errors="replace")
             line = next((ln[len("dtgen: error: "):] for ln in text.splitlines() if ln.startswith("dtgen: error: ")),
                         f"exit status {code} (see {name}.out)")
+            newer = NEWER_TORCH.search(line)
+            if newer:  # a feature this torch lacks (the box's torch is the box's choice): not run
+                rows.append(f"| {name} | not run: needs torch {newer[1]} or newer (this is torch {newer[2]}) "
+                            "| – | – | – | – | – |")
+                continue
             failures += 1  # nothing is refused on one shared GPU any more (docs/gpu.md)
             rows.append(f"| {name} | FAILED: {line.replace('|', '/')} | – | – | – | – | – |")
     return rows, runs, failures
@@ -129,7 +136,7 @@ def memory_rows(runs: list[dict]) -> tuple[list[str], int]:
             if want is not None:
                 equal = all((got.get(c) or 0) == getattr(want, c) for c in STATIC)
                 checks.append("categories equal" if equal else "CATEGORIES DIFFER: " + ", ".join(
-                    f"{c} {(got.get(c) or 0) / MB:.2f} vs {getattr(want, c) / MB:.2f}" for c in STATIC
+                    f"{c} {got.get(c) or 0:,} vs {getattr(want, c):,} bytes" for c in STATIC
                     if (got.get(c) or 0) != getattr(want, c)))
                 failures += not equal
             if peak is not None:
@@ -190,7 +197,7 @@ def probe_section(out: Path) -> list[str]:
     if not coll:
         rows.append("| collectives | one GPU: none measured | |")
     named = f"`{preset.name}`" if preset else "none (no preset names this device)"
-    unit = 'GPUs' if device['kind'] == 'cuda' else 'cores'
+    unit = ('GPU' if device['kind'] == 'cuda' else 'core') + ('s' if device['count'] != 1 else '')
     return [f"On {device['name']} ({device['count']} {unit}), against the preset {named}; the file is "
             f"{path.name} in the output folder (`dtgen predict SPEC --calibration` of it sets a plan's rates).",
             "", "| rate | measured | against the datasheet model |", "|---|---:|---|", *rows]
@@ -209,10 +216,11 @@ def main(argv=None) -> int:
     what, slug = hardware()
     now = time.gmtime()
     examples, runs, failed_examples = example_rows(args.out, args.dry_run)
+    not_run = sum(" | not run: " in row for row in examples)
     memory, failed_memory = memory_rows(runs)
     tests, failed_tests = tests_section(args.out)
     bench = (args.out / "bench.md").read_text().rstrip().splitlines() if (args.out / "bench.md").exists() \
-        else ["not run (BENCH=0)"]
+        else ["no table: left out (BENCH=0), or the benchmark stopped before writing one (its output says why)"]
     probe = probe_section(args.out)
     failures = args.failures + failed_examples + failed_memory + failed_tests
     goal = next((ln for ln in bench if ln.startswith("goal dtgen / plain")), None)
@@ -253,7 +261,8 @@ def main(argv=None) -> int:
         "",
         "## Conclusion",
         "",
-        (f"{len(runs)} of {len(examples)} examples ran{' on the GPU' if not args.dry_run else ''}; "
+        (f"{len(runs)} of {len(examples)} examples ran{' on the GPU' if not args.dry_run else ''}"
+         + (f" ({not_run} not run: this torch predates what it needs)" if not_run else "") + "; "
          f"{failures} failure(s) in all. " + (f"Against a plain loop: {goal}." if goal and not args.dry_run else "")
          + (" No GPU numbers: this run had no GPU." if args.dry_run else "")),
     ]

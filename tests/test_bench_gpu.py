@@ -66,3 +66,25 @@ def test_the_table_says_where_dtgen_misses_the_goal_against_the_plain_loop():
     assert "goal dtgen / plain >= 0.97x: not met at tf32 0.95x" in lines
     rows["tf32"] = ({"samples_per_s": 200.0}, {"samples_per_s": 194.0})
     assert "goal dtgen / plain >= 0.97x: met at fp32, tf32" in bench.one_gpu_table(rows, "header")
+
+
+def test_a_benchmark_stopped_part_way_leaves_what_it_measured(tmp_path, monkeypatch):
+    """--out is written after every measurement, so a run stopped at a time limit keeps
+    its rows (stand-ins for the runs; the second dtgen run is where it stops)."""
+    bench = _bench()
+    calls = []
+
+    def dtgen(data, work, warmup, env):
+        calls.append(data["name"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the time limit's signal, as the loop sees it
+        return {"samples_per_s": 90.0, "ranks": 1}
+
+    monkeypatch.setattr(bench, "run_plain", lambda *a: {"samples_per_s": 100.0, "params": 28_000})
+    monkeypatch.setattr(bench, "run_dtgen", dtgen)
+    out = tmp_path / "table.md"
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--smoke", "--out", str(out)])
+    table = out.read_text()
+    assert "| fp32 | 100.0 | 90.0 | 0.90x |" in table and "| bf16 |" not in table
+    assert re.search(r"^Incomplete: 1 of 3 measurements after \d+ s \(still running, or stopped there\)$", table, re.M)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from conftest import REPO  # noqa: E402
 
@@ -50,12 +50,21 @@ def test_the_dry_run_writes_one_result_file_and_its_report_counts_failures(tmp_p
     # the report fails what must fail: a memory category off the model, an example that failed
     metrics = out / "examples" / "single" / "metrics.json"
     data = json.loads(metrics.read_text())
+    params = data["memory"]["0"]["params"]
     data["memory"]["0"]["params"] += 4
     metrics.write_text(json.dumps(data))
     (out / "examples" / "broken.status").write_text("1\n")
     (out / "examples" / "broken.out").write_text("dtgen run: ...\ndtgen: error: strategy x: something | odd\n")
+    # an example this torch predates is not run, not a failure (the refusal as the runner words it)
+    from opentikz_dt.runner.strategies.pipeline import _refused
+
+    (out / "examples" / "too-new.status").write_text("1\n")
+    (out / "examples" / "too-new.out").write_text(
+        f"dtgen: error: examples/z.yaml:8:55: strategy.schedule: {_refused('zbv-zero-bubble')}\n")
     text, failures = _report(out, tmp_path / "res", "--dry-run")
     assert failures == 2
+    assert f"| too-new | not run: needs torch 2.13 or newer (this is torch {torch.__version__}) |" in text
+    assert "(1 not run: this torch predates what it needs)" in text
     # a probe of an A100 is read against the A100's datasheet model
     probe = json.loads((out / "device-probe.json").read_text())
     probe["device"] = {"kind": "cuda", "name": "NVIDIA A100-SXM4-80GB", "count": 8}
@@ -64,7 +73,7 @@ def test_the_dry_run_writes_one_result_file_and_its_report_counts_failures(tmp_p
     text, _ = _report(out, tmp_path / "res", "--dry-run")
     assert "against the preset `a100-sxm-80gb`" in text and "| 135.6 TFLOP/s | 50.0% of it" in text
     assert "| broken | FAILED: strategy x: something / odd | – | – | – | – | – |" in text
-    assert "CATEGORIES DIFFER: params" in text
+    assert f"CATEGORIES DIFFER: params {params + 4:,} vs {params:,} bytes" in text  # bytes: 4 show in no MB column
     # not a dry run: an example on the CPU although its spec did not ask for it is a failure
     text, failures = _report(out, tmp_path / "res")
     assert "| single | FAILED: not on the GPU |" in text and failures == 3
