@@ -15,8 +15,9 @@ Two kinds of read are not counted, because neither waits for a device:
     reads above are host-device syncs only for tensors on the GPU);
   - torch's optimizers reading their step counter (`torch.optim.optimizer._get_value`,
     which Adam, AdamW and the others call once a parameter a step): torch keeps `step`
-    on the host unless the optimizer is capturable or fused, so on a CPU run, where every
-    tensor is on the host, that read is the one that stays a host read on a GPU too.
+    on the host unless the optimizer is capturable or fused, so the read waits for
+    nothing on a GPU either; on a CPU run, where every tensor is on the host, only its
+    caller tells it apart.
 Off unless the variable is set; the wrappers are only installed then.
 """
 
