@@ -486,10 +486,9 @@ def test_mesh_multi_stage_schedule_ties_the_embedding_as_single(schedule):
 
 # On a box with a GPU per rank (skipped with fewer): FSDP2, DTensor and the mesh on nccl,
 # against `single` on a GPU, with the CPU's tolerances; each case prints its difference
-# (gpu-check runs pytest -rP and copies them into its report). Ranks sharing a GPU are
-# refused for these kinds: on one H100 (torch 2.11) their runs trained, then crashed
-# gathering the final model over gloo (runner/strategies/fsdp.py check_placement), so
-# this runs only on 2 (fsdp, tensor) or 4 (mesh) GPUs or more (not run yet: README, "What has run where").
+# (gpu-check runs pytest -rP and copies them into its report). It needs 2 (fsdp, tensor)
+# or 4 (mesh) GPUs, not run yet (README, "What has run where"); ranks sharing one GPU
+# (gloo, the final gather through host memory, docs/gpu.md) run in gpu-check's examples.
 GPU_CASES = [("fsdp", "sgd"), ("tensor-mlp", "sgd"), ("mesh-data-tensor", "sgd"),
              ("mesh-fsdp-tensor", "adamw-clip-cosine"), ("mesh-fsdp-tensor", "bf16-sgd-clip-linear")]
 ON_GPU = {"runtime": {"device": "cuda", "backend": "auto", "timeout_s": 120}}
@@ -501,7 +500,7 @@ def test_sharded_strategies_on_gpus_match_single(case, training):
     kind, overrides, dp = SYNC_CASES[case]
     ranks = overrides["topology"]["workers"]["count"]
     if torch.cuda.device_count() < ranks:
-        pytest.skip(f"needs a GPU per rank ({ranks}); ranks sharing a GPU are refused for kind {kind}")
+        pytest.skip(f"needs a GPU per rank ({ranks}) for {kind} on nccl")
     section = TRAININGS[training]
     run = run_small(small_spec_data(kind, **{**overrides, **ON_GPU, "training": section}))
     single = small_spec_data("single", **ON_GPU, training=section)
