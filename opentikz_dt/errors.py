@@ -37,6 +37,7 @@ class SpecNote(UserWarning):
 
 
 EXIT_INVALID, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_TOOL = 1, 2, 3, 4
+EXIT_INTERRUPTED = 130
 
 
 class DtgenError(Exception):

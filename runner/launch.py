@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from .. import __version__
-from ..errors import InputError, RunError, UsageError
+from ..errors import EXIT_INTERRUPTED, InputError, RunError, UsageError
 from ..spec import load_spec, spec_from_data
 from . import forkserver
 from .capacity import check_capacity
@@ -183,7 +183,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
             failure = describe_failure(run_dir, roles, exc.failures, monitor)
         except KeyboardInterrupt:
             monitor.stop()
-            failure = {"rank": None, "role": None, "id": None, "exit_code": 130, "log": None,
+            failure = {"rank": None, "role": None, "id": None, "exit_code": EXIT_INTERRUPTED, "log": None,
                        "message": "interrupted: every rank was stopped"}
         finally:
             monitor.stop()
@@ -348,7 +348,7 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
                       "device": info.get("device"), "backend": info.get("backend"), "exit_status": status})
     run = {"dtgen": __version__, "torch": torch.__version__, "backend": ranks[0]["backend"],
            "device": ranks[0]["device"], "world_size": len(roles), "start": start, "end": _now_iso(),
-           "status": "ok" if failure is None else "interrupted" if failure.get("exit_code") == 130 else "failed", "attempts": _attempts(run_dir),
+           "status": "ok" if failure is None else "interrupted" if failure.get("exit_code") == EXIT_INTERRUPTED else "failed", "attempts": _attempts(run_dir),
            "failure": None if failure is None else {k: failure.get(k) for k in ("rank", "role", "id", "exit_code", "log", "message")},
            "ranks": ranks, "node": socket.gethostname(), "node_rank": node_rank, "trace": trace_info,
            "model": {k: v for k, v in (model_info or {}).items() if k != "param_tensors"},
@@ -359,8 +359,8 @@ def _finish(run_dir, spec, roles, start, failure, node_rank, nnodes, echo, model
     if failure is not None:
         error = RunError(f"{failure['message']}\nrun directory: {run_dir} (partial trace kept)")
         error.lost = failure.get("lost")
-        if failure.get("exit_code") == 130:
-            error.exit_code = 130  # interrupted, as the CLI's own Ctrl-C handling
+        if failure.get("exit_code") == EXIT_INTERRUPTED:
+            error.exit_code = EXIT_INTERRUPTED  # interrupted, as the CLI's own Ctrl-C handling
         raise error
     echo(render_summary(spec, roles, metrics, run, run_dir))
     return RunResult(run_dir, metrics, run)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-INTERRUPTED = 130  # runner/launch.py: an interrupted run's exit code, as the CLI's own Ctrl-C
+from opentikz_dt.errors import EXIT_INTERRUPTED
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     yield
-    if call.excinfo is not None and getattr(call.excinfo.value, "exit_code", None) == INTERRUPTED:
+    if call.excinfo is not None and getattr(call.excinfo.value, "exit_code", None) == EXIT_INTERRUPTED:
         item.session.shouldstop = "a run inside a test was interrupted (Ctrl-C): the session stops"

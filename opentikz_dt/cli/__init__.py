@@ -20,7 +20,7 @@ import warnings
 import click
 
 from .. import __version__
-from ..errors import EXIT_INVALID, DtgenError, SpecNote, error_text
+from ..errors import EXIT_INTERRUPTED, EXIT_INVALID, DtgenError, SpecNote, error_text
 
 # click >= 8.2 asks for the help of a bare `dtgen` with this error; it must stay help
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -61,7 +61,7 @@ class _Group(click.Group):
             sys.exit(EXIT_INVALID)
         except KeyboardInterrupt:
             click.echo("dtgen: interrupted", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 def _click_error(exc: click.ClickException):
