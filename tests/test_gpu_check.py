@@ -32,6 +32,7 @@ def _report(out, results, *extra):
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 @pytest.mark.slow
 def test_the_dry_run_writes_one_result_file_and_its_report_counts_failures(tmp_path):
     out = tmp_path / "out"

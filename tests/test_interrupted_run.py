@@ -54,6 +54,7 @@ def interrupted(tmp_path_factory):
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 def test_an_interrupted_runs_counts_divide_by_the_steps_each_rank_completed(interrupted):
     run = interrupted
     m = run.metrics
@@ -70,6 +71,7 @@ def test_an_interrupted_runs_counts_divide_by_the_steps_each_rank_completed(inte
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 def test_an_interrupted_runs_figures_say_how_far_it_got(interrupted, tmp_path):
     from click.testing import CliRunner
 

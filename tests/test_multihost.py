@@ -18,7 +18,7 @@ import yaml
 from opentikz_dt.runner.netcluster import NetCluster, namespaces
 from opentikz_dt.runner.testing import small_spec_data
 
-pytestmark = [pytest.mark.dist, pytest.mark.slow]
+pytestmark = [pytest.mark.dist, pytest.mark.solo, pytest.mark.slow]
 PORT = 29500
 ENV = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR")
 

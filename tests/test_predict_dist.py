@@ -19,7 +19,7 @@ from opentikz_dt.predict.rundir import metrics_of
 from opentikz_dt.predict.simulate import simulate
 from opentikz_dt.spec import spec_from_data
 
-pytestmark = [pytest.mark.dist, pytest.mark.slow]
+pytestmark = [pytest.mark.dist, pytest.mark.solo, pytest.mark.slow]
 
 # A model whose step is mostly compute (a 6 ms step here): on the tiny default MLP (a 2 ms
 # step of which 0.3 ms compute) a ring's self-fit ran 11% to 34% low here and 35% to 41% low

@@ -100,6 +100,7 @@ def test_run_returns_with_its_process_group_empty(tmp_path, fault, code):
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 def test_ctrl_c_stops_every_rank_keeps_the_partial_trace_and_exits_130(tmp_path):
     data = small_spec_data("allreduce", name="interrupted", topology={"workers": {"count": 2}},
                            training={"steps": 100_000})
@@ -124,6 +125,7 @@ def test_ctrl_c_stops_every_rank_keeps_the_partial_trace_and_exits_130(tmp_path)
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 @pytest.mark.parametrize("delay_s", [0.0, 1.0])
 def test_ctrl_c_in_the_first_seconds_is_one_line_not_a_traceback(tmp_path, delay_s):
     """Ctrl-C while the fork server still imports torch, or while the ranks start: the whole
@@ -172,6 +174,7 @@ def test_launch_helpers_reaped_stops_and_reaps_the_resource_tracker():
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 def test_a_killed_launcher_takes_its_ranks_and_its_fork_server_with_it(tmp_path):
     """SIGKILL gives dtgen no chance to stop anything: the kernel must. Each rank asks for
     SIGKILL when its parent dies (multinode.die_with_parent); on the CPU that parent is the

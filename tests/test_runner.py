@@ -173,6 +173,7 @@ def test_a_crash_in_native_code_names_the_signal_and_logs_the_python_stack(tmp_p
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 def test_hang_is_stopped_after_the_timeout(tmp_path):
     data = small_spec_data("allreduce", topology={"workers": {"count": 3}}, strategy={"algorithm": "tree"},
                            training={"steps": 8},
@@ -190,6 +191,7 @@ def test_hang_is_stopped_after_the_timeout(tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.solo
 def test_watchdog_stops_a_lone_hung_rank(tmp_path):
     data = small_spec_data("single", training={"steps": 8},
                            runtime={"timeout_s": 2, "fault": {"rank": 0, "at_step": 4, "kind": "hang"}})
