@@ -66,10 +66,10 @@ def versions() -> str:
             f"Python {platform.python_version()}")
 
 
-def example_rows(out: Path, dry_run: bool = False) -> tuple[list[str], list[dict], int]:
-    """The examples table's rows, each run's folder record, and the failures (a dry run's
-    examples run on the CPU)."""
-    rows, runs, failures = [], [], 0
+def example_rows(out: Path, dry_run: bool = False) -> tuple[list[str], list[dict], int, int]:
+    """The examples table's rows, each run's folder record, the failures (a dry run's
+    examples run on the CPU) and the examples this torch is too old for."""
+    rows, runs, failures, not_run = [], [], 0, 0
     for status_file in sorted((out / "examples").glob("*.status")):
         name = status_file.stem
         code = int(status_file.read_text().strip() or 1)
@@ -96,10 +96,11 @@ def example_rows(out: Path, dry_run: bool = False) -> tuple[list[str], list[dict
             if newer:  # a feature this torch lacks (the box's torch is the box's choice): not run
                 rows.append(f"| {name} | not run: needs torch {newer[1]} or newer (this is torch {newer[2]}) "
                             "| – | – | – | – | – |")
+                not_run += 1
                 continue
             failures += 1  # nothing is refused on one shared GPU any more (docs/gpu.md)
             rows.append(f"| {name} | FAILED: {line.replace('|', '/')} | – | – | – | – | – |")
-    return rows, runs, failures
+    return rows, runs, failures, not_run
 
 
 def host_reads(folder: Path) -> str:
@@ -215,8 +216,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     what, slug = hardware()
     now = time.gmtime()
-    examples, runs, failed_examples = example_rows(args.out, args.dry_run)
-    not_run = sum(" | not run: " in row for row in examples)
+    examples, runs, failed_examples, not_run = example_rows(args.out, args.dry_run)
     memory, failed_memory = memory_rows(runs)
     tests, failed_tests = tests_section(args.out)
     bench = (args.out / "bench.md").read_text().rstrip().splitlines() if (args.out / "bench.md").exists() \
