@@ -57,12 +57,16 @@ demo: setup tex
 # pip compiles an installed package but not an editable one (and with PYTHONDONTWRITEBYTECODE
 # set no process writes them, so each would compile every module it imports again).
 COMPILE := PYTHONDONTWRITEBYTECODE= $(PY) -m compileall -q opentikz_dt runner > /dev/null
+# pytest rewrites every test module's asserts on import and keeps the result beside it, but
+# not with PYTHONDONTWRITEBYTECODE set: then each pytest process (each xdist worker) rewrites
+# all of them again, about 7 s of CPU. The test runs write them (__pycache__, ignored by git).
+TEST_ENV := OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 
 test: setup tex
 	$(COMPILE)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not dist" -n auto; parallel=$$?; \
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "dist and not solo" -n 2; paired=$$?; \
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "dist and solo"; serial=$$?; \
+	$(TEST_ENV) $(PY) -m pytest -q -m "not dist" -n auto; parallel=$$?; \
+	$(TEST_ENV) $(PY) -m pytest -q -m "dist and not solo" -n 2; paired=$$?; \
+	$(TEST_ENV) $(PY) -m pytest -q -m "dist and solo"; serial=$$?; \
 	test $$parallel -eq 0 && test $$paired -eq 0 && test $$serial -eq 0
 
 # The oldest torch alone, a 3 GB download: CI (.ci/run) fetches it while TeX and the main
@@ -83,7 +87,9 @@ $(OLDEST_VENV)/.ready: $(OLDEST_VENV)/.torch pyproject.toml
 test-oldest-torch: $(OLDEST_VENV)/.ready
 	$(COMPILE)
 	$(OLDEST_VENV)/bin/python -c "import torch; print('oldest supported torch:', torch.__version__)"
-	OMP_NUM_THREADS=1 $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)"
+	$(TEST_ENV) $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)" -m "not solo" -n 2; paired=$$?; \
+	$(TEST_ENV) $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)" -m solo; serial=$$?; \
+	test $$paired -eq 0 && test $$serial -eq 0
 
 # On a GPU box, once: the gpu-marked tests, every example on the GPU, the memory check and
 # the GPU benchmark, in one file benchmarks/results/gpu-check_<hardware>_<yyyy-mm>.md (docs/gpu.md).

@@ -18,7 +18,7 @@ import yaml
 from opentikz_dt.runner.netcluster import NetCluster, namespaces
 from opentikz_dt.runner.testing import small_spec_data
 
-pytestmark = [pytest.mark.dist, pytest.mark.solo, pytest.mark.slow]
+pytestmark = [pytest.mark.dist, pytest.mark.slow]  # and solo: those that make namespaces or bind fixed ports
 PORT = 29500
 ENV = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR")
 
@@ -83,6 +83,7 @@ def ring_spec(hosts=2, workers=4, steps=4, **over):
                            strategy={"algorithm": "ring"}, training={"steps": steps}, **over)
 
 
+@pytest.mark.solo
 def test_netcluster_shapes_links_and_cleans_up(tmp_path):
     """The test bed itself: addresses, hostnames, the shaped rate, teardown, --latency."""
     from opentikz_dt.runner.netcluster import unavailable_reason
@@ -133,6 +134,7 @@ s = socket.create_connection(("{addr}", 5001)); s.sendall(b"x" * (8 << 20)); s.c
 """
 
 
+@pytest.mark.solo
 def test_two_hosts_separate_folders_gather_to_node0(tmp_path, netcluster):
     cluster = netcluster(2)
     spec = write(tmp_path, ring_spec())
@@ -175,6 +177,7 @@ STRATEGIES = {
 }
 
 
+@pytest.mark.solo
 def test_two_hosts_every_strategy(tmp_path, netcluster):
     """One cluster, the runs side by side (one rendezvous port each): most of a run's
     time is process start and rendezvous, which overlap."""
@@ -213,6 +216,7 @@ def test_central_storage_refuses_to_span_hosts(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.solo
 @pytest.mark.parametrize("how", ["sigkill", "link-down"])
 def test_losing_a_host_ends_the_run_and_names_it(tmp_path, netcluster, how):
     timeout_s = 4
@@ -242,6 +246,7 @@ def test_losing_a_host_ends_the_run_and_names_it(tmp_path, netcluster, how):
     assert json.loads((tmp_path / "h1" / "run.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.solo
 def test_replacement_launcher_resumes_from_the_checkpoint(tmp_path, netcluster):
     """Kill host 2's launcher after a checkpoint; a new launcher on host 2 (same folder)
     rejoins, every rank resumes from the last common checkpoint and the run finishes."""
@@ -293,6 +298,7 @@ def test_bad_node_layouts_are_refused_before_anything_is_written(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.solo
 def test_rendezvous_endpoint_that_never_answers(tmp_path, netcluster):
     cluster = netcluster(2)
     spec = write(tmp_path, ring_spec())
@@ -306,6 +312,7 @@ def test_rendezvous_endpoint_that_never_answers(tmp_path, netcluster):
     assert f"rendezvous endpoint {cluster.addr(1)}:{PORT} did not answer within 2 s (--rdzv-timeout" in r.stderr
 
 
+@pytest.mark.solo
 def test_mismatched_specs_across_nodes_are_refused(tmp_path, netcluster):
     cluster = netcluster(2)
     a = write(tmp_path, ring_spec(steps=4), "a.yaml")
@@ -348,6 +355,7 @@ def test_emit_slurm_and_torchrun_scripts(tmp_path, repo):
     assert r.returncode != 0 and "Traceback" not in r.stderr
 
 
+@pytest.mark.solo
 def test_four_hosts_hierarchical(tmp_path, netcluster):
     cluster = netcluster(4, "100mbit")
     data = small_spec_data("allreduce", name="mh-4", topology={"workers": {"count": 4}, "hosts": 4},
@@ -371,6 +379,7 @@ def test_four_hosts_hierarchical(tmp_path, netcluster):
 
 
 
+@pytest.mark.solo
 def test_a_mesh_keeps_tensor_groups_inside_hosts_and_data_groups_across(tmp_path, netcluster):
     """Issue 23: 2 hosts x 2 workers as data 2 x tensor 2: each tensor group is one host's
     two ranks (loopback), each data group spans the shaped link, which shows in the
