@@ -113,6 +113,9 @@ def _dist_tests_share_a_rank_server(request):
 def pytest_collection_modifyitems(config, items):
     no_tex = shutil.which("pdflatex") is None
     for item in items:
+        # make test runs dist tests two at a time; emulated clusters share fixed ports and names
+        if "netcluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("solo"):
+            raise pytest.UsageError(f"{item.nodeid} uses netcluster: mark it solo (CONTRIBUTING.md, Markers)")
         # markers, not item.keywords: keywords hold the folders' names too, and a checkout in
         # a folder named gpu (or latex) would skip every test
         if item.get_closest_marker("latex") and no_tex:
