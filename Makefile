@@ -49,10 +49,10 @@ demo: setup tex
 
 # The tests that start no torch.distributed processes run on every core (pytest-xdist:
 # mostly pdflatex compiles). Those that do (marked dist) run two at a time: a small run's
-# ranks mostly wait for each other, so one test at a time kept 2 cores 55% busy and two
-# kept them 89% busy (measured on a 2-core machine). The dist tests that
-# need the machine to themselves (marked solo: network namespaces, fixed ports, time limits,
-# timings they compare) run one at a time. All three parts run; any failing fails the target.
+# ranks mostly wait for each other, so on a 2-core machine one test at a time kept the cores
+# 55% busy and two 89%. The dist tests that need the machine to themselves (marked solo:
+# network namespaces, fixed ports, time limits, timings they compare) run one at a time
+# after them. All three parts run; any failing fails the target.
 # Several hundred test processes import dtgen: its modules are byte-compiled once here, as
 # pip compiles an installed package but not an editable one (and with PYTHONDONTWRITEBYTECODE
 # set no process writes them, so each would compile every module it imports again).
@@ -87,9 +87,7 @@ $(OLDEST_VENV)/.ready: $(OLDEST_VENV)/.torch pyproject.toml
 test-oldest-torch: $(OLDEST_VENV)/.ready
 	$(COMPILE)
 	$(OLDEST_VENV)/bin/python -c "import torch; print('oldest supported torch:', torch.__version__)"
-	$(TEST_ENV) $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)" -m "not solo" -n 2; paired=$$?; \
-	$(TEST_ENV) $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)" -m solo; serial=$$?; \
-	test $$paired -eq 0 && test $$serial -eq 0
+	$(TEST_ENV) $(OLDEST_VENV)/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)"
 
 # On a GPU box, once: the gpu-marked tests, every example on the GPU, the memory check and
 # the GPU benchmark, in one file benchmarks/results/gpu-check_<hardware>_<yyyy-mm>.md (docs/gpu.md).
