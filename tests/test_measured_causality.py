@@ -71,9 +71,14 @@ def test_no_push_of_a_real_ps_run_is_drawn_ending_after_the_update_it_fed_began(
     m = measured_timeline(run.spec, run.trace, (0, run.trace.steps[-1]))
     drawn = [s for s in m.spans if s.name == "push"]
     # Async workers drift apart, so the first worker's steps bound the window (measured/window.py):
-    # a straggler's last push may come after it. Every push inside the window is drawn.
+    # a straggler's last pushes may come after it (how many depends on the load on the machine).
+    # Every push inside the window is drawn; the only ones left out are another worker's, after it.
     inside = [s for s in pushes if s.end >= m.window.t0 and s.start <= m.window.t1]
-    assert len(inside) >= len(pushes) - 1 and len(drawn) == len(inside)
+    outside = [s for s in pushes if s not in inside]
+    reference = m.window.reference if mode == "async" else None
+    assert all(s.id != reference and s.start > m.window.t1 for s in outside), outside
+    assert not outside if mode == "sync" else {s.id for s in inside} == {"w1", "w2"}
+    assert len(drawn) == len(inside)
     for s in drawn:
         assert s.end <= received[key(s, s.id)] <= update[key(s, s.id)], s
     for raw in inside:  # whatever the sender spent in its call after that is drawn as a wait
