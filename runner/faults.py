@@ -54,7 +54,8 @@ _COMM_MARKERS = ("timed out", "timeout", "connection closed", "connection reset"
 
 def classify(exc: BaseException) -> str:
     """'crash' (injected), 'diverged' (nan/inf loss), 'oom' (GPU out of memory), 'comm' (a
-    peer failed or timed out) or 'error' (this rank's own bug)."""
+    peer failed or timed out) or 'error' (this rank's own failure: a bug, or a port it could
+    not listen on)."""
     if isinstance(exc, InjectedFault):
         return "crash"
     if isinstance(exc, NonFiniteLoss):
@@ -63,6 +64,8 @@ def classify(exc: BaseException) -> str:
         return "oom"
     name = type(exc).__name__
     text = str(exc).lower()
+    if "address already in use" in text:  # this rank could not listen: its own failure, not a peer's
+        return "error"
     if name in ("DistBackendError", "DistNetworkError", "DistStoreError") or any(m in text for m in _COMM_MARKERS):
         return "comm"
     return "error"

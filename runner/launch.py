@@ -165,7 +165,7 @@ def _launch_prepared(spec_path, spec, data, roles, out, force, nnodes, node_rank
     start = _now_iso()
     monitor = Monitor(run_dir, spec, roles, echo=echo if progress else None)
     failure = None
-    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1"}
+    env = {"OMP_NUM_THREADS": "1", **rendezvous_store_env(spec.runtime.restarts, nnodes)}
     if nodes is not None:
         nodes.start_heartbeat(spec.runtime.timeout_s + CUT_OFF_GRACE_S,
                               lambda silent: _cut_off(run_dir, nodes, silent, echo))
@@ -239,6 +239,18 @@ def check_nodes(spec_path, spec, world: int, nnodes: int, node_rank: int, endpoi
 class _Failed(Exception):
     def __init__(self, failures: dict):
         self.failures = failures  # global rank -> exit code
+
+
+def rendezvous_store_env(restarts: int, nnodes: int) -> dict:
+    """Where the ranks' process group finds its store. By default the launcher shares its
+    own rendezvous store with the ranks: a server it has already bound, so no other process
+    can take the port first. torch's other way, picking a free port and leaving rank 0 to
+    bind it once it has started and imported torch, loses that port now and then to another
+    process on a busy machine (EADDRINUSE). Restarts need the other way (with the shared
+    store every restart fails with "Gloo connectFullMesh failed ... Connection refused"), and
+    an elastic restart picks a new port anyway. Several hosts keep it too, as the scripts
+    `dtgen run --emit` writes do (runner/emit.py) and the emulated-cluster tests run."""
+    return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1" if restarts > 0 or nnodes > 1 else "0"}
 
 
 def _elastic(spec, run_dir, launch, nproc, nnodes, node_rank, endpoint, monitor, rdzv_timeout=120.0,

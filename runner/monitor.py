@@ -229,7 +229,8 @@ def describe_failure(run_dir: Path, roles, exit_codes: dict, monitor: Monitor | 
         d = reports[rank]
         what = {"crash": "crashed", "diverged": "diverged", "oom": "ran out of GPU memory"}.get(d["kind"], "failed")
         error = d["error"].split(": ", 1)[1] if d["kind"] == "diverged" else d["error"]  # no exception class name
-        detail = f"{what} at step {d['step']}: {error}"
+        when = f"at step {d['step']}" if d["step"] >= 0 else "before its first step"  # -1: while it set up
+        detail = f"{what} {when}: {error}"
     elif crashed := sorted(r for r, code in exit_codes.items() if r not in reports and _native_crash(code)):
         # before its peers' reports: theirs say only that the connection to it closed
         rank = crashed[0]

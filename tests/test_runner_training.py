@@ -112,6 +112,16 @@ def test_out_of_memory_is_one_line_naming_gpu_memory_and_what_to_lower():
     assert classify(RuntimeError("CUDA error: out of range")) == "error"
 
 
+def test_a_port_this_rank_could_not_listen_on_is_its_own_failure_not_a_peers():
+    class DistNetworkError(RuntimeError):  # torch.distributed's, by name as classify matches it
+        pass
+
+    taken = DistNetworkError("The server socket has failed to listen on any local network address. port: 40825, "
+                             "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    assert classify(taken) == "error"
+    assert classify(DistNetworkError("Connection reset by peer")) == "comm"
+
+
 NAN_MODEL = '''
 import torch
 from torch import nn
