@@ -24,7 +24,9 @@ SPEC = small_spec_data("allreduce", topology={"workers": {"count": 2}}, training
 
 @pytest.fixture
 def taken_port(monkeypatch):
-    """torch's free-port choice made to return a port another socket is listening on."""
+    """torch's free-port choice made to return, the first time, a port another socket is
+    listening on; (that port, the ports it returned)."""
+    free = rendezvous_api.get_free_port
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -32,8 +34,8 @@ def taken_port(monkeypatch):
         asked = []
 
         def taken():
-            asked.append(port)
-            return port
+            asked.append(free() if asked else port)
+            return asked[-1]
 
         monkeypatch.setattr(rendezvous_api, "get_free_port", taken)
         yield port, asked
@@ -56,6 +58,15 @@ def test_a_rank_that_cannot_listen_on_its_port_is_named_as_the_one_that_failed(t
     first = str(failed.value).splitlines()[0]
     assert first.startswith("rank 0 (worker w1) failed before its first step: DistNetworkError: "), first
     assert "address already in use" in first, first
+
+
+@pytest.mark.dist
+def test_with_restarts_left_a_rank_that_lost_its_port_starts_again_on_a_new_one(taken_port, tmp_path):
+    spec = small_spec_data("allreduce", topology={"workers": {"count": 2}}, training={"steps": 2},
+                           runtime={"restarts": 1})
+    result = run_small(spec, root=tmp_path, cache=False)
+    assert result.run["status"] == "ok" and result.run["attempts"] == 2
+    assert len(taken_port[1]) == 2 and taken_port[1][0] == taken_port[0] != taken_port[1][1]
 
 
 def test_the_launcher_shares_its_store_unless_restarts_or_hosts_need_the_other_way():
